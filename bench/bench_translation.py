@@ -1,0 +1,200 @@
+"""Benchmark: Multi30k training throughput and decoding speed (writes JSON).
+
+    python bench/bench_translation.py [--model runs/multi30k/model.keras]
+        [--vocab runs/multi30k/vocab_8000.txt] [--out bench/results/translation.json]
+
+1. Training tokens/s, measured in the same run for
+   - keras_trm: transformer(N=3, d_model=256, d_ff=1024, h=4), tied
+     embeddings, token-count batches (4096 tokens/side) with length buckets;
+   - keras-hub: the same architecture assembled from keras-hub layers the way
+     the keras-io / TF tutorials do (TokenAndPositionEmbedding + 3
+     TransformerEncoder + 3 TransformerDecoder + Dense), every sentence
+     padded to 40 tokens, batch 64, no tying.
+   Both count *real* (non-padding) target tokens per second of training
+   steps, after warm-up steps that are not timed.
+2. Decoding sentences/s on test_2016_flickr with the trained model: greedy
+   and beam 4, each with and without the key/value cache (without = the
+   decoder re-run over the whole prefix at every step).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_trm  # noqa: E402,F401
+from keras_trm.data import load_multi30k, token_bucket_batches  # noqa: E402
+from keras_trm.decoding import beam_search, greedy_search  # noqa: E402
+from keras_trm.models import TransformerParts, transformer  # noqa: E402
+from keras_trm.text import END_ID, START_ID, TextTokenizer, load_vocabulary  # noqa: E402
+from keras_trm.training import (  # noqa: E402
+    LabelSmoothedCrossEntropy,
+    NoamSchedule,
+    paper_adam,
+)
+
+D_MODEL, D_FF, HEADS, LAYERS = 256, 1024, 4, 3
+
+
+def encode(tokenizer, sentences, prefix):
+    rows = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    return [prefix + r + [END_ID] for r in rows]
+
+
+def time_fit(model, dataset, steps, warmup):
+    it = iter(dataset.repeat())
+    batches = [next(it) for _ in range(warmup + steps)]
+    real = sum(int(np.count_nonzero(lab)) for _, lab in batches[warmup:])
+    warm = tf.data.Dataset.from_generator(
+        lambda: iter(batches[:warmup]), output_signature=dataset.element_spec)
+    timed = tf.data.Dataset.from_generator(
+        lambda: iter(batches[warmup:]), output_signature=dataset.element_spec)
+    model.fit(warm, epochs=1, verbose=0)
+    start = time.perf_counter()
+    model.fit(timed, epochs=1, verbose=0)
+    seconds = time.perf_counter() - start
+    return {"steps": steps, "real_target_tokens": real, "seconds": round(seconds, 2),
+            "real_target_tokens_per_second": round(real / seconds, 1)}
+
+
+def keras_hub_model(vocab_size, length):
+    import keras_hub
+
+    enc_in = keras.Input((None,), dtype="int32", name="encoder_tokens")
+    dec_in = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    x = keras_hub.layers.TokenAndPositionEmbedding(vocab_size, length, D_MODEL,
+                                                   mask_zero=True)(enc_in)
+    for _ in range(LAYERS):
+        x = keras_hub.layers.TransformerEncoder(D_FF, HEADS, dropout=0.1)(x)
+    y = keras_hub.layers.TokenAndPositionEmbedding(vocab_size, length, D_MODEL,
+                                                   mask_zero=True)(dec_in)
+    for _ in range(LAYERS):
+        y = keras_hub.layers.TransformerDecoder(D_FF, HEADS, dropout=0.1)(y, x)
+    logits = keras.layers.Dense(vocab_size)(y)
+    return keras.Model({"encoder_tokens": enc_in, "decoder_tokens": dec_in}, logits)
+
+
+def bench_training(tokenizer, steps, warmup):
+    src, tgt = load_multi30k("train")
+    S = encode(tokenizer, src, [])
+    T = encode(tokenizer, tgt, [START_ID])
+    vocab = tokenizer.vocabulary_size
+    results = {}
+
+    ours = transformer(vocab, num_layers=LAYERS, d_model=D_MODEL, num_heads=HEADS,
+                       d_ff=D_FF, max_length=128)
+    ours.compile(optimizer=paper_adam(NoamSchedule(D_MODEL, 400, 0.6)),
+                 loss=LabelSmoothedCrossEntropy(0.1))
+    ds = token_bucket_batches(S, T, 4096, (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128))
+    results["keras_trm"] = {"parameters": ours.count_params(),
+                            "batching": "token buckets, 4096 tokens/side",
+                            **time_fit(ours, ds, steps, warmup)}
+
+    length = 40
+    keep = [i for i in range(len(S)) if len(S[i]) <= length and len(T[i]) <= length + 1]
+
+    def pad(rows):
+        out = np.zeros((len(rows), length), "int32")
+        for i, r in enumerate(rows):
+            out[i, :len(r)] = r
+        return out
+
+    enc = pad([S[i] for i in keep])
+    dec = pad([T[i][:-1] for i in keep])
+    lab = pad([T[i][1:] for i in keep])
+    hub_ds = tf.data.Dataset.from_tensor_slices(
+        ({"encoder_tokens": enc, "decoder_tokens": dec}, lab)).shuffle(4096, seed=0).batch(64)
+    hub = keras_hub_model(vocab, length)
+    hub.compile(optimizer=keras.optimizers.Adam(5e-4),
+                loss=keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True, ignore_class=0),
+                jit_compile=True)
+    hub_steps = max(steps * 2, 20)
+    results["keras_hub"] = {"parameters": hub.count_params(),
+                            "batching": "padded to 40 tokens, batch 64",
+                            **time_fit(hub, hub_ds, hub_steps, warmup)}
+    results["speedup_real_tokens_per_second"] = round(
+        results["keras_trm"]["real_target_tokens_per_second"]
+        / results["keras_hub"]["real_target_tokens_per_second"], 2)
+    return results
+
+
+def bench_decoding(model, tokenizer, sentences, batch_size):
+    parts = TransformerParts(model)
+    batches = []
+    for start in range(0, len(sentences), batch_size):
+        rows = encode(tokenizer, sentences[start:start + batch_size], [])
+        width = max(len(r) for r in rows)
+        batches.append(np.array([r + [0] * (width - len(r)) for r in rows], "int32"))
+    spec = tf.TensorSpec([None, None], tf.int32)
+    variants = {
+        "greedy_cache": lambda x: greedy_search(parts, x),
+        "greedy_no_cache": lambda x: greedy_search(parts, x, use_cache=False),
+        "beam4_cache": lambda x: beam_search(parts, x, 4, 0.6),
+        "beam4_no_cache": lambda x: beam_search(parts, x, 4, 0.6, use_cache=False),
+    }
+    results = {}
+    for name, fn in variants.items():
+        fn = tf.function(fn, input_signature=[spec])
+        fn(batches[0][:2])  # trace
+        start = time.perf_counter()
+        for batch in batches:
+            fn(batch)
+        seconds = time.perf_counter() - start
+        results[name] = {"sentences": len(sentences), "seconds": round(seconds, 2),
+                         "sentences_per_second": round(len(sentences) / seconds, 1)}
+        print(name, results[name], flush=True)
+    ratios = {
+        "beam4_cache_vs_greedy_no_cache": results["beam4_cache"]["sentences_per_second"]
+        / results["greedy_no_cache"]["sentences_per_second"],
+        "greedy_cache_vs_no_cache": results["greedy_cache"]["sentences_per_second"]
+        / results["greedy_no_cache"]["sentences_per_second"],
+        "beam4_cache_vs_no_cache": results["beam4_cache"]["sentences_per_second"]
+        / results["beam4_no_cache"]["sentences_per_second"],
+    }
+    results["ratios"] = {k: round(v, 2) for k, v in ratios.items()}
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="runs/multi30k/model.keras")
+    parser.add_argument("--vocab", default="runs/multi30k/vocab_8000.txt")
+    parser.add_argument("--out", default="bench/results/translation.json")
+    parser.add_argument("--train-steps", type=int, default=30)
+    parser.add_argument("--warmup-steps", type=int, default=5)
+    parser.add_argument("--decode-sentences", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--skip-training", action="store_true")
+    args = parser.parse_args(argv)
+
+    tokenizer = TextTokenizer(load_vocabulary(args.vocab))
+    report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": sys.version.split()[0], "tensorflow": tf.__version__,
+                          "keras": keras.__version__}}
+    if not args.skip_training:
+        report["training"] = bench_training(tokenizer, args.train_steps, args.warmup_steps)
+        print(json.dumps(report["training"], indent=1), flush=True)
+    model = keras.models.load_model(args.model)
+    test_src, _ = load_multi30k("test_2016_flickr")
+    report["decoding"] = bench_decoding(model, tokenizer,
+                                        test_src[: args.decode_sentences], args.batch_size)
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(out)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Token-count batching with length bucketing (Vaswani et al. 2017, §5.1).
+
+"Sentence pairs were batched together by approximate sequence length. Each
+training batch contained a set of sentence pairs containing approximately
+25000 source tokens and 25000 target tokens." Here each pair goes to the
+smallest bucket whose boundary fits both sides; a bucket of boundary L holds
+``tokens_per_batch // L`` pairs, padded to exactly ``(batch, L)``. Short last
+batches are filled with all-padding rows (which the loss ignores), so every
+bucket has one static shape and XLA compiles once per bucket.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+DEFAULT_BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
+
+
+def _pad(rows, length):
+    out = np.zeros((len(rows), length), np.int32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def bucket_plan(lengths, tokens_per_batch, boundaries):
+    """Assigns examples to buckets.
+
+    Args:
+        lengths: int array ``(n,)``, the longer side of each pair (tokens).
+        tokens_per_batch: int, padded tokens per side per batch.
+        boundaries: sorted ints; the last must be >= every length.
+
+    Returns:
+        list of ``(boundary, batch_size, example_indices)``.
+
+    Raises:
+        ValueError: ``tokens_per_batch`` < a boundary, or a length above the
+            last boundary.
+    """
+    lengths = np.asarray(lengths)
+    boundaries = sorted(int(b) for b in boundaries)
+    if lengths.size and lengths.max() > boundaries[-1]:
+        raise ValueError(
+            f"a sequence of length {int(lengths.max())} exceeds the last "
+            f"bucket boundary {boundaries[-1]}; filter or truncate first"
+        )
+    which = np.searchsorted(boundaries, lengths, side="left")
+    plan = []
+    for b, boundary in enumerate(boundaries):
+        idx = np.nonzero(which == b)[0]
+        if not idx.size:
+            continue
+        batch_size = tokens_per_batch // boundary
+        if batch_size < 1:
+            raise ValueError(
+                f"`tokens_per_batch`={tokens_per_batch} is smaller than the "
+                f"bucket boundary {boundary}"
+            )
+        plan.append((boundary, batch_size, idx))
+    return plan
+
+
+def token_bucket_batches(
+    sources,
+    targets,
+    tokens_per_batch=4096,
+    boundaries=DEFAULT_BOUNDARIES,
+    shuffle=True,
+    seed=0,
+    repeat=False,
+):
+    """A ``tf.data.Dataset`` of token-count batches for teacher forcing.
+
+    Args:
+        sources: list of int sequences (source ids, END appended).
+        targets: list of int sequences that start with START and end with
+            END; decoder inputs are ``target[:-1]``, labels ``target[1:]``.
+        tokens_per_batch: padded tokens per side in one batch.
+        boundaries: bucket lengths; pairs longer than the last are rejected.
+        shuffle: reshuffle examples within buckets and the batch order every
+            epoch (seeded).
+        repeat: repeat epochs forever.
+
+    Yields:
+        ``({"encoder_tokens": int32 (B, L), "decoder_tokens": int32 (B, L)},
+        labels int32 (B, L))``, 0 = padding.
+
+    Raises:
+        ValueError: different numbers of sources and targets, or a pair
+            longer than the last boundary.
+    """
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"`sources` and `targets` differ in length: {len(sources)} vs "
+            f"{len(targets)}"
+        )
+    sources = [np.asarray(s, np.int32) for s in sources]
+    dec_in = [np.asarray(t[:-1], np.int32) for t in targets]
+    labels = [np.asarray(t[1:], np.int32) for t in targets]
+    lengths = np.array(
+        [max(len(s), len(d)) for s, d in zip(sources, dec_in)], np.int64
+    )
+    plan = bucket_plan(lengths, tokens_per_batch, boundaries)
+    rng = np.random.default_rng(seed)
+
+    def batches():
+        while True:
+            epoch = []
+            for boundary, batch_size, idx in plan:
+                idx = rng.permutation(idx) if shuffle else idx
+                for start in range(0, len(idx), batch_size):
+                    epoch.append((boundary, batch_size, idx[start:start + batch_size]))
+            order = rng.permutation(len(epoch)) if shuffle else range(len(epoch))
+            for k in order:
+                boundary, batch_size, chunk = epoch[k]
+                fill = [[]] * (batch_size - len(chunk))
+                enc = _pad([sources[i] for i in chunk] + fill, boundary)
+                dec = _pad([dec_in[i] for i in chunk] + fill, boundary)
+                lab = _pad([labels[i] for i in chunk] + fill, boundary)
+                yield {"encoder_tokens": enc, "decoder_tokens": dec}, lab
+            if not repeat:
+                return
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    ds = tf.data.Dataset.from_generator(
+        batches,
+        output_signature=(
+            {"encoder_tokens": spec, "decoder_tokens": spec},
+            spec,
+        ),
+    )
+    return ds.prefetch(2)
+
+
+def steps_per_epoch(targets_lengths, tokens_per_batch, boundaries=DEFAULT_BOUNDARIES):
+    """Number of batches in one epoch for the given pair lengths."""
+    plan = bucket_plan(targets_lengths, tokens_per_batch, boundaries)
+    return sum(-(-len(idx) // bs) for _, bs, idx in plan)

@@ -1,0 +1,13 @@
+"""Greedy/beam search over a key/value cache, and BLEU."""
+
+from keras_trm.decoding.bleu import corpus_bleu
+from keras_trm.decoding.search import beam_search, greedy_search, length_penalty
+from keras_trm.decoding.translator import Translator
+
+__all__ = [
+    "Translator",
+    "beam_search",
+    "corpus_bleu",
+    "greedy_search",
+    "length_penalty",
+]

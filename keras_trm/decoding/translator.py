@@ -1,0 +1,78 @@
+"""Raw text in, translated text out: tokenizer, search and detokenizer in
+one TensorFlow graph (the function a SavedModel serves)."""
+
+import tensorflow as tf
+
+from keras_trm.decoding.search import beam_search, greedy_search
+from keras_trm.models.transformer import TransformerParts
+from keras_trm.text.wordpiece import END_ID
+
+
+class Translator(tf.Module):
+    """Translates batches of raw strings with a ``transformer()`` model.
+
+    Args:
+        model: a model built by ``keras_trm.models.transformer``.
+        tokenizer: ``keras_trm.text.TextTokenizer`` (shared vocabulary).
+        beam_size: int >= 1; 1 means greedy search.
+        length_penalty_alpha: α of the length penalty (beam search).
+        max_source_length: source tokens kept, END included (default: the
+            model's max_length). Longer inputs are truncated to their first
+            ``max_source_length - 1`` subword tokens.
+
+    ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
+    (or all-whitespace) sentence translates to the empty string.
+    """
+
+    def __init__(self, model, tokenizer, beam_size=4, length_penalty_alpha=0.6,
+                 max_source_length=None, name=None):
+        super().__init__(name=name)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.parts = TransformerParts(model)
+        if int(beam_size) < 1:
+            raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
+        self.beam_size = int(beam_size)
+        self.length_penalty_alpha = float(length_penalty_alpha)
+        limit = self.parts.max_length
+        self.max_source_length = int(max_source_length or limit)
+        if not 1 < self.max_source_length <= limit:
+            raise ValueError(
+                f"`max_source_length` must be in [2, {limit}], got "
+                f"max_source_length={max_source_length}"
+            )
+
+    def encode_text(self, sentences):
+        """str ``(batch,)`` -> int32 ``(batch, T)``: ids + END, 0-padded."""
+        ids = self.tokenizer.tokenize(sentences)
+        ids = ids[:, : self.max_source_length - 1]
+        end = tf.fill([ids.nrows(), 1], END_ID)
+        ids = tf.concat([ids, tf.RaggedTensor.from_tensor(end)], axis=1)
+        return ids.to_tensor(default_value=0)
+
+    def generate_ids(self, encoder_tokens):
+        if self.beam_size == 1:
+            return greedy_search(self.parts, encoder_tokens)
+        return beam_search(
+            self.parts, encoder_tokens, beam_size=self.beam_size,
+            length_penalty_alpha=self.length_penalty_alpha,
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def translate(self, sentences):
+        tokens = self.encode_text(sentences)
+        text = self.tokenizer.detokenize(self.generate_ids(tokens))
+        is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
+        return tf.where(is_empty, tf.constant(""), text)
+
+    def translate_texts(self, sentences, batch_size=100, progress=False):
+        """Python helper: list of str -> list of str, in batches."""
+        from tqdm.auto import tqdm
+
+        out = []
+        starts = range(0, len(sentences), batch_size)
+        for start in tqdm(starts, disable=not progress, desc="translate",
+                          unit="batch"):
+            batch = tf.constant(sentences[start:start + batch_size])
+            out.extend(s.decode("utf-8") for s in self.translate(batch).numpy())
+        return out

@@ -1,0 +1,62 @@
+"""SavedModel export in TF Serving's ``<export_dir>/<model_name>/<version>/``
+layout, written atomically."""
+
+import os
+import pathlib
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+
+def next_version(model_dir):
+    """1 + the largest integer-named version folder under ``model_dir``."""
+    model_dir = pathlib.Path(model_dir)
+    versions = [int(p.name) for p in model_dir.glob("*") if p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def export_module(module, export_dir, model_name, signatures, version=None,
+                  assets=None):
+    """Saves ``module`` as ``<export_dir>/<model_name>/<version>``.
+
+    The SavedModel is written to a temporary folder beside the target and
+    renamed into place only once complete: a failed export leaves nothing
+    half-written, and TF Serving never sees a partial version.
+
+    Args:
+        module: a ``tf.Module`` holding the variables.
+        export_dir: root folder (the repo's ``export/``).
+        model_name: str, e.g. ``"transformer_multi30k_en_de"``.
+        signatures: dict name -> concrete/``tf.function`` with a signature.
+        version: int or None (next free version).
+        assets: optional dict filename -> text, written to ``assets.extra/``.
+
+    Returns:
+        ``pathlib.Path`` of the version folder.
+
+    Raises:
+        FileExistsError: the version folder already exists.
+        ValueError: ``model_name`` empty or containing a path separator.
+    """
+    if not model_name or os.sep in model_name or model_name.startswith("."):
+        raise ValueError(f"`model_name` must be a plain folder name, got {model_name!r}")
+    model_dir = pathlib.Path(export_dir) / model_name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    version = next_version(model_dir) if version is None else int(version)
+    target = model_dir / str(version)
+    if target.exists():
+        raise FileExistsError(f"export version {str(target)!r} already exists")
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=model_dir, prefix=".tmp-"))
+    try:
+        tf.saved_model.save(module, str(tmp), signatures=signatures)
+        if assets:
+            extra = tmp / "assets.extra"
+            extra.mkdir(exist_ok=True)
+            for name, text in assets.items():
+                (extra / name).write_text(text, encoding="utf-8")
+        os.rename(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

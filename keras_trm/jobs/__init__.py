@@ -1,0 +1,1 @@
+"""End-to-end jobs behind the recipes and the CLI."""

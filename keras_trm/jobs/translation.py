@@ -1,0 +1,228 @@
+"""The main job: train an EN->DE Transformer on Multi30k, score it with
+sacreBLEU, export a raw-text SavedModel and translate a sample.
+
+Used by ``recipes/translate_multi30k.py`` and ``keras-trm train-translation``.
+"""
+
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_trm.data import load_multi30k, resolve_data_dir, token_bucket_batches
+from keras_trm.decoding import Translator, corpus_bleu
+from keras_trm.export.saved_model import export_module
+from keras_trm.models import transformer
+from keras_trm.text import (
+    END_ID,
+    START_ID,
+    TextTokenizer,
+    learn_vocabulary,
+    load_vocabulary,
+)
+from keras_trm.training import (
+    EpochCheckpoints,
+    LabelSmoothedCrossEntropy,
+    MaskedAccuracy,
+    NoamSchedule,
+    average_checkpoints,
+    make_strategy,
+    paper_adam,
+    resolve_jit_compile,
+)
+
+
+@dataclasses.dataclass
+class TranslationConfig:
+    """Hyper-parameters of the Multi30k recipe (defaults: the CPU run the
+    README reports)."""
+
+    vocabulary_size: int = 8000
+    num_layers: int = 3
+    d_model: int = 256
+    num_heads: int = 4
+    d_ff: int = 1024
+    dropout_rate: float = 0.1
+    max_length: int = 128
+    label_smoothing: float = 0.1
+    warmup_steps: int = 400
+    lr_scale: float = 0.6
+    tokens_per_batch: int = 4096
+    epochs: int = 12
+    time_budget_minutes: float = 50.0
+    average_last: int = 5
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    eval_every_epochs: int = 1
+    strategy: str = "default"
+    jit_compile: str = "off"
+    seed: int = 0
+    model_name: str = "transformer_multi30k_en_de"
+
+
+class _TimeBudget(keras.callbacks.Callback):
+    """Stops training at the end of the epoch that crosses the budget."""
+
+    def __init__(self, seconds, start):
+        super().__init__()
+        self.seconds, self.start = seconds, start
+
+    def on_epoch_end(self, epoch, logs=None):
+        if time.time() - self.start > self.seconds:
+            print(f"time budget of {self.seconds / 60:.1f} min reached after "
+                  f"epoch {epoch + 1}", flush=True)
+            self.model.stop_training = True
+
+
+class _BleuLog(keras.callbacks.Callback):
+    """After every ``every`` epochs: greedy sacreBLEU on the test set, with
+    the wall time since the job started, appended to a JSON log."""
+
+    def __init__(self, tokenizer, sources, references, path, start, every=1):
+        super().__init__()
+        self.tokenizer, self.sources, self.references = tokenizer, sources, references
+        self.path, self.start, self.every = pathlib.Path(path), start, every
+        self.history = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        entry = {
+            "epoch": epoch + 1,
+            "train_seconds": round(time.time() - self.start, 1),
+            **{k: float(v) for k, v in (logs or {}).items()},
+        }
+        if (epoch + 1) % self.every == 0:
+            translator = Translator(self.model, self.tokenizer, beam_size=1)
+            hyps = translator.translate_texts(self.sources)
+            bleu, _, line = corpus_bleu(hyps, self.references)
+            entry["greedy_bleu"] = round(bleu, 2)
+            print(f"epoch {epoch + 1}: greedy test BLEU {bleu:.2f} at "
+                  f"{entry['train_seconds'] / 60:.1f} min of training", flush=True)
+        self.history.append(entry)
+        self.path.write_text(json.dumps(self.history, indent=1))
+
+
+def _encode(tokenizer, sentences, prefix):
+    ids = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    return [prefix + row + [END_ID] for row in ids]
+
+
+def prepare_vocabulary(config, sources, targets, workdir):
+    path = pathlib.Path(workdir) / f"vocab_{config.vocabulary_size}.txt"
+    if path.is_file():
+        return load_vocabulary(path)
+    print(f"learning a joint WordPiece vocabulary ({config.vocabulary_size}) ...",
+          flush=True)
+    return learn_vocabulary(sources + targets, config.vocabulary_size, path)
+
+
+def run(config=None, data_dir=None, workdir="runs/multi30k",
+        export_dir="export", samples=()):
+    """Runs the whole job; returns a dict of the figures it measured."""
+    config = config or TranslationConfig()
+    job_start = time.time()
+    keras.utils.set_random_seed(config.seed)
+    strategy = make_strategy(config.strategy)
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_dir = resolve_data_dir(data_dir)
+    print(f"data: {data_dir}", flush=True)
+    train_src, train_tgt = load_multi30k("train", data_dir)
+    test_src, test_tgt = load_multi30k("test_2016_flickr", data_dir)
+
+    vocab = prepare_vocabulary(config, train_src, train_tgt, workdir)
+    tokenizer = TextTokenizer(vocab)
+    src_ids = _encode(tokenizer, train_src, [])
+    tgt_ids = _encode(tokenizer, train_tgt, [START_ID])
+    keep = [i for i in range(len(src_ids))
+            if len(src_ids[i]) <= config.max_length
+            and len(tgt_ids[i]) <= config.max_length]
+    print(f"{len(keep)} of {len(src_ids)} training pairs within "
+          f"{config.max_length} tokens; vocabulary {len(vocab)}", flush=True)
+    src_ids = [src_ids[i] for i in keep]
+    tgt_ids = [tgt_ids[i] for i in keep]
+    boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
+                       if b < config.max_length) + (config.max_length,)
+    train = token_bucket_batches(
+        src_ids, tgt_ids, config.tokens_per_batch, boundaries, seed=config.seed
+    )
+    real_tokens = sum(len(t) - 1 for t in tgt_ids)
+
+    with strategy.scope():
+        model = transformer(
+            len(vocab), num_layers=config.num_layers, d_model=config.d_model,
+            num_heads=config.num_heads, d_ff=config.d_ff,
+            dropout_rate=config.dropout_rate, max_length=config.max_length,
+            name=config.model_name,
+        )
+        model.compile(
+            optimizer=paper_adam(NoamSchedule(
+                config.d_model, config.warmup_steps, config.lr_scale)),
+            loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+            metrics=[MaskedAccuracy()],
+            jit_compile=resolve_jit_compile(
+                {"on": True, "off": False}.get(config.jit_compile, "auto"),
+                strategy,
+            ),
+        )
+    print(f"model: {model.count_params():,} parameters", flush=True)
+
+    train_start = time.time()
+    checkpoints = EpochCheckpoints(workdir / "checkpoints", keep=config.average_last)
+    bleu_log = _BleuLog(tokenizer, test_src, test_tgt, workdir / "epochs.json",
+                        train_start, config.eval_every_epochs)
+    history = model.fit(
+        train,
+        epochs=config.epochs,
+        callbacks=[checkpoints, bleu_log,
+                   _TimeBudget(config.time_budget_minutes * 60, train_start)],
+        verbose=1 if sys.stdout.isatty() else 2,
+    )
+    train_seconds = time.time() - train_start
+    epochs_run = len(history.history["loss"])
+
+    if config.average_last > 1 and len(checkpoints.paths) > 1:
+        average_checkpoints(model, checkpoints.paths)
+        print(f"averaged the last {len(checkpoints.paths)} checkpoints", flush=True)
+    model.save(workdir / "model.keras")
+
+    translator = Translator(model, tokenizer, beam_size=config.beam_size,
+                            length_penalty_alpha=config.length_penalty)
+    t0 = time.time()
+    hyps = translator.translate_texts(test_src, progress=True)
+    decode_seconds = time.time() - t0
+    bleu, signature, line = corpus_bleu(hyps, test_tgt)
+    print(f"test_2016_flickr: {line}\nsacreBLEU signature: {signature}", flush=True)
+    (workdir / "test_2016_flickr.hyp.de").write_text("\n".join(hyps) + "\n")
+
+    path = export_module(
+        translator, export_dir, config.model_name,
+        signatures={"serving_default": translator.translate},
+        assets={"vocab.txt": "\n".join(vocab) + "\n",
+                "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
+    )
+    print(f"exported SavedModel to {path}", flush=True)
+    for sentence in samples:
+        out = translator.translate(tf.constant([sentence]))[0].numpy().decode()
+        print(f"  EN: {sentence}\n  DE: {out}", flush=True)
+
+    result = {
+        "bleu": round(bleu, 2),
+        "bleu_line": line,
+        "signature": signature,
+        "parameters": int(model.count_params()),
+        "epochs": epochs_run,
+        "train_minutes": round(train_seconds / 60, 1),
+        "job_minutes": round((time.time() - job_start) / 60, 1),
+        "train_real_target_tokens_per_epoch": real_tokens,
+        "beam_decode_sentences_per_second": round(len(test_src) / decode_seconds, 1),
+        "export": str(path),
+        "epochs_log": bleu_log.history,
+        "config": dataclasses.asdict(config),
+    }
+    (workdir / "result.json").write_text(json.dumps(result, indent=1))
+    return result

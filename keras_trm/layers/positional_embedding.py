@@ -1,0 +1,209 @@
+"""Token embedding plus position encoding (Vaswani et al. 2017, §3.4-3.5)."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trm.layers import _validation as v
+
+
+def sinusoidal_position_encoding(length, d_model, dtype="float32"):
+    """The fixed sinusoids of Vaswani et al. (2017), §3.5, as a NumPy array.
+
+        PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+    Sines and cosines are interleaved (even / odd channels) as the paper
+    writes them. For any offset k, PE(pos + k) is a linear function of PE(pos)
+    (a rotation of each (2i, 2i+1) pair by angle k / 10000^(2i/d_model)).
+
+    Args:
+        length: int >= 0, number of positions.
+        d_model: even int > 0, number of channels.
+
+    Returns:
+        ``(length, d_model)`` array of ``dtype``.
+
+    Raises:
+        ValueError: ``d_model`` odd or not positive, ``length`` negative.
+    """
+    v.non_negative_int("length", length)
+    v.positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(
+            f"`d_model` must be even for sinusoidal positions, got d_model={d_model}"
+        )
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
+    angle = pos / np.power(10000.0, two_i / d_model)
+    pe = np.empty((length, d_model), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle)
+    return pe.astype(dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class PositionalEmbedding(keras.layers.Layer):
+    """Token embedding scaled by sqrt(d_model) plus position encoding.
+
+    Vaswani et al. (2017) §3.4: embeddings are multiplied by sqrt(d_model);
+    §3.5: position encodings are added, sinusoidal (``position="sinusoidal"``,
+    see ``sinusoidal_position_encoding``) or learned (``position="learned"``).
+
+    The token table can be shared with the output projection (§3.4, weight
+    tying): call the layer with ``reverse=True`` on hidden states to get
+    logits ``h · Eᵀ``. Calling one instance on the source, on the target and
+    in reverse ties all three, as the paper does with its shared vocabulary.
+
+    Args:
+        vocabulary_size: int > 0.
+        d_model: int > 0 (even for sinusoidal positions).
+        max_length: int > 0, the longest sequence accepted.
+        position: ``"sinusoidal"`` or ``"learned"``.
+        mask_zero: bool; if True id 0 is padding and a Keras mask
+            ``ids != 0`` is produced.
+        scale_embeddings: bool, multiply token embeddings by sqrt(d_model).
+        embeddings_initializer: default ``normal(0, d_model**-0.5)``, so that
+            scaled embeddings and tied logits start at unit scale.
+
+    Call arguments:
+        inputs: int tensor ``(batch, seq_len)`` of token ids in
+            ``[0, vocabulary_size)``; or, with ``reverse=True``, float hidden
+            states ``(batch, seq_len, d_model)``.
+        start_index: int (may be a tensor), position of ``inputs[:, 0]``
+            (incremental decoding feeds one token at ``start_index = t``).
+        reverse: bool, return logits ``(batch, seq_len, vocabulary_size)``
+            computed with the (shared) token table.
+
+    Returns:
+        ``(batch, seq_len, d_model)`` in the compute dtype, or logits in
+        float32 when ``reverse=True``.
+
+    Raises:
+        TypeError: non-integer token ids (e.g. float tensors).
+        ValueError: a sequence longer than ``max_length`` (checked on static
+            shapes when called and at run time otherwise), bad arguments.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        d_model,
+        max_length,
+        position="sinusoidal",
+        mask_zero=True,
+        scale_embeddings=True,
+        embeddings_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = v.positive_int("vocabulary_size", vocabulary_size)
+        self.d_model = v.positive_int("d_model", d_model)
+        self.max_length = v.positive_int("max_length", max_length)
+        self.position = v.one_of("position", position, {"sinusoidal", "learned"})
+        self.mask_zero = bool(mask_zero)
+        self.scale_embeddings = bool(scale_embeddings)
+        if embeddings_initializer is None:
+            embeddings_initializer = keras.initializers.RandomNormal(
+                stddev=self.d_model**-0.5
+            )
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+        )
+        if self.position == "sinusoidal":
+            self._pe = sinusoidal_position_encoding(max_length, d_model)
+        self.supports_masking = self.mask_zero
+
+    def build(self, inputs_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.vocabulary_size, self.d_model),
+            initializer=self.embeddings_initializer,
+        )
+        if self.position == "learned":
+            self.position_embeddings = self.add_weight(
+                name="position_embeddings",
+                shape=(self.max_length, self.d_model),
+                initializer=keras.initializers.RandomNormal(
+                    stddev=self.d_model**-0.5
+                ),
+            )
+        self.built = True
+
+    def position_encoding(self, length, start_index=0):
+        """``(length, d_model)`` encodings of positions start_index + [0, length)."""
+        table = (
+            ops.convert_to_tensor(self._pe)
+            if self.position == "sinusoidal"
+            else self.position_embeddings
+        )
+        return ops.cast(
+            ops.slice(table, [start_index, 0], [length, self.d_model]),
+            self.compute_dtype,
+        )
+
+    def _check_ids(self, inputs, start_index):
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if "int" not in dtype:
+            raise TypeError(
+                "`inputs` must be integer token ids, got dtype "
+                f"{dtype} (shape {tuple(inputs.shape)}); cast ids to int32"
+            )
+        length = inputs.shape[-1]
+        if length is not None and isinstance(start_index, int):
+            if start_index + length > self.max_length:
+                raise ValueError(
+                    f"`inputs` has sequence length {length} (start_index="
+                    f"{start_index}), longer than max_length="
+                    f"{self.max_length} of layer '{self.name}'"
+                )
+
+    def call(self, inputs, start_index=0, reverse=False):
+        if reverse:
+            logits = ops.matmul(
+                inputs, ops.transpose(ops.cast(self.embeddings, inputs.dtype))
+            )
+            return ops.cast(logits, "float32")
+        self._check_ids(inputs, start_index)
+        x = ops.take(self.embeddings, inputs, axis=0)
+        x = ops.cast(x, self.compute_dtype)
+        if self.scale_embeddings:
+            x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
+        length = ops.shape(inputs)[-1]
+        if isinstance(length, int) and isinstance(start_index, int):
+            return x + self.position_encoding(length, start_index)
+        import tensorflow as tf
+
+        # Dynamic length: check at run time, before slicing the table.
+        check = tf.debugging.assert_less_equal(
+            start_index + length,
+            self.max_length,
+            message=(
+                f"`inputs` sequence length (plus start_index) exceeds "
+                f"max_length={self.max_length} of layer '{self.name}'"
+            ),
+        )
+        with tf.control_dependencies([check]):
+            return x + self.position_encoding(length, start_index)
+
+    def compute_mask(self, inputs, mask=None, start_index=0, reverse=False):
+        if reverse or not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocabulary_size=self.vocabulary_size,
+            d_model=self.d_model,
+            max_length=self.max_length,
+            position=self.position,
+            mask_zero=self.mask_zero,
+            scale_embeddings=self.scale_embeddings,
+            embeddings_initializer=keras.initializers.serialize(
+                self.embeddings_initializer
+            ),
+        )
+        return config

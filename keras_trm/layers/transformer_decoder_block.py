@@ -1,0 +1,142 @@
+"""Transformer decoder block (Vaswani et al. 2017, §3.1-3.2.3)."""
+
+import keras
+from keras import ops
+
+from keras_trm.layers.transformer_encoder_block import _BlockBase
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class TransformerDecoderBlock(_BlockBase):
+    """One decoder layer: masked self-attention, encoder-decoder attention, FFN.
+
+    §3.1: "the decoder inserts a third sub-layer, which performs multi-head
+    attention over the output of the encoder stack"; self-attention is masked
+    so position i sees only positions <= i (§3.2.3). Sub-layers are wired
+    post-LN as in the paper or pre-LN with ``norm_first=True``.
+
+    Args: as ``TransformerEncoderBlock``.
+
+    Call arguments:
+        inputs: float ``(batch, T_dec, d_model)``.
+        encoder_outputs: float ``(batch, T_enc, d_model)``.
+        decoder_padding_mask: optional bool ``(batch, T_dec)``.
+        encoder_padding_mask: optional bool ``(batch, T_enc)``; defaults to
+            the Keras mask carried by ``encoder_outputs``.
+        self_attention_cache: optional ``(batch, 2, S, num_heads, d_k)``
+            keys/values of the S decoder positions (incremental decoding).
+        self_attention_cache_update_index: int, position of ``inputs[:, 0]``
+            when a self-attention cache is given.
+        cross_attention_cache: optional ``(batch, 2, T_enc, num_heads, d_k)``
+            encoder keys/values from ``precompute_cross_attention_cache``;
+            then ``encoder_outputs`` may be None.
+        training: bool.
+
+    Returns:
+        float ``(batch, T_dec, d_model)``; with a self-attention cache the
+        tuple ``(outputs, self_attention_cache)``.
+
+    Raises:
+        ValueError: d_model not divisible by ``num_heads``, bad rates.
+    """
+
+    def build(self, inputs_shape, encoder_outputs_shape=None, **kwargs):
+        d_model = self._check_d_model("inputs", inputs_shape)
+        if encoder_outputs_shape is None:
+            encoder_outputs_shape = inputs_shape
+        self.self_attention = self._attention(d_model, "self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self.cross_attention = self._attention(d_model, "cross_attention")
+        self.cross_attention.build(inputs_shape, encoder_outputs_shape)
+        self.cross_attention_norm = self._norm("cross_attention_norm")
+        self.cross_attention_norm.build(inputs_shape)
+        self._build_ffn(d_model, inputs_shape)
+        self.built = True
+
+    def precompute_cross_attention_cache(self, encoder_outputs):
+        """Encoder keys/values, projected once for all decoding steps.
+
+        Args:
+            encoder_outputs: float ``(batch, T_enc, d_model)``.
+
+        Returns:
+            ``(batch, 2, T_enc, num_heads, d_model // num_heads)``.
+        """
+        return self.cross_attention.project_key_value(
+            encoder_outputs, encoder_outputs
+        )
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        training=None,
+    ):
+        if encoder_outputs is None and cross_attention_cache is None:
+            raise ValueError(
+                "TransformerDecoderBlock needs `encoder_outputs` or "
+                "`cross_attention_cache`, got neither"
+            )
+        if decoder_padding_mask is None:
+            decoder_padding_mask = getattr(inputs, "_keras_mask", None)
+        if encoder_padding_mask is None and encoder_outputs is not None:
+            encoder_padding_mask = getattr(encoder_outputs, "_keras_mask", None)
+
+        # 1. Masked self-attention (§3.2.3). Padded keys and the future are
+        # hidden; with a cache the layer masks unwritten positions itself.
+        self_mask = None
+        if decoder_padding_mask is not None and self_attention_cache is None:
+            self_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
+        new_cache = None
+
+        def self_attend(y):
+            nonlocal new_cache
+            if self_attention_cache is None:
+                return self.self_attention(
+                    y, y, attention_mask=self_mask, use_causal_mask=True,
+                    training=training,
+                )
+            out, new_cache = self.self_attention(
+                y, y, use_causal_mask=True, training=training,
+                cache=self_attention_cache,
+                cache_update_index=self_attention_cache_update_index,
+            )
+            return out
+
+        x = self._residual(
+            inputs, self.self_attention_norm, self_attend, training
+        )
+
+        # 2. Encoder-decoder attention: queries from the decoder, keys and
+        # values from the encoder output (§3.2.3).
+        cross_mask = None
+        if encoder_padding_mask is not None:
+            cross_mask = ops.cast(encoder_padding_mask, "bool")[:, None, :]
+
+        def cross_attend(y):
+            if cross_attention_cache is not None:
+                out, _ = self.cross_attention(
+                    y, y, attention_mask=cross_mask, training=training,
+                    cache=cross_attention_cache,
+                )
+                return out
+            return self.cross_attention(
+                y, encoder_outputs, attention_mask=cross_mask,
+                training=training,
+            )
+
+        x = self._residual(x, self.cross_attention_norm, cross_attend, training)
+        x = self._ffn(x, training)
+        if self_attention_cache is not None:
+            return x, new_cache
+        return x
+
+    def compute_mask(self, inputs, *args, **kwargs):
+        return getattr(inputs, "_keras_mask", None)

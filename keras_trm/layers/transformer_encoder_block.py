@@ -1,0 +1,172 @@
+"""Transformer encoder block (Vaswani et al. 2017, §3.1 and §5.4)."""
+
+import keras
+from keras import ops
+
+from keras_trm.layers import _validation as v
+from keras_trm.layers.multi_head_attention import MultiHeadAttention
+
+
+class _BlockBase(keras.layers.Layer):
+    """Shared pieces of the encoder and decoder blocks.
+
+    Residual sub-layer wiring (§3.1, §5.4 "Residual Dropout"):
+      post-LN (paper):  x <- LayerNorm(x + Dropout(Sublayer(x)))
+      pre-LN (option):  x <- x + Dropout(Sublayer(LayerNorm(x)))
+    Position-wise FFN (Eq. 2): FFN(x) = max(0, x W1 + b1) W2 + b2.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        d_ff,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.0,
+        activation="relu",
+        norm_first=False,
+        layer_norm_epsilon=1e-6,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = v.positive_int("num_heads", num_heads)
+        self.d_ff = v.positive_int("d_ff", d_ff)
+        self.dropout_rate = v.rate("dropout_rate", dropout_rate)
+        self.attention_dropout_rate = v.rate(
+            "attention_dropout_rate", attention_dropout_rate
+        )
+        self.activation = keras.activations.get(activation)
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+
+    def _attention(self, d_model, name):
+        v.divisible("d_model", d_model, "num_heads", self.num_heads)
+        layer = MultiHeadAttention(
+            num_heads=self.num_heads,
+            key_dim=d_model // self.num_heads,
+            dropout=self.attention_dropout_rate,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        return layer
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _build_ffn(self, d_model, input_shape):
+        self.ffn_inner = keras.layers.Dense(
+            self.d_ff,
+            activation=self.activation,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="ffn_inner",
+        )
+        self.ffn_outer = keras.layers.Dense(
+            d_model,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="ffn_outer",
+        )
+        self.ffn_norm = self._norm("ffn_norm")
+        self.ffn_inner.build(input_shape)
+        self.ffn_outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
+        self.ffn_norm.build(input_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def _residual(self, x, norm, sublayer, training):
+        """One residual sub-layer, post-LN or pre-LN."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(norm(x)), training=training)
+        return norm(x + self.dropout(sublayer(x), training=training))
+
+    def _ffn(self, x, training):
+        return self._residual(
+            x, self.ffn_norm, lambda y: self.ffn_outer(self.ffn_inner(y)),
+            training,
+        )
+
+    @staticmethod
+    def _check_d_model(name, shape):
+        if shape[-1] is None:
+            raise ValueError(f"The last dimension of `{name}` must be known, "
+                             f"got shape {tuple(shape)}")
+        return shape[-1]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            d_ff=self.d_ff,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            activation=keras.activations.serialize(self.activation),
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            kernel_initializer=keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class TransformerEncoderBlock(_BlockBase):
+    """One encoder layer: self-attention then position-wise FFN (§3.1).
+
+    Post-LN as in the paper, LayerNorm(x + Dropout(Sublayer(x))), or pre-LN
+    with ``norm_first=True`` (then the model adds a final LayerNorm).
+
+    Args:
+        num_heads: int > 0; must divide d_model (the input's last dim).
+        d_ff: int > 0, inner size of the FFN (Eq. 2).
+        dropout_rate: float in [0, 1), on each sub-layer output (§5.4).
+        attention_dropout_rate: float in [0, 1), on attention probabilities.
+        activation: FFN activation (``"relu"`` in the paper).
+        norm_first: bool, pre-LN instead of post-LN.
+        layer_norm_epsilon: float.
+
+    Call arguments:
+        inputs: float ``(batch, seq_len, d_model)``.
+        padding_mask: optional bool ``(batch, seq_len)``, True at real
+            tokens; defaults to the Keras mask carried by ``inputs``.
+        training: bool.
+
+    Returns:
+        float ``(batch, seq_len, d_model)``, carrying the same Keras mask.
+
+    Raises:
+        ValueError: d_model not divisible by ``num_heads``, bad rates.
+    """
+
+    def build(self, inputs_shape, padding_mask_shape=None):
+        d_model = self._check_d_model("inputs", inputs_shape)
+        self.self_attention = self._attention(d_model, "self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self._build_ffn(d_model, inputs_shape)
+        self.built = True
+
+    def call(self, inputs, padding_mask=None, training=None, mask=None):
+        if padding_mask is None:
+            padding_mask = mask
+        attention_mask = None
+        if padding_mask is not None:
+            attention_mask = ops.cast(padding_mask, "bool")[:, None, :]
+        x = self._residual(
+            inputs,
+            self.self_attention_norm,
+            lambda y: self.self_attention(
+                y, y, attention_mask=attention_mask, training=training
+            ),
+            training,
+        )
+        return self._ffn(x, training)
+
+    def compute_mask(self, inputs, mask=None, padding_mask=None):
+        return mask if mask is not None else padding_mask

@@ -1,0 +1,25 @@
+"""Subword vocabularies and in-graph tokenization."""
+
+from keras_trm.text.wordpiece import (
+    END_ID,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START_ID,
+    UNK_ID,
+    TextTokenizer,
+    learn_vocabulary,
+    load_vocabulary,
+    save_vocabulary,
+)
+
+__all__ = [
+    "END_ID",
+    "PAD_ID",
+    "RESERVED_TOKENS",
+    "START_ID",
+    "UNK_ID",
+    "TextTokenizer",
+    "learn_vocabulary",
+    "load_vocabulary",
+    "save_vocabulary",
+]

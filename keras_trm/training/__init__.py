@@ -1,0 +1,28 @@
+"""Training as in Vaswani et al. (2017): schedule, loss, optimizer,
+distribution, checkpoints."""
+
+from keras_trm.training.checkpoints import (
+    EpochCheckpoints,
+    average_checkpoints,
+    save_weights_atomic,
+)
+from keras_trm.training.distribute import (
+    make_strategy,
+    resolve_jit_compile,
+    split_cpu,
+)
+from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
+from keras_trm.training.schedules import NoamSchedule, paper_adam
+
+__all__ = [
+    "EpochCheckpoints",
+    "LabelSmoothedCrossEntropy",
+    "MaskedAccuracy",
+    "NoamSchedule",
+    "average_checkpoints",
+    "make_strategy",
+    "paper_adam",
+    "resolve_jit_compile",
+    "save_weights_atomic",
+    "split_cpu",
+]

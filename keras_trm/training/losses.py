@@ -1,0 +1,81 @@
+"""Label-smoothed cross-entropy over non-padding tokens."""
+
+import keras
+from keras import ops
+
+from keras_trm.layers import _validation as v
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Cross-entropy against label-smoothed targets, averaged over real tokens.
+
+    Vaswani et al. (2017) §5.4 use label smoothing ε_ls = 0.1 (Szegedy et al.
+    2016): the target distribution puts 1 - ε on the label and ε / V on every
+    one of the V classes, so with log-probabilities log p = log_softmax(z)
+
+        loss_t = -(1 - ε) log p[y_t] - (ε / V) Σ_k log p[k]
+
+    and the batch loss is Σ_t m_t loss_t / Σ_t m_t with m_t = [y_t != pad].
+    (Keras' sparse cross-entropy has no label smoothing, and its categorical
+    one needs dense one-hot labels of shape (batch, T, V).)
+
+    Args:
+        label_smoothing: ε in [0, 1).
+        pad_id: int, label id that is ignored (0).
+
+    Call arguments:
+        y_true: int ``(batch, T)`` labels.
+        y_pred: float ``(batch, T, V)`` logits.
+
+    Returns:
+        float32 scalar; 0 for a batch with no real token (never NaN).
+
+    Raises:
+        ValueError: label_smoothing outside [0, 1).
+    """
+
+    def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_ce",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = v.rate("label_smoothing", label_smoothing)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        logits = ops.cast(y_pred, "float32")
+        log_probs = ops.log_softmax(logits, axis=-1)
+        eps = self.label_smoothing
+        nll = -ops.squeeze(
+            ops.take_along_axis(log_probs, y_true[..., None], axis=-1), -1
+        )
+        smooth = -ops.mean(log_probs, axis=-1)
+        per_token = (1.0 - eps) * nll + eps * smooth
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        return ops.sum(per_token * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class MaskedAccuracy(keras.metrics.Mean):
+    """Next-token accuracy over non-padding labels."""
+
+    def __init__(self, pad_id=0, name="accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        correct = ops.cast(
+            ops.equal(ops.cast(ops.argmax(y_pred, -1), "int32"), y_true),
+            "float32",
+        )
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        return super().update_state(correct, sample_weight=mask)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}

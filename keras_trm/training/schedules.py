@@ -1,0 +1,51 @@
+"""Learning-rate schedules."""
+
+import keras
+from keras import ops
+
+from keras_trm.layers import _validation as v
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Warmup then inverse-square-root decay (Vaswani et al. 2017, Eq. 3).
+
+        lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
+
+    with ``step`` counted from 1 (the optimizer's iteration 0 uses step 1).
+    The peak, reached at ``step = warmup_steps``, is
+    ``scale * (d_model * warmup_steps)^-0.5``.
+
+    Args:
+        d_model: int > 0.
+        warmup_steps: int > 0 (4000 in the paper).
+        scale: float > 0, a constant factor (1.0 in the paper).
+
+    Raises:
+        ValueError / TypeError: non-positive arguments.
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        self.d_model = v.positive_int("d_model", d_model)
+        self.warmup_steps = v.positive_int("warmup_steps", warmup_steps)
+        if not float(scale) > 0:
+            raise ValueError(f"`scale` must be > 0, got scale={scale!r}")
+        self.scale = float(scale)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        arg1 = ops.rsqrt(step)
+        arg2 = step * (self.warmup_steps**-1.5)
+        return self.scale * (self.d_model**-0.5) * ops.minimum(arg1, arg2)
+
+    def get_config(self):
+        return dict(d_model=self.d_model, warmup_steps=self.warmup_steps,
+                    scale=self.scale)
+
+
+def paper_adam(learning_rate, **kwargs):
+    """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3)."""
+    return keras.optimizers.Adam(
+        learning_rate=learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+        **kwargs,
+    )

@@ -1,0 +1,26 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="keras_trm",
+    version="0.1.0",
+    description="The original Transformer family (Transformer, BERT-style "
+    "encoder, Transformer-XL, Layer Normalization) for Keras 3.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["keras_trm", "keras_trm.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",
+        "keras>=3.10,<4",
+        "keras-hub>=0.32",
+        "tensorflow-datasets>=4.9",
+        "sacrebleu>=2.4",
+        "tqdm>=4.66",
+        "numpy",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "matplotlib>=3.8"],
+    },
+    entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
+)

@@ -1,0 +1,60 @@
+"""Shared fixtures. Data comes from the one data setting
+(``KERAS_TRM_DATA_DIR``, else ``../shared/data`` beside the checkout)."""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import keras_trm  # noqa: E402,F401
+from keras_trm.data import load_multi30k, resolve_data_dir  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    keras.utils.set_random_seed(1234)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    return resolve_data_dir()
+
+
+@pytest.fixture(scope="session")
+def multi30k_small(data_dir):
+    """The first 2,000 real training pairs of Multi30k EN-DE."""
+    src, tgt = load_multi30k("train", data_dir)
+    return src[:2000], tgt[:2000]
+
+
+@pytest.fixture(scope="session")
+def small_vocab(multi30k_small, tmp_path_factory):
+    from keras_trm.text import learn_vocabulary
+
+    src, tgt = multi30k_small
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    return learn_vocabulary(src + tgt, 1000, path)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(small_vocab):
+    from keras_trm.text import TextTokenizer
+
+    return TextTokenizer(small_vocab)
+
+
+def random_ids(rng, shape, vocab, pad_from=None):
+    """int32 ids in [1, vocab); rows padded with 0 from pad_from[i]."""
+    ids = rng.integers(1, vocab, size=shape).astype("int32")
+    if pad_from is not None:
+        for i, start in enumerate(pad_from):
+            ids[i, start:] = 0
+    return ids
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

@@ -1,0 +1,141 @@
+"""Encoder/decoder blocks and the transformer() models."""
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import random_ids
+from keras_trm.layers import TransformerDecoderBlock, TransformerEncoderBlock
+from keras_trm.models import (
+    TransformerParts,
+    transformer,
+    transformer_base,
+    transformer_big,
+    transformer_small,
+)
+
+
+def expected_parameters(vocab, n, d, d_ff):
+    """Closed-form parameter count of a tied, post-LN transformer()."""
+    attention = 4 * d * d + 4 * d
+    ffn = 2 * d * d_ff + d_ff + d
+    norm = 2 * d
+    encoder = attention + ffn + 2 * norm
+    decoder = 2 * attention + ffn + 3 * norm
+    return vocab * d + n * (encoder + decoder)
+
+
+def test_preset_parameter_counts():
+    base = transformer_base(37000)
+    big = transformer_big(37000)
+    assert base.count_params() == expected_parameters(37000, 6, 512, 2048)
+    assert big.count_params() == expected_parameters(37000, 6, 1024, 4096)
+    # Paper, Table 3: 65M and 213M (their vocabulary handling differs a bit).
+    assert 62e6 < base.count_params() < 66e6
+    assert 212e6 < big.count_params() < 216e6
+    assert base.get_layer("encoder_layer_0").dropout_rate == 0.1
+    assert big.get_layer("encoder_layer_0").dropout_rate == 0.3
+    assert len(TransformerParts(base).encoder_layers) == 6
+
+
+def test_three_way_tying_is_one_variable():
+    model = transformer_small(500, num_layers=1, d_model=16, d_ff=32)
+    tables = [w for w in model.weights if w.shape == (500, 16)]
+    assert len(tables) == 1
+    untied = transformer_small(500, num_layers=1, d_model=16, d_ff=32,
+                               tie_embeddings="none")
+    assert len([w for w in untied.weights if 500 in w.shape]) == 4  # 2 tables + W, b
+
+
+def _tiny(**kwargs):
+    config = dict(num_layers=2, d_model=16, num_heads=2, d_ff=32,
+                  max_length=20, dropout_rate=0.1)
+    config.update(kwargs)
+    return transformer(50, **config)
+
+
+def test_decoder_is_causal_and_padding_is_masked(rng):
+    model = _tiny()
+    src = random_ids(rng, (2, 7), 50, pad_from=[7, 4])
+    tgt = random_ids(rng, (2, 6), 50)
+    out = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt}))
+    tgt2 = tgt.copy()
+    tgt2[:, 4:] = (tgt2[:, 4:] % 49) + 1  # change later target tokens
+    out2 = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt2}))
+    np.testing.assert_allclose(out[:, :4], out2[:, :4], atol=1e-5)
+    assert not np.allclose(out[:, 4:], out2[:, 4:])
+    # Extra source padding changes nothing.
+    src_padded = np.concatenate([src, np.zeros((2, 3), "int32")], 1)
+    out3 = model({"encoder_tokens": src_padded, "decoder_tokens": tgt})
+    np.testing.assert_allclose(out, out3, atol=1e-5)
+
+
+def test_post_ln_output_is_normalized(rng):
+    block = TransformerEncoderBlock(num_heads=2, d_ff=8)
+    x = rng.normal(2.0, 3.0, size=(2, 5, 8)).astype("float32")
+    y = np.asarray(block(x))
+    np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(y.std(-1), 1.0, atol=1e-3)
+    pre = TransformerEncoderBlock(num_heads=2, d_ff=8, norm_first=True)
+    assert not np.allclose(np.asarray(pre(x)).std(-1), 1.0, atol=1e-2)
+
+
+@pytest.mark.parametrize("norm_first, tie", [(False, "all"), (True, "decoder"),
+                                             (False, "none")])
+def test_model_round_trip(tmp_path, rng, norm_first, tie):
+    model = _tiny(norm_first=norm_first, tie_embeddings=tie,
+                  target_vocabulary_size=None if tie == "all" else 60)
+    x = {"encoder_tokens": random_ids(rng, (2, 5), 50, pad_from=[5, 3]),
+         "decoder_tokens": random_ids(rng, (2, 4), 50)}
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(model(x), loaded(x))
+
+
+def test_blocks_round_trip(tmp_path, rng):
+    src = keras.Input((None, 16))
+    tgt = keras.Input((None, 16))
+    enc = TransformerEncoderBlock(num_heads=4, d_ff=32, norm_first=True)(src)
+    dec = TransformerDecoderBlock(num_heads=4, d_ff=32)(tgt, enc)
+    model = keras.Model([src, tgt], dec)
+    x = [rng.normal(size=(2, 5, 16)).astype("float32"),
+         rng.normal(size=(2, 3, 16)).astype("float32")]
+    model.save(tmp_path / "blocks.keras")
+    loaded = keras.models.load_model(tmp_path / "blocks.keras")
+    np.testing.assert_array_equal(model(x), loaded(x))
+
+
+def test_incremental_decoding_equals_full_recompute(rng):
+    for norm_first in (False, True):
+        model = _tiny(norm_first=norm_first)
+        parts = TransformerParts(model)
+        src = random_ids(rng, (2, 7), 50, pad_from=[7, 5])
+        tgt = random_ids(rng, (2, 6), 50)
+        full = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt}))
+        enc = parts.encode(src)
+        cross = parts.cross_attention_caches(enc)
+        caches = parts.empty_self_attention_caches(2, 6, "float32")
+        steps = []
+        for t in range(6):
+            logits, caches = parts.decode_step(tgt[:, t:t + 1], t, caches, cross,
+                                               src != 0)
+            steps.append(np.asarray(logits))
+        np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(d_model=30, num_heads=4), "d_model.*divisible.*num_heads"),
+    (dict(tie_embeddings="both"), "tie_embeddings"),
+    (dict(target_vocabulary_size=70), "one shared vocabulary"),
+    (dict(num_layers=0), "num_layers"),
+])
+def test_bad_model_arguments(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        _tiny(**kwargs)
+
+
+def test_parts_rejects_foreign_models():
+    inp = keras.Input((3,))
+    with pytest.raises(ValueError, match="not built by"):
+        TransformerParts(keras.Model(inp, keras.layers.Dense(2)(inp)))

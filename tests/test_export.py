@@ -1,0 +1,78 @@
+"""The raw-text SavedModel: fresh-process reload without keras_trm."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_trm.decoding import Translator
+from keras_trm.export.saved_model import export_module
+from keras_trm.models import transformer
+
+SENTENCES = [
+    "A man is riding a bike.",
+    "",
+    "   ",
+    "Two dogs " * 200,  # far longer than the model's max_length
+    "A little girl climbing into a wooden playhouse.",
+]
+
+FRESH = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # registers the tokenizer ops
+    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    sentences = json.loads(sys.stdin.read())
+    (out,) = serve(tf.constant(sentences, tf.string)).values()
+    assert "keras_trm" not in sys.modules
+    print(json.dumps([s.decode("utf-8") for s in out.numpy()]))
+""")
+
+
+@pytest.fixture(scope="module")
+def translator(tokenizer):
+    model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=16,
+                        num_heads=2, d_ff=32, max_length=32)
+    return Translator(model, tokenizer, beam_size=2)
+
+
+def test_in_process_edge_cases(translator):
+    out = [s.decode() for s in translator.translate(tf.constant(SENTENCES)).numpy()]
+    assert out[1] == "" and out[2] == ""           # empty in, empty out
+    assert isinstance(out[3], str)                 # truncated, no crash
+    assert translator.encode_text(tf.constant(SENTENCES)).shape[1] == 32
+    assert translator.translate(tf.constant([], tf.string)).shape == (0,)
+
+
+def test_saved_model_in_fresh_process_matches(translator, tmp_path):
+    path = export_module(translator, tmp_path, "tiny",
+                         signatures={"serving_default": translator.translate})
+    assert path == tmp_path / "tiny" / "1"
+    expected = [s.decode() for s in translator.translate(tf.constant(SENTENCES)).numpy()]
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH)
+    proc = subprocess.run([sys.executable, str(script), str(path)],
+                          input=json.dumps(SENTENCES), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+    # A second export gets the next version; an existing one is refused.
+    assert export_module(translator, tmp_path, "tiny",
+                         signatures={"serving_default": translator.translate}).name == "2"
+    with pytest.raises(FileExistsError):
+        export_module(translator, tmp_path, "tiny", version=1,
+                      signatures={"serving_default": translator.translate})
+
+
+def test_failed_export_leaves_nothing(translator, tmp_path):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def broken(x):
+        raise RuntimeError("boom")
+
+    with pytest.raises(Exception):
+        export_module(translator, tmp_path, "tiny", signatures={"serving_default": broken})
+    assert list((tmp_path / "tiny").iterdir()) == []
