@@ -20,6 +20,15 @@ def non_negative_int(name, value):
     return int(value)
 
 
+def positive_float(name, value):
+    """Returns ``value`` as float if it is a real number > 0, else raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a float > 0, got {name}={value!r}")
+    if not float(value) > 0.0:
+        raise ValueError(f"`{name}` must be a float > 0, got {name}={value!r}")
+    return float(value)
+
+
 def rate(name, value):
     """Returns ``value`` as float if it is in [0, 1), else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -105,7 +105,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self._output_shape = output_shape
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._dropout_layer = keras.layers.Dropout(self.dropout)
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy
+        )
 
     def build(
         self, query_shape, value_shape=None, key_shape=None, **unused_kwargs

@@ -76,7 +76,9 @@ class _BlockBase(keras.layers.Layer):
         self.ffn_inner.build(input_shape)
         self.ffn_outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
         self.ffn_norm.build(input_shape)
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, dtype=self.dtype_policy
+        )
 
     def _residual(self, x, norm, sublayer, training):
         """One residual sub-layer, post-LN or pre-LN."""

@@ -1,0 +1,444 @@
+"""Relative multi-head attention of Transformer-XL (Dai et al. 2019, §3.3).
+
+With queries from the current segment h (T positions) and keys/values from
+the extended context [SG(memory) ∘ h] (M + T positions), query i (absolute
+position M + i) and key j score
+
+    A_ij = q_iᵀ k_j                 (a) content
+         + q_iᵀ W_{k,R} R_{i-j}     (b) content-dependent position bias
+         + uᵀ k_j                   (c) global content bias
+         + vᵀ W_{k,R} R_{i-j}       (d) global position bias
+         = (q_i + u)ᵀ k_j + (q_i + v)ᵀ W_{k,R} R_{i-j}
+
+where q = h W_q, k = [SG(m) ∘ h] W_k, R_d is the non-learned sinusoid of
+the distance d = M + i - j (Vaswani et al. §3.5 frequencies), W_{k,R} a
+separate projection of positions and u, v learned vectors per head
+(Dai et al. §3.3 and Appendix B). Scores are scaled by 1/sqrt(d_head).
+
+The (b)+(d) term is computed against the K = M + T distances in
+descending order (K-1, ..., 0) as a (T, K) matrix and then aligned with
+``rel_shift`` (Appendix B): pad one zero column, reshape, drop the first
+row. This is O(T·K) work with no gather.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trm.layers import _validation as v
+
+
+def relative_position_encoding(length, d_model, clamp_len=None,
+                               dtype="float32"):
+    """Sinusoids R of distances ``length-1, ..., 1, 0`` (descending).
+
+    The Transformer-XL layout: sines and cosines are *concatenated*,
+
+        R_d = [sin(d·ω_0), ..., sin(d·ω_{D/2-1}), cos(d·ω_0), ..., cos(d·ω_{D/2-1})]
+        ω_k = 1 / 10000^(2k / D)
+
+    i.e. the frequencies of Vaswani et al. (2017) §3.5 but not interleaved
+    as in ``sinusoidal_position_encoding`` (the layout is only a fixed
+    permutation of channels; W_{k,R} is learned on top of it). Row r holds
+    the distance ``length - 1 - r``, clamped to ``clamp_len`` if given.
+
+    Args:
+        length: int >= 0 (may be a scalar tensor), number of distances.
+        d_model: even int > 0, number of channels D.
+        clamp_len: optional int >= 0; distances larger than it use
+            ``R_{clamp_len}``.
+        dtype: dtype of the result.
+
+    Returns:
+        ``(length, d_model)`` tensor of ``dtype``.
+
+    Raises:
+        ValueError: ``d_model`` odd or not positive, ``clamp_len`` negative.
+    """
+    v.positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(
+            "`d_model` must be even for sinusoidal positions, got "
+            f"d_model={d_model}"
+        )
+    if isinstance(length, int):
+        v.non_negative_int("length", length)
+    pos = ops.cast(length - 1 - ops.arange(length), "float32")
+    if clamp_len is not None:
+        clamp_len = v.non_negative_int("clamp_len", clamp_len)
+        pos = ops.minimum(pos, float(clamp_len))
+    inv_freq = 1.0 / np.power(
+        10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model
+    )
+    angle = pos[:, None] * ops.convert_to_tensor(
+        inv_freq.astype("float32")
+    )[None, :]
+    pe = ops.concatenate([ops.sin(angle), ops.cos(angle)], axis=-1)
+    return ops.cast(pe, dtype)
+
+
+def rel_shift(x):
+    """Aligns scores against descending distances with query/key positions.
+
+    ``x`` has shape ``(..., T, K)`` (K >= T) where column c holds the score
+    of query i against distance ``K - 1 - c`` (as produced against
+    ``relative_position_encoding(K, ...)``). The result ``y`` has the same
+    shape with
+
+        y[..., i, j] = x[..., i, j + T - 1 - i]   for j <= (K - T) + i,
+
+    i.e. the score of query i (absolute position K - T + i) against key j,
+    at distance K - T + i - j. Entries with j > (K - T) + i (keys in the
+    future, always masked by causal attention) hold unspecified values.
+
+    The trick of the Transformer-XL reference code (Appendix B): pad a zero
+    column on the left, view the ``(T, K + 1)`` matrix as ``(K + 1, T)``,
+    drop its first row and view the rest as ``(T, K)``. No gather is used.
+
+    Args:
+        x: tensor of rank >= 2, ``(..., T, K)``.
+
+    Returns:
+        Tensor of the same shape and dtype.
+    """
+    rank = len(x.shape)
+    if rank < 2:
+        raise ValueError(
+            f"`x` must have rank >= 2 (..., T, K), got shape {tuple(x.shape)}"
+        )
+    shape = ops.shape(x)
+    lead = tuple(shape[:-2])
+    q_len, k_len = shape[-2], shape[-1]
+    x = ops.pad(x, [[0, 0]] * (rank - 1) + [[1, 0]])
+    x = ops.reshape(x, lead + (k_len + 1, q_len))
+    x = x[..., 1:, :]
+    return ops.reshape(x, lead + (q_len, k_len))
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class RelativeMultiHeadAttention(keras.layers.Layer):
+    """Transformer-XL attention with relative positions and global biases.
+
+    Computes, per head (Dai et al. 2019, §3.3),
+
+        A_ij = (q_i + u)ᵀ k_j + (q_i + v)ᵀ W_{k,R} R_{M+i-j}
+        out_i = (Σ_j softmax_j(A_ij / sqrt(d_head)) v_j) W_o
+
+    for queries ``query[:, i]`` at absolute positions ``M + i`` and keys /
+    values ``value[:, j]`` at positions ``j`` of the extended context
+    (``M = K - T``): the queries must be the last T positions of ``value``
+    (``value = concat([stop_gradient(memory), query], axis=1)``; see
+    ``TransformerXLBlock``). R is ``relative_position_encoding`` (the
+    concatenated [sin, cos] layout of the reference code). Attention is
+    always causal: query i sees keys ``j <= M + i`` (the relative positions
+    cover distances >= 0 only).
+
+    Weights (``get_weights()`` order): ``query_kernel``, ``key_kernel``,
+    ``value_kernel`` of shape ``(d_in, num_heads, key_dim)`` (W_q, W_{k,E},
+    W_v), ``position_kernel`` ``(d_model_k, num_heads, key_dim)`` (W_{k,R},
+    never a bias), ``output_kernel`` ``(num_heads, key_dim, d_out)``, each
+    projection followed by its bias when ``use_bias``; then ``content_bias``
+    (u) and ``position_bias`` (v), both ``(num_heads, key_dim)``, when
+    ``untie_biases``. The reference code uses no projection biases
+    (``use_bias=False``, the default): u already acts as a query bias.
+
+    Args:
+        num_heads: int > 0.
+        key_dim: int > 0, d_head (queries, keys and values).
+        dropout: float in [0, 1), dropout on the attention probabilities.
+        use_bias: bool, biases on the query/key/value/output projections.
+        output_shape: int, last dimension of the output (default: the
+            query's last dimension).
+        same_length: bool; if True every query sees the same number of keys
+            M + 1 (keys j with ``i <= j <= M + i``), as ``same_length`` in
+            the reference code.
+        clamp_len: optional int >= 0; relative distances above it use
+            R_{clamp_len}.
+        untie_biases: bool; if True (default) the layer owns its u and v. If
+            False it creates none and they must be passed to ``call``
+            (``content_bias``/``position_bias``), e.g. one pair shared by
+            all layers (``untie_r=False`` in the reference code). Passed
+            biases override owned ones.
+        kernel_initializer, bias_initializer: initializers of projections.
+        relative_bias_initializer: initializer of u and v (default zeros).
+
+    Call arguments:
+        query: float ``(batch, T, d_model)``, the current segment h.
+        value: float ``(batch, K, d_model)`` with ``K = M + T >= T``, the
+            extended context whose last T positions are ``query``.
+        key: optional float ``(batch, K, d_model)``; default ``value``.
+        attention_mask: optional bool ``(batch, T, K)`` (or broadcastable),
+            True = may attend; combined with the causal mask.
+        content_bias, position_bias: optional float ``(num_heads,
+            key_dim)``, u and v (required if ``untie_biases=False``).
+        training: bool, enables attention dropout.
+        return_attention_scores: bool, also return the probabilities
+            ``(batch, num_heads, T, K)`` (float32 before dropout).
+
+    Returns:
+        ``(batch, T, output_shape)`` in the compute dtype, or a tuple
+        ``(output, probabilities)``.
+
+    Raises:
+        ValueError: bad constructor arguments, an odd key ``d_model`` (the
+            sinusoids need an even size), ``key`` shorter than ``query``,
+            missing or mis-shaped u/v.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        dropout=0.0,
+        use_bias=False,
+        output_shape=None,
+        same_length=False,
+        clamp_len=None,
+        untie_biases=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        relative_bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = v.positive_int("num_heads", num_heads)
+        self.key_dim = v.positive_int("key_dim", key_dim)
+        self.dropout = v.rate("dropout", dropout)
+        self.use_bias = bool(use_bias)
+        if output_shape is not None:
+            output_shape = v.positive_int("output_shape", output_shape)
+        self._output_shape = output_shape
+        self.same_length = bool(same_length)
+        if clamp_len is not None:
+            clamp_len = v.non_negative_int("clamp_len", clamp_len)
+        self.clamp_len = clamp_len
+        self.untie_biases = bool(untie_biases)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.relative_bias_initializer = keras.initializers.get(
+            relative_bias_initializer
+        )
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None,
+              **unused_kwargs):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        for name, shape in (("query", query_shape), ("value", value_shape),
+                            ("key", key_shape)):
+            if shape[-1] is None:
+                raise ValueError(
+                    f"The last dimension of `{name}` must be known, got "
+                    f"shape {tuple(shape)}"
+                )
+        d_pos = key_shape[-1]
+        if d_pos % 2:
+            raise ValueError(
+                "The last dimension of `key` (d_model of the sinusoids R) "
+                f"must be even, got key shape {tuple(key_shape)}"
+            )
+        self._d_pos = d_pos
+        h, k = self.num_heads, self.key_dim
+        out_dim = self._output_shape or query_shape[-1]
+
+        def proj(name, d_in, use_bias):
+            kernel = self.add_weight(
+                name=f"{name}_kernel", shape=(d_in, h, k),
+                initializer=self.kernel_initializer,
+            )
+            bias = None
+            if use_bias:
+                bias = self.add_weight(
+                    name=f"{name}_bias", shape=(h, k),
+                    initializer=self.bias_initializer,
+                )
+            return kernel, bias
+
+        self.query_kernel, self.query_bias = proj(
+            "query", query_shape[-1], self.use_bias
+        )
+        self.key_kernel, self.key_bias = proj(
+            "key", key_shape[-1], self.use_bias
+        )
+        self.value_kernel, self.value_bias = proj(
+            "value", value_shape[-1], self.use_bias
+        )
+        self.position_kernel, _ = proj("position", d_pos, False)
+        self.output_kernel = self.add_weight(
+            name="output_kernel", shape=(h, k, out_dim),
+            initializer=self.kernel_initializer,
+        )
+        self.output_bias = None
+        if self.use_bias:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(out_dim,),
+                initializer=self.bias_initializer,
+            )
+        self.content_bias = self.position_bias = None
+        if self.untie_biases:
+            self.content_bias = self.add_weight(
+                name="content_bias", shape=(h, k),
+                initializer=self.relative_bias_initializer,
+            )
+            self.position_bias = self.add_weight(
+                name="position_bias", shape=(h, k),
+                initializer=self.relative_bias_initializer,
+            )
+        self.built = True
+
+    # -- pieces ------------------------------------------------------------
+    @staticmethod
+    def _project(x, kernel, bias):
+        """(B, T, d) x (d, h, k) -> (B, T, h, k) as one matmul."""
+        d, h, k = kernel.shape
+        y = ops.matmul(x, ops.reshape(ops.cast(kernel, x.dtype), (d, h * k)))
+        y = ops.reshape(y, tuple(ops.shape(x)[:-1]) + (h, k))
+        if bias is not None:
+            y = y + ops.cast(bias, y.dtype)
+        return y
+
+    def _bias(self, name, given, own):
+        bias = own if given is None else given
+        if bias is None:
+            raise ValueError(
+                f"`{name}` must be passed to layer '{self.name}' (created "
+                "with untie_biases=False, so it owns no u/v)"
+            )
+        if tuple(bias.shape) != (self.num_heads, self.key_dim):
+            raise ValueError(
+                f"`{name}` must have shape (num_heads={self.num_heads}, "
+                f"key_dim={self.key_dim}), got {name}.shape="
+                f"{tuple(bias.shape)}"
+            )
+        return bias
+
+    def attention_mask_for(self, q_len, k_len):
+        """Bool ``(T, K)``: True where query i may see key j.
+
+        Causal over memory and segment, ``j <= M + i`` with ``M = K - T``;
+        with ``same_length`` also ``j >= i`` (exactly M + 1 keys each).
+        """
+        i = ops.arange(q_len)[:, None] + (k_len - q_len)
+        j = ops.arange(k_len)[None, :]
+        mask = ops.less_equal(j, i)
+        if self.same_length:
+            mask = ops.logical_and(
+                mask, ops.greater_equal(j, i - (k_len - q_len))
+            )
+        return mask
+
+    def _logits(self, query, key, attention_mask, content_bias,
+                position_bias):
+        """Scaled, masked A_ij in float32 ``(B, h, T, K)``."""
+        u = self._bias("content_bias", content_bias, self.content_bias)
+        rv = self._bias("position_bias", position_bias, self.position_bias)
+        q_len = ops.shape(query)[1]
+        k_len = ops.shape(key)[1]
+        if isinstance(q_len, int) and isinstance(k_len, int) and k_len < q_len:
+            raise ValueError(
+                "`key`/`value` must hold the memory followed by the T query "
+                f"positions (K >= T), got query.shape={tuple(query.shape)} "
+                f"and key.shape={tuple(key.shape)}"
+            )
+        q = self._project(query, self.query_kernel, self.query_bias)
+        k = self._project(key, self.key_kernel, self.key_bias)
+        # W_{k,R} R for distances K-1, ..., 0: (K, h, d_head).
+        r = relative_position_encoding(
+            k_len, self._d_pos, self.clamp_len, dtype=q.dtype
+        )
+        d, h, dh = self.position_kernel.shape
+        r = ops.reshape(
+            ops.matmul(r, ops.reshape(
+                ops.cast(self.position_kernel, r.dtype), (d, h * dh))),
+            (k_len, h, dh),
+        )
+        # (a) + (c): (q_i + u)ᵀ k_j.
+        content = ops.einsum(
+            "bqhd,bkhd->bhqk", q + ops.cast(u, q.dtype), k
+        )
+        # (b) + (d): (q_i + v)ᵀ W_{k,R} R, then aligned to (i, j).
+        position = ops.einsum(
+            "bqhd,khd->bhqk", q + ops.cast(rv, q.dtype), r
+        )
+        position = rel_shift(position)
+        scale = 1.0 / math.sqrt(self.key_dim)
+        logits = ops.cast(content + position, "float32") * scale
+        mask = self.attention_mask_for(q_len, k_len)[None, None]
+        if attention_mask is not None:
+            extra = ops.cast(attention_mask, "bool")
+            if len(extra.shape) == 3:
+                extra = extra[:, None]
+            mask = ops.logical_and(mask, extra)
+        return ops.where(mask, logits, ops.cast(-1e9, "float32"))
+
+    def attention_logits(self, query, value, key=None, attention_mask=None,
+                         content_bias=None, position_bias=None):
+        """The pre-softmax scores A_ij / sqrt(d_head), float32.
+
+        Same arguments as ``call``. Returns ``(batch, num_heads, T, K)``
+        with masked entries (future keys, ``same_length``,
+        ``attention_mask``) set to -1e9.
+        """
+        key = value if key is None else key
+        if not self.built:
+            self.build(tuple(query.shape), tuple(value.shape),
+                       tuple(key.shape))
+        return self._logits(query, key, attention_mask, content_bias,
+                            position_bias)
+
+    def call(self, query, value, key=None, attention_mask=None,
+             content_bias=None, position_bias=None, training=None,
+             return_attention_scores=False):
+        key = value if key is None else key
+        logits = self._logits(query, key, attention_mask, content_bias,
+                              position_bias)
+        probs = ops.softmax(logits, axis=-1)
+        dropped = self._dropout_layer(
+            ops.cast(probs, self.compute_dtype), training=training
+        )
+        val = self._project(value, self.value_kernel, self.value_bias)
+        out = ops.einsum("bhqk,bkhd->bqhd", dropped, val)
+        h, dh, d_out = self.output_kernel.shape
+        out = ops.reshape(out, tuple(ops.shape(out)[:-2]) + (h * dh,))
+        out = ops.matmul(
+            out, ops.reshape(ops.cast(self.output_kernel, out.dtype),
+                             (h * dh, d_out))
+        )
+        if self.output_bias is not None:
+            out = out + ops.cast(self.output_bias, out.dtype)
+        if return_attention_scores:
+            return out, probs
+        return out
+
+    def compute_output_shape(self, query_shape, value_shape=None,
+                             key_shape=None):
+        return tuple(query_shape[:-1]) + (
+            self._output_shape or query_shape[-1],
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            key_dim=self.key_dim,
+            dropout=self.dropout,
+            use_bias=self.use_bias,
+            output_shape=self._output_shape,
+            same_length=self.same_length,
+            clamp_len=self.clamp_len,
+            untie_biases=self.untie_biases,
+            kernel_initializer=keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+            bias_initializer=keras.initializers.serialize(
+                self.bias_initializer
+            ),
+            relative_bias_initializer=keras.initializers.serialize(
+                self.relative_bias_initializer
+            ),
+        )
+        return config

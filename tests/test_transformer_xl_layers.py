@@ -1,0 +1,288 @@
+"""Transformer-XL layers: relative attention (Dai et al. 2019 §3.3), rel_shift,
+segment-level recurrence (§3.2), serialization and argument errors."""
+
+import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_trm.layers.relative_attention import (  # noqa: E402
+    RelativeMultiHeadAttention,
+    rel_shift,
+    relative_position_encoding,
+)
+from keras_trm.layers.transformer_xl_block import TransformerXLBlock  # noqa: E402
+
+D_MODEL, HEADS = 8, 2
+
+
+def numpy_sinusoid(distance, dim):
+    """R_d in the concatenated [sin, cos] layout of the reference code."""
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, dim, 2) / dim)
+    angle = distance * inv_freq
+    return np.concatenate([np.sin(angle), np.cos(angle)])
+
+
+def numpy_logits(layer, h, context, same_length=False, clamp_len=None):
+    """A_ij / sqrt(d_head) term by term, (a) + (b) + (c) + (d), -inf if masked."""
+    wq = layer.query_kernel.numpy()
+    wk = layer.key_kernel.numpy()
+    wr = layer.position_kernel.numpy()
+    u = layer.content_bias.numpy()
+    v = layer.position_bias.numpy()
+    q = np.einsum("btd,dnh->btnh", h, wq)
+    k = np.einsum("btd,dnh->btnh", context, wk)
+    batch, t_len, _ = h.shape
+    k_len = context.shape[1]
+    mem = k_len - t_len
+    out = np.full((batch, HEADS, t_len, k_len), -np.inf)
+    for i in range(t_len):
+        for j in range(k_len):
+            dist = mem + i - j  # query at absolute position mem + i
+            if dist < 0 or (same_length and dist > mem):
+                continue
+            r = numpy_sinusoid(
+                dist if clamp_len is None else min(dist, clamp_len),
+                context.shape[-1],
+            )
+            wkr = np.einsum("d,dnh->nh", r, wr)  # W_{k,R} R_{i-j}
+            a = np.einsum("bnh,bnh->bn", q[:, i], k[:, j])
+            b = np.einsum("bnh,nh->bn", q[:, i], wkr)
+            c = np.einsum("nh,bnh->bn", u, k[:, j])
+            d = np.einsum("nh,nh->n", v, wkr)[None]
+            out[:, :, i, j] = (a + b + c + d) / np.sqrt(q.shape[-1])
+    return out
+
+
+def softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(-1, keepdims=True)
+
+
+def randomize(layer, rng, scale=0.3):
+    """Non-zero u, v (and all other weights) so that every term is tested."""
+    layer.set_weights([
+        w + rng.normal(size=w.shape).astype("float32") * scale
+        for w in layer.get_weights()
+    ])
+
+
+@pytest.mark.parametrize(
+    "mem,same_length,clamp_len",
+    [(3, False, None), (0, False, None), (3, True, None), (5, False, 2)],
+)
+def test_scores_equal_four_terms(rng, mem, same_length, clamp_len):
+    t_len = 4
+    layer = RelativeMultiHeadAttention(
+        HEADS, 3, same_length=same_length, clamp_len=clamp_len
+    )
+    h = rng.normal(size=(2, t_len, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, mem, D_MODEL)).astype("float32")
+    context = np.concatenate([m, h], axis=1)
+    layer(h, context)
+    randomize(layer, rng)
+
+    ref = numpy_logits(layer, h, context, same_length, clamp_len)
+    logits = np.asarray(layer.attention_logits(h, context))
+    valid = np.isfinite(ref)
+    np.testing.assert_allclose(logits[valid], ref[valid], atol=1e-5)
+    assert np.all(logits[~valid] <= -1e8)
+
+    out, probs = layer(h, context, return_attention_scores=True)
+    ref_p = softmax(ref)
+    np.testing.assert_allclose(probs, ref_p, atol=1e-6)
+    # The output: probabilities times projected values, then W_o.
+    val = np.einsum("btd,dnh->btnh", context, layer.value_kernel.numpy())
+    heads = np.einsum("bnqk,bknh->bqnh", ref_p, val)
+    ref_out = np.einsum("bqnh,nhd->bqd", heads, layer.output_kernel.numpy())
+    np.testing.assert_allclose(out, ref_out, atol=1e-5)
+
+
+def test_position_encoding_layout():
+    r = np.asarray(relative_position_encoding(5, 6, clamp_len=3))
+    expected = [numpy_sinusoid(min(d, 3), 6) for d in (4, 3, 2, 1, 0)]
+    np.testing.assert_allclose(r, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("t_len,k_len", [(5, 9), (4, 4), (1, 3)])
+def test_rel_shift_equals_gather(rng, t_len, k_len):
+    x = rng.normal(size=(2, 3, t_len, k_len)).astype("float32")
+    shifted = tf.function(
+        rel_shift,
+        input_signature=[tf.TensorSpec([None, 3, None, None], tf.float32)],
+    )
+    for y in (np.asarray(rel_shift(x)), shifted(x).numpy()):
+        assert y.shape == x.shape
+        mem = k_len - t_len
+        for i in range(t_len):
+            # Query i at absolute position mem + i; column c of x is the
+            # distance k_len - 1 - c, i.e. key j = mem + i - distance.
+            j = np.arange(mem + i + 1)
+            np.testing.assert_array_equal(
+                y[..., i, j], x[..., i, j + t_len - 1 - i]
+            )
+
+
+def test_no_gradient_reaches_memory(rng):
+    block = TransformerXLBlock(HEADS, 16, mem_len=4, dropout_rate=0.0)
+    h = tf.constant(rng.normal(size=(2, 3, D_MODEL)).astype("float32"))
+    m = tf.constant(rng.normal(size=(2, 4, D_MODEL)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([h, m])
+        y = block(h, memory=m, training=True)
+        loss = tf.reduce_sum(y * y)
+        new_mem = block.compute_new_memory(h, m)
+        mem_loss = tf.reduce_sum(new_mem)
+    g = tape.gradient(loss, m)
+    assert g is None or np.all(np.asarray(g) == 0)
+    assert tape.gradient(loss, h) is not None
+    for g in tape.gradient(mem_loss, [h, m]):
+        assert g is None or np.all(np.asarray(g) == 0)
+
+
+def _segments(x, t_len):
+    return [x[:, s:s + t_len] for s in range(0, x.shape[1], t_len)]
+
+
+@pytest.mark.parametrize("clamp_len", [None, 5])
+def test_segments_with_memory_equal_one_pass(rng, clamp_len):
+    length, t_len = 12, 4
+    block = TransformerXLBlock(
+        HEADS, 16, mem_len=length - t_len, dropout_rate=0.0,
+        clamp_len=clamp_len,
+    )
+    x = rng.normal(size=(2, length, D_MODEL)).astype("float32")
+    block(x)
+    randomize(block, rng, scale=0.1)
+    full = np.asarray(block(x))
+
+    memory, outs = None, []
+    for seg in _segments(x, t_len):
+        outs.append(np.asarray(block(seg, memory=memory)))
+        memory = block.compute_new_memory(seg, memory)
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
+    assert memory.shape == (2, length - t_len, D_MODEL)
+
+    # Sanity: without memory the later segments differ.
+    alone = np.asarray(block(_segments(x, t_len)[1]))
+    assert not np.allclose(alone, full[:, t_len:2 * t_len], atol=1e-3)
+
+
+def test_two_layer_stack_segments_equal_one_pass(rng):
+    length, t_len = 9, 3
+    blocks = [
+        TransformerXLBlock(HEADS, 16, mem_len=length, dropout_rate=0.0)
+        for _ in range(2)
+    ]
+    x = rng.normal(size=(2, length, D_MODEL)).astype("float32")
+    y = x
+    for block in blocks:
+        block(y)
+        randomize(block, rng, scale=0.1)
+    for block in blocks:
+        y = block(y)
+    full = np.asarray(y)
+
+    memories, outs = [None, None], []
+    for seg in _segments(x, t_len):
+        h = seg
+        for n, block in enumerate(blocks):
+            # Each layer's memory is the history of its own inputs.
+            new_memory = block.compute_new_memory(h, memories[n])
+            h = block(h, memory=memories[n])
+            memories[n] = new_memory
+        outs.append(np.asarray(h))
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
+
+
+def test_shared_biases_passed_in(rng):
+    shared = RelativeMultiHeadAttention(HEADS, 4, untie_biases=False)
+    h = rng.normal(size=(1, 3, D_MODEL)).astype("float32")
+    u = rng.normal(size=(HEADS, 4)).astype("float32")
+    v = rng.normal(size=(HEADS, 4)).astype("float32")
+    out = shared(h, h, content_bias=u, position_bias=v)
+    assert out.shape == (1, 3, D_MODEL)
+    own = RelativeMultiHeadAttention(HEADS, 4)
+    own(h, h)
+    own.set_weights(shared.get_weights() + [u, v])
+    np.testing.assert_allclose(own(h, h), out, atol=1e-6)
+    with pytest.raises(ValueError, match="content_bias"):
+        shared(h, h)
+    with pytest.raises(ValueError, match="position_bias"):
+        shared(h, h, content_bias=u, position_bias=v[:1])
+
+
+def test_new_memory_keeps_last_mem_len(rng):
+    h = rng.normal(size=(2, 3, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, 4, D_MODEL)).astype("float32")
+    block = TransformerXLBlock(HEADS, 16, mem_len=5)
+    np.testing.assert_array_equal(
+        block.compute_new_memory(h, m),
+        np.concatenate([m, h], axis=1)[:, -5:],
+    )
+    np.testing.assert_array_equal(block.compute_new_memory(h), h)
+    empty = TransformerXLBlock(HEADS, 16, mem_len=0).compute_new_memory(h, m)
+    assert empty.shape == (2, 0, D_MODEL)
+    # A zero-length memory is the same as none.
+    block(h)
+    np.testing.assert_allclose(block(h, memory=empty), block(h), atol=1e-6)
+
+
+def test_keras_round_trip(rng, tmp_path):
+    x_in = keras.Input((None, D_MODEL))
+    m_in = keras.Input((None, D_MODEL))
+    block = TransformerXLBlock(
+        HEADS, 16, mem_len=4, clamp_len=6, same_length=True, name="xl"
+    )
+    model = keras.Model([x_in, m_in], block(x_in, memory=m_in))
+    randomize(block, rng, scale=0.1)
+    x = rng.normal(size=(2, 3, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, 4, D_MODEL)).astype("float32")
+    expected = np.asarray(model([x, m]))
+
+    path = tmp_path / "xl.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(np.asarray(loaded([x, m])), expected)
+    config = loaded.get_layer("xl").get_config()
+    assert config == block.get_config()
+    clone = TransformerXLBlock.from_config(config)
+    assert clone.mem_len == 4 and clone.same_length and clone.clamp_len == 6
+
+
+def test_bad_arguments(rng):
+    with pytest.raises(ValueError, match="mem_len"):
+        TransformerXLBlock(HEADS, 16, mem_len=-1)
+    with pytest.raises(ValueError, match="clamp_len"):
+        RelativeMultiHeadAttention(HEADS, 4, clamp_len=-1)
+    block = TransformerXLBlock(HEADS, 16, mem_len=2)
+    h = rng.normal(size=(2, 3, D_MODEL)).astype("float32")
+    block(h)
+    bad_dim = rng.normal(size=(2, 4, D_MODEL + 2)).astype("float32")
+    with pytest.raises(ValueError, match=r"memory.*\(2, 3, 8\).*\(2, 4, 10\)"):
+        block(h, memory=bad_dim)
+    bad_batch = rng.normal(size=(3, 4, D_MODEL)).astype("float32")
+    with pytest.raises(ValueError, match=r"memory.*\(3, 4, 8\)"):
+        block(h, memory=bad_batch)
+    with pytest.raises(ValueError, match="memory"):
+        block.compute_new_memory(h, bad_dim)
+    with pytest.raises(ValueError, match="even"):
+        RelativeMultiHeadAttention(HEADS, 4)(
+            np.zeros((1, 2, 5), "float32"), np.zeros((1, 2, 5), "float32")
+        )
+
+
+def test_mixed_precision_per_layer_policy(rng):
+    h = rng.normal(size=(2, 3, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, 4, D_MODEL)).astype("float32")
+    for norm_first in (False, True):
+        block = TransformerXLBlock(
+            HEADS, 16, mem_len=4, norm_first=norm_first, dropout_rate=0.1,
+            dtype="mixed_float16",
+        )
+        y = block(h, memory=m, training=True)
+        assert y.dtype == tf.float16 and y.shape == (2, 3, D_MODEL)
+        assert block.compute_new_memory(h, m).shape == (2, 4, D_MODEL)
