@@ -1,6 +1,5 @@
 """Data-directory resolution, Multi30k/WMT14 loaders, WordPiece text."""
 
-import pathlib
 
 import pytest
 import tensorflow as tf

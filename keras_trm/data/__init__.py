@@ -1,13 +1,29 @@
 """Data sets (tfds online, local files offline) and batching."""
 
 from keras_trm.data.batching import token_bucket_batches
+from keras_trm.data.imdb import load_imdb
+from keras_trm.data.language_modeling import (
+    Vocabulary,
+    batchify,
+    load_ptb,
+    load_tiny_shakespeare,
+    segments,
+)
+from keras_trm.data.mnist import load_mnist
 from keras_trm.data.paths import ENV_VAR, resolve_data_dir
 from keras_trm.data.translation import load_multi30k, load_wmt14
 
 __all__ = [
     "ENV_VAR",
+    "Vocabulary",
+    "batchify",
+    "load_imdb",
+    "load_mnist",
     "load_multi30k",
+    "load_ptb",
+    "load_tiny_shakespeare",
     "load_wmt14",
     "resolve_data_dir",
+    "segments",
     "token_bucket_batches",
 ]

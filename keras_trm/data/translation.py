@@ -7,7 +7,6 @@ comes from its official repository and WMT14 training data from tfds
 """
 
 import gzip
-import pathlib
 
 from keras_trm.data.paths import resolve_data_dir
 

@@ -231,10 +231,8 @@ def beam_search(
         lengths = tf.gather(cand_len, beam, batch_dims=1)
         finished = was_finished | tf.equal(token, END_ID)
         sequences = tf.gather(sequences, beam, batch_dims=1)
-        sequences = tf.concat(
-            [sequences[:, :, : i + 1], token[:, :, None],
-             sequences[:, :, i + 2:]], 2
-        )
+        write = tf.equal(tf.range(tf.shape(sequences)[2]), i + 1)
+        sequences = tf.where(write, token[:, :, None], sequences)
         state = stepper.reorder(state, tf.reshape(beam + batch_offsets, [-1]))
         return i + 1, sequences, scores, finished, lengths, state
 

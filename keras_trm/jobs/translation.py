@@ -11,7 +11,6 @@ import sys
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_trm.data import load_multi30k, resolve_data_dir, token_bucket_batches

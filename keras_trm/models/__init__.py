@@ -1,5 +1,11 @@
 """Functional models built from keras_trm layers."""
 
+from keras_trm.models.classifiers import (
+    ClassifierModel,
+    encoder_classifier,
+    lenet_cnn,
+    lstm_classifier,
+)
 from keras_trm.models.transformer import (
     TransformerParts,
     transformer,
@@ -7,11 +13,25 @@ from keras_trm.models.transformer import (
     transformer_big,
     transformer_small,
 )
+from keras_trm.models.transformer_xl import (
+    TransformerXLLM,
+    evaluate_sliding_window,
+    evaluate_with_memory,
+    vanilla_transformer_lm,
+)
 
 __all__ = [
+    "ClassifierModel",
     "TransformerParts",
+    "TransformerXLLM",
+    "evaluate_sliding_window",
+    "encoder_classifier",
+    "evaluate_with_memory",
+    "lenet_cnn",
+    "lstm_classifier",
     "transformer",
     "transformer_base",
     "transformer_big",
     "transformer_small",
+    "vanilla_transformer_lm",
 ]

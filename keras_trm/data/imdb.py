@@ -1,0 +1,105 @@
+"""IMDB movie reviews (Large Movie Review Dataset v1.0, Maas et al. 2011).
+
+Local files (see ``keras_trm.data.paths`` for where ``data_dir`` is looked
+up, and ``shared/data/README.md`` for their provenance) are
+``<data_dir>/imdb/imdb_{train,test}.jsonl.gz``: gzip-compressed JSON Lines,
+UTF-8, one review per line with the fields ``text`` (the original review),
+``label`` (0 = negative, rating <= 4; 1 = positive, rating >= 7), ``split``,
+``file`` and ``rating``. Each split has 25,000 reviews, 12,500 per label,
+ordered negative first. Online, the same data come from tfds
+``imdb_reviews`` (``download=True``).
+"""
+
+import gzip
+import json
+
+import numpy as np
+
+from keras_trm.data.paths import resolve_data_dir
+
+IMDB_SPLITS = ("train", "test")
+HTML_BREAK = "<br />"
+
+
+def _clean(text, replace_breaks):
+    return text.replace(HTML_BREAK, " ") if replace_breaks else text
+
+
+def _load_tfds(split, root, replace_breaks):
+    import tensorflow_datasets as tfds
+
+    ds = tfds.load(
+        "imdb_reviews", split=split, data_dir=str(root / "tensorflow_datasets")
+    )
+    texts, labels = [], []
+    for ex in tfds.as_numpy(ds):
+        texts.append(_clean(ex["text"].decode("utf-8"), replace_breaks))
+        labels.append(int(ex["label"]))
+    return texts, np.asarray(labels, dtype=np.int32)
+
+
+def load_imdb(split="train", data_dir=None, download=False,
+              replace_breaks=True):
+    """Loads one split of IMDB sentiment as ``(texts, labels)``.
+
+    The text is kept raw (cased, with punctuation, untokenized); the only
+    change, on by default, is that every HTML line break ``"<br />"`` is
+    replaced by one space (``replace_breaks=False`` returns the review
+    byte for byte as in the original ``.txt`` file).
+
+    Args:
+        split: ``"train"`` or ``"test"``.
+        data_dir: data directory (see ``resolve_data_dir``); the file read is
+            ``<data_dir>/imdb/imdb_{split}.jsonl.gz``.
+        download: if the local file is missing, load the split from tfds
+            ``imdb_reviews`` instead (needs internet; cached under
+            ``<data_dir>/tensorflow_datasets``). Its record order differs
+            from the local files'.
+        replace_breaks: bool, replace ``"<br />"`` by a space.
+
+    Returns:
+        ``(texts, labels)``: a list of 25,000 str and an ``np.int32`` array
+        ``(25,000,)`` with 0 = negative, 1 = positive (12,500 each).
+
+    Raises:
+        ValueError: unknown ``split``; a record without ``text``/``label``
+            or with a label other than 0/1 (the message names file and line).
+        FileNotFoundError: the file is missing and ``download`` is False;
+            the message names the expected file and folder.
+    """
+    if split not in IMDB_SPLITS:
+        raise ValueError(
+            f"`split` must be one of {IMDB_SPLITS}, got split={split!r}"
+        )
+    root = resolve_data_dir(data_dir, must_exist=not download)
+    directory = root / "imdb"
+    name = f"imdb_{split}.jsonl.gz"
+    path = directory / name
+    if not path.is_file():
+        if download:
+            return _load_tfds(split, root, replace_breaks)
+        raise FileNotFoundError(
+            f"IMDB split {split!r} not found: expected {name} in {directory} "
+            "(gzip JSON Lines with fields 'text' and 'label'; pass "
+            "download=True to use tfds 'imdb_reviews' when online)"
+        )
+    texts, labels = [], []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            try:
+                text, label = record["text"], record["label"]
+            except KeyError as e:
+                raise ValueError(
+                    f"{path}, line {line_number}: record has no field {e}"
+                ) from None
+            if label not in (0, 1):
+                raise ValueError(
+                    f"{path}, line {line_number}: label must be 0 or 1, "
+                    f"got {label!r}"
+                )
+            texts.append(_clean(text, replace_breaks))
+            labels.append(label)
+    return texts, np.asarray(labels, dtype=np.int32)

@@ -1,0 +1,309 @@
+"""Language-modelling corpora (PTB, Tiny Shakespeare) and ordered batching.
+
+Two local corpora (see ``keras_trm.data.paths`` for where ``data_dir`` is
+looked up, and ``shared/data/README.md`` for their provenance):
+
+* **Penn Treebank**, Mikolov's language-modelling version:
+  ``<data_dir>/ptb/ptb.{train,valid,test}.txt[.gz]``. Word level; each line
+  is split on whitespace and followed by ``"<eos>"``, as in Mikolov's RNNLM
+  examples and the Transformer-XL reference code (``add_eos=True``). Token
+  counts (words + one ``<eos>`` per line): train 887,521 + 42,068 =
+  929,589; valid 70,390 + 3,370 = 73,760; test 78,669 + 3,761 = 82,430. The
+  training vocabulary has 10,000 types including ``<eos>`` (``<unk>`` is
+  already in the text).
+* **Tiny Shakespeare** (char-rnn): ``<data_dir>/tinyshakespeare/input.txt``,
+  1,115,394 characters, character level. There is no official split; here
+  the text is cut *by character offset*, 90 % / 5 % / 5 %: train
+  ``text[:int(0.9 n)]`` (1,003,854 chars), valid
+  ``text[int(0.9 n):int(0.95 n)]`` (55,770), test ``text[int(0.95 n):]``
+  (55,770), with ``n = len(text)``.
+
+Ordered batching follows the Transformer-XL reference data iterator
+(``LMOrderedIterator``): the token stream is cut into ``batch_size``
+contiguous streams (``batchify``), and training/evaluation walks all streams
+in parallel, ``seg_len`` tokens at a time, the target of position t being
+position t + 1 of the same stream (``segments``). Consecutive segments of a
+row continue each other, which is what segment-level recurrence needs.
+"""
+
+import collections
+import gzip
+
+import numpy as np
+
+from keras_trm.data.paths import resolve_data_dir
+
+PTB_SPLITS = ("train", "valid", "test")
+SHAKESPEARE_SPLITS = ("train", "valid", "test")
+SHAKESPEARE_FRACTIONS = (0.9, 0.05, 0.05)
+EOS = "<eos>"
+UNK = "<unk>"
+
+
+def _split_arg(split, allowed):
+    if split not in allowed:
+        raise ValueError(f"`split` must be one of {allowed}, got split={split!r}")
+    return split
+
+
+def load_ptb(split="train", data_dir=None):
+    """Loads one split of the Mikolov Penn Treebank as a list of tokens.
+
+    Every line is split on whitespace and ``"<eos>"`` is appended to it
+    (empty lines give a lone ``"<eos>"``).
+
+    Args:
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        data_dir: data directory (see ``resolve_data_dir``); the file is
+            ``<data_dir>/ptb/ptb.{split}.txt`` or ``ptb.{split}.txt.gz``.
+
+    Returns:
+        list of str; 929,589 / 73,760 / 82,430 tokens for train / valid /
+        test.
+
+    Raises:
+        ValueError: unknown ``split``.
+        FileNotFoundError: the file is missing; the message names both
+            accepted file names and the directory searched.
+    """
+    _split_arg(split, PTB_SPLITS)
+    directory = resolve_data_dir(data_dir) / "ptb"
+    stem = f"ptb.{split}.txt"
+    path = None
+    for name in (stem, stem + ".gz"):
+        if (directory / name).is_file():
+            path = directory / name
+            break
+    if path is None:
+        raise FileNotFoundError(
+            f"Penn Treebank split {split!r} not found: expected {stem} or "
+            f"{stem}.gz in {directory}"
+        )
+    opener = gzip.open if path.suffix == ".gz" else open
+    tokens = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            tokens.extend(line.split())
+            tokens.append(EOS)
+    return tokens
+
+
+def tiny_shakespeare_bounds(n):
+    """Character offsets ``(train_end, valid_end)`` of the 90/5/5 split."""
+    return int(n * SHAKESPEARE_FRACTIONS[0]), int(
+        n * (SHAKESPEARE_FRACTIONS[0] + SHAKESPEARE_FRACTIONS[1])
+    )
+
+
+def load_tiny_shakespeare(split="train", data_dir=None):
+    """Loads one split of Tiny Shakespeare as a string (character level).
+
+    The file is cut by character offset into 90 % train, 5 % valid and 5 %
+    test (``tiny_shakespeare_bounds``): 1,003,854 / 55,770 / 55,770
+    characters of the 1,115,394 in ``input.txt``.
+
+    Args:
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        data_dir: data directory; the file is
+            ``<data_dir>/tinyshakespeare/input.txt``.
+
+    Returns:
+        str.
+
+    Raises:
+        ValueError: unknown ``split``.
+        FileNotFoundError: ``input.txt`` is missing (the message names it).
+    """
+    _split_arg(split, SHAKESPEARE_SPLITS)
+    path = resolve_data_dir(data_dir) / "tinyshakespeare" / "input.txt"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Tiny Shakespeare not found: expected input.txt at {path}"
+        )
+    with open(path, "r", encoding="utf-8") as f:
+        text = f.read()
+    train_end, valid_end = tiny_shakespeare_bounds(len(text))
+    return {
+        "train": text[:train_end],
+        "valid": text[train_end:valid_end],
+        "test": text[valid_end:],
+    }[split]
+
+
+class Vocabulary:
+    """A token <-> id map built from a training corpus.
+
+    Ids are assigned to ``reserved`` tokens first (in the given order), then
+    to the other tokens by decreasing frequency, ties broken by first
+    occurrence, so the map is deterministic for a given corpus. Tokens may
+    be words (a list of str) or characters (a str is a sequence of
+    one-character tokens).
+
+    Unknown tokens map to ``unk_token`` if it is in the vocabulary (PTB has
+    ``<unk>``), otherwise ``encode`` raises.
+
+    Args:
+        tokens: the id -> token list (use ``from_corpus`` to build it).
+        unk_token: token used for out-of-vocabulary input (if present).
+
+    Raises:
+        ValueError: duplicate tokens.
+    """
+
+    def __init__(self, tokens, unk_token=UNK):
+        self.tokens = list(tokens)
+        self.token_to_id = {t: i for i, t in enumerate(self.tokens)}
+        if len(self.token_to_id) != len(self.tokens):
+            dup = [t for t, c in collections.Counter(self.tokens).items()
+                   if c > 1]
+            raise ValueError(f"`tokens` has duplicates: {dup[:10]!r}")
+        self.unk_token = unk_token
+        self.unk_id = self.token_to_id.get(unk_token)
+
+    @classmethod
+    def from_corpus(cls, corpus, reserved=(), unk_token=UNK):
+        """Builds the vocabulary of ``corpus`` (list of tokens or a str)."""
+        counts = collections.Counter(corpus)  # insertion = first occurrence
+        order = sorted(
+            (t for t in counts if t not in set(reserved)),
+            key=lambda t: -counts[t],  # stable: ties keep first occurrence
+        )
+        return cls(list(reserved) + order, unk_token=unk_token)
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def __contains__(self, token):
+        return token in self.token_to_id
+
+    def encode(self, corpus):
+        """Tokens (list of str, or a str of characters) -> int32 ids."""
+        ids = np.empty(len(corpus), dtype=np.int32)
+        get = self.token_to_id.get
+        for i, t in enumerate(corpus):
+            idx = get(t, self.unk_id)
+            if idx is None:
+                raise ValueError(
+                    f"token {t!r} (position {i}) is not in the vocabulary "
+                    f"of {len(self)} tokens, which has no {self.unk_token!r}"
+                )
+            ids[i] = idx
+        return ids
+
+    def decode(self, ids):
+        """Ids -> list of tokens (``"".join`` them for characters)."""
+        return [self.tokens[int(i)] for i in np.asarray(ids).reshape(-1)]
+
+    def get_config(self):
+        return {"tokens": self.tokens, "unk_token": self.unk_token}
+
+
+def load_lm_corpus(name, split="train", vocabulary=None, data_dir=None):
+    """Loads a corpus split as ids, with the vocabulary of its train split.
+
+    Args:
+        name: ``"ptb"`` (words) or ``"tinyshakespeare"`` (characters).
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        vocabulary: a ``Vocabulary``; default built from the train split.
+
+    Returns:
+        ``(ids int32 (n,), vocabulary)``.
+
+    Raises:
+        ValueError: unknown ``name`` or ``split``. FileNotFoundError: as the
+            loaders.
+    """
+    loaders = {"ptb": load_ptb, "tinyshakespeare": load_tiny_shakespeare}
+    if name not in loaders:
+        raise ValueError(
+            f"`name` must be one of {sorted(loaders)}, got name={name!r}"
+        )
+    load = loaders[name]
+    corpus = load(split, data_dir=data_dir)
+    if vocabulary is None:
+        train = corpus if split == "train" else load("train", data_dir=data_dir)
+        vocabulary = Vocabulary.from_corpus(train)
+    return vocabulary.encode(corpus), vocabulary
+
+
+def batchify(ids, batch_size):
+    """Cuts a token stream into ``batch_size`` contiguous streams.
+
+    As the Transformer-XL reference iterator: with ``n = len(ids) //
+    batch_size``, the trailing ``len(ids) - batch_size * n`` tokens are
+    dropped and row b is ``ids[b * n:(b + 1) * n]``.
+
+    Args:
+        ids: 1-D int array-like, the whole corpus in order.
+        batch_size: int > 0.
+
+    Returns:
+        int32 array ``(batch_size, n)``.
+
+    Raises:
+        ValueError: ``ids`` not 1-D, ``batch_size`` not a positive int, or
+            fewer than ``batch_size`` tokens.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"`ids` must be 1-D, got ids.shape={ids.shape}")
+    if isinstance(batch_size, bool) or not isinstance(
+        batch_size, (int, np.integer)
+    ) or batch_size <= 0:
+        raise ValueError(
+            f"`batch_size` must be a positive int, got batch_size={batch_size!r}"
+        )
+    n = len(ids) // batch_size
+    if n == 0:
+        raise ValueError(
+            f"`ids` has {len(ids)} tokens, fewer than batch_size={batch_size}"
+        )
+    return ids[: n * batch_size].reshape(batch_size, n).astype(np.int32)
+
+
+def num_segments(streams, seg_len):
+    """How many pairs ``segments(streams, seg_len)`` yields (with the last)."""
+    n = np.shape(streams)[1]
+    return max(0, -(-(n - 1) // seg_len))
+
+
+def segments(streams, seg_len, drop_remainder=False):
+    """Consecutive ``(inputs, targets)`` segments of ordered streams.
+
+    For ``i = 0, seg_len, 2 seg_len, ...``: ``inputs = streams[:, i:i+L]``
+    and ``targets = streams[:, i+1:i+1+L]`` with ``L = min(seg_len,
+    n - 1 - i)``; so every position but the last of each stream is predicted
+    exactly once, and segment k + 1 of a row continues segment k. Each pair
+    has shape ``(batch_size, seg_len)`` except possibly the last, which is
+    shorter (``L < seg_len``) unless ``drop_remainder=True`` drops it.
+
+    Args:
+        streams: int array ``(batch_size, n)`` from ``batchify``.
+        seg_len: int > 0.
+        drop_remainder: skip a final segment shorter than ``seg_len``.
+
+    Yields:
+        ``(inputs, targets)`` int32 NumPy arrays of equal shape.
+
+    Raises:
+        ValueError: ``streams`` not 2-D, ``seg_len`` not a positive int.
+    """
+    streams = np.asarray(streams)
+    if streams.ndim != 2:
+        raise ValueError(
+            "`streams` must be 2-D (batch_size, n) as made by batchify, got "
+            f"streams.shape={streams.shape}"
+        )
+    if isinstance(seg_len, bool) or not isinstance(
+        seg_len, (int, np.integer)
+    ) or seg_len <= 0:
+        raise ValueError(
+            f"`seg_len` must be a positive int, got seg_len={seg_len!r}"
+        )
+    n = streams.shape[1]
+    for i in range(0, n - 1, seg_len):
+        length = min(seg_len, n - 1 - i)
+        if drop_remainder and length < seg_len:
+            return
+        yield (streams[:, i:i + length].astype(np.int32),
+               streams[:, i + 1:i + 1 + length].astype(np.int32))

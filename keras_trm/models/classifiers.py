@@ -1,0 +1,292 @@
+"""Small classifiers: LSTM / LN-LSTM, BERT-style encoder, LeNet CNN.
+
+Functional builders used by the classification recipes (IMDB sentiment with
+``lstm_classifier`` / ``encoder_classifier``, MNIST digits with
+``lenet_cnn``). Each returns a ``keras.Model`` whose output is float32 class
+*probabilities* (a softmax), so compile them with
+``SparseCategoricalCrossentropy()`` (``from_logits=False``).
+
+The models are instances of ``ClassifierModel``, a functional
+``keras.Model`` that also checks the dtype of its integer inputs: a plain
+functional model silently casts float token ids to int32 (1.7 -> 1), this
+one raises a ``TypeError`` instead.
+"""
+
+import keras
+from keras import ops
+
+from keras_trm.layers import _validation as v
+from keras_trm.layers.lstm_ln import LSTM_LN
+from keras_trm.layers.positional_embedding import PositionalEmbedding
+from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
+
+POOLING_MODES = {"mean", "cls"}
+NORM_MODES = {"none", "batch", "layer"}
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class ClassifierModel(keras.Model):
+    """A functional ``keras.Model`` that refuses non-integer ids.
+
+    Built like ``keras.Model(inputs, outputs, name=...)``. Before running
+    the graph, every input declared with an integer dtype (``keras.Input(...,
+    dtype="int32")``) must be given an integer (or unsigned) tensor/array;
+    other inputs are converted as usual. Saved and loaded (``.keras``) like
+    any functional model (``keras_trm`` must be imported).
+
+    Raises (when called):
+        TypeError: a float/bool value for an integer input; the message
+            names the input and the dtype received.
+    """
+
+    def call(self, inputs, training=None, mask=None):
+        flat = keras.tree.flatten(inputs)
+        if len(flat) == len(self.inputs):
+            for x, spec in zip(flat, self.inputs):
+                if "int" not in keras.backend.standardize_dtype(spec.dtype):
+                    continue
+                if not hasattr(x, "dtype"):
+                    continue  # Python lists: converted by Keras.
+                dtype = keras.backend.standardize_dtype(x.dtype)
+                if "int" not in dtype:
+                    raise TypeError(
+                        f"`{spec.name}` must be integer token ids, got dtype "
+                        f"{dtype} (shape {tuple(x.shape)}); cast ids to int32"
+                    )
+        return super().call(inputs, training=training, mask=mask)
+
+
+def _num_classes(num_classes):
+    v.positive_int("num_classes", num_classes)
+    if num_classes < 2:
+        raise ValueError(
+            f"`num_classes` must be >= 2 for a softmax classifier, got "
+            f"num_classes={num_classes}"
+        )
+    return num_classes
+
+
+def _probabilities(x, num_classes):
+    return keras.layers.Dense(
+        num_classes, activation="softmax", dtype="float32", name="classifier"
+    )(x)
+
+
+def lstm_classifier(
+    vocabulary_size,
+    embedding_dim=128,
+    units=128,
+    num_classes=2,
+    layer_norm=False,
+    bidirectional=False,
+    dropout_rate=0.2,
+    name="lstm_classifier",
+):
+    """Builds an (LN-)LSTM sequence classifier.
+
+    Architecture: ``Embedding(mask_zero=True)`` -> one LSTM layer returning
+    its last (masked) state -> ``Dropout`` -> ``Dense(num_classes,
+    softmax)``. The LSTM is ``keras.layers.LSTM``, or with
+    ``layer_norm=True`` the layer-normalized LSTM of Ba, Kiros and Hinton
+    (2016, "Layer Normalization", §3.1), ``keras_trm.layers.LSTM_LN``; with
+    ``bidirectional=True`` it is wrapped in ``keras.layers.Bidirectional``
+    (forward and backward final states concatenated, ``2 * units``).
+    Padding (id 0) is masked: a padded step keeps the previous state, so
+    padding does not change the prediction (for the forward direction
+    wherever it is; the usual layout is right padding).
+
+    Args:
+        vocabulary_size: int > 0; ids are in ``[0, vocabulary_size)`` and
+            id 0 is padding.
+        embedding_dim: int > 0, size of the token embeddings.
+        units: int > 0, LSTM state size.
+        num_classes: int >= 2.
+        layer_norm: bool, use ``LSTM_LN`` instead of ``keras.layers.LSTM``.
+        bidirectional: bool, wrap the LSTM in ``Bidirectional``.
+        dropout_rate: float in [0, 1), dropout on the final state.
+        name: model name.
+
+    Returns:
+        ``ClassifierModel`` with input ``"token_ids"``: int32 ``(batch, T)``
+        (any T), and output float32 probabilities ``(batch, num_classes)``
+        (rows sum to 1).
+
+    Raises:
+        TypeError/ValueError: a bad argument (non-positive sizes,
+            ``num_classes < 2``, ``dropout_rate`` outside [0, 1)); the
+            message names the argument and value. When called: TypeError
+            for non-integer ids (names ``token_ids`` and the dtype).
+    """
+    v.positive_int("vocabulary_size", vocabulary_size)
+    v.positive_int("embedding_dim", embedding_dim)
+    v.positive_int("units", units)
+    _num_classes(num_classes)
+    v.rate("dropout_rate", dropout_rate)
+
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    x = keras.layers.Embedding(
+        vocabulary_size, embedding_dim, mask_zero=True, name="embedding"
+    )(token_ids)
+    if layer_norm:
+        rnn = LSTM_LN(units, name="lstm_ln")
+    else:
+        rnn = keras.layers.LSTM(units, name="lstm")
+    if bidirectional:
+        rnn = keras.layers.Bidirectional(rnn, name="bidirectional")
+    x = rnn(x)
+    x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
+    outputs = _probabilities(x, num_classes)
+    return ClassifierModel(token_ids, outputs, name=name)
+
+
+def encoder_classifier(
+    vocabulary_size,
+    num_layers=2,
+    d_model=128,
+    num_heads=4,
+    d_ff=256,
+    max_length=512,
+    dropout_rate=0.1,
+    pooling="mean",
+    num_classes=2,
+    position="learned",
+    name="encoder_classifier",
+):
+    """Builds a BERT-style Transformer-encoder sequence classifier.
+
+    Architecture (encoder of Vaswani et al. 2017, §3.1; classification as in
+    BERT, Devlin et al. 2019): token embedding x sqrt(d_model) + position
+    embedding (``PositionalEmbedding``; learned by default as in BERT, or
+    the paper's sinusoids) -> dropout -> ``num_layers`` post-LN
+    ``TransformerEncoderBlock`` s, attending only to non-padding keys
+    (padding mask ``token_ids != 0``) -> pooling -> dropout ->
+    ``Dense(num_classes, softmax)``. Pooling:
+
+    * ``"cls"``: the output at position 0. The caller puts a classification
+      token (e.g. a ``[CLS]`` id) first in every sequence, as BERT does.
+    * ``"mean"``: the mean of the outputs at non-padding positions only,
+      ``sum_t m_t h_t / max(sum_t m_t, 1)`` with ``m_t = [id_t != 0]``.
+      Padded positions are excluded from both sums and no real position
+      attends to them, so appending padding leaves the output unchanged
+      (an all-padding row pools to zeros).
+
+    Args:
+        vocabulary_size: int > 0; id 0 is padding.
+        num_layers: int > 0, encoder blocks.
+        d_model, num_heads, d_ff: width, heads (must divide ``d_model``), FFN
+            inner width.
+        max_length: int > 0, the longest sequence accepted.
+        dropout_rate: float in [0, 1), on the embeddings, every residual
+            sub-layer and the pooled vector.
+        pooling: ``"mean"`` or ``"cls"``.
+        num_classes: int >= 2.
+        position: ``"learned"`` or ``"sinusoidal"``.
+        name: model name.
+
+    Returns:
+        ``ClassifierModel`` with input ``"token_ids"``: int32 ``(batch, T)``,
+        ``T <= max_length``, and output float32 probabilities ``(batch,
+        num_classes)``.
+
+    Raises:
+        TypeError/ValueError: bad arguments (non-positive sizes, ``d_model``
+            not divisible by ``num_heads``, unknown ``pooling`` or
+            ``position``, rates outside [0, 1)); the message names the
+            argument. When called: TypeError for non-integer ids (names the
+            dtype), ValueError for ``T > max_length``.
+    """
+    v.positive_int("vocabulary_size", vocabulary_size)
+    v.positive_int("num_layers", num_layers)
+    v.positive_int("d_model", d_model)
+    v.positive_int("num_heads", num_heads)
+    v.positive_int("d_ff", d_ff)
+    v.divisible("d_model", d_model, "num_heads", num_heads)
+    v.positive_int("max_length", max_length)
+    v.rate("dropout_rate", dropout_rate)
+    v.one_of("pooling", pooling, POOLING_MODES)
+    v.one_of("position", position, {"learned", "sinusoidal"})
+    _num_classes(num_classes)
+
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    padding_mask = ops.not_equal(token_ids, 0)
+    x = PositionalEmbedding(
+        vocabulary_size, d_model, max_length, position=position,
+        name="embedding",
+    )(token_ids)
+    x = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(x)
+    for i in range(num_layers):
+        x = TransformerEncoderBlock(
+            num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
+            name=f"encoder_layer_{i}",
+        )(x, padding_mask=padding_mask)
+    if pooling == "cls":
+        pooled = x[:, 0, :]
+    else:
+        weights = ops.expand_dims(ops.cast(padding_mask, x.dtype), -1)
+        total = ops.sum(x * weights, axis=1)
+        count = ops.maximum(ops.sum(weights, axis=1), 1.0)
+        pooled = total / count
+    pooled = keras.layers.Dropout(dropout_rate, name="pooled_dropout")(pooled)
+    outputs = _probabilities(pooled, num_classes)
+    return ClassifierModel(token_ids, outputs, name=name)
+
+
+def lenet_cnn(norm=None, num_classes=10, name="lenet_cnn"):
+    """Builds a LeNet-5-style CNN for 28x28 grey images (MNIST).
+
+    Architecture (after LeCun et al. 1998, with max pooling and tanh):
+    ``Rescaling(1/255)`` -> ``Reshape((28, 28, 1))`` ->
+    ``Conv2D(6, 5, padding="same", tanh)`` -> ``MaxPool2D(2)`` (14x14x6) ->
+    ``Conv2D(16, 5, tanh)`` -> ``MaxPool2D(2)`` (5x5x16) -> ``Flatten`` (400)
+    -> ``Dense(120)`` -> [norm] -> tanh -> ``Dense(84)`` -> [norm] -> tanh ->
+    ``Dense(num_classes, softmax)``.
+
+    The optional normalization of the two hidden fully connected layers sits
+    between the affine map and the non-linearity, ``tanh(N(W x))``, as
+    layer normalization is applied to the summed inputs in Ba, Kiros and
+    Hinton (2016, "Layer Normalization", §3) and batch normalization in
+    Ioffe and Szegedy (2015, §3.2). ``"layer"`` normalizes over the units of
+    one example (``keras.layers.LayerNormalization``); ``"batch"`` over the
+    batch (``keras.layers.BatchNormalization``, moving statistics at
+    inference). With a norm, those two Dense layers have no bias (the
+    norm's beta replaces it).
+
+    Args:
+        norm: ``None`` (or ``"none"``), ``"batch"`` or ``"layer"``.
+        num_classes: int >= 2.
+        name: model name.
+
+    Returns:
+        ``ClassifierModel`` with input ``"images"``: ``(batch, 28, 28)`` raw
+        pixel values 0-255, uint8 or float (converted to float32), and
+        output float32 probabilities ``(batch, num_classes)``.
+
+    Raises:
+        ValueError: unknown ``norm`` (the message names ``norm`` and the
+            value), ``num_classes < 2``. When called: ValueError from the
+            model for images of another shape (e.g. ``(batch, 32, 32)``).
+    """
+    norm_mode = v.one_of("norm", "none" if norm is None else norm, NORM_MODES)
+    _num_classes(num_classes)
+
+    images = keras.Input((28, 28), dtype="float32", name="images")
+    x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
+    x = keras.layers.Reshape((28, 28, 1), name="reshape")(x)
+    x = keras.layers.Conv2D(
+        6, 5, padding="same", activation="tanh", name="conv_1"
+    )(x)
+    x = keras.layers.MaxPool2D(2, name="pool_1")(x)
+    x = keras.layers.Conv2D(16, 5, activation="tanh", name="conv_2")(x)
+    x = keras.layers.MaxPool2D(2, name="pool_2")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    for i, size in enumerate((120, 84), start=1):
+        x = keras.layers.Dense(
+            size, use_bias=norm_mode == "none", name=f"dense_{i}"
+        )(x)
+        if norm_mode == "layer":
+            x = keras.layers.LayerNormalization(name=f"layer_norm_{i}")(x)
+        elif norm_mode == "batch":
+            x = keras.layers.BatchNormalization(name=f"batch_norm_{i}")(x)
+        x = keras.layers.Activation("tanh", name=f"tanh_{i}")(x)
+    outputs = _probabilities(x, num_classes)
+    return ClassifierModel(images, outputs, name=name)

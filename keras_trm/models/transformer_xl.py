@@ -1,0 +1,655 @@
+"""Transformer-XL language model (Dai et al. 2019) and a vanilla baseline.
+
+``TransformerXLLM`` is the decoder-only model of Dai et al. (2019) §3:
+
+    h^0_τ      = Dropout(E[x_τ] · sqrt(d_model))           (no absolute positions)
+    m^{n-1}_τ  = SG([m^{n-1}_{τ-1} ∘ h^{n-1}_{τ-1}])[-mem_len:]
+    h^n_τ      = TransformerXLBlock_n(h^{n-1}_τ, memory=m^{n-1}_τ)
+    logits_τ   = Dropout(h^N_τ) · Eᵀ + b                    (tied output)
+
+so the memory of layer n is the history of that layer's *input* (the
+embedding output for layer 0), kept for ``mem_len`` positions and never
+back-propagated into (``TransformerXLBlock.compute_new_memory``). Positions
+enter only through the relative attention of every block (§3.3).
+
+``vanilla_transformer_lm`` is the baseline it is compared with (Al-Rfou et
+al. 2018 style, without auxiliary losses): the same blocks' sizes, absolute
+sinusoidal positions (Vaswani et al. 2017 §3.5), causal self-attention within
+a fixed-length segment and no memory. Evaluated with
+``evaluate_sliding_window`` it recomputes the whole context of
+``context_len`` tokens for every new token, the evaluation procedure whose
+cost Transformer-XL's memory removes (Dai et al. §3.2, "up to 1,800+ times
+faster"); ``evaluate_with_memory`` is the Transformer-XL counterpart.
+
+Both models take int32 ``(batch, T)`` token ids (id 0 is an ordinary token:
+there is no padding in ordered LM batches) and return float32 logits.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trm.data.language_modeling import segments
+from keras_trm.layers import _validation as v
+from keras_trm.layers.positional_embedding import PositionalEmbedding
+from keras_trm.layers.transformer_encoder_block import _BlockBase
+from keras_trm.layers.transformer_xl_block import TransformerXLBlock
+
+
+def _check_token_ids(token_ids, max_segment_len, model_name):
+    shape = tuple(token_ids.shape)
+    if len(shape) != 2:
+        raise ValueError(
+            "`token_ids` must have shape (batch, T), got token_ids.shape="
+            f"{shape}"
+        )
+    dtype = keras.backend.standardize_dtype(token_ids.dtype)
+    if "int" not in dtype:
+        raise TypeError(
+            f"`token_ids` must be integer ids, got dtype {dtype} (shape "
+            f"{shape}); cast ids to int32"
+        )
+    seg = shape[1]
+    if seg is not None and seg > max_segment_len:
+        raise ValueError(
+            f"`token_ids` has segment length T={seg} (token_ids.shape="
+            f"{shape}), longer than max_segment_len={max_segment_len} of "
+            f"model '{model_name}'"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class TransformerXLLM(keras.Model):
+    """Transformer-XL language model with segment-level recurrence.
+
+    Architecture: token embedding E scaled by sqrt(d_model) (no absolute
+    positions), dropout, ``num_layers`` ``TransformerXLBlock``s (relative
+    attention over ``[SG(memory) ∘ segment]``, FFN; post-LN as the reference
+    code, pre-LN plus a final LayerNorm with ``norm_first``), dropout, and
+    logits ``h Eᵀ + b`` with the embedding table tied to the output
+    projection (``b`` a learned output bias, as the tied softmax of the
+    reference code). Each layer owns its u, v (``untie_biases=True``, the
+    reference code's ``untie_r``), or one pair owned by the model is shared
+    by all layers (``untie_biases=False``).
+
+    The memory of layer n for the next segment is
+    ``SG(concat([memory_n, input_n]))[:, -mem_len:]``, where ``input_n`` is
+    the input of layer n on this segment. Segment-by-segment evaluation
+    with ``mem_len`` covering the whole past therefore gives exactly the
+    logits of one pass over the whole sequence (up to float round-off).
+
+    The model is built when constructed (all weights exist right away) and
+    round-trips through ``.keras`` files.
+
+    Args:
+        vocabulary_size: int > 0.
+        num_layers: int > 0, N.
+        d_model: even int > 0.
+        num_heads: int > 0.
+        d_ff: int > 0, FFN inner width.
+        mem_len: int >= 0, positions of memory kept per layer (0 = none).
+        max_segment_len: int > 0, the longest segment T accepted by ``call``
+            (the memory length is separate and may be anything).
+        key_dim: optional d_head (default d_model // num_heads).
+        dropout_rate: float in [0, 1), on the embedding output, each
+            sub-layer output and the final hidden states.
+        attention_dropout_rate: float in [0, 1), on attention probabilities.
+        same_length, clamp_len: as ``TransformerXLBlock``.
+        untie_biases: bool, per-layer u/v (True) or one shared pair (False).
+        norm_first: bool, pre-LN blocks plus a final LayerNorm.
+        layer_norm_epsilon: float.
+        use_output_bias: bool, learned bias on the tied logits.
+        embeddings_initializer: default ``normal(0, d_model**-0.5)`` so that
+            scaled embeddings start at unit scale.
+
+    Call arguments:
+        token_ids: int ``(batch, T)`` with ``T <= max_segment_len``.
+        memories: None (no memory) or a list of ``num_layers`` float
+            tensors ``(batch, M, d_model)``, one per layer, all with the
+            same M (e.g. the ``new_memories`` of the previous segment, or
+            ``init_memories(batch)``).
+        training: bool, enables dropout.
+
+    Returns:
+        ``(logits, new_memories)``: float32 ``(batch, T, vocabulary_size)``
+        and a list of ``num_layers`` tensors ``(batch, min(mem_len, M + T),
+        d_model)`` without gradient.
+
+    Raises:
+        ValueError: bad constructor arguments (``mem_len < 0`` included); a
+            segment longer than ``max_segment_len``; ``token_ids`` not of
+            rank 2; ``memories`` not a list of ``num_layers`` tensors, or of
+            the wrong rank, batch size, d_model, or unequal lengths (the
+            messages name the argument and the shapes).
+        TypeError: non-integer ``token_ids``, non-integer sizes.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers=4,
+        d_model=256,
+        num_heads=4,
+        d_ff=1024,
+        mem_len=64,
+        max_segment_len=512,
+        key_dim=None,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.0,
+        same_length=False,
+        clamp_len=None,
+        untie_biases=True,
+        norm_first=False,
+        layer_norm_epsilon=1e-5,
+        use_output_bias=True,
+        embeddings_initializer=None,
+        **kwargs,
+    ):
+        kwargs.setdefault("name", "transformer_xl_lm")
+        super().__init__(**kwargs)
+        self.vocabulary_size = v.positive_int(
+            "vocabulary_size", vocabulary_size
+        )
+        self.num_layers = v.positive_int("num_layers", num_layers)
+        self.d_model = v.positive_int("d_model", d_model)
+        if self.d_model % 2:
+            raise ValueError(
+                "`d_model` must be even (sinusoidal relative positions), got "
+                f"d_model={d_model}"
+            )
+        self.num_heads = v.positive_int("num_heads", num_heads)
+        self.d_ff = v.positive_int("d_ff", d_ff)
+        self.mem_len = v.non_negative_int("mem_len", mem_len)
+        self.max_segment_len = v.positive_int(
+            "max_segment_len", max_segment_len
+        )
+        self.key_dim = None if key_dim is None else v.positive_int(
+            "key_dim", key_dim
+        )
+        if self.key_dim is None:
+            v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
+        self.dropout_rate = v.rate("dropout_rate", dropout_rate)
+        self.attention_dropout_rate = v.rate(
+            "attention_dropout_rate", attention_dropout_rate
+        )
+        self.same_length = bool(same_length)
+        if clamp_len is not None:
+            clamp_len = v.non_negative_int("clamp_len", clamp_len)
+        self.clamp_len = clamp_len
+        self.untie_biases = bool(untie_biases)
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.use_output_bias = bool(use_output_bias)
+        if embeddings_initializer is None:
+            embeddings_initializer = keras.initializers.RandomNormal(
+                stddev=self.d_model**-0.5
+            )
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+        )
+        self.build()
+
+    # -- construction --------------------------------------------------------
+    def build(self, *unused_args, **unused_kwargs):
+        if self.built:
+            return
+        d = self.d_model
+        self.embedding = keras.layers.Embedding(
+            self.vocabulary_size, d,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy, name="embedding",
+        )
+        self.embedding.build((None, None))
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout_rate, dtype=self.dtype_policy, name="dropout"
+        )
+        self.blocks = []
+        for i in range(self.num_layers):
+            block = TransformerXLBlock(
+                num_heads=self.num_heads,
+                d_ff=self.d_ff,
+                mem_len=self.mem_len,
+                key_dim=self.key_dim,
+                dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                same_length=self.same_length,
+                clamp_len=self.clamp_len,
+                untie_biases=self.untie_biases,
+                norm_first=self.norm_first,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                dtype=self.dtype_policy,
+                name=f"layer_{i}",
+            )
+            block.build((None, None, d))
+            self.blocks.append(block)
+        self.final_norm = None
+        if self.norm_first:
+            self.final_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+                name="final_norm",
+            )
+            self.final_norm.build((None, None, d))
+        self.content_bias = self.position_bias = None
+        if not self.untie_biases:
+            head = (self.num_heads, self.key_dim or d // self.num_heads)
+            self.content_bias = self.add_weight(
+                name="content_bias", shape=head, initializer="zeros"
+            )
+            self.position_bias = self.add_weight(
+                name="position_bias", shape=head, initializer="zeros"
+            )
+        self.output_bias = None
+        if self.use_output_bias:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(self.vocabulary_size,),
+                initializer="zeros",
+            )
+        self.built = True
+
+    def get_build_config(self):
+        return {"built": True}
+
+    def build_from_config(self, config):
+        self.build()
+
+    # -- memories -------------------------------------------------------------
+    def init_memories(self, batch_size):
+        """Empty memories: ``num_layers`` zero tensors ``(batch, 0, d_model)``."""
+        batch_size = v.positive_int("batch_size", batch_size)
+        return [
+            ops.zeros((batch_size, 0, self.d_model), self.compute_dtype)
+            for _ in range(self.num_layers)
+        ]
+
+    def set_mem_len(self, mem_len):
+        """Changes how many positions new memories keep (e.g. longer at
+        evaluation, as ``reset_length`` of the reference code)."""
+        self.mem_len = v.non_negative_int("mem_len", mem_len)
+        for block in self.blocks:
+            block.mem_len = self.mem_len
+
+    def _check_memories(self, memories, token_ids):
+        if not isinstance(memories, (list, tuple)) or (
+            len(memories) != self.num_layers
+        ):
+            got = (
+                f"a list of {len(memories)}"
+                if isinstance(memories, (list, tuple))
+                else type(memories).__name__
+            )
+            raise ValueError(
+                f"`memories` must be a list of num_layers={self.num_layers} "
+                f"tensors (batch, M, d_model={self.d_model}), got {got}"
+            )
+        batch = token_ids.shape[0]
+        shapes = [tuple(m.shape) for m in memories]
+        for i, shape in enumerate(shapes):
+            bad = len(shape) != 3 or shape[-1] != self.d_model
+            if not bad and batch is not None and shape[0] is not None:
+                bad = shape[0] != batch
+            if bad:
+                raise ValueError(
+                    f"`memories[{i}]` must have shape (batch={batch}, M, "
+                    f"d_model={self.d_model}) to match token_ids.shape="
+                    f"{tuple(token_ids.shape)}, got memories[{i}].shape="
+                    f"{shape}"
+                )
+        lengths = {s[1] for s in shapes if s[1] is not None}
+        if len(lengths) > 1:
+            raise ValueError(
+                "`memories` must all have the same length M, got shapes "
+                f"{shapes}"
+            )
+
+    # -- forward ----------------------------------------------------------------
+    def embed(self, token_ids, training=None):
+        """``Dropout(E[token_ids] * sqrt(d_model))``, the input of layer 0."""
+        x = ops.cast(self.embedding(token_ids), self.compute_dtype)
+        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
+        return self.dropout_layer(x, training=training)
+
+    def logits(self, hidden):
+        """Tied output: ``hidden · Eᵀ (+ b)`` in float32."""
+        table = ops.cast(self.embedding.embeddings, hidden.dtype)
+        out = ops.cast(ops.matmul(hidden, ops.transpose(table)), "float32")
+        if self.output_bias is not None:
+            out = out + ops.cast(self.output_bias, "float32")
+        return out
+
+    def call(self, token_ids, memories=None, training=None):
+        token_ids = ops.convert_to_tensor(token_ids)
+        _check_token_ids(token_ids, self.max_segment_len, self.name)
+        if memories is not None:
+            memories = [ops.convert_to_tensor(m) for m in memories]
+            self._check_memories(memories, token_ids)
+        seg = token_ids.shape[1]
+        if seg is None:
+            import tensorflow as tf
+
+            tf.debugging.assert_less_equal(
+                tf.shape(token_ids)[1], self.max_segment_len,
+                message=(
+                    "`token_ids` segment length exceeds max_segment_len="
+                    f"{self.max_segment_len} of model '{self.name}'"
+                ),
+            )
+        x = self.embed(token_ids, training=training)
+        new_memories = []
+        for i, block in enumerate(self.blocks):
+            memory = None if memories is None else memories[i]
+            new_memories.append(block.compute_new_memory(x, memory))
+            x = block(
+                x, memory=memory, content_bias=self.content_bias,
+                position_bias=self.position_bias, training=training,
+            )
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        x = self.dropout_layer(x, training=training)
+        return self.logits(x), new_memories
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocabulary_size=self.vocabulary_size,
+            num_layers=self.num_layers,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ff=self.d_ff,
+            mem_len=self.mem_len,
+            max_segment_len=self.max_segment_len,
+            key_dim=self.key_dim,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            same_length=self.same_length,
+            clamp_len=self.clamp_len,
+            untie_biases=self.untie_biases,
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            use_output_bias=self.use_output_bias,
+            embeddings_initializer=keras.initializers.serialize(
+                self.embeddings_initializer
+            ),
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+# -- vanilla baseline ----------------------------------------------------------
+@keras.saving.register_keras_serializable(package="keras_trm")
+class _CausalBlock(_BlockBase):
+    """Decoder-only layer: causal self-attention then FFN (no cross-attention).
+
+    ``x <- LayerNorm(x + Dropout(MHA(x, x, causal)))`` then the FFN
+    (Vaswani et al. 2017 §3.1, §3.2.3), post-LN or pre-LN (``norm_first``).
+    Arguments as ``TransformerEncoderBlock``; call on float ``(batch, T,
+    d_model)``; query i sees positions ``<= i`` only.
+    """
+
+    def build(self, inputs_shape):
+        d_model = self._check_d_model("inputs", inputs_shape)
+        self.self_attention = self._attention(d_model, "self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self._build_ffn(d_model, inputs_shape)
+        self.built = True
+
+    def call(self, inputs, training=None):
+        x = self._residual(
+            inputs,
+            self.self_attention_norm,
+            lambda y: self.self_attention(
+                y, y, use_causal_mask=True, training=training
+            ),
+            training,
+        )
+        return self._ffn(x, training)
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
+
+
+def vanilla_transformer_lm(
+    vocabulary_size,
+    num_layers=4,
+    d_model=256,
+    num_heads=4,
+    d_ff=1024,
+    max_length=512,
+    dropout_rate=0.1,
+    attention_dropout_rate=0.0,
+    position="sinusoidal",
+    norm_first=False,
+    layer_norm_epsilon=1e-5,
+    name="vanilla_transformer_lm",
+):
+    """The fixed-context baseline: absolute positions, causal attention.
+
+    Token embedding x sqrt(d_model) + sinusoidal positions 0..T-1
+    (``PositionalEmbedding``, no padding mask: id 0 is a real token),
+    dropout, ``num_layers`` causal blocks (``_CausalBlock``), [final
+    LayerNorm with ``norm_first``], dropout, logits tied to the embedding
+    table. Sizes mean the same as in ``TransformerXLLM``; the two differ
+    only in positions (absolute vs relative), memory, the output bias and
+    the per-layer W_{k,R}, u, v of Transformer-XL.
+
+    Args:
+        vocabulary_size, num_layers, d_model, num_heads, d_ff, dropout_rate,
+        attention_dropout_rate, norm_first, layer_norm_epsilon: as
+            ``TransformerXLLM``.
+        max_length: int, the longest segment (and evaluation context).
+        position: ``"sinusoidal"`` (default) or ``"learned"``.
+
+    Returns:
+        functional ``keras.Model``: int32 ``token_ids (batch, T)`` ->
+        float32 logits ``(batch, T, vocabulary_size)``.
+
+    Raises:
+        ValueError: d_model not divisible by num_heads, odd d_model with
+            sinusoids, bad sizes or rates.
+    """
+    v.positive_int("vocabulary_size", vocabulary_size)
+    v.positive_int("num_layers", num_layers)
+    v.positive_int("d_model", d_model)
+    v.positive_int("num_heads", num_heads)
+    v.divisible("d_model", d_model, "num_heads", num_heads)
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    embedding = PositionalEmbedding(
+        vocabulary_size, d_model, max_length, position=position,
+        mask_zero=False, name="embedding",
+    )
+    x = embedding(token_ids)
+    x = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(x)
+    for i in range(num_layers):
+        x = _CausalBlock(
+            num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon,
+            name=f"layer_{i}",
+        )(x)
+    if norm_first:
+        x = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="final_norm"
+        )(x)
+    x = keras.layers.Dropout(dropout_rate, name="output_dropout")(x)
+    logits = embedding(x, reverse=True)
+    return keras.Model(token_ids, logits, name=name)
+
+
+# -- training and evaluation helpers ---------------------------------------
+def lm_loss(targets, logits):
+    """Mean next-token NLL (nats) of float logits ``(batch, T, V)``."""
+    return ops.mean(
+        ops.sparse_categorical_crossentropy(
+            targets, ops.cast(logits, "float32"), from_logits=True
+        )
+    )
+
+
+def make_train_step(model, optimizer, clip_norm=0.25):
+    """A compiled Transformer-XL training step carrying memories.
+
+    ``step(inputs, targets, memories) -> (loss, new_memories)``: one
+    optimizer update on the mean NLL of a segment, gradients clipped to
+    global norm ``clip_norm`` (0.25 in the reference PTB/WT103 setups; None
+    = no clipping). Start with ``memories = model.init_memories(batch)`` and
+    pass each step's ``new_memories`` to the next segment of the same
+    streams (see ``keras_trm.data.language_modeling.segments``).
+    """
+    import tensorflow as tf
+
+    optimizer.build(model.trainable_variables)
+
+    @tf.function(reduce_retracing=True)
+    def step(inputs, targets, memories):
+        with tf.GradientTape() as tape:
+            logits, new_memories = model(inputs, memories, training=True)
+            loss = lm_loss(targets, logits)
+            if model.losses:
+                loss_total = loss + tf.add_n(model.losses)
+            else:
+                loss_total = loss
+        variables = model.trainable_variables
+        grads = tape.gradient(loss_total, variables)
+        if clip_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss, new_memories
+
+    return step
+
+
+def evaluate_with_memory(model, streams, seg_len, max_segments=None):
+    """Mean NLL per token (nats) of ordered streams, carrying memories.
+
+    Walks ``segments(streams, seg_len)`` in order (the last, possibly
+    shorter, segment included) and feeds each segment's ``new_memories`` to
+    the next, so a token sees up to ``model.mem_len`` positions of earlier
+    segments besides its own segment (Dai et al. 2019 §3.2, evaluation).
+    Dropout is off.
+
+    Args:
+        model: a ``TransformerXLLM``.
+        streams: int ``(batch_size, n)`` from ``batchify``.
+        seg_len: int, 0 < seg_len <= ``model.max_segment_len``.
+        max_segments: optional int, stop after this many segments.
+
+    Returns:
+        float, the mean negative log-likelihood over all predicted tokens
+        (``exp`` of it is the perplexity; divide by ln 2 for bits).
+
+    Raises:
+        ValueError: ``seg_len`` larger than ``model.max_segment_len``, bad
+            ``streams``.
+    """
+    import tensorflow as tf
+
+    seg_len = v.positive_int("seg_len", seg_len)
+    if seg_len > model.max_segment_len:
+        raise ValueError(
+            f"`seg_len`={seg_len} is longer than max_segment_len="
+            f"{model.max_segment_len} of model '{model.name}'"
+        )
+    streams = np.asarray(streams)
+
+    @tf.function(reduce_retracing=True)
+    def forward(inputs, targets, memories):
+        logits, new_memories = model(inputs, memories, training=False)
+        nll = ops.sparse_categorical_crossentropy(
+            targets, logits, from_logits=True
+        )
+        return ops.sum(nll), new_memories
+
+    memories = model.init_memories(streams.shape[0])
+    total, count = 0.0, 0
+    for k, (inputs, targets) in enumerate(segments(streams, seg_len)):
+        if max_segments is not None and k >= max_segments:
+            break
+        nll, memories = forward(inputs, targets, memories)
+        total += float(nll)
+        count += targets.size
+    if count == 0:
+        raise ValueError(
+            f"`streams` of shape {streams.shape} hold no (input, target) pair"
+        )
+    return total / count
+
+
+def evaluate_sliding_window(vanilla_model, streams, context_len,
+                            max_tokens=None):
+    """Mean NLL per token of a fixed-context model, one token per step.
+
+    The vanilla Transformer evaluation of Dai et al. (2019) §3.1 / Al-Rfou
+    et al. (2018): to predict token t + 1 of each stream the model is run on
+    the last ``context_len`` tokens ``[t - context_len + 1, t]`` and only
+    the last position's prediction is kept; the window then moves by one
+    token, so every step recomputes the whole context. The first
+    ``context_len`` predictions of a stream (which have less context) come
+    from one causal pass over its first ``context_len`` tokens, identical
+    to what shorter windows would give.
+
+    Args:
+        vanilla_model: a model mapping int ``(batch, T)`` ids to logits
+            ``(batch, T, V)``, e.g. ``vanilla_transformer_lm(...)``.
+        streams: int ``(batch_size, n)`` from ``batchify``.
+        context_len: int > 0, the window length (at most the model's
+            ``max_length``).
+        max_tokens: optional int > 0, score only the first ``max_tokens``
+            predictions of *each* stream (targets at positions
+            ``1..max_tokens``); default all ``n - 1``.
+
+    Returns:
+        float, mean NLL (nats) over ``batch_size * min(n - 1, max_tokens)``
+        predictions.
+
+    Raises:
+        ValueError: ``context_len`` above the model's ``max_length``, bad
+            ``streams``/``max_tokens``.
+    """
+    import tensorflow as tf
+
+    context_len = v.positive_int("context_len", context_len)
+    try:
+        max_length = vanilla_model.get_layer("embedding").max_length
+    except (ValueError, AttributeError):
+        max_length = None
+    if max_length is not None and context_len > max_length:
+        raise ValueError(
+            f"`context_len`={context_len} is longer than max_length="
+            f"{max_length} of model '{vanilla_model.name}'"
+        )
+    streams = np.asarray(streams)
+    if streams.ndim != 2 or streams.shape[1] < 2:
+        raise ValueError(
+            "`streams` must be (batch_size, n) with n >= 2, got "
+            f"streams.shape={streams.shape}"
+        )
+    limit = streams.shape[1] - 1
+    if max_tokens is not None:
+        limit = min(limit, v.positive_int("max_tokens", max_tokens))
+    streams = streams.astype(np.int32)
+
+    @tf.function(reduce_retracing=True)
+    def all_positions(inputs, targets):
+        logits = vanilla_model(inputs, training=False)
+        return ops.sum(ops.sparse_categorical_crossentropy(
+            targets, logits, from_logits=True))
+
+    @tf.function
+    def last_position(window, target):
+        logits = vanilla_model(window, training=False)[:, -1]
+        return ops.sum(ops.sparse_categorical_crossentropy(
+            target, logits, from_logits=True))
+
+    first = min(context_len, limit)
+    total = float(all_positions(streams[:, :first], streams[:, 1:first + 1]))
+    for t in range(context_len, limit):
+        total += float(last_position(
+            streams[:, t - context_len + 1:t + 1], streams[:, t + 1]
+        ))
+    return total / (streams.shape[0] * limit)

@@ -1,0 +1,322 @@
+"""Transformer-XL language model (Dai et al. 2019): shapes, memories without
+gradient, segment-by-segment = full pass, .keras round trip, the vanilla
+baseline and its sliding-window evaluation, PTB / Tiny Shakespeare data
+helpers, a short real-data training run and argument errors."""
+
+import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_trm.data import language_modeling as lm  # noqa: E402
+from keras_trm.models.transformer_xl import (  # noqa: E402
+    TransformerXLLM,
+    evaluate_sliding_window,
+    evaluate_with_memory,
+    lm_loss,
+    make_train_step,
+    vanilla_transformer_lm,
+)
+
+VOCAB, D_MODEL, LAYERS, HEADS, D_FF = 37, 16, 2, 2, 32
+
+
+def tiny_xl(**kwargs):
+    config = dict(num_layers=LAYERS, d_model=D_MODEL, num_heads=HEADS,
+                  d_ff=D_FF, mem_len=8, max_segment_len=24, dropout_rate=0.0)
+    config.update(kwargs)
+    return TransformerXLLM(VOCAB, **config)
+
+
+def random_ids(shape, seed=0):
+    return np.random.default_rng(seed).integers(0, VOCAB, shape).astype(
+        np.int32
+    )
+
+
+# -- model -------------------------------------------------------------------
+def test_shapes_and_new_memories():
+    model = tiny_xl(mem_len=5)
+    x = random_ids((3, 4))
+    logits, mems = model(x)
+    assert logits.shape == (3, 4, VOCAB) and logits.dtype == tf.float32
+    assert len(mems) == LAYERS
+    # Fewer than mem_len positions seen so far: the memory holds all 4.
+    assert all(tuple(m.shape) == (3, 4, D_MODEL) for m in mems)
+    # Layer 0's memory is its input: the scaled embedding (dropout off).
+    emb = model.embed(x, training=False)
+    np.testing.assert_allclose(mems[0], emb, atol=1e-6)
+    logits2, mems2 = model(random_ids((3, 4), 1), mems)
+    assert logits2.shape == (3, 4, VOCAB)
+    assert all(tuple(m.shape) == (3, 5, D_MODEL) for m in mems2)
+    # The newest 4 positions of the layer-0 memory are the new segment's input.
+    np.testing.assert_allclose(mems2[0][:, 1:], model.embed(
+        random_ids((3, 4), 1), training=False), atol=1e-6)
+    np.testing.assert_allclose(mems2[0][:, :1], mems[0][:, -1:], atol=1e-6)
+    # Empty memories behave as no memory.
+    empty = model.init_memories(3)
+    assert tuple(empty[0].shape) == (3, 0, D_MODEL)
+    np.testing.assert_allclose(model(x, empty)[0], logits, atol=1e-6)
+
+
+def test_no_gradient_into_memories():
+    model = tiny_xl(dropout_rate=0.1)
+    x = random_ids((2, 5))
+    mems = [tf.random.normal((2, 6, D_MODEL), seed=i) for i in range(LAYERS)]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(mems)
+        logits, new_mems = model(x, mems, training=True)
+        loss = lm_loss(random_ids((2, 5), 3), logits)
+        mem_sum = tf.add_n([tf.reduce_sum(m) for m in new_mems])
+    assert all(g is None for g in tape.gradient(loss, mems))
+    weight_grads = tape.gradient(loss, model.trainable_variables)
+    assert sum(g is not None for g in weight_grads) > 0
+    # New memories are stop-gradient too (their source, the embedding,
+    # receives nothing through them).
+    assert all(
+        g is None for g in tape.gradient(mem_sum, model.trainable_variables)
+    )
+    assert all(g is None for g in tape.gradient(mem_sum, mems))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"untie_biases": False,
+                                         "norm_first": True}])
+def test_segments_with_memory_equal_full_pass(kwargs):
+    length, seg = 18, 6
+    model = tiny_xl(mem_len=length, max_segment_len=length, **kwargs)
+    if not kwargs:
+        # Non-zero u, v so that the global biases take part.
+        for block in model.blocks:
+            att = block.self_attention
+            att.content_bias.assign(tf.random.normal(att.content_bias.shape))
+            att.position_bias.assign(tf.random.normal(att.position_bias.shape))
+    else:
+        model.content_bias.assign(tf.random.normal(model.content_bias.shape))
+        model.position_bias.assign(tf.random.normal(model.position_bias.shape))
+    x = random_ids((2, length), 5)
+    full, _ = model(x)
+    mems, pieces = None, []
+    for start in range(0, length, seg):
+        out, mems = model(x[:, start:start + seg], mems)
+        pieces.append(out)
+    np.testing.assert_allclose(
+        np.concatenate(pieces, axis=1), full, atol=1e-4, rtol=1e-4
+    )
+    # With a too-short memory the later segments lose context and differ.
+    short = tiny_xl(mem_len=2, max_segment_len=length, **kwargs)
+    short.set_weights(model.get_weights())
+    mems, pieces = None, []
+    for start in range(0, length, seg):
+        out, mems = short(x[:, start:start + seg], mems)
+        pieces.append(out)
+    np.testing.assert_allclose(pieces[0], full[:, :seg], atol=1e-4)
+    assert np.abs(np.concatenate(pieces, 1)[:, seg:] - full[:, seg:]).max() > 1e-3
+
+
+def test_evaluate_with_memory_matches_manual_loop():
+    model = tiny_xl(mem_len=6)
+    streams = random_ids((3, 23), 7)
+    mems, total, count = model.init_memories(3), 0.0, 0
+    for inputs, targets in lm.segments(streams, 5):
+        logits, mems = model(inputs, mems)
+        nll = keras.ops.sparse_categorical_crossentropy(
+            targets, logits, from_logits=True)
+        total += float(tf.reduce_sum(nll))
+        count += targets.size
+    assert count == 3 * 22
+    got = evaluate_with_memory(model, streams, 5)
+    assert got == pytest.approx(total / count, rel=1e-5)
+
+
+def test_keras_round_trip(tmp_path):
+    model = tiny_xl(untie_biases=False, norm_first=True, mem_len=4)
+    model.content_bias.assign(tf.random.normal(model.content_bias.shape))
+    x = random_ids((2, 5))
+    mems = [tf.random.normal((2, 3, D_MODEL), seed=i) for i in range(LAYERS)]
+    logits, new = model(x, mems)
+    path = str(tmp_path / "xl.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, TransformerXLLM)
+    assert loaded.get_config() == model.get_config()
+    logits2, new2 = loaded(x, mems)
+    np.testing.assert_array_equal(logits2, logits)
+    for a, b in zip(new, new2):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_vanilla_baseline_causal_and_round_trip(tmp_path):
+    model = vanilla_transformer_lm(
+        VOCAB, num_layers=LAYERS, d_model=D_MODEL, num_heads=HEADS,
+        d_ff=D_FF, max_length=16, dropout_rate=0.0,
+    )
+    x = random_ids((2, 7))
+    logits = model(x)
+    assert logits.shape == (2, 7, VOCAB) and logits.dtype == tf.float32
+    changed = x.copy()
+    changed[:, 4:] = (changed[:, 4:] + 1) % VOCAB
+    np.testing.assert_allclose(model(changed)[:, :4], logits[:, :4], atol=1e-5)
+    # Output tied to the embedding: the token table is the only
+    # vocabulary-sized weight.
+    assert [w.path for w in model.weights if VOCAB in w.shape] == [
+        "embedding/embeddings"]
+    path = str(tmp_path / "vanilla.keras")
+    model.save(path)
+    np.testing.assert_array_equal(keras.saving.load_model(path)(x), logits)
+
+
+def test_sliding_window_evaluation():
+    model = vanilla_transformer_lm(
+        VOCAB, num_layers=1, d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF,
+        max_length=8, dropout_rate=0.0,
+    )
+    streams = random_ids((2, 14), 11)
+    ctx = 4
+    nll = []
+    for t in range(13):  # predict token t + 1 from the last <= ctx tokens
+        window = streams[:, max(0, t - ctx + 1):t + 1]
+        logits = model(window)[:, -1]
+        nll.append(keras.ops.sparse_categorical_crossentropy(
+            streams[:, t + 1], logits, from_logits=True).numpy())
+    nll = np.stack(nll, axis=1)  # (2, 13)
+    assert evaluate_sliding_window(model, streams, ctx) == pytest.approx(
+        nll.mean(), rel=1e-5)
+    assert evaluate_sliding_window(
+        model, streams, ctx, max_tokens=6) == pytest.approx(
+        nll[:, :6].mean(), rel=1e-5)
+
+
+# -- data --------------------------------------------------------------------
+def test_batchify_and_segments():
+    ids = np.arange(23)
+    streams = lm.batchify(ids, 4)
+    assert streams.shape == (4, 5) and streams.dtype == np.int32
+    for b in range(4):  # row b is a contiguous piece of the corpus
+        np.testing.assert_array_equal(streams[b], np.arange(5 * b, 5 * b + 5))
+    pairs = list(lm.segments(streams, 3))
+    assert [p[0].shape for p in pairs] == [(4, 3), (4, 1)]
+    for inputs, targets in pairs:
+        np.testing.assert_array_equal(targets, inputs + 1)
+    np.testing.assert_array_equal(  # consecutive segments continue each row
+        np.concatenate([p[0] for p in pairs], 1), streams[:, :-1])
+    assert len(list(lm.segments(streams, 3, drop_remainder=True))) == 1
+    assert lm.num_segments(streams, 3) == 2
+
+
+def test_vocabulary():
+    vocab = lm.Vocabulary.from_corpus("abracadabra")
+    assert vocab.tokens == ["a", "b", "r", "c", "d"]  # by count, then order
+    ids = vocab.encode("cab")
+    assert ids.dtype == np.int32 and "".join(vocab.decode(ids)) == "cab"
+    with pytest.raises(ValueError, match="'z'"):
+        vocab.encode("z")
+    words = lm.Vocabulary.from_corpus(["x", "<unk>", "x"], reserved=["<eos>"])
+    assert words.tokens == ["<eos>", "x", "<unk>"]
+    np.testing.assert_array_equal(words.encode(["new", "x"]), [2, 1])
+
+
+def test_ptb_counts():
+    train = lm.load_ptb("train")
+    assert len(train) == 929_589
+    assert train.count("<eos>") == 42_068
+    assert len(train) - train.count("<eos>") == 887_521
+    assert len(lm.load_ptb("valid")) == 73_760
+    assert len(lm.load_ptb("test")) == 82_430
+    ids, vocab = lm.load_lm_corpus("ptb", "valid")
+    assert len(vocab) == 10_000 and "<eos>" in vocab and "<unk>" in vocab
+    assert ids.shape == (73_760,)
+    assert vocab.decode(ids[:3]) == lm.load_ptb("valid")[:3]
+
+
+def test_tiny_shakespeare_split():
+    parts = [lm.load_tiny_shakespeare(s) for s in ("train", "valid", "test")]
+    assert [len(p) for p in parts] == [1_003_854, 55_770, 55_770]
+    assert sum(len(p) for p in parts) == 1_115_394
+    assert parts[0].startswith("First Citizen:")
+    _, vocab = lm.load_lm_corpus("tinyshakespeare", "train")
+    assert len(vocab) == 65
+
+
+def test_training_lowers_loss_on_tiny_shakespeare():
+    keras.utils.set_random_seed(0)
+    ids, vocab = lm.load_lm_corpus("tinyshakespeare", "train")
+    streams = lm.batchify(ids[:200_000], 16)
+    model = TransformerXLLM(
+        len(vocab), num_layers=2, d_model=32, num_heads=4, d_ff=64,
+        mem_len=32, max_segment_len=32, dropout_rate=0.0,
+    )
+    valid_ids, _ = lm.load_lm_corpus("tinyshakespeare", "valid", vocab)
+    valid = lm.batchify(valid_ids[:4_000], 8)
+    before = evaluate_with_memory(model, valid, 32, max_segments=4)
+    step = make_train_step(model, keras.optimizers.Adam(3e-3), clip_norm=1.0)
+    mems, losses = model.init_memories(16), []
+    for k, (inputs, targets) in enumerate(lm.segments(streams, 32)):
+        if k == 60:
+            break
+        loss, mems = step(inputs, targets, mems)
+        losses.append(float(loss))
+    assert np.isfinite(losses).all()
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.5
+    after = evaluate_with_memory(model, valid, 32, max_segments=4)
+    assert after < before - 0.5
+
+
+# -- errors ------------------------------------------------------------------
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="mem_len"):
+        tiny_xl(mem_len=-1)
+    with pytest.raises(ValueError, match="d_model"):
+        tiny_xl(d_model=15, num_heads=3)
+    with pytest.raises(ValueError, match="max_segment_len"):
+        tiny_xl(max_segment_len=0)
+    with pytest.raises(ValueError, match="mem_len"):
+        tiny_xl().set_mem_len(-2)
+
+
+def test_bad_call_arguments():
+    model = tiny_xl(max_segment_len=6)
+    x = random_ids((2, 4))
+    with pytest.raises(ValueError, match=r"T=7.*max_segment_len=6"):
+        model(random_ids((2, 7)))
+    with pytest.raises(ValueError, match=r"token_ids.*\(batch, T\)"):
+        model(random_ids((8,)))
+    with pytest.raises(TypeError, match="token_ids"):
+        model(np.zeros((2, 4), np.float32))
+    mem = np.zeros((2, 3, D_MODEL), np.float32)
+    with pytest.raises(ValueError, match=r"num_layers=2.*list of 1"):
+        model(x, [mem])
+    with pytest.raises(ValueError, match=r"memories\[1\].*\(3, 3, 16\)"):
+        model(x, [mem, np.zeros((3, 3, D_MODEL), np.float32)])
+    with pytest.raises(ValueError, match=r"memories\[0\].*\(2, 3, 8\)"):
+        model(x, [np.zeros((2, 3, 8), np.float32), mem])
+    with pytest.raises(ValueError, match="same length"):
+        model(x, [mem, np.zeros((2, 5, D_MODEL), np.float32)])
+    with pytest.raises(ValueError, match="seg_len"):
+        evaluate_with_memory(model, random_ids((2, 20)), 7)
+    vanilla = vanilla_transformer_lm(VOCAB, num_layers=1, d_model=D_MODEL,
+                                     num_heads=HEADS, d_ff=D_FF, max_length=8)
+    with pytest.raises(ValueError, match="context_len"):
+        evaluate_sliding_window(vanilla, random_ids((2, 20)), 9)
+
+
+def test_bad_data_arguments(tmp_path):
+    with pytest.raises(ValueError, match="batch_size"):
+        lm.batchify(np.arange(10), 0)
+    with pytest.raises(ValueError, match="batch_size=11"):
+        lm.batchify(np.arange(10), 11)
+    with pytest.raises(ValueError, match="ids.shape"):
+        lm.batchify(np.zeros((2, 5)), 2)
+    with pytest.raises(ValueError, match="streams.shape"):
+        list(lm.segments(np.arange(10), 3))
+    with pytest.raises(ValueError, match="seg_len"):
+        list(lm.segments(np.zeros((2, 5)), 0))
+    with pytest.raises(ValueError, match="split"):
+        lm.load_ptb("validation", data_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"ptb\.test\.txt"):
+        lm.load_ptb("test", data_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"input\.txt"):
+        lm.load_tiny_shakespeare("train", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="name"):
+        lm.load_lm_corpus("wikitext", "train", data_dir=tmp_path)
