@@ -17,6 +17,8 @@ setup(
         "tensorflow-datasets>=4.9",
         "sacrebleu>=2.4",
         "tqdm>=4.66",
+        "flask>=3.0",
+        "ai-edge-litert>=2.0",
         "numpy",
     ],
     extras_require={

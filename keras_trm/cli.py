@@ -2,6 +2,7 @@
 
     keras-trm train-translation [--data-dir DIR] [--epochs N] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
+    keras-trm serve --model-base-path export/<name> [--port 8501]
 """
 
 import argparse
@@ -66,9 +67,28 @@ def train_translation_main(argv):
     print(json.dumps(summary, indent=1))
 
 
+def serve_main(argv):
+    parser = argparse.ArgumentParser(
+        prog="keras-trm serve",
+        description="Serve an export folder on TF Serving's REST API "
+        "(/v1/models/<name>:predict).")
+    parser.add_argument("--model-base-path", required=True,
+                        help="export/<model_name>: the folder of versions")
+    parser.add_argument("--model-name", default=None,
+                        help="name in the URLs (default: the folder name)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8501)
+    args = parser.parse_args(argv)
+    from keras_trm.serving import create_app
+
+    app = create_app(args.model_base_path, args.model_name)
+    app.run(host=args.host, port=args.port, threaded=True)
+
+
 COMMANDS = {
     "train-translation": train_translation_main,
     "translate": translate_main,
+    "serve": serve_main,
 }
 
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 from keras_trm.decoding import Translator
 from keras_trm.export.saved_model import export_module
 from keras_trm.models import transformer
+from keras_trm.serving import create_app
 
 SENTENCES = [
     "A man is riding a bike.",
@@ -59,6 +60,11 @@ def test_saved_model_in_fresh_process_matches(translator, tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+    # The REST server (TF Serving's API) gives the same translations.
+    client = create_app(tmp_path / "tiny").test_client()
+    reply = client.post("/v1/models/tiny:predict", json={"instances": SENTENCES})
+    assert reply.status_code == 200
+    assert reply.get_json() == {"predictions": expected}
     # A second export gets the next version; an existing one is refused.
     assert export_module(translator, tmp_path, "tiny",
                          signatures={"serving_default": translator.translate}).name == "2"

@@ -200,11 +200,11 @@ class MultiHeadAttention(keras.layers.Layer):
             return b if a is None else ops.logical_and(a, b)
 
         if query_mask is not None:
-            mask = _and(mask, ops.cast(query_mask, "bool")[:, :, None])
+            mask = _and(mask, ops.expand_dims(ops.cast(query_mask, "bool"), 2))
         if value_mask is not None:
-            mask = _and(mask, ops.cast(value_mask, "bool")[:, None, :])
+            mask = _and(mask, ops.expand_dims(ops.cast(value_mask, "bool"), 1))
         if key_mask is not None:
-            mask = _and(mask, ops.cast(key_mask, "bool")[:, None, :])
+            mask = _and(mask, ops.expand_dims(ops.cast(key_mask, "bool"), 1))
         if attention_mask is not None:
             mask = _and(mask, ops.cast(attention_mask, "bool"))
         return mask
@@ -225,7 +225,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if mask is not None:
             mask = ops.cast(mask, "bool")
             if len(mask.shape) == 3:
-                mask = mask[:, None, :, :]
+                # expand_dims, not [:, None]: a bool strided slice has no
+                # builtin LiteRT kernel (it would need the Flex delegate).
+                mask = ops.expand_dims(mask, 1)
             # A large finite negative keeps fully masked rows finite (uniform)
             # instead of NaN; such rows only occur at padded queries.
             scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
@@ -272,9 +274,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 cache = ops.slice_update(cache, start, new_kv)
                 k, val = cache[:, 0], cache[:, 1]
                 # Positions past the written ones hold no data yet.
-                written = self.causal_mask(
+                written = ops.expand_dims(self.causal_mask(
                     q_len, ops.shape(cache)[2], offset=cache_update_index
-                )[None]
+                ), 0)
                 if not use_causal_mask:
                     # Non-causal chunk: every written position is visible.
                     last = cache_update_index + q_len
@@ -290,7 +292,7 @@ class MultiHeadAttention(keras.layers.Layer):
             val = self._project(value, self.value_kernel, self.value_bias)
 
         if use_causal_mask:
-            causal = self.causal_mask(q_len, ops.shape(k)[1])[None]
+            causal = ops.expand_dims(self.causal_mask(q_len, ops.shape(k)[1]), 0)
             mask = causal if mask is None else ops.logical_and(mask, causal)
 
         out, probs = self._attend(q, k, val, mask, training)

@@ -93,7 +93,7 @@ class TransformerDecoderBlock(_BlockBase):
         # hidden; with a cache the layer masks unwritten positions itself.
         self_mask = None
         if decoder_padding_mask is not None and self_attention_cache is None:
-            self_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
+            self_mask = ops.expand_dims(ops.cast(decoder_padding_mask, "bool"), 1)
         new_cache = None
 
         def self_attend(y):
@@ -118,7 +118,7 @@ class TransformerDecoderBlock(_BlockBase):
         # values from the encoder output (§3.2.3).
         cross_mask = None
         if encoder_padding_mask is not None:
-            cross_mask = ops.cast(encoder_padding_mask, "bool")[:, None, :]
+            cross_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), 1)
 
         def cross_attend(y):
             if cross_attention_cache is not None:

@@ -159,7 +159,7 @@ class TransformerEncoderBlock(_BlockBase):
             padding_mask = mask
         attention_mask = None
         if padding_mask is not None:
-            attention_mask = ops.cast(padding_mask, "bool")[:, None, :]
+            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), 1)
         x = self._residual(
             inputs,
             self.self_attention_norm,
