@@ -26,6 +26,7 @@ there is no padding in ordered LM batches) and return float32 logits.
 """
 
 import math
+import weakref
 
 import keras
 import numpy as np
@@ -524,6 +525,29 @@ def make_train_step(model, optimizer, clip_norm=0.25):
     return step
 
 
+# One compiled evaluation step per (model, mem_len): repeated evaluations
+# (e.g. on the validation split during training) reuse the trace. mem_len is
+# part of the key because it is a Python int baked into the trace.
+_EVAL_STEPS = weakref.WeakKeyDictionary()
+
+
+def _memory_eval_step(model):
+    import tensorflow as tf
+
+    steps = _EVAL_STEPS.setdefault(model, {})
+    if model.mem_len not in steps:
+        @tf.function(reduce_retracing=True)
+        def forward(inputs, targets, memories):
+            logits, new_memories = model(inputs, memories, training=False)
+            nll = ops.sparse_categorical_crossentropy(
+                targets, logits, from_logits=True
+            )
+            return ops.sum(nll), new_memories
+
+        steps[model.mem_len] = forward
+    return steps[model.mem_len]
+
+
 def evaluate_with_memory(model, streams, seg_len, max_segments=None):
     """Mean NLL per token (nats) of ordered streams, carrying memories.
 
@@ -547,8 +571,6 @@ def evaluate_with_memory(model, streams, seg_len, max_segments=None):
         ValueError: ``seg_len`` larger than ``model.max_segment_len``, bad
             ``streams``.
     """
-    import tensorflow as tf
-
     seg_len = v.positive_int("seg_len", seg_len)
     if seg_len > model.max_segment_len:
         raise ValueError(
@@ -556,15 +578,7 @@ def evaluate_with_memory(model, streams, seg_len, max_segments=None):
             f"{model.max_segment_len} of model '{model.name}'"
         )
     streams = np.asarray(streams)
-
-    @tf.function(reduce_retracing=True)
-    def forward(inputs, targets, memories):
-        logits, new_memories = model(inputs, memories, training=False)
-        nll = ops.sparse_categorical_crossentropy(
-            targets, logits, from_logits=True
-        )
-        return ops.sum(nll), new_memories
-
+    forward = _memory_eval_step(model)
     memories = model.init_memories(streams.shape[0])
     total, count = 0.0, 0
     for k, (inputs, targets) in enumerate(segments(streams, seg_len)):

@@ -1,0 +1,570 @@
+"""IMDB sentiment: WordPiece in the graph, three classifiers, full test set.
+
+Used by ``recipes/imdb.py``. The job
+
+1. learns a lowercase WordPiece vocabulary from the 25,000 training reviews
+   (keras-hub / tensorflow-text learner, ``keras_trm.text``);
+2. trains, one after the other, the BERT-style ``encoder_classifier``, the
+   ``lstm_classifier`` with ``LSTM_LN`` (Ba et al. 2016, §3.1) and the same
+   classifier with ``keras.layers.LSTM`` (the baseline of the LSTM vs
+   LSTM_LN curves), all on the same token ids, batches and schedule;
+3. after every epoch scores a fixed subset of the test set, and at the end
+   the full 25,000-review test set;
+4. writes ``<workdir>/<kind>.json`` (per-step training loss, per-epoch
+   figures, final test accuracy, wall times), the plot
+   ``imdb_lstm_vs_lstm_ln.png`` and ``report.md`` (to ``results_dir``);
+5. exports each model as a SavedModel ``<export_dir>/imdb_<kind>/<version>/``
+   whose ``serving_default`` takes raw review strings and returns
+   ``{"probabilities": float32 (batch, 2)}`` (column 1 = positive).
+
+Preprocessing, identical in training and in the export (``ReviewClassifier``):
+``tf.strings.lower`` (UTF-8) -> WordPiece ids -> reviews longer than
+``max_length`` tokens keep their first ``max_length // 4`` and last
+``max_length - max_length // 4`` tokens (head + tail truncation, the best of
+the schemes compared by Sun et al. 2019, "How to Fine-Tune BERT for Text
+Classification?", §5.3.1) -> right padding with id 0. An empty review is a
+row of padding only, which every classifier maps to a defined probability
+vector (the prediction for "no evidence").
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_trm.data import load_imdb, resolve_data_dir
+from keras_trm.export.saved_model import export_module
+from keras_trm.jobs._classification import (
+    BatchLoss,
+    StepLog,
+    check_labels,
+    plot_runs,
+    write_json,
+)
+from keras_trm.layers import _validation as v
+from keras_trm.models import encoder_classifier, lstm_classifier
+from keras_trm.text import TextTokenizer, learn_vocabulary, load_vocabulary
+
+MODEL_KINDS = ("encoder", "lstm_ln", "lstm")
+LABELS = {"encoder": "Transformer encoder", "lstm_ln": "LSTM_LN",
+          "lstm": "LSTM"}
+
+
+@dataclasses.dataclass
+class ImdbConfig:
+    """Hyper-parameters of the IMDB recipe (defaults: the CPU run that
+    ``docs/results/imdb/report.md`` reports)."""
+
+    models: tuple = MODEL_KINDS
+    vocabulary_size: int = 16000
+    max_length: int = 320  # tokens kept per review by the LSTM classifiers
+    batch_size: int = 64
+    # BERT-style encoder.
+    encoder_max_length: int = 512
+    num_layers: int = 1
+    d_model: int = 64
+    num_heads: int = 2
+    d_ff: int = 128
+    encoder_dropout_rate: float = 0.2
+    encoder_epochs: int = 2
+    encoder_learning_rate: float = 1e-3
+    # LSTM / LSTM_LN classifiers.
+    embedding_dim: int = 64
+    units: int = 128
+    lstm_dropout_rate: float = 0.3
+    lstm_epochs: int = 4
+    lstm_learning_rate: float = 2e-3
+    # All models: Adam with linear warm-up then cosine decay to 0.
+    warmup_steps: int = 100
+    clipnorm: float = 1.0
+    eval_subset: int = 2500
+    limit: int = 0  # > 0: a random `limit` reviews of each split (smoke runs)
+    print_every: int = 50
+    jit_compile: str = "auto"
+    seed: int = 0
+
+
+# --- preprocessing (in the graph) ---------------------------------------------
+
+
+def truncate_head_tail(ids, max_length):
+    """Keeps at most ``max_length`` ids per row: the first ``max_length //
+    4`` and the last ``max_length - max_length // 4``.
+
+    Args:
+        ids: ragged int ``(batch, None)``.
+        max_length: int > 0.
+
+    Returns:
+        ragged int ``(batch, None)``, rows of at most ``max_length`` ids;
+        rows that fit are unchanged.
+    """
+    head = max_length // 4
+    tail = max_length - head
+    lengths = ids.row_lengths()
+    positions = tf.ragged.range(lengths)
+    keep = (positions < head) | (positions >= tf.expand_dims(lengths - tail, 1))
+    return tf.ragged.boolean_mask(ids, keep)
+
+
+class ReviewClassifier(tf.Module):
+    """Raw review strings -> class probabilities, all in TensorFlow ops.
+
+    Args:
+        model: a classifier taking int32 token ids ``(batch, T)`` (id 0 =
+            padding) and returning probabilities ``(batch, num_classes)``.
+        vocabulary: list of str, the lowercase WordPiece vocabulary (ids 0-3
+            reserved, ``keras_trm.text.RESERVED_TOKENS``).
+        max_length: int > 0, the most tokens kept per review.
+
+    ``encode(strings)``: str ``(batch,)`` -> int32 ``(batch, T)``, ``1 <= T
+    <= max_length`` (an all-padding row for an empty review).
+    ``classify(strings)``: str ``(batch,)`` -> ``{"probabilities": float32
+    (batch, num_classes)}``; the exported ``serving_default``.
+    """
+
+    def __init__(self, model, vocabulary, max_length, name=None):
+        super().__init__(name=name)
+        self.model = model
+        self.tokenizer = TextTokenizer(vocabulary)
+        self.max_length = v.positive_int("max_length", max_length)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def encode_ragged(self, strings):
+        ids = self.tokenizer.tokenize(tf.strings.lower(strings, encoding="utf-8"))
+        return truncate_head_tail(ids, self.max_length)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def encode(self, strings):
+        ids = self.encode_ragged(strings)
+        width = tf.maximum(tf.reduce_max(tf.concat(
+            [ids.row_lengths(), tf.zeros([1], tf.int64)], 0)), 1)
+        return ids.to_tensor(default_value=0, shape=tf.stack(
+            [tf.shape(strings, out_type=tf.int64)[0], width]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="reviews")])
+    def classify(self, reviews):
+        probabilities = self.model(self.encode(reviews), training=False)
+        return {"probabilities": tf.cast(probabilities, tf.float32)}
+
+    def classify_texts(self, texts):
+        """Python convenience: list of str -> ``np.float32 (N, classes)``.
+
+        Raises:
+            TypeError: ``texts`` is a single str or holds a non-str item
+                (the message names ``texts`` and the index).
+        """
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("`texts` must be a list of str, got one str; "
+                            "wrap it in a list")
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"`texts[{i}]` must be a str, got "
+                                f"{type(text).__name__}")
+        out = self.classify(tf.constant(texts, dtype=tf.string))
+        return out["probabilities"].numpy()
+
+
+def lowercase(texts):
+    """The same lowercasing as the graph (``tf.strings.lower``, UTF-8)."""
+    lowered = tf.strings.lower(tf.constant(texts), encoding="utf-8").numpy()
+    return [t.decode("utf-8") for t in lowered]
+
+
+def prepare_vocabulary(config, texts, workdir):
+    """Loads ``<workdir>/vocab_lower_<size>.txt`` or learns and writes it."""
+    path = pathlib.Path(workdir) / f"vocab_lower_{config.vocabulary_size}.txt"
+    if path.is_file():
+        return load_vocabulary(path)
+    print(f"learning a lowercase WordPiece vocabulary ({config.vocabulary_size}"
+          f") from {len(texts):,} reviews ...", flush=True)
+    return learn_vocabulary(lowercase(texts), config.vocabulary_size, path)
+
+
+def encode_all(encoder, texts, chunk=2000, truncate=True):
+    """Token ids of every text (ragged int32 ``(N, None)``), in chunks,
+    truncated like ``encoder.encode`` (or not, ``truncate=False``)."""
+    if truncate:
+        fn = encoder.encode_ragged
+    else:
+        def fn(strings):
+            return encoder.tokenizer.tokenize(
+                tf.strings.lower(strings, encoding="utf-8"))
+    parts = [fn(tf.constant(texts[i:i + chunk]))
+             for i in range(0, len(texts), chunk)]
+    return tf.concat(parts, axis=0)
+
+
+def bucket_widths(max_length, step=64):
+    """Padded widths of the length buckets: 64, 128, ..., max_length."""
+    widths = list(range(step, max_length, step))
+    return tuple(widths) + (max_length,)
+
+
+def make_dataset(ids, labels, batch_size, max_length, shuffle=False,
+                 drop_remainder=False, seed=0):
+    """Length-bucketed batches ``(int32 (batch, width), int32 (batch,))``.
+
+    Each review goes to the smallest bucket width (``bucket_widths``) that
+    holds it and is right-padded to that width, so a batch has one of a few
+    static shapes (cheap XLA) and little padding. With ``drop_remainder``
+    every batch has ``batch_size`` rows (the last partial batch of each
+    bucket is dropped, a different one each shuffled epoch).
+    """
+    widths = bucket_widths(max_length)
+    lengths = tf.cast(ids.row_lengths(), tf.int32)
+    dense = ids.to_tensor(default_value=0, shape=[None, max_length])
+    ds = tf.data.Dataset.from_tensor_slices((dense, lengths, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(lambda x, n, y: (x[:n], y))
+    ds = ds.bucket_by_sequence_length(
+        element_length_func=lambda x, y: tf.shape(x)[0],
+        bucket_boundaries=[w + 1 for w in widths],
+        bucket_batch_sizes=[batch_size] * (len(widths) + 1),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+    steps = steps_per_epoch(lengths.numpy(), batch_size, max_length,
+                            drop_remainder)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(steps))
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def steps_per_epoch(lengths, batch_size, max_length, drop_remainder=True):
+    """Batches per epoch of ``make_dataset`` for reviews of ``lengths``."""
+    edges = np.asarray(bucket_widths(max_length))
+    bucket = np.searchsorted(edges, np.asarray(lengths), side="left")
+    counts = np.bincount(bucket)
+    if drop_remainder:
+        return int(sum(c // batch_size for c in counts))
+    return int(sum(-(-c // batch_size) for c in counts))
+
+
+# --- models ---------------------------------------------------------------------
+
+
+def model_max_length(kind, config):
+    """Tokens kept per review for ``kind``: ``encoder_max_length`` for the
+    encoder, ``max_length`` for the LSTMs."""
+    return config.encoder_max_length if kind == "encoder" else config.max_length
+
+
+def build_model(kind, config, vocabulary_size):
+    """The classifier ``kind`` (``"encoder"``, ``"lstm_ln"``, ``"lstm"``)."""
+    v.one_of("kind", kind, set(MODEL_KINDS))
+    if kind == "encoder":
+        return encoder_classifier(
+            vocabulary_size, num_layers=config.num_layers,
+            d_model=config.d_model, num_heads=config.num_heads,
+            d_ff=config.d_ff, max_length=config.encoder_max_length,
+            dropout_rate=config.encoder_dropout_rate, pooling="mean",
+            name="imdb_encoder",
+        )
+    return lstm_classifier(
+        vocabulary_size, embedding_dim=config.embedding_dim,
+        units=config.units, layer_norm=kind == "lstm_ln",
+        dropout_rate=config.lstm_dropout_rate, name=f"imdb_{kind}",
+    )
+
+
+def compile_model(model, kind, config, total_steps):
+    """Adam (clipnorm), warm-up + cosine decay, loss / accuracy /
+    ``BatchLoss`` metrics; XLA for the LSTMs when ``jit_compile="auto"``
+    (on this CPU XLA ran the LSTM steps ~1.7x faster and the encoder ~15%
+    slower)."""
+    lr = (config.encoder_learning_rate if kind == "encoder"
+          else config.lstm_learning_rate)
+    warmup = min(config.warmup_steps, max(total_steps // 10, 1))
+    schedule = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0, decay_steps=max(total_steps - warmup, 1),
+        warmup_target=lr, warmup_steps=warmup,
+    )
+    jit = {"on": True, "off": False}.get(config.jit_compile, kind != "encoder")
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule, clipnorm=config.clipnorm),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy", BatchLoss()],
+        jit_compile=jit,
+    )
+    return model
+
+
+def _epochs(kind, config):
+    return config.encoder_epochs if kind == "encoder" else config.lstm_epochs
+
+
+def train_and_evaluate(kind, config, train, test, subset, vocabulary_size,
+                       verbose=2):
+    """Trains one classifier; returns ``(model, result dict)``.
+
+    ``train`` / ``test`` / ``subset``: ``(ragged ids, int32 labels)``, the
+    WordPiece ids before truncation (each model truncates to its own
+    ``model_max_length``).
+    """
+    keras.utils.set_random_seed(config.seed)
+    max_length = model_max_length(kind, config)
+    train, test, subset = [(truncate_head_tail(ids, max_length), labels)
+                           for ids, labels in (train, test, subset)]
+    lengths = train[0].row_lengths().numpy()
+    steps = steps_per_epoch(lengths, config.batch_size, max_length)
+    epochs = _epochs(kind, config)
+    model = build_model(kind, config, vocabulary_size)
+    compile_model(model, kind, config, steps * epochs)
+    train_ds = make_dataset(*train, config.batch_size, max_length,
+                            shuffle=True, drop_remainder=True, seed=config.seed)
+    subset_ds = make_dataset(*subset, 256, max_length)
+    log = StepLog(print_every=config.print_every, total=steps * epochs)
+    print(f"{kind}: {model.count_params():,} parameters, {epochs} epochs of "
+          f"{steps} steps", flush=True)
+    start = time.time()
+    model.fit(train_ds, epochs=epochs, validation_data=subset_ds,
+              callbacks=[log], verbose=verbose)
+    train_seconds = time.time() - start
+    start = time.time()
+    scores = model.evaluate(make_dataset(*test, 256, max_length),
+                            return_dict=True, verbose=verbose)
+    eval_seconds = time.time() - start
+    examples = steps * config.batch_size * epochs
+    result = {
+        "model": kind,
+        "label": LABELS[kind],
+        "parameters": int(model.count_params()),
+        "epochs": epochs,
+        "max_length": max_length,
+        "steps": len(log.steps),
+        "batch_size": config.batch_size,
+        "train_examples": examples,
+        "train_minutes": round(train_seconds / 60, 2),
+        "train_examples_per_second": round(examples / train_seconds, 1),
+        "test_accuracy": round(float(scores["accuracy"]), 5),
+        "test_loss": round(float(scores["loss"]), 5),
+        "test_examples": int(len(test[1])),
+        "test_eval_minutes": round(eval_seconds / 60, 2),
+        "eval_subset_examples": int(len(subset[1])),
+        "epoch_log": [
+            {k.replace("val_", "subset_"): x for k, x in e.items()
+             if k != "val_batch_loss"} for e in log.epochs
+        ],
+        "step_loss": log.steps,
+    }
+    print(f"{kind}: test accuracy {100 * result['test_accuracy']:.2f}% on "
+          f"{result['test_examples']:,} reviews after {epochs} epochs "
+          f"({result['train_minutes']:.1f} min of training)", flush=True)
+    return model, result
+
+
+# --- report -------------------------------------------------------------------
+
+
+def _load_results(workdir):
+    results = {}
+    for kind in MODEL_KINDS:
+        path = pathlib.Path(workdir) / f"{kind}.json"
+        if path.is_file():
+            results[kind] = json.loads(path.read_text())
+    return results
+
+
+def _lstm_comparison(results):
+    """Plain sentences comparing the LSTM and LSTM_LN curves."""
+    a, b = results.get("lstm"), results.get("lstm_ln")
+    if not (a and b):
+        return []
+    lines = []
+    for r in (b, a):
+        loss = np.asarray(r["step_loss"])
+        per_epoch = len(loss) // r["epochs"]
+        first = loss[:per_epoch]
+        lines.append(
+            f"- {r['label']}: mean training loss over epoch 1 "
+            f"{first.mean():.3f}, over the last epoch "
+            f"{loss[-per_epoch:].mean():.3f}; step-to-step spread (std of the "
+            f"loss minus its 50-step moving average) in epoch 1 "
+            f"{_roughness(first):.3f}; subset test accuracy by epoch "
+            + ", ".join(f"{100 * e['subset_accuracy']:.1f}%" for e in r["epoch_log"])
+            + f"; full test {100 * r['test_accuracy']:.2f}%."
+        )
+    return lines
+
+
+def _roughness(loss, window=50):
+    from keras_trm.jobs._classification import smooth
+
+    loss = np.asarray(loss, dtype=np.float64)
+    return float(np.std(loss - smooth(loss, window)))
+
+
+def write_report(workdir, results_dir, config, extra=None):
+    """Writes ``report.md``, the plot and the per-model JSON files to
+    ``results_dir`` from the ``<kind>.json`` files in ``workdir``."""
+    results_dir = pathlib.Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    results = _load_results(workdir)
+    for kind, r in results.items():
+        write_json(results_dir / f"{kind}.json", r)
+    plot = None
+    if "lstm" in results and "lstm_ln" in results:
+        runs = []
+        for kind in ("lstm", "lstm_ln"):
+            r = results[kind]
+            runs.append({"label": r["label"], "loss": r["step_loss"],
+                         "loss_x": np.arange(1, len(r["step_loss"]) + 1),
+                         "epochs": r["epoch_log"]})
+        plot = plot_runs(
+            results_dir / "imdb_lstm_vs_lstm_ln.png", runs,
+            f"IMDB: LSTM vs LSTM_LN (units {config.units}, batch "
+            f"{config.batch_size}, same data order and schedule)",
+            "training step", "subset_accuracy",
+            f"test accuracy, fixed subset of {config.eval_subset:,} (%)",
+            smooth_window=25,
+        )
+    rows = [
+        "| model | parameters | max_length | epochs | train min | train "
+        "examples/s | test accuracy | test reviews | test loss |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in MODEL_KINDS:
+        if kind in results:
+            r = results[kind]
+            rows.append(
+                f"| {r['label']} | {r['parameters']:,} | "
+                f"{r['max_length']} | {r['epochs']} | "
+                f"{r['train_minutes']:.1f} | {r['train_examples_per_second']:.0f}"
+                f" | **{100 * r['test_accuracy']:.2f}%** | {r['test_examples']:,} | "
+                f"{r['test_loss']:.4f} |"
+            )
+    text = [
+        "# IMDB sentiment: Transformer encoder, LSTM_LN and LSTM",
+        "",
+        "Produced by `python recipes/imdb.py` (`keras_trm.jobs.imdb`). Test "
+        "accuracy is on the whole test set (25,000 reviews unless `--limit` "
+        "was used) after the last epoch "
+        "(no model selection on the test set). The per-epoch accuracies in "
+        f"the JSON files and the plot are on a fixed random subset of "
+        f"{config.eval_subset:,} test reviews.",
+        "",
+        *rows,
+        "",
+        "Setup: lowercase WordPiece vocabulary learned from the training "
+        "reviews (in-graph tokenization), head+tail truncation to "
+        "`max_length` tokens, length-bucketed batches, Adam with warm-up and "
+        "cosine decay to 0, gradient clipping. Per model (from its JSON):",
+        "",
+    ]
+    for kind in MODEL_KINDS:
+        if kind not in results:
+            continue
+        c = results[kind]["config"]
+        if kind == "encoder":
+            detail = (f"{c['num_layers']} block(s), d_model {c['d_model']}, "
+                      f"{c['num_heads']} heads, d_ff {c['d_ff']}, mean "
+                      f"pooling, dropout {c['encoder_dropout_rate']}, peak "
+                      f"lr {c['encoder_learning_rate']}")
+        else:
+            detail = (f"embedding {c['embedding_dim']}, {c['units']} units, "
+                      f"dropout {c['lstm_dropout_rate']} on the final state, "
+                      f"peak lr {c['lstm_learning_rate']}")
+        text.append(f"- {LABELS[kind]}: {detail}; batch {c['batch_size']}, "
+                    f"warm-up {c['warmup_steps']} steps, clipnorm "
+                    f"{c['clipnorm']}, vocabulary {c['vocabulary_size']} asked.")
+    text.append("")
+    if extra:
+        text += [extra, ""]
+    lines = _lstm_comparison(results)
+    if lines:
+        text += ["## LSTM vs LSTM_LN", "",
+                 "![LSTM vs LSTM_LN](imdb_lstm_vs_lstm_ln.png)", "", *lines, ""]
+    text += ["Files: " + ", ".join(f"`{k}.json`" for k in results)
+             + " (per-step training loss `step_loss`, per-epoch "
+             "`epoch_log`, final figures, configuration).", ""]
+    (results_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
+    return results_dir / "report.md", plot
+
+
+# --- the job ------------------------------------------------------------------
+
+
+def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
+        results_dir="docs/results/imdb", verbose=None):
+    """Runs the whole job; returns ``{kind: result dict}`` of the models
+    trained in this call (results of earlier calls in ``workdir`` are kept
+    and enter the report)."""
+    config = config or ImdbConfig()
+    for kind in config.models:
+        v.one_of("models", kind, set(MODEL_KINDS))
+    verbose = (1 if sys.stdout.isatty() else 2) if verbose is None else verbose
+    job_start = time.time()
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_dir = resolve_data_dir(data_dir)
+    print(f"data: {data_dir}", flush=True)
+    train_texts, train_labels = load_imdb("train", data_dir)
+    test_texts, test_labels = load_imdb("test", data_dir)
+    train_labels = check_labels(train_labels, 2, "train_labels")
+    test_labels = check_labels(test_labels, 2, "test_labels")
+    if config.limit:
+        v.positive_int("limit", config.limit)
+        keep = np.random.default_rng(config.seed).permutation(25_000)[:config.limit]
+        train_texts = [train_texts[i] for i in keep]
+        test_texts = [test_texts[i] for i in keep]
+        train_labels, test_labels = train_labels[keep], test_labels[keep]
+        print(f"smoke run: {config.limit} reviews of each split", flush=True)
+
+    t0 = time.time()
+    vocab = prepare_vocabulary(config, train_texts, workdir)
+    vocab_seconds = time.time() - t0
+    encoder = ReviewClassifier(None, vocab, config.max_length)
+    t0 = time.time()
+    train_ids = encode_all(encoder, train_texts, truncate=False)
+    test_ids = encode_all(encoder, test_texts, truncate=False)
+    full = train_ids.row_lengths().numpy()
+    print(f"vocabulary {len(vocab):,} ({vocab_seconds:.0f} s); tokenized "
+          f"{len(train_texts) + len(test_texts):,} reviews in "
+          f"{time.time() - t0:.0f} s; train reviews: median {np.median(full):.0f}"
+          f" tokens, {100 * np.mean(full > config.max_length):.0f}% longer than "
+          f"{config.max_length}, {100 * np.mean(full > config.encoder_max_length):.0f}"
+          f"% longer than {config.encoder_max_length}", flush=True)
+    rng = np.random.default_rng(config.seed)
+    pick = np.sort(rng.permutation(len(test_labels))[:config.eval_subset])
+    pick = tf.constant(pick)
+    subset = (tf.gather(test_ids, pick), test_labels[pick.numpy()])
+
+    results = {}
+    for kind in config.models:
+        model, result = train_and_evaluate(
+            kind, config, (train_ids, train_labels), (test_ids, test_labels),
+            subset, len(vocab), verbose=verbose)
+        result["config"] = dataclasses.asdict(config)
+        classifier = ReviewClassifier(model, vocab,
+                                      model_max_length(kind, config))
+        path = export_module(
+            classifier, export_dir, model.name,
+            signatures={"serving_default": classifier.classify},
+            assets={"vocab.txt": "\n".join(vocab) + "\n",
+                    "config.json": json.dumps(dataclasses.asdict(config),
+                                              indent=1)},
+        )
+        result["export"] = str(path)
+        print(f"exported SavedModel to {path}", flush=True)
+        write_json(workdir / f"{kind}.json", result)
+        results[kind] = result
+    job_minutes = (time.time() - job_start) / 60
+    print(f"IMDB job: {job_minutes:.1f} min", flush=True)
+    if results_dir:
+        report, plot = write_report(
+            workdir, results_dir, config,
+            extra=f"Wall time of the last `recipes/imdb.py` call "
+                  f"(models {', '.join(config.models)}): {job_minutes:.1f} min on "
+                  f"{len(os.sched_getaffinity(0))} CPU core(s) available to "
+                  "the process.")
+        print(f"report: {report}" + (f", plot: {plot}" if plot else ""),
+              flush=True)
+    return results

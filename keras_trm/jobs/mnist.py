@@ -1,0 +1,324 @@
+"""MNIST: the LeNet CNN without / with BatchNorm / with LayerNorm, at two
+batch sizes, the same number of examples seen.
+
+Used by ``recipes/mnist.py``. For every batch size in ``batch_sizes`` and
+every ``norm`` in ``norms`` the job trains ``lenet_cnn(norm)`` for
+``epochs`` epochs over the 60,000 training digits (so every run sees the
+same number of examples, in the same order for a given batch size), scores
+the full 10,000-digit test set after every epoch, and writes
+
+* ``<workdir>/<run>.json`` (``run`` = ``lenet_<norm>_b<batch>``): the loss
+  of every training step, per-epoch test accuracy, wall time;
+* to ``results_dir``: the same JSON with the per-step loss averaged over
+  windows of 1,024 examples (small files), one plot per batch size
+  (``mnist_batch_<b>.png``, one curve per normalization) and ``report.md``;
+* one SavedModel per run, ``<export_dir>/mnist_lenet_<norm>_b<batch>/<v>/``,
+  whose ``serving_default`` takes ``uint8 (batch, 28, 28)`` images and
+  returns ``{"probabilities": float32 (batch, 10)}``.
+
+This is the classic normalization comparison of Ba, Kiros and Hinton (2016,
+"Layer Normalization", §6.7 and Fig. 6 discuss small mini-batches), with the
+LeNet of LeCun et al. (1998): batch normalization's statistics come from the
+mini-batch, so they get noisy at batch 8; layer normalization's do not
+depend on the batch.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_trm.data import load_mnist, resolve_data_dir
+from keras_trm.export.saved_model import export_module
+from keras_trm.jobs._classification import (
+    BatchLoss,
+    StepLog,
+    binned,
+    check_labels,
+    plot_runs,
+    write_json,
+)
+from keras_trm.layers import _validation as v
+from keras_trm.models import lenet_cnn
+
+NORMS = ("none", "batch", "layer")
+NORM_LABELS = {"none": "no norm", "batch": "BatchNorm", "layer": "LayerNorm"}
+NUM_CLASSES = 10
+IMAGE_SHAPE = (28, 28)
+
+
+@dataclasses.dataclass
+class MnistConfig:
+    """Hyper-parameters of the MNIST recipe (defaults: the CPU run that
+    ``docs/results/mnist/report.md`` reports)."""
+
+    norms: tuple = NORMS
+    batch_sizes: tuple = (128, 8)
+    epochs: int = 3
+    learning_rate: float = 1e-3
+    seed: int = 0
+    jit_compile: bool = True
+    bin_examples: int = 1024
+
+
+def check_images(images, name="images"):
+    """Validates MNIST images; returns them as ``np.uint8 (N, 28, 28)``.
+
+    Raises:
+        TypeError: a dtype other than uint8 (the message names the argument
+            and the dtype; convert with ``np.uint8`` only if values are
+            0-255 pixel intensities).
+        ValueError: a shape other than ``(N, 28, 28)``.
+    """
+    array = np.asarray(images)
+    if array.dtype != np.uint8:
+        raise TypeError(
+            f"`{name}` must be uint8 pixel values 0-255, got dtype "
+            f"{array.dtype}"
+        )
+    if array.ndim != 3 or array.shape[1:] != IMAGE_SHAPE:
+        raise ValueError(
+            f"`{name}` must have shape (N, 28, 28), got {name}.shape="
+            f"{array.shape}"
+        )
+    return array
+
+
+def check_dataset(images, labels, images_name="images", labels_name="labels"):
+    """``check_images`` and ``check_labels`` (digits 0-9, one per image)."""
+    images = check_images(images, images_name)
+    labels = check_labels(labels, NUM_CLASSES, labels_name,
+                          count=images.shape[0])
+    return images, labels
+
+
+class DigitClassifier(tf.Module):
+    """uint8 images -> digit probabilities, the exported ``serving_default``.
+
+    ``classify(images)``: uint8 ``(batch, 28, 28)`` -> ``{"probabilities":
+    float32 (batch, 10)}``. Other shapes or dtypes are refused by the
+    signature (TensorFlow names the ``images`` argument).
+    """
+
+    def __init__(self, model, name=None):
+        super().__init__(name=name)
+        self.model = model
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, 28, 28], tf.uint8, name="images")])
+    def classify(self, images):
+        probabilities = self.model(tf.cast(images, tf.float32), training=False)
+        return {"probabilities": tf.cast(probabilities, tf.float32)}
+
+    def predict(self, images):
+        """NumPy convenience: checked like ``check_images``."""
+        images = check_images(images)
+        return self.classify(tf.constant(images))["probabilities"].numpy()
+
+
+def run_name(norm, batch_size):
+    return f"lenet_{norm}_b{batch_size}"
+
+
+def train_one(norm, batch_size, config, train, test, verbose=2):
+    """Trains ``lenet_cnn(norm)``; returns ``(model, result dict)``.
+
+    ``train`` / ``test``: ``(uint8 images (N, 28, 28), labels (N,))``,
+    checked with ``check_dataset``.
+    """
+    v.one_of("norm", norm, set(NORMS))
+    v.positive_int("batch_size", batch_size)
+    train_images, train_labels = check_dataset(*train, "train_images",
+                                               "train_labels")
+    test_images, test_labels = check_dataset(*test, "test_images",
+                                             "test_labels")
+    keras.utils.set_random_seed(config.seed)
+    model = lenet_cnn(norm, name=run_name(norm, batch_size))
+    model.compile(
+        optimizer=keras.optimizers.Adam(config.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy", BatchLoss()],
+        jit_compile=config.jit_compile,
+    )
+    log = StepLog()
+    start = time.time()
+    model.fit(
+        train_images.astype(np.float32), train_labels, batch_size=batch_size,
+        epochs=config.epochs, shuffle=True,
+        validation_data=(test_images.astype(np.float32), test_labels),
+        validation_batch_size=500, callbacks=[log], verbose=verbose,
+    )
+    seconds = time.time() - start
+    final = log.epochs[-1]
+    result = {
+        "run": run_name(norm, batch_size),
+        "norm": norm,
+        "label": NORM_LABELS[norm],
+        "batch_size": batch_size,
+        "epochs": config.epochs,
+        "steps": len(log.steps),
+        "examples_seen": config.epochs * len(train_labels),
+        "parameters": int(model.count_params()),
+        "train_minutes": round(seconds / 60, 2),
+        "test_accuracy": final["val_accuracy"],
+        "test_loss": final["val_loss"],
+        "test_examples": int(len(test_labels)),
+        "epoch_log": [
+            {k.replace("val_", "test_"): x for k, x in e.items()
+             if k != "val_batch_loss"} for e in log.epochs
+        ],
+        "step_loss": log.steps,
+    }
+    print(f"{result['run']}: test accuracy {100 * result['test_accuracy']:.2f}%"
+          f" after {config.epochs} epochs ({result['train_minutes']:.1f} min)",
+          flush=True)
+    return model, result
+
+
+def _compact(result, bin_examples):
+    """The result with the per-step loss averaged over ``bin_examples``."""
+    out = dict(result)
+    steps = max(bin_examples // result["batch_size"], 1)
+    out.pop("step_loss")
+    out["loss_bin_steps"] = steps
+    out["binned_step_loss"] = binned(result["step_loss"], steps)
+    return out
+
+
+def _comparison(results, batch_size):
+    rows = [r for r in results.values() if r["batch_size"] == batch_size]
+    if not rows:
+        return []
+    lines = []
+    for r in sorted(rows, key=lambda r: NORMS.index(r["norm"])):
+        loss = np.asarray(r["step_loss"])
+        per_epoch = len(loss) // r["epochs"]
+        lines.append(
+            f"- {r['label']}: mean training loss in epoch 1 "
+            f"{loss[:per_epoch].mean():.4f}, in the last epoch "
+            f"{loss[-per_epoch:].mean():.4f}; test accuracy by epoch "
+            + ", ".join(f"{100 * e['test_accuracy']:.2f}%" for e in r["epoch_log"])
+        )
+    return lines
+
+
+def write_report(workdir, results_dir, config, extra=None):
+    """Writes the compact JSON files, one plot per batch size and
+    ``report.md`` to ``results_dir`` from the runs found in ``workdir``."""
+    workdir, results_dir = pathlib.Path(workdir), pathlib.Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for path in sorted(workdir.glob("lenet_*_b*.json")):
+        r = json.loads(path.read_text())
+        results[r["run"]] = r
+        write_json(results_dir / path.name, _compact(r, config.bin_examples))
+    batch_sizes = sorted({r["batch_size"] for r in results.values()},
+                         reverse=True)
+    text = [
+        "# MNIST: LeNet without / with BatchNorm / with LayerNorm",
+        "",
+        "Produced by `python recipes/mnist.py` (`keras_trm.jobs.mnist`). "
+        "Every run sees the same number of training examples (epochs x "
+        "60,000); test accuracy is on the full 10,000-digit test set after "
+        "the last epoch (no model selection on the test set).",
+        "",
+        "| batch size | normalization | epochs | steps | train min | "
+        "test accuracy (10,000) | test loss |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for b in batch_sizes:
+        for norm in NORMS:
+            r = results.get(run_name(norm, b))
+            if r:
+                text.append(
+                    f"| {b} | {r['label']} | {r['epochs']} | {r['steps']:,} | "
+                    f"{r['train_minutes']:.1f} | **{100 * r['test_accuracy']:.2f}%**"
+                    f" | {r['test_loss']:.4f} |")
+    text += [
+        "",
+        f"Setup: Adam, learning rate {config.learning_rate} (constant, the "
+        "same for every run), shuffled every epoch, tanh LeNet (conv 6@5x5 "
+        "-> pool -> conv 16@5x5 -> pool -> dense 120 -> [norm] -> dense 84 "
+        "-> [norm] -> dense 10).",
+        "",
+    ]
+    if extra:
+        text += [extra, ""]
+    for b in batch_sizes:
+        runs = []
+        for norm in NORMS:
+            r = results.get(run_name(norm, b))
+            if r:
+                runs.append({"label": r["label"], "loss": r["step_loss"],
+                             "loss_x": np.arange(1, len(r["step_loss"]) + 1) * b,
+                             "epochs": r["epoch_log"]})
+        window = max(2560 // b, 1)
+        plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
+                  f"MNIST LeNet, batch size {b}", "training examples seen",
+                  "test_accuracy", "test accuracy, 10,000 digits (%)",
+                  smooth_window=window)
+        text += [f"## Batch size {b}", "",
+                 f"![batch {b}](mnist_batch_{b}.png)", "",
+                 f"(Loss curves: moving average over {window} steps = "
+                 f"{window * b:,} examples.)", "",
+                 *_comparison(results, b), ""]
+    text += ["Files: `lenet_<norm>_b<batch>.json` (per-epoch test accuracy "
+             "`epoch_log`; training loss averaged over windows of "
+             f"{config.bin_examples:,} examples `binned_step_loss` -- the "
+             "per-step values are in `runs/mnist/`), configuration.", ""]
+    (results_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
+    return results_dir / "report.md"
+
+
+def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
+        results_dir="docs/results/mnist", verbose=None):
+    """Runs the whole job; returns ``{run name: result dict}``."""
+    config = config or MnistConfig()
+    for norm in config.norms:
+        v.one_of("norms", norm, set(NORMS))
+    for b in config.batch_sizes:
+        v.positive_int("batch_sizes", b)
+    v.positive_int("epochs", config.epochs)
+    verbose = (1 if sys.stdout.isatty() else 2) if verbose is None else verbose
+    job_start = time.time()
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_dir = resolve_data_dir(data_dir)
+    print(f"data: {data_dir}", flush=True)
+    train = load_mnist("train", data_dir)
+    test = load_mnist("test", data_dir)
+    results = {}
+    for b in config.batch_sizes:
+        for norm in config.norms:
+            model, result = train_one(norm, b, config, train, test, verbose)
+            result["config"] = dataclasses.asdict(config)
+            classifier = DigitClassifier(model)
+            path = export_module(
+                classifier, export_dir, f"mnist_{model.name}",
+                signatures={"serving_default": classifier.classify},
+                assets={"config.json": json.dumps(result["config"], indent=1)},
+            )
+            result["export"] = str(path)
+            print(f"exported SavedModel to {path}", flush=True)
+            write_json(workdir / f"{result['run']}.json", result)
+            results[result["run"]] = result
+    job_minutes = (time.time() - job_start) / 60
+    print(f"MNIST job: {job_minutes:.1f} min", flush=True)
+    if results:
+        best = max(results.values(), key=lambda r: r["test_accuracy"])
+        print(f"best: {best['run']} {100 * best['test_accuracy']:.2f}%",
+              flush=True)
+    if results_dir:
+        report = write_report(
+            workdir, results_dir, config,
+            extra=f"Wall time of the last `recipes/mnist.py` call: "
+                  f"{job_minutes:.1f} min on {len(os.sched_getaffinity(0))} CPU "
+                  "core(s) available to the process.")
+        print(f"report: {report}", flush=True)
+    return results

@@ -1,0 +1,283 @@
+"""The IMDB and MNIST jobs: preprocessing, bad input, per-step logging,
+reports, and their SavedModels reloaded in a fresh process without
+keras_trm (tiny models trained for a few steps on real data)."""
+
+import keras_trm  # noqa: F401, I001  (sets KERAS_BACKEND=tensorflow first)
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_trm.data import load_imdb, load_mnist
+from keras_trm.export.saved_model import export_module
+from keras_trm.jobs import imdb, mnist
+from keras_trm.jobs._classification import (
+    BatchLoss,
+    StepLog,
+    add_config_flags,
+    check_labels,
+    config_from_args,
+)
+from keras_trm.models import lenet_cnn
+from keras_trm.text import RESERVED_TOKENS
+
+MAX_LENGTH = 24
+REVIEWS = [
+    "A wonderful film, I loved every minute of it.",
+    "",
+    "Terrible. " * 400,                 # far longer than MAX_LENGTH tokens
+    "Ein großartiger Film — très bien!",
+]
+
+FRESH = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # registers the tokenizer ops of the text model
+    request = json.loads(sys.stdin.read())
+    text = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    digits = tf.saved_model.load(sys.argv[2]).signatures["serving_default"]
+    p_text = text(reviews=tf.constant(request["reviews"]))["probabilities"]
+    images = np.asarray(request["images"], dtype=np.uint8)
+    p_digits = digits(images=tf.constant(images))["probabilities"]
+    assert "keras_trm" not in sys.modules
+    print(json.dumps({"text": p_text.numpy().tolist(),
+                      "digits": p_digits.numpy().tolist()}))
+""")
+
+
+@pytest.fixture(scope="module")
+def reviews(data_dir):
+    texts, labels = load_imdb("train", data_dir)
+    pick = np.r_[0:150, 12_500:12_650]          # 150 negative, 150 positive
+    return [texts[i] for i in pick], labels[pick]
+
+
+@pytest.fixture(scope="module")
+def review_vocab(reviews):
+    """A small WordPiece vocabulary: the 300 commonest words, every single
+    character and its ``##`` continuation (built directly: the learner is
+    slow and tested elsewhere)."""
+    words = collections.Counter(
+        w for text in imdb.lowercase(reviews[0])
+        for w in re.findall(r"\w+|[^\w\s]", text))
+    chars = sorted({c for w in words for c in w})
+    common = [w for w, _ in words.most_common(300) if len(w) > 1]
+    return list(RESERVED_TOKENS) + chars + [f"##{c}" for c in chars] + common
+
+
+@pytest.fixture(scope="module")
+def digits(data_dir):
+    images, labels = load_mnist("train", data_dir)
+    test_images, test_labels = load_mnist("test", data_dir)
+    return (images[:512], labels[:512]), (test_images[:200], test_labels[:200])
+
+
+def _tiny_imdb_config(**kwargs):
+    return imdb.ImdbConfig(
+        max_length=MAX_LENGTH, batch_size=16, d_model=16, num_heads=2,
+        d_ff=32, embedding_dim=16, units=8, encoder_epochs=1, lstm_epochs=1,
+        warmup_steps=2, jit_compile="off", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def review_classifier(reviews, review_vocab):
+    """An LSTM_LN classifier trained for a few steps on 300 real reviews."""
+    keras.utils.set_random_seed(0)
+    config = _tiny_imdb_config()
+    model = imdb.build_model("lstm_ln", config, len(review_vocab))
+    classifier = imdb.ReviewClassifier(model, review_vocab, MAX_LENGTH)
+    ids = imdb.encode_all(classifier, reviews[0])
+    imdb.compile_model(model, "lstm_ln", config, total_steps=10)
+    model.fit(imdb.make_dataset(ids, reviews[1], 16, MAX_LENGTH, shuffle=True,
+                                drop_remainder=True), epochs=1, steps_per_epoch=10,
+              verbose=0)
+    return classifier
+
+
+@pytest.fixture(scope="module")
+def digit_run(digits):
+    """A BatchNorm LeNet trained for one epoch of 512 real digits."""
+    config = mnist.MnistConfig(epochs=1, jit_compile=False)
+    model, result = mnist.train_one("batch", 64, config, *digits, verbose=0)
+    return mnist.DigitClassifier(model), result, config
+
+
+# --- IMDB preprocessing and bad input -------------------------------------------
+
+
+def test_head_tail_truncation_keeps_first_quarter_and_the_end():
+    ids = tf.ragged.constant([list(range(1, 41)), [5, 6, 7], []], tf.int32)
+    out = imdb.truncate_head_tail(ids, 12).to_list()
+    assert out[0] == [1, 2, 3] + list(range(32, 41))   # 12 // 4 = 3 head ids
+    assert out[1] == [5, 6, 7] and out[2] == []
+
+
+def test_empty_and_overlong_reviews_give_defined_probabilities(
+        review_classifier, review_vocab):
+    encoded = review_classifier.encode(tf.constant(REVIEWS)).numpy()
+    assert encoded.shape == (4, MAX_LENGTH) and encoded.dtype == np.int32
+    assert not encoded[1].any()                           # empty: all padding
+    assert encoded[2].all()                               # long: cut, no padding
+    probs = review_classifier.classify_texts(REVIEWS)
+    assert probs.shape == (4, 2) and np.isfinite(probs).all()
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    # The empty review is exactly the model's answer for "only padding".
+    padding_only = review_classifier.model(np.zeros((1, 5), "int32")).numpy()
+    np.testing.assert_allclose(probs[1], padding_only[0], rtol=1e-5, atol=1e-6)
+    # A batch holding only empty reviews still has one (padding) column.
+    assert review_classifier.encode(tf.constant(["", " "])).shape == (2, 1)
+    # The encoder classifier pools nothing for an empty review: no NaN either.
+    model = imdb.build_model("encoder", _tiny_imdb_config(), len(review_vocab))
+    enc = imdb.ReviewClassifier(model, review_vocab, MAX_LENGTH)
+    assert np.isfinite(enc.classify_texts(REVIEWS)).all()
+
+
+def test_review_classifier_rejects_non_strings(review_classifier):
+    with pytest.raises(TypeError, match=r"`texts\[1\]` must be a str, got int"):
+        review_classifier.classify_texts(["fine", 3])
+    with pytest.raises(TypeError, match="`texts` must be a list of str"):
+        review_classifier.classify_texts("one review")
+
+
+def test_bucketed_batches_have_static_widths_and_counted_steps(
+        reviews, review_classifier):
+    ids = imdb.encode_all(review_classifier, reviews[0])
+    lengths = ids.row_lengths().numpy()
+    ds = imdb.make_dataset(ids, reviews[1], 16, MAX_LENGTH,
+                           drop_remainder=True)
+    batches = list(ds)
+    assert len(batches) == imdb.steps_per_epoch(lengths, 16, MAX_LENGTH)
+    assert all(x.shape[0] == 16 and x.shape[1] in imdb.bucket_widths(MAX_LENGTH)
+               for x, _ in batches)
+    assert imdb.bucket_widths(320) == (64, 128, 192, 256, 320)
+    assert imdb.bucket_widths(100) == (64, 100)
+
+
+# --- MNIST bad input ------------------------------------------------------------
+
+
+def test_mnist_bad_images_and_labels_name_the_argument(digits):
+    (images, labels), test = digits
+    config = mnist.MnistConfig(epochs=1, jit_compile=False)
+    cases = [
+        ((images.astype("float32"), labels), TypeError,
+         r"`train_images` must be uint8.*float32"),
+        ((images[:, :27, :], labels), ValueError,
+         r"`train_images` must have shape \(N, 28, 28\).*\(512, 27, 28\)"),
+        ((images.reshape(512, 784), labels), ValueError, "train_images"),
+        ((images, np.where(labels == 3, 10, labels)), ValueError,
+         r"`train_labels` must be class ids in \[0, 10\), got "
+         r"train_labels\[\d+\]=10"),
+        ((images, labels.astype("int64") - 1), ValueError,
+         r"train_labels\[\d+\]=-1"),
+        ((images, labels.astype("float32")), TypeError,
+         "`train_labels` must hold integer class ids"),
+        ((images, labels[:10]), ValueError,
+         "`train_labels` has 10 entries, expected 512"),
+    ]
+    for train, error, message in cases:
+        with pytest.raises(error, match=message):
+            mnist.train_one("layer", 64, config, train, test, verbose=0)
+    with pytest.raises(ValueError, match="`norm` must be one of"):
+        mnist.train_one("group", 64, config, (images, labels), test)
+    with pytest.raises(ValueError, match=r"`labels` must have shape \(N,\)"):
+        check_labels(labels.reshape(-1, 1), 10)
+
+
+def test_digit_classifier_refuses_wrong_images(digit_run, digits):
+    classifier, _, _ = digit_run
+    images = digits[1][0][:4]
+    with pytest.raises(TypeError, match=r"`images` must be uint8.*float64"):
+        classifier.predict(images / 255.0)
+    with pytest.raises(ValueError, match=r"images.shape=\(4, 28\)"):
+        classifier.predict(images[:, 0, :])
+    # The signature itself refuses other dtypes / shapes (served models).
+    with pytest.raises((TypeError, ValueError)):
+        classifier.classify(tf.constant(images, tf.float32))
+    with pytest.raises((TypeError, ValueError)):
+        classifier.classify(tf.zeros((4, 32, 32), tf.uint8))
+
+
+# --- logging and reports --------------------------------------------------------
+
+
+def test_batch_loss_is_the_loss_of_each_step(digits):
+    """With a learning rate of 0 the weights stay fixed, so the logged loss
+    of step k must equal the loss of batch k computed independently."""
+    (images, labels), _ = digits
+    x, y = images[:96].astype("float32"), labels[:96].astype("int32")
+    model = lenet_cnn("layer")
+    model.compile(keras.optimizers.SGD(0.0), "sparse_categorical_crossentropy",
+                  metrics=[BatchLoss()], jit_compile=False)
+    log = StepLog()
+    model.fit(x, y, batch_size=32, shuffle=False, epochs=1, callbacks=[log],
+              verbose=0)
+    probs = model.predict(x, verbose=0)
+    expected = -np.log(probs[np.arange(96), y]).reshape(3, 32).mean(axis=1)
+    np.testing.assert_allclose(log.steps, expected, rtol=1e-4)
+    assert len(set(log.steps)) == 3      # not a running mean of one value
+    assert log.epochs[0]["step"] == 3
+
+
+def test_mnist_report_and_plot(digit_run, tmp_path):
+    _, result, config = digit_run
+    assert result["steps"] == 8 and len(result["step_loss"]) == 8
+    assert result["epoch_log"][0]["test_accuracy"] == result["test_accuracy"]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / f"{result['run']}.json").write_text(json.dumps(result))
+    report = mnist.write_report(tmp_path / "runs", tmp_path / "docs", config)
+    text = report.read_text()
+    assert f"{100 * result['test_accuracy']:.2f}%" in text
+    png = tmp_path / "docs" / "mnist_batch_64.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size < 200_000
+    compact = json.loads((tmp_path / "docs" / "lenet_batch_b64.json").read_text())
+    assert "step_loss" not in compact
+    assert compact["binned_step_loss"][-1]["step"] == 8
+
+
+def test_config_flags_parse_lists_and_bools():
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, mnist.MnistConfig)
+    args = parser.parse_args(["--batch-sizes", "32,4", "--jit-compile", "off",
+                              "--norms", "layer"])
+    config = config_from_args(mnist.MnistConfig, args)
+    assert config.batch_sizes == (32, 4) and config.jit_compile is False
+    assert config.norms == ("layer",) and config.epochs == 3
+
+
+# --- both exports in a fresh process ---------------------------------------------
+
+
+def test_exports_reload_in_fresh_process_without_keras_trm(
+        review_classifier, digit_run, digits, tmp_path):
+    digit_classifier, _, _ = digit_run
+    text_path = export_module(
+        review_classifier, tmp_path, "imdb_tiny",
+        signatures={"serving_default": review_classifier.classify})
+    digit_path = export_module(
+        digit_classifier, tmp_path, "mnist_tiny",
+        signatures={"serving_default": digit_classifier.classify})
+    images = digits[1][0][:6]
+    expected_text = review_classifier.classify_texts(REVIEWS)
+    expected_digits = digit_classifier.predict(images)
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH)
+    request = {"reviews": REVIEWS, "images": images.tolist()}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(text_path), str(digit_path)],
+        input=json.dumps(request), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(out["text"], expected_text, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["digits"], expected_digits, rtol=1e-5,
+                               atol=1e-6)

@@ -1,0 +1,203 @@
+"""The language-model job (issue 4): a tiny real-data run writes its result
+files and a SavedModel; the SavedModel reloads in a fresh process without
+keras_trm, matches the in-process model segment by segment (memories fed
+back), and refuses bad input with messages naming the argument and shapes."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_trm.jobs import language_model as job  # noqa: E402
+from keras_trm.models.transformer_xl import (  # noqa: E402
+    TransformerXLLM,
+    vanilla_transformer_lm,
+)
+
+TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, seg_len=8,
+            mem_len=8, batch_size=4, steps=6, warmup_steps=2, eval_every=3,
+            eval_batch_size=2, train_tokens=3000, eval_tokens=300,
+            learning_rate=3e-3, model_name="tiny_xl")
+
+FRESH = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    data = np.load(sys.argv[2])
+    layers, d_model = int(sys.argv[4]), int(sys.argv[5])
+    seg1, seg2 = data["seg1"], data["seg2"]
+    empty = tf.zeros((layers, seg1.shape[0], 0, d_model))
+    out1 = serve(token_ids=tf.constant(seg1), memories=empty)
+    out2 = serve(token_ids=tf.constant(seg2), memories=out1["new_memories"])
+    assert "keras_trm" not in sys.modules
+    np.savez(sys.argv[3], log_probs1=out1["log_probs"].numpy(),
+             memories1=out1["new_memories"].numpy(),
+             log_probs2=out2["log_probs"].numpy(),
+             memories2=out2["new_memories"].numpy())
+""")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm_job")
+    config = job.LanguageModelConfig(**TINY)
+    result = job.run(config, workdir=root / "work", export_dir=root / "export",
+                     results_dir=root / "results", verbose=0)
+    return root, result
+
+
+def test_tiny_run_writes_results_and_export(tiny_run):
+    root, result = tiny_run
+    results = root / "results"
+    assert json.loads((results / "result.json").read_text()) == result
+    report = (results / "report.md").read_text()
+    assert "Transformer-XL" in report and str(
+        result["transformer_xl"]["test"]["bits_per_token"]) in report
+    assert (results / "curves.png").stat().st_size > 1000
+    # Equal budget: both saw the same steps; validation after steps 3 and 6.
+    assert result["train_tokens_seen"] == 6 * 4 * 8
+    for key in ("transformer_xl", "vanilla"):
+        assert result[key]["history"]["step"] == [3, 6]
+        assert result[key]["train_seconds"] > 0
+    # Parameters matched through the vanilla FFN width: the closest count
+    # (one unit of d_ff is num_layers * (2 d_model + 1) = 33 parameters).
+    xl_p, van_p = (result["transformer_xl"]["parameters"],
+                   result["vanilla"]["parameters"])
+    assert abs(xl_p - van_p) <= 33 // 2 and result["vanilla"]["d_ff"] != 32
+    for figures in (result["transformer_xl"]["test"],
+                    result["vanilla"]["test_sliding_window"],
+                    result["vanilla"]["test_disjoint"]):
+        nll = figures["nll_nats"]
+        assert 0 < nll < 10
+        assert figures["bits_per_token"] == pytest.approx(nll / math.log(2),
+                                                          abs=1e-3)
+    assert result["test_tokens"] == 2 * (150 - 1)
+    export = root / "export" / "tiny_xl" / "1"
+    assert result["export"] == str(export)
+    assert (export / "saved_model.pb").is_file()
+    vocab = json.loads((export / "assets.extra" / "vocab.json").read_text())
+    assert len(vocab) == 65 and "\n" in vocab and " " in vocab
+    config = json.loads((export / "assets.extra" / "config.json").read_text())
+    assert config["max_segment_len"] == 8 and config["mem_len"] == 8
+    # The trained model was saved and round-trips.
+    model = keras.saving.load_model(root / "work" / "transformer_xl.keras")
+    assert isinstance(model, TransformerXLLM) and model.count_params() == xl_p
+
+
+def _segments(vocab, batch=3):
+    text = ("First Citizen:\nBefore we proceed any further, hear me speak.\n"
+            "All:\nSpeak, speak.")
+    ids = np.array([vocab.index(c) for c in text], np.int32)
+    rows = np.stack([ids[i:i + 16] for i in range(batch)])
+    return rows[:, :8], rows[:, 8:13]  # a full segment, then a shorter one
+
+
+def test_export_in_fresh_process_matches_in_process(tiny_run, tmp_path):
+    root, result = tiny_run
+    export = root / "export" / "tiny_xl" / "1"
+    vocab = json.loads((export / "assets.extra" / "vocab.json").read_text())
+    seg1, seg2 = _segments(vocab)
+    model = keras.saving.load_model(root / "work" / "transformer_xl.keras")
+    logits1, mems1 = model(seg1)
+    logits2, mems2 = model(seg2, mems1)
+    np.savez(tmp_path / "in.npz", seg1=seg1, seg2=seg2)
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(export), str(tmp_path / "in.npz"),
+         str(tmp_path / "out.npz"), "1", "16"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = np.load(tmp_path / "out.npz")
+    assert out["log_probs1"].shape == (3, 8, 65)
+    assert out["memories1"].shape == (1, 3, 8, 16)  # min(mem_len, 0 + 8)
+    assert out["log_probs2"].shape == (3, 5, 65)
+    assert out["memories2"].shape == (1, 3, 8, 16)  # last 8 of 8 + 5
+    np.testing.assert_allclose(out["log_probs1"],
+                               tf.nn.log_softmax(logits1), atol=1e-5)
+    np.testing.assert_allclose(out["log_probs2"],
+                               tf.nn.log_softmax(logits2), atol=1e-5)
+    np.testing.assert_allclose(out["memories2"], np.stack(mems2), atol=1e-5)
+    np.testing.assert_allclose(np.exp(out["log_probs2"]).sum(-1), 1.0,
+                               atol=1e-5)
+    # The memory matters: segment 2 without it scores differently.
+    alone = tf.nn.log_softmax(model(seg2)[0])
+    assert np.abs(alone - out["log_probs2"]).max() > 1e-3
+
+
+def test_export_bad_input_errors(tiny_run):
+    root, _ = tiny_run
+    serve = tf.saved_model.load(
+        str(root / "export" / "tiny_xl" / "1")).signatures["serving_default"]
+    ids = np.zeros((2, 4), np.int32)
+    empty = tf.zeros((1, 2, 0, 16))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"token_ids.*max_segment_len=8.*\[2 9\]"):
+        serve(token_ids=tf.zeros((2, 9), tf.int32), memories=empty)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"token_ids.*\[2 0\]"):
+        serve(token_ids=tf.zeros((2, 0), tf.int32), memories=empty)
+    bad_memories = {
+        "batch": ((1, 3, 5, 16), r"\[1 3 5 16\].*token_ids.shape=\] \[2 4\]"),
+        "layers": ((2, 2, 5, 16), r"num_layers=1.*\[2 2 5 16\]"),
+        "d_model": ((1, 2, 5, 12), r"d_model=16.*\[1 2 5 12\]"),
+    }
+    for shape, pattern in bad_memories.values():
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"memories.*" + pattern):
+            serve(token_ids=tf.constant(ids), memories=tf.zeros(shape))
+
+
+def test_bad_config_and_arguments(tmp_path):
+    bad = [
+        (dict(mem_len=-1), ValueError, "mem_len"),
+        (dict(corpus="wikitext103"), ValueError, "corpus"),
+        (dict(seg_len=0), ValueError, "seg_len"),
+        (dict(warmup_steps=10, steps=10), ValueError, "warmup_steps"),
+        (dict(dropout_rate=1.5), ValueError, "dropout_rate"),
+        (dict(batch_size=2.5), TypeError, "batch_size"),
+    ]
+    for kwargs, error, name in bad:
+        with pytest.raises(error, match=name):
+            job.LanguageModelConfig(**kwargs).validate()
+    too_short = job.LanguageModelConfig(**{**TINY, "train_tokens": 32})
+    with pytest.raises(ValueError, match=r"seg_len=8"):
+        job.run(too_short, workdir=tmp_path / "w", export_dir=tmp_path / "e",
+                results_dir=tmp_path / "r", verbose=0)
+    vanilla = vanilla_transformer_lm(65, num_layers=1, d_model=16,
+                                     num_heads=2, d_ff=32, max_length=8)
+    with pytest.raises(TypeError, match="TransformerXLLM"):
+        job.TransformerXLServing(vanilla)
+
+
+def test_cosine_warmup_schedule():
+    config = job.LanguageModelConfig(steps=100, warmup_steps=10,
+                                     learning_rate=1e-3,
+                                     min_learning_rate_ratio=0.1)
+    schedule = job.cosine_warmup_schedule(config)
+    lr = np.array([float(schedule(s)) for s in range(0, 101)])
+    assert lr[0] == 0.0 and lr[10] == pytest.approx(1e-3)
+    assert np.all(np.diff(lr[:11]) > 0) and np.all(np.diff(lr[10:]) < 0)
+    assert lr[100] == pytest.approx(1e-4)
+
+
+def test_training_batches_reset_memories_only_at_a_new_pass():
+    streams = np.arange(2 * 20).reshape(2, 20)
+    batches = job._train_batches(streams, 6)
+    flags, firsts = [], []
+    for _ in range(7):  # 3 full segments per pass (19 targets // 6)
+        inputs, targets, new_pass = next(batches)
+        np.testing.assert_array_equal(targets, inputs + 1)
+        flags.append(new_pass)
+        firsts.append(int(inputs[0, 0]))
+    assert flags == [True, False, False, True, False, False, True]
+    assert firsts == [0, 6, 12, 0, 6, 12, 0]  # consecutive, then a new pass
