@@ -1,7 +1,7 @@
 """Recipe: MNIST LeNet without / with BatchNorm / with LayerNorm, at batch
 size 128 and 8.
 
-    python recipes/mnist.py [--data-dir DIR] [--epochs 6]
+    python recipes/mnist.py [--data-dir DIR] [--epochs 8]
                             [--batch-sizes 128,8] [--norms none,batch,layer]
 
 Trains every (batch size, normalization) pair for the same number of

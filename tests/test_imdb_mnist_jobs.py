@@ -252,7 +252,7 @@ def test_config_flags_parse_lists_and_bools():
                               "--norms", "layer"])
     config = config_from_args(mnist.MnistConfig, args)
     assert config.batch_sizes == (32, 4) and config.jit_compile is False
-    assert config.norms == ("layer",) and config.epochs == 6
+    assert config.norms == ("layer",) and config.epochs == 8
 
 
 # --- both exports in a fresh process ---------------------------------------------

@@ -60,7 +60,7 @@ class MnistConfig:
 
     norms: tuple = NORMS
     batch_sizes: tuple = (128, 8)
-    epochs: int = 6
+    epochs: int = 8
     learning_rate: float = 1e-3  # peak; cosine decay to 0 over the run
     seed: int = 0
     jit_compile: bool = True
