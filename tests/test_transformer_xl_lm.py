@@ -320,3 +320,38 @@ def test_bad_data_arguments(tmp_path):
         lm.load_tiny_shakespeare("train", data_dir=tmp_path)
     with pytest.raises(ValueError, match="name"):
         lm.load_lm_corpus("wikitext", "train", data_dir=tmp_path)
+
+
+def test_download_fetches_official_layout(tmp_path, monkeypatch):
+    """download=True fetches the official archives (here the same files
+    served from file:// URLs built from the shared data, since CI is
+    offline) and gives the same tokens as the local copies."""
+    import gzip
+    import io
+    import tarfile
+
+    source = tmp_path / "source"
+    source.mkdir()
+    with tarfile.open(source / "simple-examples.tgz", "w:gz") as tar:
+        for split in lm.PTB_SPLITS:
+            shared = lm.resolve_data_dir() / "ptb" / f"ptb.{split}.txt.gz"
+            data = gzip.decompress(shared.read_bytes())
+            info = tarfile.TarInfo(f"./simple-examples/data/ptb.{split}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    shakespeare = lm.resolve_data_dir() / "tinyshakespeare" / "input.txt"
+    (source / "input.txt").write_bytes(shakespeare.read_bytes())
+    monkeypatch.setattr(lm, "PTB_URL", (source / "simple-examples.tgz").as_uri())
+    monkeypatch.setattr(lm, "SHAKESPEARE_URL", (source / "input.txt").as_uri())
+
+    target = tmp_path / "data"
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        lm.load_ptb("valid", data_dir=tmp_path)
+    assert lm.load_ptb("valid", data_dir=target, download=True) == lm.load_ptb(
+        "valid")
+    assert sorted(p.name for p in (target / "ptb").iterdir()) == [
+        "ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert lm.load_tiny_shakespeare("test", data_dir=target, download=True) == (
+        lm.load_tiny_shakespeare("test"))
+    assert [p.name for p in (target / "tinyshakespeare").iterdir()] == [
+        "input.txt"]

@@ -18,6 +18,12 @@ looked up, and ``shared/data/README.md`` for their provenance):
   ``text[int(0.9 n):int(0.95 n)]`` (55,770), test ``text[int(0.95 n):]``
   (55,770), with ``n = len(text)``.
 
+Online (``download=True``), a missing corpus is fetched from its official
+source into the same place: PTB from Mikolov's RNNLM page
+(``PTB_URL``, the ``simple-examples.tgz`` archive whose ``data/ptb.*.txt``
+are these files), Tiny Shakespeare from the char-rnn repository
+(``SHAKESPEARE_URL``).
+
 Ordered batching follows the Transformer-XL reference data iterator
 (``LMOrderedIterator``): the token stream is cut into ``batch_size``
 contiguous streams (``batchify``), and training/evaluation walks all streams
@@ -28,6 +34,11 @@ row continue each other, which is what segment-level recurrence needs.
 
 import collections
 import gzip
+import os
+import tarfile
+import tempfile
+
+import pathlib
 
 import numpy as np
 
@@ -38,6 +49,50 @@ SHAKESPEARE_SPLITS = ("train", "valid", "test")
 SHAKESPEARE_FRACTIONS = (0.9, 0.05, 0.05)
 EOS = "<eos>"
 UNK = "<unk>"
+PTB_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
+SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/"
+                   "master/data/tinyshakespeare/input.txt")
+
+
+def _fetch(origin, directory):
+    """Downloads ``origin`` into a temporary file in ``directory`` (Keras'
+    ``get_file``) and returns its path; the caller moves what it needs into
+    place and removes the rest."""
+    import keras
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=directory, prefix=".download-")
+    name = origin.rstrip("/").rsplit("/", 1)[-1]
+    return pathlib.Path(keras.utils.get_file(
+        name, origin, cache_dir=tmp, cache_subdir=""))
+
+
+def _download_ptb(directory):
+    """Extracts ``data/ptb.{train,valid,test}.txt`` of ``PTB_URL`` into
+    ``directory`` (each file written whole, then renamed into place)."""
+    archive = _fetch(PTB_URL, directory)
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for split in PTB_SPLITS:
+                member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
+                fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ptb.")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(member.read())
+                os.replace(tmp, directory / f"ptb.{split}.txt")
+    finally:
+        _remove_download(archive)
+
+
+def _download_shakespeare(directory):
+    path = _fetch(SHAKESPEARE_URL, directory)
+    os.replace(path, directory / "input.txt")
+    _remove_download(path)
+
+
+def _remove_download(path):
+    import shutil
+
+    shutil.rmtree(pathlib.Path(path).parent, ignore_errors=True)
 
 
 def _split_arg(split, allowed):
@@ -46,7 +101,7 @@ def _split_arg(split, allowed):
     return split
 
 
-def load_ptb(split="train", data_dir=None):
+def load_ptb(split="train", data_dir=None, download=False):
     """Loads one split of the Mikolov Penn Treebank as a list of tokens.
 
     Every line is split on whitespace and ``"<eos>"`` is appended to it
@@ -56,6 +111,8 @@ def load_ptb(split="train", data_dir=None):
         split: ``"train"``, ``"valid"`` or ``"test"``.
         data_dir: data directory (see ``resolve_data_dir``); the file is
             ``<data_dir>/ptb/ptb.{split}.txt`` or ``ptb.{split}.txt.gz``.
+        download: if the file is missing, fetch the three splits from
+            ``PTB_URL`` into ``<data_dir>/ptb/`` first (needs internet).
 
     Returns:
         list of str; 929,589 / 73,760 / 82,430 tokens for train / valid /
@@ -63,12 +120,16 @@ def load_ptb(split="train", data_dir=None):
 
     Raises:
         ValueError: unknown ``split``.
-        FileNotFoundError: the file is missing; the message names both
-            accepted file names and the directory searched.
+        FileNotFoundError: the file is missing (and ``download`` is
+            False); the message names both accepted file names and the
+            directory searched.
     """
     _split_arg(split, PTB_SPLITS)
-    directory = resolve_data_dir(data_dir) / "ptb"
+    directory = resolve_data_dir(data_dir, must_exist=not download) / "ptb"
     stem = f"ptb.{split}.txt"
+    if download and not any(
+            (directory / n).is_file() for n in (stem, stem + ".gz")):
+        _download_ptb(directory)
     path = None
     for name in (stem, stem + ".gz"):
         if (directory / name).is_file():
@@ -77,7 +138,8 @@ def load_ptb(split="train", data_dir=None):
     if path is None:
         raise FileNotFoundError(
             f"Penn Treebank split {split!r} not found: expected {stem} or "
-            f"{stem}.gz in {directory}"
+            f"{stem}.gz in {directory} (pass download=True to fetch "
+            f"{PTB_URL} when online)"
         )
     opener = gzip.open if path.suffix == ".gz" else open
     tokens = []
@@ -95,7 +157,7 @@ def tiny_shakespeare_bounds(n):
     )
 
 
-def load_tiny_shakespeare(split="train", data_dir=None):
+def load_tiny_shakespeare(split="train", data_dir=None, download=False):
     """Loads one split of Tiny Shakespeare as a string (character level).
 
     The file is cut by character offset into 90 % train, 5 % valid and 5 %
@@ -106,19 +168,26 @@ def load_tiny_shakespeare(split="train", data_dir=None):
         split: ``"train"``, ``"valid"`` or ``"test"``.
         data_dir: data directory; the file is
             ``<data_dir>/tinyshakespeare/input.txt``.
+        download: if the file is missing, fetch it from
+            ``SHAKESPEARE_URL`` first (needs internet).
 
     Returns:
         str.
 
     Raises:
         ValueError: unknown ``split``.
-        FileNotFoundError: ``input.txt`` is missing (the message names it).
+        FileNotFoundError: ``input.txt`` is missing and ``download`` is
+            False (the message names it).
     """
     _split_arg(split, SHAKESPEARE_SPLITS)
-    path = resolve_data_dir(data_dir) / "tinyshakespeare" / "input.txt"
+    root = resolve_data_dir(data_dir, must_exist=not download)
+    path = root / "tinyshakespeare" / "input.txt"
+    if download and not path.is_file():
+        _download_shakespeare(path.parent)
     if not path.is_file():
         raise FileNotFoundError(
-            f"Tiny Shakespeare not found: expected input.txt at {path}"
+            f"Tiny Shakespeare not found: expected input.txt at {path} (pass "
+            f"download=True to fetch {SHAKESPEARE_URL} when online)"
         )
     with open(path, "r", encoding="utf-8") as f:
         text = f.read()
@@ -198,13 +267,15 @@ class Vocabulary:
         return {"tokens": self.tokens, "unk_token": self.unk_token}
 
 
-def load_lm_corpus(name, split="train", vocabulary=None, data_dir=None):
+def load_lm_corpus(name, split="train", vocabulary=None, data_dir=None,
+                   download=False):
     """Loads a corpus split as ids, with the vocabulary of its train split.
 
     Args:
         name: ``"ptb"`` (words) or ``"tinyshakespeare"`` (characters).
         split: ``"train"``, ``"valid"`` or ``"test"``.
         vocabulary: a ``Vocabulary``; default built from the train split.
+        data_dir, download: as the loaders.
 
     Returns:
         ``(ids int32 (n,), vocabulary)``.
@@ -219,9 +290,10 @@ def load_lm_corpus(name, split="train", vocabulary=None, data_dir=None):
             f"`name` must be one of {sorted(loaders)}, got name={name!r}"
         )
     load = loaders[name]
-    corpus = load(split, data_dir=data_dir)
+    corpus = load(split, data_dir=data_dir, download=download)
     if vocabulary is None:
-        train = corpus if split == "train" else load("train", data_dir=data_dir)
+        train = corpus if split == "train" else load(
+            "train", data_dir=data_dir, download=download)
         vocabulary = Vocabulary.from_corpus(train)
     return vocabulary.encode(corpus), vocabulary
 
