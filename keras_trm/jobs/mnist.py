@@ -211,6 +211,56 @@ def _comparison(results, batch_size):
     return lines
 
 
+def _last_epoch_loss(r):
+    loss = np.asarray(r["step_loss"])
+    return float(loss[-(len(loss) // r["epochs"]):].mean())
+
+
+def _findings(results):
+    """Plain statements computed from the runs, set against the commonly
+    stated result (BN >= LN at batch 128; BN hurts at batch 8, LN helps a
+    little). Only pairs that were both run are stated."""
+    def get(norm, b):
+        return results.get(run_name(norm, b))
+
+    def acc(r):
+        return 100 * r["test_accuracy"]
+
+    def verdict(holds):
+        return "matches" if holds else "does not match"
+
+    lines = []
+    bn, ln = get("batch", 128), get("layer", 128)
+    if bn and ln:
+        lines.append(
+            f"- Batch 128, BatchNorm vs LayerNorm: last-epoch training loss "
+            f"{_last_epoch_loss(bn):.4f} vs {_last_epoch_loss(ln):.4f}, test "
+            f"accuracy {acc(bn):.2f}% vs {acc(ln):.2f}%. On training loss this "
+            f"{verdict(_last_epoch_loss(bn) <= _last_epoch_loss(ln))} "
+            "\"BN >= LN at batch 128\"; on test accuracy it "
+            f"{verdict(acc(bn) >= acc(ln))} it.")
+    for norm in ("batch", "layer"):
+        small, base = get(norm, 8), get("none", 8)
+        if small and base:
+            better = _last_epoch_loss(small) < _last_epoch_loss(base)
+            expected = "helps a little" if norm == "layer" else "hurts"
+            holds = better if norm == "layer" else not better
+            lines.append(
+                f"- Batch 8, {small['label']} vs no norm: last-epoch training "
+                f"loss {_last_epoch_loss(small):.4f} vs "
+                f"{_last_epoch_loss(base):.4f}, test accuracy {acc(small):.2f}% "
+                f"vs {acc(base):.2f}%. On training loss this {verdict(holds)} "
+                f"\"{small['label']} {expected} at batch 8\".")
+    if lines:
+        spread = [acc(r) for r in results.values()]
+        lines.append(
+            f"- All test accuracies lie within {max(spread) - min(spread):.2f} "
+            "points of each other, from one seed per configuration: the "
+            "accuracy ranking is not evidence either way; the training-loss "
+            "curves are where the normalizations differ.")
+    return lines
+
+
 def write_report(workdir, results_dir, config, extra=None):
     """Writes the compact JSON files, one plot per batch size and
     ``report.md`` to ``results_dir`` from the runs found in ``workdir``."""
@@ -252,6 +302,12 @@ def write_report(workdir, results_dir, config, extra=None):
         "-> [norm] -> dense 10).",
         "",
     ]
+    total = sum(r["train_minutes"] for r in results.values())
+    text += [f"Training time of the {len(results)} runs together: "
+             f"{total:.1f} min.", ""]
+    findings = _findings(results)
+    if findings:
+        text += ["## What the runs show", "", *findings, ""]
     if extra:
         text += [extra, ""]
     for b in batch_sizes:
