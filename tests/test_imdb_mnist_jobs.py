@@ -245,6 +245,24 @@ def test_mnist_report_and_plot(digit_run, tmp_path):
     assert compact["binned_step_loss"][-1]["step"] == 8
 
 
+def test_mnist_findings_state_what_the_losses_show():
+    def run(norm, b, last_loss, acc):
+        return {"run": mnist.run_name(norm, b), "norm": norm, "batch_size": b,
+                "label": mnist.NORM_LABELS[norm], "epochs": 2, "test_accuracy": acc,
+                "step_loss": [1.0, 1.0, last_loss, last_loss]}
+
+    results = {r["run"]: r for r in [
+        run("batch", 128, 0.01, 0.990), run("layer", 128, 0.02, 0.991),
+        run("none", 8, 0.01, 0.990), run("batch", 8, 0.05, 0.989),
+        run("layer", 8, 0.005, 0.992)]}
+    text = "\n".join(mnist._findings(results))
+    assert "training loss 0.0100 vs 0.0200" in text
+    assert "On training loss this matches \"BN >= LN" in text
+    assert "on test accuracy it does not match" in text
+    assert text.count("this matches") == 3      # BN at 128, BN hurts, LN helps
+    assert "within 0.30 points" in text
+
+
 def test_config_flags_parse_lists_and_bools():
     parser = argparse.ArgumentParser()
     add_config_flags(parser, mnist.MnistConfig)
