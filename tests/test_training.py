@@ -194,3 +194,32 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path):
     # (every row holds the same number of tokens, so token means agree).
     assert results["mirrored"]["loss"] == pytest.approx(results["default"]["loss"], rel=1e-4)
     assert results["mirrored"]["w"] == pytest.approx(results["default"]["w"], rel=1e-4)
+
+
+def test_short_runs_do_not_average_their_first_epochs():
+    from keras_trm.jobs.translation import checkpoints_to_average
+
+    paths = [f"epoch_{i}" for i in range(2, 7)]      # the last 5 kept of 6
+    assert checkpoints_to_average(paths, 6, 5) == ["epoch_4", "epoch_5", "epoch_6"]
+    ten = [f"epoch_{i}" for i in range(6, 11)]
+    assert checkpoints_to_average(ten, 10, 5) == ten
+    assert checkpoints_to_average(paths[-3:], 3, 5) == []   # 1 = no averaging
+    assert checkpoints_to_average(paths, 6, 1) == []
+
+
+def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):
+    from keras_trm.jobs import translation
+
+    clock = [0.0]
+    monkeypatch.setattr(translation.time, "time", lambda: clock[0])
+    budget = translation._TimeBudget(seconds=100.0, start=0.0)
+    budget.set_model(keras.Sequential([keras.layers.Dense(1)]))
+    budget.model.stop_training = False
+    for epoch, length in enumerate([30.0, 30.0, 30.0]):
+        budget.on_epoch_begin(epoch)
+        clock[0] += length
+        budget.on_epoch_end(epoch)
+        if budget.model.stop_training:
+            break
+    # after 60 s another 30-s epoch still fits (90 <= 100); after 90 it does not
+    assert epoch == 2 and clock[0] == 90.0
