@@ -53,7 +53,7 @@ class TranslationConfig:
     lr_scale: float = 0.6
     tokens_per_batch: int = 4096
     epochs: int = 12
-    time_budget_minutes: float = 50.0
+    time_budget_minutes: float = 53.0  # job (vocabulary + training + beam search + export) < 1 h
     average_last: int = 5
     beam_size: int = 4
     length_penalty: float = 0.6
