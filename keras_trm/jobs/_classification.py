@@ -229,3 +229,34 @@ def add_config_flags(parser, config_cls):
 def config_from_args(config_cls, args):
     return config_cls(**{f.name: getattr(args, f.name)
                          for f in dataclasses.fields(config_cls)})
+
+
+def recipe_main(argv, job, config_cls, name, description):
+    """The command line of the IMDB and MNIST recipes (``recipes/<name>.py``).
+
+    Common flags (``--data-dir``, ``--workdir`` = ``runs/<name>``,
+    ``--export-dir``, ``--results-dir`` = ``docs/results/<name>``,
+    ``--report-only``) plus one flag per field of ``config_cls``; runs
+    ``job.run`` or, with ``--report-only``, ``job.write_report``.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"recipes/{name}.py",
+                                     description=description)
+    parser.add_argument("--data-dir", default=None,
+                        help="data folder (default: KERAS_TRM_DATA_DIR, then "
+                             "../shared/data beside the checkout)")
+    parser.add_argument("--workdir", default=f"runs/{name}")
+    parser.add_argument("--export-dir", default="export")
+    parser.add_argument("--results-dir", default=f"docs/results/{name}")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only rewrite the report and plots from the "
+                             "results already in --workdir")
+    add_config_flags(parser, config_cls)
+    args = parser.parse_args(argv)
+    config = config_from_args(config_cls, args)
+    if args.report_only:
+        job.write_report(args.workdir, args.results_dir, config)
+        return
+    job.run(config, data_dir=args.data_dir, workdir=args.workdir,
+            export_dir=args.export_dir, results_dir=args.results_dir)
