@@ -20,6 +20,7 @@ from keras import ops
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_trm.layers import _validation as v
+from keras_trm.layers._initializers import clone_initializer
 
 
 def _layer_norm(z, gamma, beta, epsilon):
@@ -135,17 +136,17 @@ class LSTMLNCell(keras.layers.Layer, DropoutRNNCell):
         self.kernel = self.add_weight(
             name="kernel",
             shape=(input_dim, 4 * n),
-            initializer=self.kernel_initializer,
+            initializer=clone_initializer(self.kernel_initializer, 0),
             regularizer=self.kernel_regularizer,
         )
         self.recurrent_kernel = self.add_weight(
             name="recurrent_kernel",
             shape=(n, 4 * n),
-            initializer=self.recurrent_initializer,
+            initializer=clone_initializer(self.recurrent_initializer, 1),
             regularizer=self.recurrent_regularizer,
         )
         if self.unit_forget_bias:
-            base = self.bias_initializer
+            base = clone_initializer(self.bias_initializer, 2)
 
             def bias_initializer(shape, dtype=None):
                 # Gate order (f, i, o, g): the forget slice comes first.
@@ -157,7 +158,7 @@ class LSTMLNCell(keras.layers.Layer, DropoutRNNCell):
                 )
 
         else:
-            bias_initializer = self.bias_initializer
+            bias_initializer = clone_initializer(self.bias_initializer, 2)
         self.bias = self.add_weight(
             name="bias",
             shape=(4 * n,),

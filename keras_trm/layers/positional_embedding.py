@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_trm.layers import _validation as v
+from keras_trm.layers._initializers import clone_initializer
 
 
 def sinusoidal_position_encoding(length, d_model, dtype="float32"):
@@ -120,7 +121,7 @@ class PositionalEmbedding(keras.layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.vocabulary_size, self.d_model),
-            initializer=self.embeddings_initializer,
+            initializer=clone_initializer(self.embeddings_initializer, 0),
         )
         if self.position == "learned":
             self.position_embeddings = self.add_weight(

@@ -4,7 +4,13 @@ import keras
 from keras import ops
 
 from keras_trm.layers import _validation as v
+from keras_trm.layers._initializers import clone_initializer
 from keras_trm.layers.multi_head_attention import MultiHeadAttention
+
+# Sub-layers of a block get their kernel initializer cloned at offsets this
+# far apart, so that a seeded initializer still gives every weight its own
+# seed (an attention layer numbers its own weights below this).
+_SUBLAYER_STRIDE = 100
 
 
 class _BlockBase(keras.layers.Layer):
@@ -40,6 +46,14 @@ class _BlockBase(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
+        self._sublayers_made = 0
+
+    def _initializer(self):
+        """A clone of ``kernel_initializer`` for the next sub-layer."""
+        self._sublayers_made += 1
+        return clone_initializer(
+            self.kernel_initializer, self._sublayers_made * _SUBLAYER_STRIDE
+        )
 
     def _attention(self, d_model, name):
         v.divisible("d_model", d_model, "num_heads", self.num_heads)
@@ -47,7 +61,7 @@ class _BlockBase(keras.layers.Layer):
             num_heads=self.num_heads,
             key_dim=d_model // self.num_heads,
             dropout=self.attention_dropout_rate,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=self._initializer(),
             dtype=self.dtype_policy,
             name=name,
         )
@@ -62,13 +76,13 @@ class _BlockBase(keras.layers.Layer):
         self.ffn_inner = keras.layers.Dense(
             self.d_ff,
             activation=self.activation,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=self._initializer(),
             dtype=self.dtype_policy,
             name="ffn_inner",
         )
         self.ffn_outer = keras.layers.Dense(
             d_model,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=self._initializer(),
             dtype=self.dtype_policy,
             name="ffn_outer",
         )

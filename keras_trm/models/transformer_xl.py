@@ -34,6 +34,7 @@ from keras import ops
 
 from keras_trm.data.language_modeling import segments
 from keras_trm.layers import _validation as v
+from keras_trm.layers._initializers import clone_initializer
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_encoder_block import _BlockBase
 from keras_trm.layers.transformer_xl_block import TransformerXLBlock
@@ -199,7 +200,9 @@ class TransformerXLLM(keras.Model):
         d = self.d_model
         self.embedding = keras.layers.Embedding(
             self.vocabulary_size, d,
-            embeddings_initializer=self.embeddings_initializer,
+            embeddings_initializer=clone_initializer(
+                self.embeddings_initializer
+            ),
             dtype=self.dtype_policy, name="embedding",
         )
         self.embedding.build((None, None))
