@@ -25,7 +25,8 @@ def numpy_sinusoid(distance, dim):
     return np.concatenate([np.sin(angle), np.cos(angle)])
 
 
-def numpy_logits(layer, h, context, same_length=False, clamp_len=None):
+def numpy_logits(layer, h, context, same_length=False, clamp_len=None,
+                 mem_len=None):
     """A_ij / sqrt(d_head) term by term, (a) + (b) + (c) + (d), -inf if masked."""
     wq = layer.query_kernel.numpy()
     wk = layer.key_kernel.numpy()
@@ -41,7 +42,7 @@ def numpy_logits(layer, h, context, same_length=False, clamp_len=None):
     for i in range(t_len):
         for j in range(k_len):
             dist = mem + i - j  # query at absolute position mem + i
-            if dist < 0 or (same_length and dist > mem):
+            if dist < 0 or (same_length and dist >= mem_len):
                 continue
             r = numpy_sinusoid(
                 dist if clamp_len is None else min(dist, clamp_len),
@@ -54,6 +55,40 @@ def numpy_logits(layer, h, context, same_length=False, clamp_len=None):
             d = np.einsum("nh,nh->n", v, wkr)[None]
             out[:, :, i, j] = (a + b + c + d) / np.sqrt(q.shape[-1])
     return out
+
+
+def reference_same_length_mask(q_len, m_len, mem_len):
+    """True = may attend, built as the reference PyTorch code builds its
+    mask (kimiyoung/transformer-xl, mem_transformer.py, _forward):
+    masked = triu(ones, 1 + mlen) + tril(ones, -mask_shift_len)."""
+    k_len = m_len + q_len
+    ones = np.ones((q_len, k_len))
+    mask_len = k_len - mem_len
+    mask_shift_len = q_len - mask_len if mask_len > 0 else q_len
+    masked = np.triu(ones, 1 + m_len) + np.tril(ones, -mask_shift_len)
+    return masked == 0
+
+
+@pytest.mark.parametrize("q_len,m_len,mem_len", [
+    (4, 0, 4), (4, 0, 2), (4, 0, 6), (4, 4, 4), (4, 2, 4), (4, 2, 2),
+    (3, 5, 5), (6, 3, 3), (1, 4, 4), (5, 1, 3),
+])
+def test_same_length_mask_is_the_reference_codes(q_len, m_len, mem_len):
+    layer = RelativeMultiHeadAttention(HEADS, 3, same_length=True,
+                                       mem_len=mem_len)
+    mask = np.asarray(layer.attention_mask_for(q_len, m_len + q_len))
+    np.testing.assert_array_equal(
+        mask, reference_same_length_mask(q_len, m_len, mem_len))
+    # At a stream start (no memory) a query sees up to mem_len keys, not
+    # only itself; everywhere at most mem_len.
+    assert mask.sum(1).max() == min(mem_len, m_len + q_len)
+
+
+def test_same_length_needs_mem_len():
+    with pytest.raises(ValueError, match="mem_len"):
+        RelativeMultiHeadAttention(HEADS, 3, same_length=True)
+    with pytest.raises(ValueError, match="mem_len"):
+        TransformerXLBlock(HEADS, 8, mem_len=0, same_length=True)
 
 
 def softmax(x):
@@ -71,13 +106,15 @@ def randomize(layer, rng, scale=0.3):
 
 
 @pytest.mark.parametrize(
-    "mem,same_length,clamp_len",
-    [(3, False, None), (0, False, None), (3, True, None), (5, False, 2)],
+    "mem,same_length,clamp_len,mem_len",
+    [(3, False, None, None), (0, False, None, None), (3, True, None, 3),
+     (0, True, None, 2), (5, True, None, 3), (5, False, 2, None)],
 )
-def test_scores_equal_four_terms(rng, mem, same_length, clamp_len):
+def test_scores_equal_four_terms(rng, mem, same_length, clamp_len, mem_len):
     t_len = 4
     layer = RelativeMultiHeadAttention(
-        HEADS, 3, same_length=same_length, clamp_len=clamp_len
+        HEADS, 3, same_length=same_length, clamp_len=clamp_len,
+        mem_len=mem_len,
     )
     h = rng.normal(size=(2, t_len, D_MODEL)).astype("float32")
     m = rng.normal(size=(2, mem, D_MODEL)).astype("float32")
@@ -85,7 +122,7 @@ def test_scores_equal_four_terms(rng, mem, same_length, clamp_len):
     layer(h, context)
     randomize(layer, rng)
 
-    ref = numpy_logits(layer, h, context, same_length, clamp_len)
+    ref = numpy_logits(layer, h, context, same_length, clamp_len, mem_len)
     logits = np.asarray(layer.attention_logits(h, context))
     valid = np.isfinite(ref)
     np.testing.assert_allclose(logits[valid], ref[valid], atol=1e-5)

@@ -23,11 +23,14 @@ row. This is O(T·K) work with no gather.
 
 import math
 
+import itertools
+
 import keras
 import numpy as np
 from keras import ops
 
 from keras_trm.layers import _validation as v
+from keras_trm.layers._initializers import clone_initializer
 
 
 def relative_position_encoding(length, d_model, clamp_len=None,
@@ -151,9 +154,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         use_bias: bool, biases on the query/key/value/output projections.
         output_shape: int, last dimension of the output (default: the
             query's last dimension).
-        same_length: bool; if True every query sees the same number of keys
-            M + 1 (keys j with ``i <= j <= M + i``), as ``same_length`` in
-            the reference code.
+        same_length: bool; if True every query sees at most ``mem_len``
+            keys, itself included: with p = M + i the query's position in
+            the extended context, keys j with ``p - mem_len < j <= p``. This
+            is ``same_length`` of the reference PyTorch code
+            (kimiyoung/transformer-xl, ``mem_transformer.py``,
+            ``MemTransformerLM._forward``: ``triu(1 + mlen) +
+            tril(-mask_shift_len)``): the window is bounded by the
+            configured ``mem_len``, not by the memory length M of the call,
+            so a stream's first segment also sees up to ``mem_len`` keys.
+        mem_len: int > 0, the window of ``same_length`` (required with it;
+            ``TransformerXLBlock`` passes its own ``mem_len``).
         clamp_len: optional int >= 0; relative distances above it use
             R_{clamp_len}.
         untie_biases: bool; if True (default) the layer owns its u and v. If
@@ -197,6 +208,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         same_length=False,
         clamp_len=None,
         untie_biases=True,
+        mem_len=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         relative_bias_initializer="zeros",
@@ -211,6 +223,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             output_shape = v.positive_int("output_shape", output_shape)
         self._output_shape = output_shape
         self.same_length = bool(same_length)
+        if mem_len is not None:
+            mem_len = v.non_negative_int("mem_len", mem_len)
+        if self.same_length and not mem_len:
+            raise ValueError(
+                "`same_length=True` bounds each query's window by `mem_len` "
+                f"keys, so it needs mem_len > 0, got mem_len={mem_len!r}"
+            )
+        self.mem_len = mem_len
         if clamp_len is not None:
             clamp_len = v.non_negative_int("clamp_len", clamp_len)
         self.clamp_len = clamp_len
@@ -244,17 +264,22 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self._d_pos = d_pos
         h, k = self.num_heads, self.key_dim
         out_dim = self._output_shape or query_shape[-1]
+        weights_made = itertools.count()
+
+        def fresh(initializer):
+            # Every weight its own initializer (W_q, W_k, W_v, W_k,R differ).
+            return clone_initializer(initializer, next(weights_made))
 
         def proj(name, d_in, use_bias):
             kernel = self.add_weight(
                 name=f"{name}_kernel", shape=(d_in, h, k),
-                initializer=self.kernel_initializer,
+                initializer=fresh(self.kernel_initializer),
             )
             bias = None
             if use_bias:
                 bias = self.add_weight(
                     name=f"{name}_bias", shape=(h, k),
-                    initializer=self.bias_initializer,
+                    initializer=fresh(self.bias_initializer),
                 )
             return kernel, bias
 
@@ -270,23 +295,23 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.position_kernel, _ = proj("position", d_pos, False)
         self.output_kernel = self.add_weight(
             name="output_kernel", shape=(h, k, out_dim),
-            initializer=self.kernel_initializer,
+            initializer=fresh(self.kernel_initializer),
         )
         self.output_bias = None
         if self.use_bias:
             self.output_bias = self.add_weight(
                 name="output_bias", shape=(out_dim,),
-                initializer=self.bias_initializer,
+                initializer=fresh(self.bias_initializer),
             )
         self.content_bias = self.position_bias = None
         if self.untie_biases:
             self.content_bias = self.add_weight(
                 name="content_bias", shape=(h, k),
-                initializer=self.relative_bias_initializer,
+                initializer=fresh(self.relative_bias_initializer),
             )
             self.position_bias = self.add_weight(
                 name="position_bias", shape=(h, k),
-                initializer=self.relative_bias_initializer,
+                initializer=fresh(self.relative_bias_initializer),
             )
         self.built = True
 
@@ -319,15 +344,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def attention_mask_for(self, q_len, k_len):
         """Bool ``(T, K)``: True where query i may see key j.
 
-        Causal over memory and segment, ``j <= M + i`` with ``M = K - T``;
-        with ``same_length`` also ``j >= i`` (exactly M + 1 keys each).
+        Causal over memory and segment: ``j <= p`` with ``p = M + i`` and
+        ``M = K - T``; with ``same_length`` also ``j > p - mem_len`` (the
+        reference code's window of ``mem_len`` keys, itself included).
         """
-        i = ops.arange(q_len)[:, None] + (k_len - q_len)
+        p = ops.arange(q_len)[:, None] + (k_len - q_len)
         j = ops.arange(k_len)[None, :]
-        mask = ops.less_equal(j, i)
+        mask = ops.less_equal(j, p)
         if self.same_length:
             mask = ops.logical_and(
-                mask, ops.greater_equal(j, i - (k_len - q_len))
+                mask, ops.greater(j, p - self.mem_len)
             )
         return mask
 
@@ -429,6 +455,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             use_bias=self.use_bias,
             output_shape=self._output_shape,
             same_length=self.same_length,
+            mem_len=self.mem_len,
             clamp_len=self.clamp_len,
             untie_biases=self.untie_biases,
             kernel_initializer=keras.initializers.serialize(

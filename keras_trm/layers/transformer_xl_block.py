@@ -46,8 +46,9 @@ class TransformerXLBlock(_BlockBase):
             which then must divide d_model).
         dropout_rate: float in [0, 1), on each sub-layer output.
         attention_dropout_rate: float in [0, 1), on attention probabilities.
-        same_length: bool, every query attends to the same number of keys
-            (M + 1 with M the memory length), as in the reference code.
+        same_length: bool, every query attends to the ``mem_len`` most
+            recent positions, itself included (the reference PyTorch code's
+            ``same_length``; needs ``mem_len > 0``).
         clamp_len: optional int >= 0, relative distances are clamped to it.
         untie_biases: bool; False = u and v are not owned by the layer and
             must be passed to ``call`` (one pair shared by all layers).
@@ -111,6 +112,11 @@ class TransformerXLBlock(_BlockBase):
             "key_dim", key_dim
         )
         self.same_length = bool(same_length)
+        if self.same_length and self.mem_len == 0:
+            raise ValueError(
+                "`same_length=True` bounds each query's window by `mem_len` "
+                "keys, so it needs mem_len > 0, got mem_len=0"
+            )
         if clamp_len is not None:
             clamp_len = v.non_negative_int("clamp_len", clamp_len)
         self.clamp_len = clamp_len
@@ -130,9 +136,10 @@ class TransformerXLBlock(_BlockBase):
             dropout=self.attention_dropout_rate,
             use_bias=self.use_bias,
             same_length=self.same_length,
+            mem_len=self.mem_len if self.same_length else None,
             clamp_len=self.clamp_len,
             untie_biases=self.untie_biases,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=self._initializer(),
             dtype=self.dtype_policy,
             name="self_attention",
         )
