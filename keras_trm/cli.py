@@ -62,7 +62,7 @@ def train_translation_main(argv):
     args = parser.parse_args(argv)
     result = run(_config_from_args(TranslationConfig, args), args.data_dir,
                  args.workdir, args.export_dir, samples=SAMPLES)
-    summary = {k: result[k] for k in ("bleu", "parameters", "epochs",
+    summary = {k: result[k] for k in ("test_bleu", "parameters", "epochs",
                                       "train_minutes", "job_minutes", "export")}
     print(json.dumps(summary, indent=1))
 

@@ -4,9 +4,11 @@
 
 Learns a joint WordPiece vocabulary, trains transformer(N=3, d_model=256,
 d_ff=1024, h=4) with the paper's recipe (Noam schedule, Adam(0.9, 0.98,
-1e-9), label smoothing 0.1, tied embeddings, token-count batches), averages
-the last 5 epoch checkpoints, reports sacreBLEU (beam 4, α=0.6) on
-test_2016_flickr, and exports export/transformer_multi30k_en_de/<version>/.
+1e-9), label smoothing 0.1, tied embeddings, token-count batches), logs
+greedy BLEU on the val split after every epoch, averages the last k <= 5
+epoch checkpoints (k chosen by greedy BLEU on val), reports sacreBLEU
+(beam 4, α=0.6) on test_2016_flickr (decoded once, at the end), and exports
+export/transformer_multi30k_en_de/<version>/.
 Same flags as ``keras-trm train-translation``.
 """
 

@@ -26,6 +26,8 @@ from keras_trm.jobs._classification import (
     add_config_flags,
     check_labels,
     config_from_args,
+    restore_best_epoch,
+    validation_split,
 )
 from keras_trm.models import lenet_cnn
 from keras_trm.text import RESERVED_TOKENS
@@ -79,7 +81,8 @@ def review_vocab(reviews):
 def digits(data_dir):
     images, labels = load_mnist("train", data_dir)
     test_images, test_labels = load_mnist("test", data_dir)
-    return (images[:512], labels[:512]), (test_images[:200], test_labels[:200])
+    return ((images[:512], labels[:512]), (images[512:712], labels[512:712]),
+            (test_images[:200], test_labels[:200]))
 
 
 def _tiny_imdb_config(**kwargs):
@@ -167,7 +170,7 @@ def test_bucketed_batches_have_static_widths_and_counted_steps(
 
 
 def test_mnist_bad_images_and_labels_name_the_argument(digits):
-    (images, labels), test = digits
+    (images, labels), validation, test = digits
     config = mnist.MnistConfig(epochs=1, jit_compile=False)
     cases = [
         ((images.astype("float32"), labels), TypeError,
@@ -187,9 +190,11 @@ def test_mnist_bad_images_and_labels_name_the_argument(digits):
     ]
     for train, error, message in cases:
         with pytest.raises(error, match=message):
-            mnist.train_one("layer", 64, config, train, test, verbose=0)
+            mnist.train_one("layer", 64, config, train, validation, test,
+                            verbose=0)
     with pytest.raises(ValueError, match="`norm` must be one of"):
-        mnist.train_one("group", 64, config, (images, labels), test)
+        mnist.train_one("group", 64, config, (images, labels), validation,
+                        test)
     with pytest.raises(ValueError, match=r"`labels` must have shape \(N,\)"):
         check_labels(labels.reshape(-1, 1), 10)
 
@@ -214,7 +219,7 @@ def test_digit_classifier_refuses_wrong_images(digit_run, digits):
 def test_batch_loss_is_the_loss_of_each_step(digits):
     """With a learning rate of 0 the weights stay fixed, so the logged loss
     of step k must equal the loss of batch k computed independently."""
-    (images, labels), _ = digits
+    (images, labels), *_ = digits
     x, y = images[:96].astype("float32"), labels[:96].astype("int32")
     model = lenet_cnn("layer")
     model.compile(keras.optimizers.SGD(0.0), "sparse_categorical_crossentropy",
@@ -229,10 +234,45 @@ def test_batch_loss_is_the_loss_of_each_step(digits):
     assert log.epochs[0]["step"] == 3
 
 
+def test_validation_split_is_seeded_and_disjoint():
+    train, val = validation_split(1000, 0.1, seed=3)
+    assert len(val) == 100 and len(train) == 900
+    assert not set(train) & set(val) and set(train) | set(val) == set(range(1000))
+    again, val_again = validation_split(1000, 0.1, seed=3)
+    np.testing.assert_array_equal(val, val_again)
+    assert not np.array_equal(val, validation_split(1000, 0.1, seed=4)[1])
+    for bad in (0, 1.0, -0.1, True):
+        with pytest.raises(ValueError, match="validation_fraction"):
+            validation_split(1000, bad, seed=0)
+
+
+def test_the_best_validation_epoch_is_restored(digits):
+    """Three epochs with a learning rate that ruins the model after the first:
+    the weights kept are those of the best validation epoch, and the test
+    score is computed from them."""
+    (images, labels), (vx, vy), _ = digits
+    keras.utils.set_random_seed(0)
+    model = lenet_cnn(None)
+    rates = keras.optimizers.schedules.PiecewiseConstantDecay([8], [1e-3, 5.0])
+    model.compile(keras.optimizers.Adam(rates), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"], jit_compile=False)
+    log, best = StepLog(), restore_best_epoch()
+    log.on_train_batch_end = lambda batch, logs=None: None
+    model.fit(images.astype("float32"), labels, batch_size=64, epochs=3,
+              validation_data=(vx.astype("float32"), vy),
+              callbacks=[log, best], verbose=0)
+    accuracies = [e["val_accuracy"] for e in log.epochs]
+    assert best.best_epoch == int(np.argmax(accuracies))
+    assert max(accuracies) > min(accuracies) + 0.05   # the later epochs got worse
+    kept = model.evaluate(vx.astype("float32"), vy, return_dict=True, verbose=0)
+    assert kept["accuracy"] == pytest.approx(max(accuracies), abs=1e-6)
+
+
 def test_mnist_report_and_plot(digit_run, tmp_path):
     _, result, config = digit_run
     assert result["steps"] == 8 and len(result["step_loss"]) == 8
-    assert result["epoch_log"][0]["test_accuracy"] == result["test_accuracy"]
+    assert result["epoch_log"][0]["val_accuracy"] == result["validation_accuracy"]
+    assert result["best_epoch"] == 1 and result["validation_examples"] == 200
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / f"{result['run']}.json").write_text(json.dumps(result))
     report = mnist.write_report(tmp_path / "runs", tmp_path / "docs", config)
@@ -285,7 +325,7 @@ def test_exports_reload_in_fresh_process_without_keras_trm(
     digit_path = export_module(
         digit_classifier, tmp_path, "mnist_tiny",
         signatures={"serving_default": digit_classifier.classify})
-    images = digits[1][0][:6]
+    images = digits[2][0][:6]
     expected_text = review_classifier.classify_texts(REVIEWS)
     expected_digits = digit_classifier.predict(images)
     script = tmp_path / "fresh.py"

@@ -196,15 +196,33 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path):
     assert results["mirrored"]["w"] == pytest.approx(results["default"]["w"], rel=1e-4)
 
 
-def test_short_runs_do_not_average_their_first_epochs():
-    from keras_trm.jobs.translation import checkpoints_to_average
+def test_checkpoint_average_is_chosen_by_the_score(tmp_path):
+    """k = 1..max_count newest checkpoints are averaged and scored; the
+    model ends with the best average (ties: the smaller k)."""
+    from keras_trm.training import save_weights_atomic, select_checkpoint_average
 
-    paths = [f"epoch_{i}" for i in range(2, 7)]      # the last 5 kept of 6
-    assert checkpoints_to_average(paths, 6, 5) == ["epoch_4", "epoch_5", "epoch_6"]
-    ten = [f"epoch_{i}" for i in range(6, 11)]
-    assert checkpoints_to_average(ten, 10, 5) == ten
-    assert checkpoints_to_average(paths[-3:], 3, 5) == []   # 1 = no averaging
-    assert checkpoints_to_average(paths, 6, 1) == []
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+    paths = []
+    for i, w in enumerate([10.0, 0.0, 4.0, 2.0]):     # oldest first
+        model.set_weights([np.array([[w]], "float32")])
+        paths.append(save_weights_atomic(model, tmp_path / f"e{i}.weights.h5"))
+    # The score prefers a kernel close to 3: last 1 -> 2, last 2 -> 3,
+    # last 3 -> 2, last 4 -> 4.
+    def score(m):
+        return -abs(float(m.get_weights()[0][0, 0]) - 3.0)
+
+    k, scores = select_checkpoint_average(model, paths, score, max_count=4)
+    assert k == 2 and sorted(scores) == [1, 2, 3, 4]
+    assert scores[2] == 0.0 and scores[1] == scores[3] == -1.0
+    assert float(model.get_weights()[0][0, 0]) == pytest.approx(3.0)
+    k, scores = select_checkpoint_average(model, paths, score, max_count=1)
+    assert k == 1 and float(model.get_weights()[0][0, 0]) == pytest.approx(2.0)
+    # Ties go to the smaller k: last 1 and last 3 both give 2.
+    k, _ = select_checkpoint_average(
+        model, paths[1:], lambda m: -abs(float(m.get_weights()[0][0, 0]) - 2.0), 3)
+    assert k == 1
+    with pytest.raises(ValueError, match="paths"):
+        select_checkpoint_average(model, [], score)
 
 
 def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):

@@ -118,6 +118,36 @@ class StepLog(keras.callbacks.Callback):
         self.epochs.append(entry)
 
 
+def validation_split(count, fraction, seed):
+    """A seeded hold-out: ``(train_index, validation_index)``, sorted int
+    arrays that partition ``range(count)``, ``round(fraction * count)``
+    examples in the validation part.
+
+    The validation part is for monitoring and model selection; the test set
+    is scored once, after training. Raises ``ValueError`` if ``fraction`` is
+    not in (0, 1) or leaves either part empty.
+    """
+    if isinstance(fraction, bool) or not 0.0 < float(fraction) < 1.0:
+        raise ValueError("`validation_fraction` must be in (0, 1), got "
+                         f"validation_fraction={fraction!r}")
+    size = int(round(float(fraction) * count))
+    if not 0 < size < count:
+        raise ValueError(
+            f"`validation_fraction={fraction}` of {count} examples leaves an "
+            "empty training or validation part")
+    order = np.random.default_rng(seed).permutation(count)
+    return np.sort(order[size:]), np.sort(order[:size])
+
+
+def restore_best_epoch():
+    """Keeps the weights of the epoch with the best ``val_accuracy`` and
+    restores them when ``fit`` ends (never stops early); its
+    ``best_epoch`` (0-based) and ``best`` tell which epoch won."""
+    return keras.callbacks.EarlyStopping(
+        monitor="val_accuracy", mode="max", patience=1 << 30,
+        restore_best_weights=True, verbose=0)
+
+
 def binned(values, size):
     """Means of consecutive windows of ``size`` values (the last may be
     shorter): ``[{"step": last step of the window, "loss": mean}]``."""

@@ -2,14 +2,17 @@
 
 Used by ``recipes/imdb.py``. The job
 
-1. learns a lowercase WordPiece vocabulary from the 25,000 training reviews
+1. holds out a seeded 10% of the 25,000 training reviews as a validation
+   split and learns a lowercase WordPiece vocabulary from the other 22,500
    (keras-hub / tensorflow-text learner, ``keras_trm.text``);
 2. trains, one after the other, the BERT-style ``encoder_classifier``, the
    ``lstm_classifier`` with ``LSTM_LN`` (Ba et al. 2016, §3.1) and the same
    classifier with ``keras.layers.LSTM`` (the baseline of the LSTM vs
    LSTM_LN curves), all on the same token ids, batches and schedule;
-3. after every epoch scores a fixed subset of the test set, and at the end
-   the full 25,000-review test set;
+3. after every epoch scores the validation split, keeps the weights of the
+   epoch with the best validation accuracy, and scores the full
+   25,000-review test set once with them (the test set is used for nothing
+   else);
 4. writes ``<workdir>/<kind>.json`` (per-step training loss, per-epoch
    figures, final test accuracy, wall times), the plot
    ``imdb_lstm_vs_lstm_ln.png`` and ``report.md`` (to ``results_dir``);
@@ -45,6 +48,8 @@ from keras_trm.jobs._classification import (
     StepLog,
     check_labels,
     plot_runs,
+    restore_best_epoch,
+    validation_split,
     write_json,
 )
 from keras_trm.layers import _validation as v
@@ -83,7 +88,7 @@ class ImdbConfig:
     # All models: Adam with linear warm-up then cosine decay to 0.
     warmup_steps: int = 100
     clipnorm: float = 1.0
-    eval_subset: int = 2500
+    validation_fraction: float = 0.1  # of the 25,000 training reviews
     limit: int = 0  # > 0: a random `limit` reviews of each split (smoke runs)
     print_every: int = 50
     jit_compile: str = "auto"
@@ -179,8 +184,10 @@ def lowercase(texts):
 
 
 def prepare_vocabulary(config, texts, workdir):
-    """Loads ``<workdir>/vocab_lower_<size>.txt`` or learns and writes it."""
-    path = pathlib.Path(workdir) / f"vocab_lower_{config.vocabulary_size}.txt"
+    """Loads ``<workdir>/vocab_lower_<size>_train<n>.txt`` (learned from the
+    ``n`` training reviews ``texts``) or learns and writes it."""
+    path = (pathlib.Path(workdir)
+            / f"vocab_lower_{config.vocabulary_size}_train{len(texts)}.txt")
     if path.is_file():
         return load_vocabulary(path)
     print(f"learning a lowercase WordPiece vocabulary ({config.vocabulary_size}"
@@ -301,18 +308,20 @@ def _epochs(kind, config):
     return config.encoder_epochs if kind == "encoder" else config.lstm_epochs
 
 
-def train_and_evaluate(kind, config, train, test, subset, vocabulary_size,
-                       verbose=2):
-    """Trains one classifier; returns ``(model, result dict)``.
+def train_and_evaluate(kind, config, train, validation, test,
+                       vocabulary_size, verbose=2):
+    """Trains one classifier on ``train``, keeps the epoch with the best
+    accuracy on ``validation`` and scores ``test`` once with it; returns
+    ``(model, result dict)``.
 
-    ``train`` / ``test`` / ``subset``: ``(ragged ids, int32 labels)``, the
-    WordPiece ids before truncation (each model truncates to its own
+    ``train`` / ``validation`` / ``test``: ``(ragged ids, int32 labels)``,
+    the WordPiece ids before truncation (each model truncates to its own
     ``model_max_length``).
     """
     keras.utils.set_random_seed(config.seed)
     max_length = model_max_length(kind, config)
-    train, test, subset = [(truncate_head_tail(ids, max_length), labels)
-                           for ids, labels in (train, test, subset)]
+    train, validation, test = [(truncate_head_tail(ids, max_length), labels)
+                               for ids, labels in (train, validation, test)]
     lengths = train[0].row_lengths().numpy()
     steps = steps_per_epoch(lengths, config.batch_size, max_length)
     epochs = _epochs(kind, config)
@@ -320,13 +329,14 @@ def train_and_evaluate(kind, config, train, test, subset, vocabulary_size,
     compile_model(model, kind, config, steps * epochs)
     train_ds = make_dataset(*train, config.batch_size, max_length,
                             shuffle=True, drop_remainder=True, seed=config.seed)
-    subset_ds = make_dataset(*subset, 256, max_length)
+    validation_ds = make_dataset(*validation, 256, max_length)
     log = StepLog(print_every=config.print_every, total=steps * epochs)
+    best = restore_best_epoch()
     print(f"{kind}: {model.count_params():,} parameters, {epochs} epochs of "
           f"{steps} steps", flush=True)
     start = time.time()
-    model.fit(train_ds, epochs=epochs, validation_data=subset_ds,
-              callbacks=[log], verbose=verbose)
+    model.fit(train_ds, epochs=epochs, validation_data=validation_ds,
+              callbacks=[log, best], verbose=verbose)
     train_seconds = time.time() - start
     start = time.time()
     scores = model.evaluate(make_dataset(*test, 256, max_length),
@@ -344,19 +354,24 @@ def train_and_evaluate(kind, config, train, test, subset, vocabulary_size,
         "train_examples": examples,
         "train_minutes": round(train_seconds / 60, 2),
         "train_examples_per_second": round(examples / train_seconds, 1),
+        "best_epoch": int(best.best_epoch) + 1,
+        "validation_accuracy": round(float(best.best), 5),
+        "validation_examples": int(len(validation[1])),
         "test_accuracy": round(float(scores["accuracy"]), 5),
         "test_loss": round(float(scores["loss"]), 5),
         "test_examples": int(len(test[1])),
         "test_eval_minutes": round(eval_seconds / 60, 2),
-        "eval_subset_examples": int(len(subset[1])),
         "epoch_log": [
-            {k.replace("val_", "subset_"): x for k, x in e.items()
-             if k != "val_batch_loss"} for e in log.epochs
+            {k: x for k, x in e.items() if k != "val_batch_loss"}
+            for e in log.epochs
         ],
         "step_loss": log.steps,
     }
-    print(f"{kind}: test accuracy {100 * result['test_accuracy']:.2f}% on "
-          f"{result['test_examples']:,} reviews after {epochs} epochs "
+    print(f"{kind}: best validation accuracy "
+          f"{100 * result['validation_accuracy']:.2f}% at epoch "
+          f"{result['best_epoch']}/{epochs}; test accuracy "
+          f"{100 * result['test_accuracy']:.2f}% on "
+          f"{result['test_examples']:,} reviews "
           f"({result['train_minutes']:.1f} min of training)", flush=True)
     return model, result
 
@@ -388,9 +403,10 @@ def _lstm_comparison(results):
             f"{first.mean():.3f}, over the last epoch "
             f"{loss[-per_epoch:].mean():.3f}; step-to-step spread (std of the "
             f"loss minus its 50-step moving average) in epoch 1 "
-            f"{_roughness(first):.3f}; subset test accuracy by epoch "
-            + ", ".join(f"{100 * e['subset_accuracy']:.1f}%" for e in r["epoch_log"])
-            + f"; full test {100 * r['test_accuracy']:.2f}%."
+            f"{_roughness(first):.3f}; validation accuracy by epoch "
+            + ", ".join(f"{100 * e['val_accuracy']:.1f}%" for e in r["epoch_log"])
+            + f" (epoch {r['best_epoch']} kept); full test "
+            f"{100 * r['test_accuracy']:.2f}%."
         )
     ln_first, plain_first = (np.asarray(r["step_loss"])[
         :len(r["step_loss"]) // r["epochs"]] for r in (b, a))
@@ -436,14 +452,14 @@ def write_report(workdir, results_dir, config, extra=None):
             results_dir / "imdb_lstm_vs_lstm_ln.png", runs,
             f"IMDB: LSTM vs LSTM_LN (units {config.units}, batch "
             f"{config.batch_size}, same data order and schedule)",
-            "training step", "subset_accuracy",
-            f"test accuracy, fixed subset of {config.eval_subset:,} (%)",
+            "training step", "val_accuracy", "validation accuracy (%)",
             smooth_window=25,
         )
     rows = [
         "| model | parameters | max_length | epochs | train min | train "
-        "examples/s | test accuracy | test reviews | test loss |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "examples/s | best validation accuracy [epoch] | test accuracy | "
+        "test reviews | test loss |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for kind in MODEL_KINDS:
         if kind in results:
@@ -452,18 +468,20 @@ def write_report(workdir, results_dir, config, extra=None):
                 f"| {r['label']} | {r['parameters']:,} | "
                 f"{r['max_length']} | {r['epochs']} | "
                 f"{r['train_minutes']:.1f} | {r['train_examples_per_second']:.0f}"
+                f" | {100 * r['validation_accuracy']:.2f}% [{r['best_epoch']}]"
                 f" | **{100 * r['test_accuracy']:.2f}%** | {r['test_examples']:,} | "
                 f"{r['test_loss']:.4f} |"
             )
     text = [
         "# IMDB sentiment: Transformer encoder, LSTM_LN and LSTM",
         "",
-        "Produced by `python recipes/imdb.py` (`keras_trm.jobs.imdb`). Test "
-        "accuracy is on the whole test set (25,000 reviews unless `--limit` "
-        "was used) after the last epoch "
-        "(no model selection on the test set). The per-epoch accuracies in "
-        f"the JSON files and the plot are on a fixed random subset of "
-        f"{config.eval_subset:,} test reviews.",
+        "Produced by `python recipes/imdb.py` (`keras_trm.jobs.imdb`). The "
+        "models train on 90% of the training reviews; the other 10% (a "
+        "seeded split) are the validation set, scored after every epoch (the "
+        "per-epoch accuracies in the JSON files and the plot). The weights "
+        "of the best validation epoch are kept and scored once on the whole "
+        "test set (25,000 reviews unless `--limit` was used), which is used "
+        "for nothing else.",
         "",
         *rows,
         "",
@@ -532,30 +550,36 @@ def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
         train_labels, test_labels = train_labels[keep], test_labels[keep]
         print(f"smoke run: {config.limit} reviews of each split", flush=True)
 
+    train_index, val_index = validation_split(
+        len(train_labels), config.validation_fraction, config.seed)
+    val_texts = [train_texts[i] for i in val_index]
+    train_texts = [train_texts[i] for i in train_index]
+    val_labels, train_labels = train_labels[val_index], train_labels[train_index]
+    print(f"{len(train_texts):,} training / {len(val_texts):,} validation "
+          f"reviews (seeded split of the training set), {len(test_texts):,} "
+          "test reviews (scored once per model, after training)", flush=True)
+
     t0 = time.time()
     vocab = prepare_vocabulary(config, train_texts, workdir)
     vocab_seconds = time.time() - t0
     encoder = ReviewClassifier(None, vocab, config.max_length)
     t0 = time.time()
     train_ids = encode_all(encoder, train_texts, truncate=False)
+    val_ids = encode_all(encoder, val_texts, truncate=False)
     test_ids = encode_all(encoder, test_texts, truncate=False)
     full = train_ids.row_lengths().numpy()
     print(f"vocabulary {len(vocab):,} ({vocab_seconds:.0f} s); tokenized "
-          f"{len(train_texts) + len(test_texts):,} reviews in "
+          f"{len(train_texts) + len(val_texts) + len(test_texts):,} reviews in "
           f"{time.time() - t0:.0f} s; train reviews: median {np.median(full):.0f}"
           f" tokens, {100 * np.mean(full > config.max_length):.0f}% longer than "
           f"{config.max_length}, {100 * np.mean(full > config.encoder_max_length):.0f}"
           f"% longer than {config.encoder_max_length}", flush=True)
-    rng = np.random.default_rng(config.seed)
-    pick = np.sort(rng.permutation(len(test_labels))[:config.eval_subset])
-    pick = tf.constant(pick)
-    subset = (tf.gather(test_ids, pick), test_labels[pick.numpy()])
 
     results = {}
     for kind in config.models:
         model, result = train_and_evaluate(
-            kind, config, (train_ids, train_labels), (test_ids, test_labels),
-            subset, len(vocab), verbose=verbose)
+            kind, config, (train_ids, train_labels), (val_ids, val_labels),
+            (test_ids, test_labels), len(vocab), verbose=verbose)
         result["config"] = dataclasses.asdict(config)
         classifier = ReviewClassifier(model, vocab,
                                       model_max_length(kind, config))

@@ -3,12 +3,16 @@ batch sizes, the same number of examples seen.
 
 Used by ``recipes/mnist.py``. For every batch size in ``batch_sizes`` and
 every ``norm`` in ``norms`` the job trains ``lenet_cnn(norm)`` for
-``epochs`` epochs over the 60,000 training digits (so every run sees the
-same number of examples, in the same order for a given batch size), scores
-the full 10,000-digit test set after every epoch, and writes
+``epochs`` epochs over the 54,000 training digits left after holding out a
+seeded 10% validation split of the 60,000 (so every run sees the same
+number of examples, in the same order for a given batch size), scores the
+validation split after every epoch, keeps the weights of the epoch with the
+best validation accuracy, scores the full 10,000-digit test set once with
+them, and writes
 
 * ``<workdir>/<run>.json`` (``run`` = ``lenet_<norm>_b<batch>``): the loss
-  of every training step, per-epoch test accuracy, wall time;
+  of every training step, per-epoch validation accuracy, the chosen epoch,
+  the test accuracy, wall time;
 * to ``results_dir``: the same JSON with the per-step loss averaged over
   windows of 1,024 examples (small files), one plot per batch size
   (``mnist_batch_<b>.png``, one curve per normalization) and ``report.md``;
@@ -42,6 +46,8 @@ from keras_trm.jobs._classification import (
     binned,
     check_labels,
     plot_runs,
+    restore_best_epoch,
+    validation_split,
     write_json,
 )
 from keras_trm.layers import _validation as v
@@ -62,6 +68,7 @@ class MnistConfig:
     batch_sizes: tuple = (128, 8)
     epochs: int = 8
     learning_rate: float = 1e-3  # peak; cosine decay to 0 over the run
+    validation_fraction: float = 0.1  # of the 60,000 training digits
     seed: int = 0
     jit_compile: bool = True
     bin_examples: int = 1024
@@ -126,16 +133,20 @@ def run_name(norm, batch_size):
     return f"lenet_{norm}_b{batch_size}"
 
 
-def train_one(norm, batch_size, config, train, test, verbose=2):
-    """Trains ``lenet_cnn(norm)``; returns ``(model, result dict)``.
+def train_one(norm, batch_size, config, train, validation, test, verbose=2):
+    """Trains ``lenet_cnn(norm)`` on ``train``, keeps the epoch with the best
+    accuracy on ``validation`` and scores ``test`` once with it; returns
+    ``(model, result dict)``.
 
-    ``train`` / ``test``: ``(uint8 images (N, 28, 28), labels (N,))``,
-    checked with ``check_dataset``.
+    ``train`` / ``validation`` / ``test``: ``(uint8 images (N, 28, 28),
+    labels (N,))``, checked with ``check_dataset``.
     """
     v.one_of("norm", norm, set(NORMS))
     v.positive_int("batch_size", batch_size)
     train_images, train_labels = check_dataset(*train, "train_images",
                                                "train_labels")
+    val_images, val_labels = check_dataset(*validation, "validation_images",
+                                           "validation_labels")
     test_images, test_labels = check_dataset(*test, "test_images",
                                              "test_labels")
     keras.utils.set_random_seed(config.seed)
@@ -149,16 +160,18 @@ def train_one(norm, batch_size, config, train, test, verbose=2):
         metrics=["accuracy", BatchLoss()],
         jit_compile=config.jit_compile,
     )
-    log = StepLog()
+    log, best = StepLog(), restore_best_epoch()
     start = time.time()
     model.fit(
         train_images.astype(np.float32), train_labels, batch_size=batch_size,
         epochs=config.epochs, shuffle=True,
-        validation_data=(test_images.astype(np.float32), test_labels),
-        validation_batch_size=500, callbacks=[log], verbose=verbose,
+        validation_data=(val_images.astype(np.float32), val_labels),
+        validation_batch_size=500, callbacks=[log, best], verbose=verbose,
     )
     seconds = time.time() - start
-    final = log.epochs[-1]
+    # The test set, once, with the weights of the best validation epoch.
+    scores = model.evaluate(test_images.astype(np.float32), test_labels,
+                            batch_size=500, return_dict=True, verbose=0)
     result = {
         "run": run_name(norm, batch_size),
         "norm": norm,
@@ -169,18 +182,24 @@ def train_one(norm, batch_size, config, train, test, verbose=2):
         "examples_seen": config.epochs * len(train_labels),
         "parameters": int(model.count_params()),
         "train_minutes": round(seconds / 60, 2),
-        "test_accuracy": final["val_accuracy"],
-        "test_loss": final["val_loss"],
+        "train_examples": int(len(train_labels)),
+        "validation_examples": int(len(val_labels)),
+        "best_epoch": int(best.best_epoch) + 1,
+        "validation_accuracy": round(float(best.best), 5),
+        "test_accuracy": round(float(scores["accuracy"]), 5),
+        "test_loss": round(float(scores["loss"]), 5),
         "test_examples": int(len(test_labels)),
         "epoch_log": [
-            {k.replace("val_", "test_"): x for k, x in e.items()
-             if k != "val_batch_loss"} for e in log.epochs
+            {k: x for k, x in e.items() if k != "val_batch_loss"}
+            for e in log.epochs
         ],
         "step_loss": log.steps,
     }
-    print(f"{result['run']}: test accuracy {100 * result['test_accuracy']:.2f}%"
-          f" after {config.epochs} epochs ({result['train_minutes']:.1f} min)",
-          flush=True)
+    print(f"{result['run']}: best validation accuracy "
+          f"{100 * result['validation_accuracy']:.2f}% at epoch "
+          f"{result['best_epoch']}/{config.epochs}; test accuracy "
+          f"{100 * result['test_accuracy']:.2f}% "
+          f"({result['train_minutes']:.1f} min)", flush=True)
     return model, result
 
 
@@ -205,8 +224,9 @@ def _comparison(results, batch_size):
         lines.append(
             f"- {r['label']}: mean training loss in epoch 1 "
             f"{loss[:per_epoch].mean():.4f}, in the last epoch "
-            f"{loss[-per_epoch:].mean():.4f}; test accuracy by epoch "
-            + ", ".join(f"{100 * e['test_accuracy']:.2f}%" for e in r["epoch_log"])
+            f"{loss[-per_epoch:].mean():.4f}; validation accuracy by epoch "
+            + ", ".join(f"{100 * e['val_accuracy']:.2f}%" for e in r["epoch_log"])
+            + f" (epoch {r['best_epoch']} kept)"
         )
     return lines
 
@@ -278,12 +298,16 @@ def write_report(workdir, results_dir, config, extra=None):
         "",
         "Produced by `python recipes/mnist.py` (`keras_trm.jobs.mnist`). "
         "Every run sees the same number of training examples (epochs x "
-        "60,000); test accuracy is on the full 10,000-digit test set after "
-        "the last epoch (no model selection on the test set).",
+        "54,000: the 60,000 training digits less a seeded 10% validation "
+        "split). After every epoch the run is scored on the validation "
+        "split; the weights of the best validation epoch are kept and "
+        "scored once on the full 10,000-digit test set, which is used for "
+        "nothing else.",
         "",
         "| batch size | normalization | epochs | steps | train min | "
-        "test accuracy (10,000) | test loss |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "best validation accuracy [epoch] | test accuracy (10,000) | "
+        "test loss |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for b in batch_sizes:
         for norm in NORMS:
@@ -291,8 +315,9 @@ def write_report(workdir, results_dir, config, extra=None):
             if r:
                 text.append(
                     f"| {b} | {r['label']} | {r['epochs']} | {r['steps']:,} | "
-                    f"{r['train_minutes']:.1f} | **{100 * r['test_accuracy']:.2f}%**"
-                    f" | {r['test_loss']:.4f} |")
+                    f"{r['train_minutes']:.1f} | "
+                    f"{100 * r['validation_accuracy']:.2f}% [{r['best_epoch']}] | "
+                    f"**{100 * r['test_accuracy']:.2f}%** | {r['test_loss']:.4f} |")
     text += [
         "",
         f"Setup: Adam, learning rate {config.learning_rate} decayed to 0 "
@@ -321,15 +346,15 @@ def write_report(workdir, results_dir, config, extra=None):
         window = max(2560 // b, 1)
         plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
                   f"MNIST LeNet, batch size {b}", "training examples seen",
-                  "test_accuracy", "test accuracy, 10,000 digits (%)",
+                  "val_accuracy", "validation accuracy (%)",
                   smooth_window=window)
         text += [f"## Batch size {b}", "",
                  f"![batch {b}](mnist_batch_{b}.png)", "",
                  f"(Loss curves: moving average over {window} steps = "
                  f"{window * b:,} examples.)", "",
                  *_comparison(results, b), ""]
-    text += ["Files: `lenet_<norm>_b<batch>.json` (per-epoch test accuracy "
-             "`epoch_log`; training loss averaged over windows of "
+    text += ["Files: `lenet_<norm>_b<batch>.json` (per-epoch validation "
+             "accuracy `epoch_log`, the kept epoch `best_epoch`; training loss averaged over windows of "
              f"{config.bin_examples:,} examples `binned_step_loss` -- the "
              "per-step values are in `runs/mnist/`), configuration.", ""]
     (results_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
@@ -351,12 +376,20 @@ def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = resolve_data_dir(data_dir)
     print(f"data: {data_dir}", flush=True)
-    train = load_mnist("train", data_dir)
+    images, labels = load_mnist("train", data_dir)
+    train_index, val_index = validation_split(
+        len(labels), config.validation_fraction, config.seed)
+    train = (images[train_index], labels[train_index])
+    validation = (images[val_index], labels[val_index])
     test = load_mnist("test", data_dir)
+    print(f"{len(train_index):,} training / {len(val_index):,} validation "
+          f"digits (seeded split of the 60,000), {len(test[1]):,} test digits "
+          "(scored once per run, after training)", flush=True)
     results = {}
     for b in config.batch_sizes:
         for norm in config.norms:
-            model, result = train_one(norm, b, config, train, test, verbose)
+            model, result = train_one(norm, b, config, train, validation,
+                                      test, verbose)
             result["config"] = dataclasses.asdict(config)
             classifier = DigitClassifier(model)
             path = export_module(

@@ -1,6 +1,11 @@
 """The main job: train an EN->DE Transformer on Multi30k, score it with
 sacreBLEU, export a raw-text SavedModel and translate a sample.
 
+Splits: ``train`` for training; ``val`` (1,014 pairs) for everything that
+watches or chooses -- the greedy BLEU after every epoch and the number of
+epoch checkpoints averaged; ``test_2016_flickr`` is decoded once, at the
+end, with beam search, and used for nothing else.
+
 Used by ``recipes/translate_multi30k.py`` and ``keras-trm train-translation``.
 """
 
@@ -29,10 +34,10 @@ from keras_trm.training import (
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
     NoamSchedule,
-    average_checkpoints,
     make_strategy,
     paper_adam,
     resolve_jit_compile,
+    select_checkpoint_average,
 )
 
 
@@ -54,13 +59,14 @@ class TranslationConfig:
     tokens_per_batch: int = 4096
     epochs: int = 12
     time_budget_minutes: float = 53.0  # job (vocabulary + training + beam search + export) < 1 h
-    average_last: int = 5
+    average_last: int = 5  # the most epoch checkpoints averaged (chosen on val)
     beam_size: int = 4
     length_penalty: float = 0.6
     eval_every_epochs: int = 1
     strategy: str = "default"
     jit_compile: str = "off"
     seed: int = 0
+    limit: int = 0  # > 0: only the first `limit` pairs of each split (smoke runs)
     model_name: str = "transformer_multi30k_en_de"
 
 
@@ -90,18 +96,16 @@ class _TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def checkpoints_to_average(paths, epochs_run, average_last):
-    """The checkpoints to average: the last ``average_last``, but never more
-    than half of the epochs run, so that a short run (a slow machine, a
-    small time budget) does not average in the weights of its first,
-    still poor epochs. Returns a list (empty or one path: no averaging)."""
-    count = min(average_last, len(paths), max(1, epochs_run // 2))
-    return list(paths[-count:]) if count > 1 else []
+def greedy_bleu(model, tokenizer, sources, references):
+    """Greedy-decoding sacreBLEU of ``model`` (a float)."""
+    hyps = Translator(model, tokenizer, beam_size=1).translate_texts(sources)
+    return corpus_bleu(hyps, references)[0]
 
 
 class _BleuLog(keras.callbacks.Callback):
-    """After every ``every`` epochs: greedy sacreBLEU on the test set, with
-    the wall time since the job started, appended to a JSON log."""
+    """After every ``every`` epochs: greedy sacreBLEU on the validation
+    split, with the wall time since training started, appended to a JSON
+    log."""
 
     def __init__(self, tokenizer, sources, references, path, start, every=1):
         super().__init__()
@@ -116,11 +120,10 @@ class _BleuLog(keras.callbacks.Callback):
             **{k: float(v) for k, v in (logs or {}).items()},
         }
         if (epoch + 1) % self.every == 0:
-            translator = Translator(self.model, self.tokenizer, beam_size=1)
-            hyps = translator.translate_texts(self.sources)
-            bleu, _, line = corpus_bleu(hyps, self.references)
-            entry["greedy_bleu"] = round(bleu, 2)
-            print(f"epoch {epoch + 1}: greedy test BLEU {bleu:.2f} at "
+            bleu = greedy_bleu(self.model, self.tokenizer, self.sources,
+                               self.references)
+            entry["val_greedy_bleu"] = round(bleu, 2)
+            print(f"epoch {epoch + 1}: greedy val BLEU {bleu:.2f} at "
                   f"{entry['train_seconds'] / 60:.1f} min of training", flush=True)
         self.history.append(entry)
         self.path.write_text(json.dumps(self.history, indent=1))
@@ -152,7 +155,14 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     data_dir = resolve_data_dir(data_dir)
     print(f"data: {data_dir}", flush=True)
     train_src, train_tgt = load_multi30k("train", data_dir)
+    val_src, val_tgt = load_multi30k("val", data_dir)
     test_src, test_tgt = load_multi30k("test_2016_flickr", data_dir)
+    if config.limit:
+        n = config.limit
+        train_src, train_tgt = train_src[:n], train_tgt[:n]
+        val_src, val_tgt = val_src[:n], val_tgt[:n]
+        test_src, test_tgt = test_src[:n], test_tgt[:n]
+        print(f"smoke run: the first {n} pairs of each split", flush=True)
 
     vocab = prepare_vocabulary(config, train_src, train_tgt, workdir)
     tokenizer = TextTokenizer(vocab)
@@ -193,7 +203,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 
     train_start = time.time()
     checkpoints = EpochCheckpoints(workdir / "checkpoints", keep=config.average_last)
-    bleu_log = _BleuLog(tokenizer, test_src, test_tgt, workdir / "epochs.json",
+    bleu_log = _BleuLog(tokenizer, val_src, val_tgt, workdir / "epochs.json",
                         train_start, config.eval_every_epochs)
     history = model.fit(
         train,
@@ -205,11 +215,15 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     train_seconds = time.time() - train_start
     epochs_run = len(history.history["loss"])
 
-    averaged = checkpoints_to_average(checkpoints.paths, epochs_run,
-                                      config.average_last)
-    if averaged:
-        average_checkpoints(model, averaged)
-        print(f"averaged the last {len(averaged)} epoch checkpoints", flush=True)
+    # How many of the last epoch checkpoints to average: chosen by greedy
+    # BLEU on val (the test set plays no part in it).
+    averaged, average_scores = select_checkpoint_average(
+        model, checkpoints.paths,
+        lambda m: greedy_bleu(m, tokenizer, val_src, val_tgt),
+        config.average_last)
+    print("greedy val BLEU of the average of the last k epoch checkpoints: "
+          + ", ".join(f"k={k}: {b:.2f}" for k, b in average_scores.items())
+          + f" -> averaging the last {averaged}", flush=True)
     model.save(workdir / "model.keras")
 
     translator = Translator(model, tokenizer, beam_size=config.beam_size,
@@ -233,12 +247,14 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
         print(f"  EN: {sentence}\n  DE: {out}", flush=True)
 
     result = {
-        "bleu": round(bleu, 2),
-        "bleu_line": line,
+        "test_bleu": round(bleu, 2),
+        "test_bleu_line": line,
+        "test_split": "test_2016_flickr",
         "signature": signature,
         "parameters": int(model.count_params()),
         "epochs": epochs_run,
-        "averaged_checkpoints": max(len(averaged), 1),
+        "averaged_checkpoints": averaged,
+        "val_greedy_bleu_by_average": average_scores,
         "train_minutes": round(train_seconds / 60, 1),
         "job_minutes": round((time.time() - job_start) / 60, 1),
         "train_real_target_tokens_per_epoch": real_tokens,

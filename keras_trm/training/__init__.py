@@ -4,6 +4,7 @@ distribution, checkpoints."""
 from keras_trm.training.checkpoints import (
     EpochCheckpoints,
     average_checkpoints,
+    select_checkpoint_average,
     save_weights_atomic,
 )
 from keras_trm.training.distribute import (
@@ -20,6 +21,7 @@ __all__ = [
     "MaskedAccuracy",
     "NoamSchedule",
     "average_checkpoints",
+    "select_checkpoint_average",
     "make_strategy",
     "paper_adam",
     "resolve_jit_compile",

@@ -60,6 +60,43 @@ def average_checkpoints(model, paths):
     return model
 
 
+def select_checkpoint_average(model, paths, score, max_count=5):
+    """Averages the last k checkpoints for the k that scores best.
+
+    §6.1 averages a fixed number of checkpoints (5 for base, 20 for big);
+    with few epochs the early ones can hurt, so this tries k = 1, ...,
+    ``max_count`` (the newest k of ``paths``) and keeps the best by
+    ``score`` -- which must be computed on validation data, never on the
+    test set. Ties go to the smaller k.
+
+    Args:
+        model: a built model matching the checkpoints.
+        paths: ``*.weights.h5`` files, oldest first.
+        score: callable ``score(model) -> float``, higher is better (e.g.
+            greedy BLEU on the validation split).
+        max_count: int >= 1, the largest k tried.
+
+    Returns:
+        ``(k, scores)``: the chosen k and ``{k: score}`` for every k tried;
+        ``model`` holds the chosen average.
+
+    Raises:
+        ValueError: empty ``paths`` or ``max_count < 1``.
+    """
+    paths = list(paths)
+    if not paths:
+        raise ValueError("`paths` is empty: no checkpoint to average")
+    if int(max_count) < 1:
+        raise ValueError(f"`max_count` must be >= 1, got max_count={max_count}")
+    scores = {}
+    for k in range(1, min(int(max_count), len(paths)) + 1):
+        average_checkpoints(model, paths[-k:])
+        scores[k] = float(score(model))
+    best = max(scores, key=lambda k: (scores[k], -k))
+    average_checkpoints(model, paths[-best:])
+    return best, scores
+
+
 class EpochCheckpoints(keras.callbacks.Callback):
     """Saves ``epoch_{n:03d}.weights.h5`` atomically after every epoch and
     keeps the newest ``keep`` files (the ones ``average_checkpoints`` uses)."""
