@@ -121,11 +121,14 @@ def test_cache_shape_is_checked():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_heads=0, key_dim=4), "num_heads"),
     (dict(num_heads=2, key_dim=-1), "key_dim"),
+    (dict(num_heads=2, key_dim=4, value_dim=0), "value_dim"),
     (dict(num_heads=2, key_dim=4, dropout=1.0), "dropout"),
     (dict(num_heads=2.0, key_dim=4), "num_heads"),
+    (dict(num_heads=2, key_dim="4"), "key_dim"),
 ])
 def test_bad_arguments(kwargs, match):
-    with pytest.raises((ValueError, TypeError), match=match):
+    # ValueError for wrong types too, as keras.layers.MultiHeadAttention.
+    with pytest.raises(ValueError, match=match):
         MultiHeadAttention(**kwargs)
 
 
@@ -141,3 +144,280 @@ def test_round_trip(tmp_path, rng):
     loaded = keras.models.load_model(tmp_path / "mha.keras")
     np.testing.assert_array_equal(model(x), loaded(x))
     assert loaded.output_shape == (None, None, 5)
+
+
+# -- every weight its own initializer ----------------------------------------
+
+def _built(**kwargs):
+    layer = MultiHeadAttention(num_heads=4, key_dim=16, **kwargs)
+    x = np.zeros((1, 3, 64), "float32")
+    layer(x, x)
+    return layer
+
+
+def _kernels(layer):
+    return [np.asarray(w) for w in (layer.query_kernel, layer.key_kernel,
+                                    layer.value_kernel, layer.output_kernel)]
+
+
+def test_every_kernel_has_its_own_initial_values():
+    kernels = _kernels(_built())
+    pairs = [(a, b) for i, a in enumerate(kernels) for b in kernels[i + 1:]
+             if a.shape == b.shape]
+    assert len(pairs) == 3  # W_Q, W_K, W_V are all (64, 4, 16)
+    for a, b in pairs:
+        assert not np.array_equal(a, b)
+
+
+def test_seeded_initializer_is_reproducible_unseeded_is_not():
+    def seeded():
+        return _built(
+            kernel_initializer=keras.initializers.GlorotUniform(seed=3),
+            bias_initializer=keras.initializers.RandomNormal(seed=3))
+
+    a, b = seeded(), seeded()
+    for wa, wb in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_array_equal(wa, wb)
+    # Distinct offsets: the seeded kernels and biases differ from each other.
+    qk, kk, vk, _ = _kernels(a)
+    assert not np.array_equal(qk, kk) and not np.array_equal(kk, vk)
+    assert not np.array_equal(np.asarray(a.query_bias), np.asarray(a.key_bias))
+    init = keras.initializers.GlorotUniform()  # one unseeded instance, shared
+    c = _built(kernel_initializer=init)
+    d = _built(kernel_initializer=init)
+    for kc, kd in zip(_kernels(c), _kernels(d)):
+        assert not np.array_equal(kc, kd)
+
+
+# -- drop-in for keras.layers.MultiHeadAttention ------------------------------
+
+def _pair(rng, query, value, key=None, **kwargs):
+    """This layer and Keras' with the same arguments and (random) weights."""
+    ours = MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    ref = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    ours(query, value, key=key)
+    ref(query, value, key=key)
+    assert [w.shape for w in ours.weights] == [w.shape for w in ref.weights]
+    ref.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5
+                     for w in ref.get_weights()])
+    ours.set_weights(ref.get_weights())
+    return ours, ref
+
+
+def _inputs(rng, d_query=8, d_value=6, d_key=None, t_q=3, t_k=4):
+    q = rng.normal(size=(2, t_q, d_query)).astype("float32")
+    v = rng.normal(size=(2, t_k, d_value)).astype("float32")
+    k = None if d_key is None else rng.normal(size=(2, t_k, d_key)).astype(
+        "float32")
+    return q, v, k
+
+
+def test_return_attention_scores_in_functional_model(rng):
+    q, v, _ = _inputs(rng)
+    ours, ref = _pair(rng, q, v)
+    qi, vi = keras.Input((3, 8)), keras.Input((4, 6))
+    out, scores = ours(qi, vi, return_attention_scores=True)
+    assert out.shape == (None, 3, 8)
+    assert scores.shape == (None, 2, 3, 4)  # (batch, h, T_q, T_k)
+    model = keras.Model([qi, vi], [out, scores])
+    got_out, got_scores = model([q, v])
+    ref_out, ref_scores = ref(q, v, return_attention_scores=True)
+    np.testing.assert_allclose(got_out, ref_out, atol=1e-5)
+    np.testing.assert_allclose(got_scores, ref_scores, atol=1e-5)
+    # Keras' symbolic scores are (batch, h, T_q, T_q) whatever T_k is; they
+    # agree with ours where T_q == T_k.
+    xi = keras.Input((3, 8))
+    _, ours_s = ours(xi, xi, return_attention_scores=True)
+    ref2 = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    _, ref_s = ref2(xi, xi, return_attention_scores=True)
+    assert ours_s.shape == ref_s.shape and ours_s.dtype == ref_s.dtype
+
+
+@pytest.mark.parametrize("output_shape", [5, (5,), (2, 3), [2, 3]])
+def test_output_shape_int_or_tuple_matches_keras(rng, output_shape):
+    q, v, _ = _inputs(rng)
+    ours, ref = _pair(rng, q, v, output_shape=output_shape)
+    np.testing.assert_allclose(ours(q, v), ref(q, v), atol=1e-5)
+    assert ours.compute_output_shape(q.shape, v.shape) == \
+        ref.compute_output_shape(q.shape, v.shape)
+    qi, vi = keras.Input((3, 8)), keras.Input((4, 6))
+    assert ours(qi, vi).shape == ref(qi, vi).shape
+
+
+def test_query_value_key_of_different_last_dims_match_keras(rng):
+    q, v, k = _inputs(rng, d_query=8, d_value=6, d_key=5)
+    ours, ref = _pair(rng, q, v, key=k)
+    np.testing.assert_allclose(ours(q, v, key=k), ref(q, v, key=k), atol=1e-5)
+    qi, vi, ki = keras.Input((3, 8)), keras.Input((4, 6)), keras.Input((4, 5))
+    model = keras.Model([qi, vi, ki], ours(qi, vi, key=ki))
+    assert model.output_shape == (None, 3, 8)
+    np.testing.assert_allclose(model([q, v, k]), ref(q, v, key=k), atol=1e-5)
+
+
+def test_key_shape_not_matching_value_raises_like_keras(rng):
+    q, v, _ = _inputs(rng)
+    k = rng.normal(size=(2, 5, 6)).astype("float32")  # T_k 5 != 4
+    for layer_cls in (MultiHeadAttention, keras.layers.MultiHeadAttention):
+        with pytest.raises(ValueError, match="`value` and `key`"):
+            layer_cls(num_heads=2, key_dim=4)(q, v, key=k)  # at build
+        with pytest.raises(ValueError, match="`value` and `key`"):
+            layer_cls(num_heads=2, key_dim=4)(keras.Input((3, 8)),
+                                              keras.Input((4, 6)),
+                                              key=keras.Input((5, 6)))
+        with pytest.raises(ValueError, match="`value` and `key`"):
+            layer_cls(num_heads=2, key_dim=4).compute_output_shape(
+                q.shape, v.shape, k.shape)
+    # Also on a built layer (Keras fails inside the einsum there).
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    layer(q, v, key=v)
+    with pytest.raises(ValueError, match="`value` and `key`"):
+        layer(q, v, key=k)
+
+
+def test_regularizers_and_constraints_match_keras(rng):
+    q, v, _ = _inputs(rng)
+    ours, ref = _pair(
+        rng, q, v,
+        kernel_regularizer=keras.regularizers.L2(0.01),
+        bias_regularizer=keras.regularizers.L1(0.02),
+        activity_regularizer=keras.regularizers.L2(0.03),
+        kernel_constraint=keras.constraints.NonNeg(),
+        bias_constraint=keras.constraints.MaxNorm(0.5, axis=None),
+    )
+    for layer in (ours, ref):
+        layer(q, v)
+    # 4 kernel + 4 bias penalties, and activity penalties on the outputs of
+    # the 4 projections.
+    assert len(ours.losses) == len(ref.losses) == 12
+    np.testing.assert_allclose(float(sum(ours.losses)), float(sum(ref.losses)),
+                               rtol=1e-5)
+
+    def sgd_step(layer):
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(layer(q, v) ** 2) + sum(layer.losses)
+        variables = layer.trainable_variables
+        keras.optimizers.SGD(0.5).apply(tape.gradient(loss, variables),
+                                        variables)
+
+    sgd_step(ours)
+    sgd_step(ref)
+    for a, b in zip(ours.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    for kernel in _kernels(ours):
+        assert kernel.min() >= 0.0  # NonNeg applied by the optimizer
+    assert np.linalg.norm(np.asarray(ours.output_bias)) <= 0.5 + 1e-6
+
+
+def test_non_integer_output_shape_raises_value_error_like_keras():
+    with pytest.raises(ValueError):
+        keras.layers.MultiHeadAttention(num_heads=2, key_dim=4,
+                                        output_shape=2.5)
+    for bad in (2.5, "8", (2, 1.5), (0,), -1, (), True):
+        with pytest.raises(ValueError, match="output_shape"):
+            MultiHeadAttention(num_heads=2, key_dim=4, output_shape=bad)
+
+
+@pytest.mark.parametrize("attention_axes", [None, 1, -2, (1,), [-2]])
+def test_attention_over_the_sequence_axis_matches_keras(rng, attention_axes):
+    q, v, _ = _inputs(rng)
+    ours, ref = _pair(rng, q, v, attention_axes=attention_axes)
+    mask = rng.random((2, 3, 4)) > 0.3
+    mask[..., 0] = True
+    for got, want in zip(
+        ours(q, v, attention_mask=mask, return_attention_scores=True),
+        ref(q, v, attention_mask=mask, return_attention_scores=True),
+    ):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_rank4_inputs_attend_over_the_sequence_axis_like_keras(rng):
+    q = rng.normal(size=(2, 3, 4, 8)).astype("float32")
+    v = rng.normal(size=(2, 3, 5, 8)).astype("float32")
+    ours = MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=-2)
+    ref = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4,
+                                          attention_axes=(2,))
+    ours(q, v)
+    ref(q, v)
+    ours.set_weights(ref.get_weights())
+    mask = rng.random((2, 3, 4, 5)) > 0.3
+    mask[..., 0] = True
+    got = ours(q, v, attention_mask=mask, return_attention_scores=True)
+    want = ref(q, v, attention_mask=mask, return_attention_scores=True)
+    assert got[1].shape == want[1].shape == (2, 3, 2, 4, 5)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, rank, match", [
+    (dict(attention_axes=(1, 2)), 3, "attention_axes=\\(1, 2\\)"),
+    (dict(attention_axes=2), 3, "attention_axes=\\(2,\\)"),
+    (dict(attention_axes="1"), 3, "attention_axes='1'"),
+    (dict(), 4, "attention_axes=None"),
+    (dict(use_gate=True), 3, "use_gate=True"),
+    (dict(sliding_window=4), 3, "sliding_window=4"),
+    (dict(flash_attention=True), 3, "flash_attention=True"),
+])
+def test_declined_arguments_raise_value_error(kwargs, rank, match):
+    x = np.zeros((1,) * (rank - 2) + (3, 8), "float32")
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)(x, x)
+
+
+def test_dropout_seed_matches_keras(rng):
+    q, v, _ = _inputs(rng)
+    ours, ref = _pair(rng, q, v, dropout=0.5, seed=7)
+    dropped = ours(q, v, training=True)
+    assert not np.allclose(dropped, ours(q, v))
+    np.testing.assert_allclose(dropped, ref(q, v, training=True), atol=1e-5)
+    again, _ = _pair(rng, q, v, dropout=0.5, seed=7)
+    again.set_weights(ours.get_weights())
+    np.testing.assert_allclose(again(q, v, training=True), dropped, atol=1e-6)
+
+
+def test_keras_masks_match_keras(rng):
+    q, v, _ = _inputs(rng, d_value=8)
+    ours, ref = _pair(rng, q, v)
+    q[1, 2:] = 0.0
+    v[0, 3:] = 0.0
+    masking = keras.layers.Masking(0.0)
+    mq, mv = masking(tf.constant(q)), masking(tf.constant(v))
+    query_mask = np.asarray(mq._keras_mask)
+    got = ours(mq, mv)
+    want = ref(mq, mv)  # Keras' layer deletes the inputs' masks: call last
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # The output carries the query's mask, as Keras' output does.
+    np.testing.assert_array_equal(got._keras_mask, query_mask)
+    np.testing.assert_array_equal(want._keras_mask, query_mask)
+
+
+def test_config_round_trip_with_all_arguments(rng):
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, value_dim=3, dropout=0.1, use_bias=True,
+        output_shape=(2, 3), attention_axes=-2, flash_attention=False,
+        kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+        bias_initializer="ones",
+        kernel_regularizer=keras.regularizers.L2(0.01),
+        bias_regularizer=keras.regularizers.L1(0.02),
+        activity_regularizer=keras.regularizers.L2(0.03),
+        kernel_constraint=keras.constraints.NonNeg(),
+        bias_constraint=keras.constraints.MaxNorm(2.0),
+        use_gate=False, seed=5,
+    )
+    config = layer.get_config()
+    assert MultiHeadAttention.from_config(config).get_config() == config
+    restored = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(layer))
+    assert isinstance(restored, MultiHeadAttention)
+    assert restored.get_config() == config
+    q, v, _ = _inputs(rng)
+    layer(q, v)
+    restored(q, v)
+    restored.set_weights(layer.get_weights())
+    np.testing.assert_array_equal(restored(q, v), layer(q, v))
+    # A config written by keras.layers.MultiHeadAttention loads as well.
+    ref = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, seed=3)
+    ref(q, v)
+    ported = MultiHeadAttention.from_config(ref.get_config())
+    ported(q, v)
+    ported.set_weights(ref.get_weights())
+    np.testing.assert_allclose(ported(q, v), ref(q, v), atol=1e-5)

@@ -1,11 +1,93 @@
 """Multi-head scaled dot-product attention (Vaswani et al. 2017, §3.2)."""
 
 import math
+import numbers
 
 import keras
 from keras import ops
 
 from keras_trm.layers import _validation as v
+from keras_trm.layers._initializers import clone_initializer
+
+# Offsets given to ``clone_initializer``: every weight its own initializer, so
+# W_Q, W_K, W_V differ even when one unseeded instance is passed in, and a
+# seeded one still gives reproducible, distinct weights.
+_KERNEL_OFFSETS = {"query": 0, "key": 1, "value": 2, "output": 3}
+_BIAS_OFFSETS = {"query": 4, "key": 5, "value": 6, "output": 7}
+# Letters for the leading (batch-like) axes of the attention einsums; they
+# avoid q, k, h and d, the query, key, head and channel axes.
+_BATCH_LETTERS = "abcefgijlm"
+
+
+def _value_error(check, name, value, *args):
+    """Runs a ``_validation`` check, raising ``ValueError`` for any bad value.
+
+    ``keras.layers.MultiHeadAttention`` raises ``ValueError`` for wrong types
+    as well as wrong values; this layer does the same, to be a drop-in.
+    """
+    try:
+        return check(name, value, *args)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _normalize_output_shape(output_shape):
+    """``None``, an int or a sequence of ints -> ``None`` or an int tuple."""
+    if output_shape is None:
+        return None
+    if isinstance(output_shape, numbers.Integral) and not isinstance(
+        output_shape, bool
+    ):
+        output_shape = (output_shape,)
+    if not isinstance(output_shape, (tuple, list)) or not output_shape:
+        raise ValueError(
+            "`output_shape` must be a positive int or a non-empty tuple/list "
+            f"of positive ints, got output_shape={output_shape!r}"
+        )
+    for dim in output_shape:
+        if (
+            isinstance(dim, bool)
+            or not isinstance(dim, numbers.Integral)
+            or dim <= 0
+        ):
+            raise ValueError(
+                "`output_shape` must be a positive int or a non-empty "
+                "tuple/list of positive ints, got "
+                f"output_shape={output_shape!r}"
+            )
+    return tuple(int(dim) for dim in output_shape)
+
+
+def _normalize_attention_axes(attention_axes):
+    """``None`` or one axis (int or 1-sequence) -> ``None`` or a 1-tuple."""
+    if attention_axes is None:
+        return None
+    if isinstance(attention_axes, numbers.Integral) and not isinstance(
+        attention_axes, bool
+    ):
+        attention_axes = (attention_axes,)
+    if not isinstance(attention_axes, (tuple, list)) or not all(
+        isinstance(a, numbers.Integral) and not isinstance(a, bool)
+        for a in attention_axes
+    ):
+        raise ValueError(
+            "`attention_axes` must be an int, list, or tuple, got "
+            f"attention_axes={attention_axes!r}"
+        )
+    if len(attention_axes) != 1:
+        raise ValueError(
+            "Attention over several axes is not supported: `attention_axes` "
+            "must be None or the sequence axis (the query's second-to-last "
+            f"axis, -2), got attention_axes={attention_axes!r}"
+        )
+    return (int(attention_axes[0]),)
+
+
+def _shapes_compatible(a, b):
+    """Static shapes equal where both dimensions are known."""
+    return len(a) == len(b) and all(
+        x is None or y is None or x == y for x, y in zip(a, b)
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
@@ -19,12 +101,22 @@ class MultiHeadAttention(keras.layers.Layer):
         MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
         head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-    The constructor, the call signature and the weight layout (query, key,
-    value, output kernels of shapes ``(d_in, num_heads, key_dim)`` ...
-    ``(num_heads, value_dim, d_out)``, each followed by its bias) match
+    The constructor, the call signature, the exceptions and the weight layout
+    (query, key, value, output kernels of shapes ``(d_query, h, key_dim)``,
+    ``(d_key, h, key_dim)``, ``(d_value, h, value_dim)``,
+    ``(h, value_dim, *output_shape)``, each followed by its bias) match
     ``keras.layers.MultiHeadAttention``, so weights transfer with
     ``set_weights(other.get_weights())`` and the layer is a drop-in
-    replacement.
+    replacement. Each weight gets its own clone of its initializer (a seeded
+    initializer gets ``seed + i`` for the i-th weight), so no two projections
+    start equal.
+
+    Not supported (each raises ``ValueError`` naming the argument):
+    attention over several axes or over an axis other than the sequence axis
+    (``attention_axes`` other than ``None``/the query's second-to-last axis,
+    and ``attention_axes=None`` on inputs of rank > 3, which Keras reads as
+    attention over all inner axes), ``use_gate=True``,
+    ``sliding_window``, ``flash_attention=True``, and ``dropout=1``.
 
     Args:
         num_heads: int > 0, the number of heads h.
@@ -32,27 +124,47 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: int > 0, size of each value head d_v (default ``key_dim``).
         dropout: float in [0, 1), dropout on the attention probabilities.
         use_bias: bool, whether the projections have biases.
-        output_shape: int, the last dimension of the output (default: the
-            query's last dimension).
+        output_shape: positive int or tuple/list of positive ints, the
+            output's shape after the batch and sequence axes (default: the
+            query's last dimension). A tuple gives an output kernel
+            ``(h, value_dim, *output_shape)``.
+        attention_axes: ``None`` or the sequence axis (``-2``, or the query's
+            rank minus 2; an int or a 1-tuple/list); declined otherwise.
+        sliding_window: must be ``None`` (declined).
+        flash_attention: ``None`` or ``False`` (``True`` is declined).
         kernel_initializer, bias_initializer: initializers of the projections.
+        kernel_regularizer, bias_regularizer: regularizers of the projection
+            kernels/biases; their penalties are in ``layer.losses``.
+        activity_regularizer: regularizer applied, as in Keras, to the
+            outputs of the four projections (each penalty divided by the
+            batch size); the penalties are in ``layer.losses``.
+        kernel_constraint, bias_constraint: constraints the optimizer
+            applies to the kernels/biases after each update.
+        use_gate: must be ``False`` (declined).
+        seed: optional int, seed of the attention dropout.
 
     Call arguments:
-        query: float tensor ``(batch, T_q, d_query)``.
+        query: float tensor ``(batch, T_q, d_query)`` (or ``(batch, ...,
+            T_q, d_query)``: the inner axes are batch axes).
         value: float tensor ``(batch, T_k, d_value)``.
         key: optional float tensor ``(batch, T_k, d_key)``; default ``value``.
+            All dimensions but the last must match ``value``'s.
+        query_mask, value_mask, key_mask: optional bool ``(batch, T_q)`` /
+            ``(batch, T_k)`` padding masks; default: the Keras masks
+            (``_keras_mask``) of ``query``/``value``/``key``.
         attention_mask: optional bool/int tensor ``(batch, T_q, T_k)``
             (or broadcastable to it); 1/True = may attend, 0/False = masked.
-            Padding masks carried by Keras masking on query/value/key are
-            combined with it, as in ``keras.layers.MultiHeadAttention``.
+            Combined (AND) with the padding masks, as in Keras.
         use_causal_mask: bool, forbid attending to later positions
             (query i sees keys j <= i; with a cache, j <= index + i).
         training: bool, enables attention dropout.
         return_attention_scores: bool, also return the probabilities
-            ``(batch, num_heads, T_q, T_k)``.
+            ``(batch, num_heads, T_q, T_k)`` (before dropout). Works on
+            symbolic inputs, e.g. in a functional model.
         cache: optional float tensor ``(batch, 2, S, num_heads, key_dim)``
             holding projected keys ([:, 0]) and values ([:, 1]) of S
-            positions, for incremental decoding. Its shape never changes,
-            so the decoding loop compiles with XLA.
+            positions, for incremental decoding (rank-3 inputs only). Its
+            shape never changes, so the decoding loop compiles with XLA.
         cache_update_index: int scalar (may be a tensor). If given, the keys
             and values projected from this call's ``key``/``value`` are
             written into ``cache`` at ``[cache_update_index,
@@ -62,14 +174,28 @@ class MultiHeadAttention(keras.layers.Layer):
             pre-computed encoder memory) and ``key``/``value`` are ignored.
 
     Returns:
-        ``(batch, T_q, output_shape)`` in the layer's compute dtype; with
-        ``return_attention_scores`` a tuple ``(output, scores)``; with a
-        ``cache`` a tuple ``(output, cache)`` (scores, if asked, come third).
+        ``(batch, T_q, *output_shape)`` in the layer's compute dtype, carrying
+        the query's Keras mask; with ``return_attention_scores`` a tuple
+        ``(output, scores)``; with a ``cache`` a tuple ``(output, cache)``
+        (scores, if asked, come third).
 
     Raises:
         ValueError: ``num_heads``/``key_dim``/``value_dim`` not positive
-            integers, ``dropout`` outside [0, 1), or a cache whose shape does
-            not match ``(batch, 2, S, num_heads, key_dim)``.
+            integers, ``dropout`` outside [0, 1), an ``output_shape`` that is
+            not a positive int or tuple of them, a declined argument (above),
+            a ``key`` whose shape differs from ``value``'s except in the last
+            dimension, inputs of rank < 3, or a cache whose shape does not
+            match ``(batch, 2, S, num_heads, key_dim)``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=4, output_shape=(3,))
+    >>> q = np.zeros((1, 5, 8), "float32")
+    >>> v = np.zeros((1, 7, 6), "float32")
+    >>> out, scores = mha(q, v, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(scores.shape)
+    ((1, 5, 3), (1, 2, 5, 7))
     """
 
     def __init__(
@@ -80,82 +206,164 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout=0.0,
         use_bias=True,
         output_shape=None,
+        attention_axes=None,
+        sliding_window=None,
+        flash_attention=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        use_gate=False,
+        seed=None,
         **kwargs,
     ):
+        self.num_heads = _value_error(v.positive_int, "num_heads", num_heads)
+        self.key_dim = _value_error(v.positive_int, "key_dim", key_dim)
+        self.value_dim = _value_error(
+            v.positive_int, "value_dim", key_dim if value_dim is None
+            else value_dim,
+        )
+        self.dropout = _value_error(v.rate, "dropout", dropout)
+        self._output_shape = _normalize_output_shape(output_shape)
+        self.attention_axes = _normalize_attention_axes(attention_axes)
+        if sliding_window is not None:
+            raise ValueError(
+                "`sliding_window` is not supported by "
+                "keras_trm.layers.MultiHeadAttention, got "
+                f"sliding_window={sliding_window!r}"
+            )
+        if flash_attention:
+            raise ValueError(
+                "`flash_attention=True` is not supported by "
+                "keras_trm.layers.MultiHeadAttention, got "
+                f"flash_attention={flash_attention!r}"
+            )
+        if use_gate:
+            raise ValueError(
+                "`use_gate=True` (gated attention) is not supported by "
+                "keras_trm.layers.MultiHeadAttention, got "
+                f"use_gate={use_gate!r}"
+            )
+        if seed is not None:
+            seed = _value_error(v.non_negative_int, "seed", seed)
         super().__init__(**kwargs)
         self.supports_masking = True
-        self.num_heads = v.positive_int("num_heads", num_heads)
-        self.key_dim = v.positive_int("key_dim", key_dim)
-        self.value_dim = v.positive_int(
-            "value_dim", key_dim if value_dim is None else value_dim
-        )
-        self.dropout = v.rate("dropout", dropout)
         self.use_bias = bool(use_bias)
-        if output_shape is not None:
-            if isinstance(output_shape, (tuple, list)):
-                if len(output_shape) != 1:
-                    raise ValueError(
-                        "`output_shape` must be an int or a 1-tuple, got "
-                        f"output_shape={output_shape!r}"
-                    )
-                output_shape = output_shape[0]
-            output_shape = v.positive_int("output_shape", output_shape)
-        self._output_shape = output_shape
+        self.flash_attention = flash_attention
+        self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        # Not the base Layer's `activity_regularizer`: that one would also
+        # penalise the scores and the cache. Keras applies it to the outputs
+        # of the four projections (its EinsumDense sub-layers), as done here.
+        self._activity_regularizer = keras.regularizers.get(
+            activity_regularizer
         )
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=seed, dtype=self.dtype_policy
+        )
+
+    # -- shapes ------------------------------------------------------------
+    @staticmethod
+    def _check_key_value_shapes(value_shape, key_shape):
+        """Keras' check: key and value equal except in the last dimension."""
+        value_shape, key_shape = tuple(value_shape), tuple(key_shape)
+        if not _shapes_compatible(value_shape[1:-1], key_shape[1:-1]):
+            raise ValueError(
+                "All dimensions of `value` and `key`, except the last one, "
+                f"must be equal. Received: value_shape={value_shape} and "
+                f"key_shape={key_shape}"
+            )
+
+    def _check_ranks(self, query_shape, value_shape):
+        rank = len(query_shape)
+        if rank < 3 or len(value_shape) != rank:
+            raise ValueError(
+                "`query` and `value` must have the same rank, at least 3 "
+                "(batch, sequence, features), got "
+                f"query_shape={tuple(query_shape)} and "
+                f"value_shape={tuple(value_shape)}"
+            )
+        if self.attention_axes is None:
+            if rank > 3:
+                raise ValueError(
+                    "`attention_axes=None` on inputs of rank > 3 means "
+                    "attention over all inner axes, which is not supported; "
+                    "pass attention_axes=-2 to attend over the sequence axis "
+                    "only. Got attention_axes=None and "
+                    f"query_shape={tuple(query_shape)}"
+                )
+            return
+        axis = self.attention_axes[0]
+        # Keras resolves a negative axis a to rank + a.
+        if (axis + rank if axis < 0 else axis) != rank - 2:
+            raise ValueError(
+                "Only attention over the sequence axis (the query's "
+                f"second-to-last axis, {rank - 2} or -2) is supported, got "
+                f"attention_axes={self.attention_axes} for "
+                f"query_shape={tuple(query_shape)}"
+            )
 
     def build(
         self, query_shape, value_shape=None, key_shape=None, **unused_kwargs
     ):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
+        self._check_key_value_shapes(value_shape, key_shape)
+        self._check_ranks(query_shape, value_shape)
         d_query = query_shape[-1]
-        out_dim = self._output_shape or d_query
+        out_shape = self._output_shape or (d_query,)
         h = self.num_heads
 
-        def proj(name, d_in, d_head):
+        def weights(name, kernel_shape, bias_shape):
             kernel = self.add_weight(
                 name=f"{name}_kernel",
-                shape=(d_in, h, d_head),
-                initializer=self.kernel_initializer,
+                shape=kernel_shape,
+                initializer=clone_initializer(
+                    self.kernel_initializer, _KERNEL_OFFSETS[name]
+                ),
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
             )
             bias = None
             if self.use_bias:
                 bias = self.add_weight(
                     name=f"{name}_bias",
-                    shape=(h, d_head),
-                    initializer=self.bias_initializer,
+                    shape=bias_shape,
+                    initializer=clone_initializer(
+                        self.bias_initializer, _BIAS_OFFSETS[name]
+                    ),
+                    regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
                 )
             return kernel, bias
 
-        self.query_kernel, self.query_bias = proj("query", d_query, self.key_dim)
-        self.key_kernel, self.key_bias = proj("key", key_shape[-1], self.key_dim)
-        self.value_kernel, self.value_bias = proj(
-            "value", value_shape[-1], self.value_dim
+        dk, dv = self.key_dim, self.value_dim
+        self.query_kernel, self.query_bias = weights(
+            "query", (d_query, h, dk), (h, dk)
         )
-        self.output_kernel = self.add_weight(
-            name="output_kernel",
-            shape=(h, self.value_dim, out_dim),
-            initializer=self.kernel_initializer,
+        self.key_kernel, self.key_bias = weights(
+            "key", (key_shape[-1], h, dk), (h, dk)
         )
-        self.output_bias = None
-        if self.use_bias:
-            self.output_bias = self.add_weight(
-                name="output_bias",
-                shape=(out_dim,),
-                initializer=self.bias_initializer,
-            )
+        self.value_kernel, self.value_bias = weights(
+            "value", (value_shape[-1], h, dv), (h, dv)
+        )
+        self.output_kernel, self.output_bias = weights(
+            "output", (h, dv) + tuple(out_shape), tuple(out_shape)
+        )
         self.built = True
 
     # -- projections -------------------------------------------------------
     @staticmethod
     def _project(x, kernel, bias):
-        """(B, T, d) x (d, h, k) -> (B, T, h, k) as one matmul."""
+        """(B, ..., T, d) x (d, h, k) -> (B, ..., T, h, k) as one matmul."""
         d, h, k = kernel.shape
         y = ops.matmul(x, ops.reshape(kernel, (d, h * k)))
         y = ops.reshape(y, tuple(ops.shape(x)[:-1]) + (h, k))
@@ -171,6 +379,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Returns:
             ``(batch, 2, S, num_heads, key_dim)``: keys and values stacked.
+
+        Raises:
+            ValueError: ``value_dim != key_dim``.
         """
         if self.value_dim != self.key_dim:
             raise ValueError(
@@ -180,6 +391,14 @@ class MultiHeadAttention(keras.layers.Layer):
         k = self._project(key, self.key_kernel, self.key_bias)
         val = self._project(value, self.value_kernel, self.value_bias)
         return ops.stack([k, val], axis=1)
+
+    def _add_activity_losses(self, *tensors):
+        if self._activity_regularizer is None:
+            return
+        for x in tensors:
+            loss = self._activity_regularizer(x)
+            batch = ops.cast(ops.shape(x)[0], loss.dtype)
+            self.add_loss(ops.divide_no_nan(loss, batch))
 
     # -- masks -------------------------------------------------------------
     @staticmethod
@@ -199,12 +418,16 @@ class MultiHeadAttention(keras.layers.Layer):
         def _and(a, b):
             return b if a is None else ops.logical_and(a, b)
 
+        # (..., T_q) -> (..., T_q, 1); (..., T_k) -> (..., 1, T_k).
+        def _bool(x, axis):
+            return ops.expand_dims(ops.cast(x, "bool"), axis)
+
         if query_mask is not None:
-            mask = _and(mask, ops.expand_dims(ops.cast(query_mask, "bool"), 2))
+            mask = _and(mask, _bool(query_mask, -1))
         if value_mask is not None:
-            mask = _and(mask, ops.expand_dims(ops.cast(value_mask, "bool"), 1))
+            mask = _and(mask, _bool(value_mask, -2))
         if key_mask is not None:
-            mask = _and(mask, ops.expand_dims(ops.cast(key_mask, "bool"), 1))
+            mask = _and(mask, _bool(key_mask, -2))
         if attention_mask is not None:
             mask = _and(mask, ops.cast(attention_mask, "bool"))
         return mask
@@ -218,23 +441,31 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # -- attention ---------------------------------------------------------
     def _attend(self, q, k, val, mask, training):
-        """Eq. (1) on (B, T, h, d_k) tensors; mask broadcast to (B, h, Tq, Tk)."""
+        """Eq. (1) on (B, ..., T, h, d) tensors.
+
+        The mask is broadcast to the scores ``(B, ..., h, T_q, T_k)`` by
+        inserting axes before its last two (the head axis first), as Keras.
+        """
+        batch = _BATCH_LETTERS[: len(q.shape) - 3]
         scale = 1.0 / math.sqrt(self.key_dim)
-        scores = ops.einsum("bqhd,bkhd->bhqk", q * ops.cast(scale, q.dtype), k)
+        scores = ops.einsum(
+            f"{batch}qhd,{batch}khd->{batch}hqk",
+            q * ops.cast(scale, q.dtype), k,
+        )
         scores = ops.cast(scores, "float32")
         if mask is not None:
             mask = ops.cast(mask, "bool")
-            if len(mask.shape) == 3:
-                # expand_dims, not [:, None]: a bool strided slice has no
-                # builtin LiteRT kernel (it would need the Flex delegate).
-                mask = ops.expand_dims(mask, 1)
+            # expand_dims, not [:, None]: a bool strided slice has no
+            # builtin LiteRT kernel (it would need the Flex delegate).
+            while len(mask.shape) < len(scores.shape):
+                mask = ops.expand_dims(mask, -3)
             # A large finite negative keeps fully masked rows finite (uniform)
             # instead of NaN; such rows only occur at padded queries.
             scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
         probs = ops.softmax(scores, axis=-1)
         probs = ops.cast(probs, self.compute_dtype)
         dropped = self._dropout_layer(probs, training=training)
-        out = ops.einsum("bhqk,bkhd->bqhd", dropped, val)
+        out = ops.einsum(f"{batch}hqk,{batch}khd->{batch}qhd", dropped, val)
         return out, probs
 
     def call(
@@ -246,14 +477,16 @@ class MultiHeadAttention(keras.layers.Layer):
         value_mask=None,
         key_mask=None,
         attention_mask=None,
-        use_causal_mask=False,
-        training=None,
         return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
         cache=None,
         cache_update_index=None,
     ):
         if key is None:
             key = value
+        elif cache is None or cache_update_index is not None:
+            self._check_key_value_shapes(value.shape, key.shape)
         # With a cache the keys are the S cached positions, not T_k: masks of
         # the new key/value rows do not apply (pass `attention_mask` instead).
         mask = self._merge_masks(
@@ -261,15 +494,17 @@ class MultiHeadAttention(keras.layers.Layer):
             key_mask, use_kv_masks=cache is None,
         )
         q = self._project(query, self.query_kernel, self.query_bias)
-        q_len = ops.shape(query)[1]
+        self._add_activity_losses(q)
+        q_len = ops.shape(query)[-2]
 
         if cache is not None:
-            self._check_cache(cache)
+            self._check_cache(cache, query)
             if cache_update_index is None:
                 # Cross-attention over pre-projected keys/values.
                 k, val = cache[:, 0], cache[:, 1]
             else:
                 new_kv = self.project_key_value(key, value)
+                self._add_activity_losses(new_kv[:, 0], new_kv[:, 1])
                 start = [0, 0, cache_update_index, 0, 0]
                 cache = ops.slice_update(cache, start, new_kv)
                 k, val = cache[:, 0], cache[:, 1]
@@ -290,18 +525,25 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             k = self._project(key, self.key_kernel, self.key_bias)
             val = self._project(value, self.value_kernel, self.value_bias)
+            self._add_activity_losses(k, val)
 
         if use_causal_mask:
-            causal = ops.expand_dims(self.causal_mask(q_len, ops.shape(k)[1]), 0)
+            causal = self.causal_mask(q_len, ops.shape(k)[-3])
             mask = causal if mask is None else ops.logical_and(mask, causal)
 
         out, probs = self._attend(q, k, val, mask, training)
-        # Output projection: (B, T, h, d_v) x (h, d_v, d_out).
-        h, dv, d_out = self.output_kernel.shape
-        out = ops.reshape(out, tuple(ops.shape(out)[:-2]) + (h * dv,))
+        # Output projection: (B, ..., T, h, d_v) x (h, d_v, *output_shape).
+        h, dv = self.output_kernel.shape[:2]
+        out_shape = tuple(self.output_kernel.shape[2:])
+        d_out = math.prod(out_shape)
+        lead = tuple(ops.shape(out)[:-2])
+        out = ops.reshape(out, lead + (h * dv,))
         out = ops.matmul(out, ops.reshape(self.output_kernel, (h * dv, d_out)))
+        if len(out_shape) > 1:
+            out = ops.reshape(out, lead + out_shape)
         if self.output_bias is not None:
             out = out + self.output_bias
+        self._add_activity_losses(out)
 
         result = (out,)
         if cache is not None:
@@ -310,7 +552,7 @@ class MultiHeadAttention(keras.layers.Layer):
             result += (probs,)
         return result[0] if len(result) == 1 else result
 
-    def _check_cache(self, cache):
+    def _check_cache(self, cache, query):
         shape = tuple(cache.shape)
         if (
             len(shape) != 5
@@ -323,15 +565,63 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"{self.num_heads}, key_dim={self.key_dim}), got "
                 f"cache.shape={shape}"
             )
+        if len(query.shape) != 3:
+            raise ValueError(
+                "A `cache` needs rank-3 inputs (batch, T, d), got "
+                f"query.shape={tuple(query.shape)}"
+            )
 
     def compute_mask(self, query, value, key=None, **kwargs):
         return getattr(query, "_keras_mask", None)
 
     def compute_output_shape(self, query_shape, value_shape=None,
                              key_shape=None):
-        return tuple(query_shape[:-1]) + (
-            self._output_shape or query_shape[-1],
+        query_shape = tuple(query_shape)
+        if value_shape is not None:
+            value_shape = tuple(value_shape)
+        else:
+            value_shape = query_shape
+        if key_shape is not None:
+            self._check_key_value_shapes(value_shape, key_shape)
+        return query_shape[:-1] + (self._output_shape or query_shape[-1:])
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        """Symbolic outputs: ``output`` [, ``cache``] [, ``scores``]."""
+        key_shape = None
+        uses_key = cache is None or cache_update_index is not None
+        if key is not None and uses_key:
+            key_shape = key.shape
+        out = keras.KerasTensor(
+            self.compute_output_shape(query.shape, value.shape, key_shape),
+            dtype=self.compute_dtype,
         )
+        result = (out,)
+        if cache is not None:
+            result += (keras.KerasTensor(cache.shape, dtype=cache.dtype),)
+            k_len = cache.shape[2]
+        else:
+            k_len = (value if key is None else key).shape[-2]
+        if return_attention_scores:
+            q_shape = tuple(query.shape)
+            result += (keras.KerasTensor(
+                q_shape[:-2] + (self.num_heads, q_shape[-2], k_len),
+                dtype=self.compute_dtype,
+            ),)
+        return result[0] if len(result) == 1 else result
 
     def get_config(self):
         config = super().get_config()
@@ -342,11 +632,29 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout=self.dropout,
             use_bias=self.use_bias,
             output_shape=self._output_shape,
+            attention_axes=self.attention_axes,
+            sliding_window=None,
+            flash_attention=self.flash_attention,
             kernel_initializer=keras.initializers.serialize(
                 self.kernel_initializer
             ),
             bias_initializer=keras.initializers.serialize(
                 self.bias_initializer
             ),
+            kernel_regularizer=keras.regularizers.serialize(
+                self.kernel_regularizer
+            ),
+            bias_regularizer=keras.regularizers.serialize(
+                self.bias_regularizer
+            ),
+            activity_regularizer=keras.regularizers.serialize(
+                self._activity_regularizer
+            ),
+            kernel_constraint=keras.constraints.serialize(
+                self.kernel_constraint
+            ),
+            bias_constraint=keras.constraints.serialize(self.bias_constraint),
+            use_gate=False,
+            seed=self.seed,
         )
         return config
