@@ -1,5 +1,8 @@
 """Greedy and beam search over the key/value cache; sacreBLEU."""
 
+import itertools
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,7 +10,7 @@ import tensorflow as tf
 from conftest import random_ids
 from keras_trm.decoding import beam_search, corpus_bleu, greedy_search, length_penalty
 from keras_trm.models import TransformerParts, transformer
-from keras_trm.text import END_ID, START_ID
+from keras_trm.text import END_ID, PAD_ID, START_ID
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +65,14 @@ def test_greedy_is_the_argmax_path(parts, source):
         prefix = np.concatenate([prefix, out[:, t:t + 1]], 1)
 
 
+def normalized_score(parts, source, hyp, alpha):
+    log_p, n = sequence_log_prob(parts, source, hyp)
+    return log_p / ((5 + n) / 6) ** alpha
+
+
 def test_beam_one_equals_greedy(parts, source):
     greedy = greedy_search(parts, source, max_length=12).numpy()
-    for alpha in (0.0, 0.6):
+    for alpha in (0.0, 0.6, 1.0):
         beam = beam_search(parts, source, beam_size=1, length_penalty_alpha=alpha,
                            max_length=12).numpy()
         np.testing.assert_array_equal(beam, greedy)
@@ -115,3 +123,147 @@ def test_corpus_bleu_uses_sacrebleu():
     assert 0 < score < 100
     with pytest.raises(ValueError, match="hypotheses"):
         corpus_bleu(["a"], refs)
+
+
+class _Recorder:
+    """Wraps ``TransformerParts`` and records what the decoder is fed."""
+
+    def __init__(self, parts):
+        self._parts = parts
+        self.fed = []
+
+    def __getattr__(self, name):
+        return getattr(self._parts, name)
+
+    def decode_step(self, tokens, *args):
+        self.fed.append(np.asarray(tokens))
+        return self._parts.decode_step(tokens, *args)
+
+    def decode_full(self, tokens, *args):
+        self.fed.append(np.asarray(tokens))
+        return self._parts.decode_full(tokens, *args)
+
+
+def test_beam_stays_full_after_a_hypothesis_ends(parts, source):
+    """Beam 2: once one hypothesis has ended, two live ones are extended."""
+    seen_end_then_two_live = 0
+    for b in range(len(source)):
+        rec = _Recorder(parts)
+        _, beams, _ = beam_search(rec, source[b:b + 1], beam_size=2,
+                                  length_penalty_alpha=0.6, max_length=10,
+                                  use_cache=False, return_all=True)
+        # rec.fed[i]: the (2, i + 1) prefixes fed at step i (START first).
+        for i, prefixes in enumerate(rec.fed[1:], start=1):
+            assert not (prefixes == END_ID).any()  # only live hypotheses
+            assert not np.array_equal(prefixes[0], prefixes[1])
+        ended = [int(np.argmax(h == END_ID)) + 1
+                 for h in beams.numpy()[0] if (h == END_ID).any()]
+        if ended and min(ended) < len(rec.fed):
+            seen_end_then_two_live += 1
+    assert seen_end_then_two_live > 0
+
+
+def test_early_stopping_keeps_the_best_and_stops_early(tiny_parts, rng):
+    source = random_ids(rng, (6, 5), 7, pad_from=[5, 3, 4, 2, 5, 1])
+    stopped_early = False
+    for alpha in (0.0, 0.6, 1.0, 2.0):
+        for k in (2, 4):
+            runs = []
+            for early in (True, False):
+                rec = _Recorder(tiny_parts)
+                best, _, scores = beam_search(
+                    rec, source, beam_size=k, length_penalty_alpha=alpha,
+                    max_length=7, return_all=True, early_stopping=early)
+                runs.append((best.numpy(), scores.numpy()[:, 0], len(rec.fed)))
+            np.testing.assert_array_equal(runs[0][0], runs[1][0])
+            np.testing.assert_allclose(runs[0][1], runs[1][1], atol=1e-5)
+            assert runs[1][2] == 7
+            stopped_early |= runs[0][2] < 7
+    assert stopped_early
+
+
+def test_batched_beam_equals_one_by_one(parts, source):
+    lengths = (source != 0).sum(1)
+    best, beams, scores = beam_search(parts, source, beam_size=3,
+                                      length_penalty_alpha=0.6, max_length=10,
+                                      return_all=True)
+    for b in range(len(source)):
+        one = beam_search(parts, source[b:b + 1, :lengths[b]], beam_size=3,
+                          length_penalty_alpha=0.6, max_length=10,
+                          return_all=True)
+        np.testing.assert_array_equal(one[0].numpy()[0], best.numpy()[b])
+        np.testing.assert_array_equal(one[1].numpy()[0], beams.numpy()[b])
+        np.testing.assert_allclose(one[2].numpy()[0], scores.numpy()[b],
+                                   atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_parts():
+    """7 ids (PAD, UNK, START, END and 3 words) with an untied output layer
+    made flat enough that the length penalty decides between outputs of 1,
+    2 and 4 tokens; PAD and START are never emitted (as in a trained model).
+    """
+    keras.utils.set_random_seed(2)
+    model = transformer(7, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                        max_length=8, dropout_rate=0.0, tie_embeddings="none",
+                        target_vocabulary_size=7)
+    projection = model.get_layer("output_projection")
+    kernel, bias = projection.get_weights()
+    kernel = np.random.default_rng(2).normal(0.0, 0.15, kernel.shape)
+    bias[:] = 0.0
+    bias[END_ID] = 0.5
+    bias[[PAD_ID, START_ID]] = -30.0
+    projection.set_weights([kernel.astype("float32"), bias])
+    return TransformerParts(model)
+
+
+def exhaustive_scores(parts, source, length, alpha):
+    """Every output of at most ``length`` tokens, scored by the model.
+
+    Enumerates all V^length token sequences; each stands for the hypothesis
+    cut after its first END, or all ``length`` tokens when it has none (it
+    hit max_length). Log-probs come from one teacher-forced pass with the
+    decoder cache. Returns ``(hyps (N, length) PAD after END, scores (N,))``.
+    """
+    vocab = parts.vocabulary_size
+    seqs = np.array(list(itertools.product(range(vocab), repeat=length)),
+                    "int32")
+    n = len(seqs)
+    encoded = tf.repeat(parts.encode(source[None]), n, axis=0)
+    mask = tf.repeat(tf.not_equal(source[None], 0), n, axis=0)
+    cross = parts.cross_attention_caches(encoded)
+    caches = parts.empty_self_attention_caches(n, length + 1, encoded.dtype)
+    inputs = np.concatenate([np.full((n, 1), START_ID, "int32"), seqs], 1)
+    cum = np.zeros((n, length))
+    total = np.zeros(n)
+    for t in range(length):
+        logits, caches = parts.decode_step(inputs[:, t:t + 1], t, caches,
+                                           cross, mask)
+        log_p = tf.nn.log_softmax(logits).numpy()
+        total = total + log_p[np.arange(n), seqs[:, t]]
+        cum[:, t] = total
+    is_end = seqs == END_ID
+    ends = np.where(is_end.any(1), is_end.argmax(1) + 1, length)
+    hyps = np.where(np.arange(length)[None] < ends[:, None], seqs, 0)
+    scores = cum[np.arange(n), ends - 1] / ((5 + ends) / 6) ** alpha
+    return hyps, scores
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+def test_beam_search_equals_exhaustive_search(tiny_parts, alpha):
+    """A beam that holds every prefix (7^3) finds the best of all outputs."""
+    length, vocab = 4, tiny_parts.vocabulary_size
+    source = np.array([[4, 5, 6, 3, 0], [6, 6, 4, 5, 3], [5, 3, 0, 0, 0]],
+                      "int32")
+    for early in (True, False):
+        best, _, scores = beam_search(
+            tiny_parts, source, beam_size=vocab ** (length - 1),
+            length_penalty_alpha=alpha, max_length=length, return_all=True,
+            early_stopping=early)
+        for b in range(len(source)):
+            hyps, exact = exhaustive_scores(tiny_parts, source[b], length, alpha)
+            top = int(np.argmax(exact))
+            assert scores.numpy()[b, 0] == pytest.approx(exact[top], abs=1e-4)
+            runner_up = np.max(exact[(hyps != hyps[top]).any(1)])
+            if exact[top] - runner_up > 1e-4:  # not a tie
+                np.testing.assert_array_equal(best.numpy()[b], hyps[top])

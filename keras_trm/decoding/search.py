@@ -9,11 +9,21 @@ Python int). ``use_cache=False`` re-runs the decoder over the whole prefix at
 every step instead (the baseline the benchmark compares against).
 
 Beam search ranks hypotheses by log P(Y|X) / lp(Y) with the length penalty
-of Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6)^α; Vaswani et al.
-(2017) §6.1 use beam size 4 and α = 0.6. A hypothesis that emits END keeps
-its score and length and is extended only by padding; the search stops when
-the best-ranked hypothesis of every sentence has ended (or after
-``max_length`` steps).
+of Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6)^α, |Y| the number of
+generated tokens (END included); Vaswani et al. (2017) §6.1 use beam size 4
+and α = 0.6. The beam stays full, as in tensor2tensor's ``beam_search.py``
+and fairseq's ``SequenceGenerator``: every step takes the 2k best
+extensions of the k live hypotheses, moves those that end with END (and
+rank among the first k, as in fairseq) into a per-sentence set of the k
+best finished hypotheses, and goes on with the k best that have not ended.
+A hypothesis that reaches ``max_length`` tokens without END is finished
+with |Y| = max_length (fairseq). A sentence stops when no live hypothesis
+can still beat its best finished one: log-probabilities only decrease and
+lp only grows, so a live hypothesis can at best reach
+log P / lp(max_length) (tensor2tensor's bound; log P itself for α = 0).
+The stop is exact: it returns the best hypothesis that running to
+``max_length`` would return. ``beam_size=1`` is greedy search (its one slot
+stops at the first END).
 """
 
 import tensorflow as tf
@@ -140,6 +150,15 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True):
     return sequences[:, 1:]
 
 
+def _sort_by_rank_then_score(rank, score):
+    """Indices ``(batch, n)`` ordering rank (bool) first, then score, both
+    descending; ties keep their order (stable sorts, XLA-compilable)."""
+    by_score = tf.argsort(score, axis=1, direction="DESCENDING", stable=True)
+    rank = tf.cast(tf.gather(rank, by_score, batch_dims=1), tf.int32)
+    by_rank = tf.argsort(rank, axis=1, direction="DESCENDING", stable=True)
+    return tf.gather(by_score, by_rank, batch_dims=1)
+
+
 def beam_search(
     parts,
     encoder_tokens,
@@ -148,23 +167,41 @@ def beam_search(
     max_length=None,
     use_cache=True,
     return_all=False,
+    early_stopping=True,
 ):
-    """Beam search with the GNMT length penalty.
+    """Beam search with the GNMT length penalty and a beam kept full.
+
+    Keeps ``beam_size`` = k live hypotheses per sentence at every step: of
+    the 2k best extensions, those ending in END among the first k join a set
+    of the k best finished ones (fairseq), the k best others stay live.
+    A sentence stops once its best live log P / lp(max_length) cannot beat
+    its best finished score (tensor2tensor), or after ``max_length`` steps,
+    so with ``beam_size`` k the result is the exact best whenever the k-slot
+    beam can reach it (tests compare with exhaustive search).
+    ``beam_size=1`` is greedy search at every α: its one slot stops at the
+    first END. A sentence that has stopped is frozen while others in the
+    batch go on, so batched and one-by-one decoding agree.
 
     Args:
         parts: ``keras_trm.models.TransformerParts``.
         encoder_tokens: int ``(batch, T_src)``.
         beam_size: int >= 1 (4 in the paper).
         length_penalty_alpha: α >= 0 (0.6 in the paper; 0 = raw log-prob).
-        max_length: as in ``greedy_search``.
+        max_length: as in ``greedy_search``; a hypothesis that reaches it
+            without END is finished with |Y| = max_length.
         use_cache: as in ``greedy_search``.
-        return_all: also return every beam and its normalized score.
+        return_all: also return the k best hypotheses and their normalized
+            scores.
+        early_stopping: stop a sentence as soon as the bound is met (False:
+            run to ``max_length``; the best hypothesis is the same).
 
     Returns:
         int32 ``(batch, steps)`` best hypothesis per sentence (without
         START, PAD after END); with ``return_all`` the tuple
         ``(best, beams (batch, beam_size, steps), scores (batch, beam_size))``
-        with beams sorted best first.
+        sorted best first: the finished hypotheses (END or max_length), then,
+        if fewer than k finished, the best live ones at the stop, scored by
+        their length so far. Slots no hypothesis reached score about -1e9.
 
     Raises:
         ValueError: beam_size < 1, α < 0, bad shapes or max_length.
@@ -181,79 +218,133 @@ def beam_search(
     encoder_tokens = _check_tokens(encoder_tokens)
     steps = _decode_length(parts, encoder_tokens, max_length)
     batch = tf.shape(encoder_tokens)[0]
-    vocab = parts.vocabulary_size
+    vocab = int(parts.vocabulary_size)
+    # 2k candidates: at most k of them (one per live hypothesis) end, so
+    # at least k remain live.
+    num_candidates = min(2 * k, k * vocab)
 
-    # Encode once, then give each of the k hypotheses its own row.
+    # Encode once, then give each of the k live hypotheses its own row.
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
     encoder_outputs = parts.encode(encoder_tokens)
     encoder_outputs = tf.repeat(encoder_outputs, k, axis=0)
     encoder_mask = tf.repeat(encoder_mask, k, axis=0)
     stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1, use_cache)
 
-    sequences = tf.concat(
+    alive_seq = tf.concat(
         [tf.fill([batch, k, 1], START_ID), tf.zeros([batch, k, steps], tf.int32)],
         2,
     )
     # Only beam 0 is live at the start (all k beams are the same prefix).
-    scores = tf.tile(
+    alive_logp = tf.tile(
         tf.constant([[0.0] + [NEG_INF] * (k - 1)], tf.float32), [batch, 1]
     )
-    finished = tf.zeros([batch, k], tf.bool)
-    lengths = tf.zeros([batch, k], tf.int32)
-    # Log-probabilities a finished hypothesis may take: PAD at no cost.
-    pad_only = tf.one_hot(PAD_ID, vocab, on_value=0.0, off_value=NEG_INF)
+    finished_seq = tf.zeros_like(alive_seq)
+    finished_score = tf.fill([batch, k], NEG_INF)  # normalized scores
+    finished_flag = tf.zeros([batch, k], tf.bool)
+    done = tf.zeros([batch], tf.bool)
+    alive_len = tf.zeros([batch], tf.int32)  # tokens of the live hypotheses
+    max_penalty = length_penalty(steps, alpha)
     batch_offsets = (tf.range(batch) * k)[:, None]
+    keep_order = tf.tile(tf.range(k)[None], [batch, 1])
 
-    def cond(i, sequences, scores, finished, lengths, state):
-        # Beams are kept sorted by normalized score: stop once the best
-        # hypothesis of every sentence has ended (as OpenNMT-py does).
-        return tf.logical_and(
-            i < steps, tf.logical_not(tf.reduce_all(finished[:, 0]))
-        )
+    def cond(i, alive_seq, alive_logp, finished_seq, finished_score,
+             finished_flag, done, alive_len, state):
+        return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
 
-    def body(i, sequences, scores, finished, lengths, state):
-        flat = tf.reshape(sequences, [batch * k, -1])
+    def body(i, alive_seq, alive_logp, finished_seq, finished_score,
+             finished_flag, done, alive_len, state):
+        flat = tf.reshape(alive_seq, [batch * k, -1])
         logits, state = stepper(flat, i, state)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        log_probs = tf.reshape(log_probs, [batch, k, vocab])
-        log_probs = tf.where(finished[:, :, None], pad_only, log_probs)
+        candidates = alive_logp[:, :, None] + tf.reshape(
+            log_probs, [batch, k, vocab]
+        )
+        # All candidates have i + 1 tokens: rank them by log-prob.
+        cand_logp, top = tf.math.top_k(
+            tf.reshape(candidates, [batch, k * vocab]), num_candidates
+        )
+        cand_beam = top // vocab
+        cand_token = top % vocab
+        cand_seq = tf.gather(alive_seq, cand_beam, batch_dims=1)
+        write = tf.equal(tf.range(tf.shape(alive_seq)[2]), i + 1)
+        cand_seq = tf.where(write, cand_token[:, :, None], cand_seq)
+        ended = tf.equal(cand_token, END_ID)
+        live = tf.logical_not(done)[:, None]
+        # END counts only among the k best candidates (fairseq): an END
+        # ranked below k live extensions is dropped, so beam 1 with α = 0
+        # is greedy search.
+        in_top_k = tf.range(num_candidates)[None] < k
 
-        candidates = scores[:, :, None] + log_probs  # (batch, k, V)
-        cand_len = tf.where(finished, lengths, i + 1)  # (batch, k)
-        normalized = candidates / length_penalty(cand_len, alpha)[:, :, None]
-        _, top = tf.math.top_k(tf.reshape(normalized, [batch, k * vocab]), k)
-        beam = top // vocab
-        token = top % vocab
+        # The k best that have not ended stay live.
+        _, keep = tf.math.top_k(
+            tf.where(ended, -float("inf"), cand_logp), k
+        )
+        new_logp = tf.gather(cand_logp, keep, batch_dims=1)
+        new_seq = tf.gather(cand_seq, keep, batch_dims=1)
+        parent = tf.gather(cand_beam, keep, batch_dims=1)
 
-        scores = tf.gather(tf.reshape(candidates, [batch, k * vocab]), top,
-                           batch_dims=1)
-        was_finished = tf.gather(finished, beam, batch_dims=1)
-        lengths = tf.gather(cand_len, beam, batch_dims=1)
-        finished = was_finished | tf.equal(token, END_ID)
-        sequences = tf.gather(sequences, beam, batch_dims=1)
-        write = tf.equal(tf.range(tf.shape(sequences)[2]), i + 1)
-        sequences = tf.where(write, token[:, :, None], sequences)
-        state = stepper.reorder(state, tf.reshape(beam + batch_offsets, [-1]))
-        return i + 1, sequences, scores, finished, lengths, state
+        # Those that end join the k best finished (sentences not yet done).
+        new_finished = ended & in_top_k & live & (cand_logp > NEG_INF / 2)
+        end_score = tf.where(
+            new_finished, cand_logp / length_penalty(i + 1, alpha), NEG_INF
+        )
+        pool_score = tf.concat([finished_score, end_score], 1)
+        pool_flag = tf.concat([finished_flag, new_finished], 1)
+        pool_seq = tf.concat([finished_seq, cand_seq], 1)
+        finished_score, best = tf.math.top_k(pool_score, k)
+        finished_flag = tf.gather(pool_flag, best, batch_dims=1)
+        finished_seq = tf.gather(pool_seq, best, batch_dims=1)
 
-    _, sequences, scores, finished, lengths, _ = tf.while_loop(
+        # Sentences already done keep their live hypotheses as they were.
+        alive_seq = tf.where(live[:, :, None], new_seq, alive_seq)
+        alive_logp = tf.where(live, new_logp, alive_logp)
+        alive_len = tf.where(live[:, 0], i + 1, alive_len)
+        parent = tf.where(live, parent, keep_order)
+        state = stepper.reorder(state, tf.reshape(parent + batch_offsets, [-1]))
+
+        if early_stopping:
+            # Done when no live hypothesis can still beat the best finished
+            # one: log P only falls and lp(|Y|) <= lp(max_length)
+            # (tensor2tensor's bound, exact).
+            bound = tf.reduce_max(alive_logp, 1) / max_penalty
+            done = done | (tf.reduce_max(finished_score, 1) >= bound)
+        if k == 1:
+            # Beam 1 is greedy search: its one slot is done at the first END
+            # (else, with α > 0, it would search on past greedy's END).
+            done = done | finished_flag[:, 0]
+        return (i + 1, alive_seq, alive_logp, finished_seq, finished_score,
+                finished_flag, done, alive_len, state)
+
+    loop = tf.while_loop(
         cond,
         body,
-        (tf.constant(0), sequences, scores, finished, lengths,
-         stepper.initial_state),
+        (tf.constant(0), alive_seq, alive_logp, finished_seq, finished_score,
+         finished_flag, done, alive_len, stepper.initial_state),
         shape_invariants=(
             tf.TensorShape([]),
             tf.TensorShape([None, k, None]),
             tf.TensorShape([None, k]),
+            tf.TensorShape([None, k, None]),
             tf.TensorShape([None, k]),
             tf.TensorShape([None, k]),
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
             [tf.TensorShape(s.shape) for s in stepper.initial_state],
         ),
     )
-    final = scores / length_penalty(tf.maximum(lengths, 1), alpha)
-    order = tf.argsort(final, axis=1, direction="DESCENDING")
-    beams = tf.gather(sequences, order, batch_dims=1)[:, :, 1:]
+    (_, alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
+     _, alive_len, _) = loop
+    # Live hypotheses that reached max_length are finished; others only fill
+    # the slots the finished ones leave.
+    alive_score = alive_logp / length_penalty(tf.maximum(alive_len, 1),
+                                              alpha)[:, None]
+    at_max = tf.equal(alive_len, steps)[:, None] & (alive_logp > NEG_INF / 2)
+    pool_seq = tf.concat([finished_seq, alive_seq], 1)
+    pool_score = tf.concat([finished_score, alive_score], 1)
+    pool_rank = tf.concat([finished_flag, at_max], 1)
+    order = _sort_by_rank_then_score(pool_rank, pool_score)[:, :k]
+    beams = tf.gather(pool_seq, order, batch_dims=1)[:, :, 1:]
     best = beams[:, 0]
     if return_all:
-        return best, beams, tf.gather(final, order, batch_dims=1)
+        return best, beams, tf.gather(pool_score, order, batch_dims=1)
     return best
