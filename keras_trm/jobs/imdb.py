@@ -83,7 +83,9 @@ class ImdbConfig:
     embedding_dim: int = 64
     units: int = 128
     lstm_dropout_rate: float = 0.3
-    lstm_epochs: int = 4
+    # 2 chosen on the validation split: LSTM_LN 89.56% after 2 epochs of a
+    # 2-epoch schedule vs 88.80% at best (epoch 2) of a 4-epoch one.
+    lstm_epochs: int = 2
     lstm_learning_rate: float = 2e-3
     # All models: Adam with linear warm-up then cosine decay to 0.
     warmup_steps: int = 100
