@@ -126,6 +126,7 @@ class BatchScheduler:
         self._queues = {}
         self._cond = threading.Condition()
         self._stopping = False
+        self.stats = collections.Counter()  # batches, tasks, rows run
         self._threads = [
             threading.Thread(target=self._loop, name=f"batch-{name}-{i}", daemon=True)
             for i in range(options.num_batch_threads)]
@@ -211,6 +212,8 @@ class BatchScheduler:
 
     def _process(self, batch):
         tasks = batch.tasks
+        with self._cond:
+            self.stats.update(batches=1, tasks=len(tasks), rows=batch.size)
         try:
             outputs = self._run_merged(batch.signature, tasks, batch.size)
         except Exception as err:  # noqa: BLE001 - handed to the waiting requests

@@ -119,6 +119,11 @@ class ServableVersion:
 
     # -- serving ----------------------------------------------------------------
     @property
+    def batch_stats(self):
+        """``{"batches", "tasks", "rows"}`` run by the batch scheduler so far."""
+        return dict(self._batcher.stats) if self._batcher is not None else {}
+
+    @property
     def signature_names(self):
         return sorted(self._signatures)
 
