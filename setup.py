@@ -18,11 +18,14 @@ setup(
         "sacrebleu>=2.4",
         "tqdm>=4.66",
         "flask>=3.0",
+        "waitress>=3.0",
+        "grpcio>=1.60",
+        "tensorflow-serving-api>=2.21,<2.22",
         "ai-edge-litert>=2.0",
         "numpy",
     ],
     extras_require={
-        "dev": ["pytest>=8", "matplotlib>=3.8"],
+        "dev": ["pytest>=8", "matplotlib>=3.8", "requests>=2.31", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
 )

@@ -2,7 +2,7 @@
 
     keras-trm train-translation [--data-dir DIR] [--epochs N] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
-    keras-trm serve --model-base-path export/<name> [--port 8501]
+    keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
 """
 
 import argparse
@@ -67,22 +67,82 @@ def train_translation_main(argv):
     print(json.dumps(summary, indent=1))
 
 
-def serve_main(argv):
+def _flag_bool(text):
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def serve_parser():
+    """``keras-trm serve``'s flags: ``tensorflow_model_server``'s own names
+    (``--model_base_path``; the dashed ``--model-base-path`` works too)."""
     parser = argparse.ArgumentParser(
         prog="keras-trm serve",
-        description="Serve an export folder on TF Serving's REST API "
-        "(/v1/models/<name>:predict).")
-    parser.add_argument("--model-base-path", required=True,
-                        help="export/<model_name>: the folder of versions")
-    parser.add_argument("--model-name", default=None,
-                        help="name in the URLs (default: the folder name)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8501)
-    args = parser.parse_args(argv)
-    from keras_trm.serving import create_app
+        description="Serve export folders on TF Serving's REST and gRPC APIs "
+        "(same flags as tensorflow_model_server).")
 
-    app = create_app(args.model_base_path, args.model_name)
-    app.run(host=args.host, port=args.port, threaded=True)
+    def flag(name, **kwargs):
+        parser.add_argument("--" + name, "--" + name.replace("_", "-"), dest=name,
+                            **kwargs)
+
+    flag("port", type=int, default=8500, help="gRPC port (default 8500)")
+    flag("rest_api_port", type=int, default=8501,
+         help="REST port (default 8501; 0 serves no REST)")
+    flag("model_name", action="append", default=[],
+         help="model name in requests (default: the base path's folder name); "
+         "repeat with --model_base_path for several models")
+    flag("model_base_path", action="append", default=[],
+         help="folder of <version>/ SavedModels; repeatable")
+    flag("model_config_file", default=None,
+         help="text ModelServerConfig (several models, version policies, labels)")
+    flag("enable_batching", type=_flag_bool, nargs="?", const=True, default=False,
+         help="merge concurrent requests into batched calls")
+    flag("batching_parameters_file", default=None,
+         help="text BatchingParameters (max_batch_size, batch_timeout_micros, "
+         "num_batch_threads, max_enqueued_batches, allowed_batch_sizes)")
+    flag("file_system_poll_wait_seconds", type=float, default=1.0,
+         help="seconds between scans for new versions (0: once, <0: never)")
+    flag("rest_api_num_threads", type=int, default=32,
+         help="REST worker threads (default 32)")
+    flag("grpc_max_threads", type=int, default=32, help="gRPC worker threads")
+    flag("host", default="127.0.0.1",
+         help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
+    flag("max_request_bytes", type=int, default=4 * 1024 * 1024,
+         help="largest REST body / gRPC message (default 4 MiB; more gets 413)")
+    flag("shutdown_grace_seconds", type=float, default=30.0,
+         help="on SIGTERM, how long in-flight requests may take to finish")
+    return parser
+
+
+def serve_main(argv):
+    import logging
+
+    args = serve_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from keras_trm.serving import (
+        ModelManager, ModelServer, batching_options, model_server_config)
+
+    try:
+        config = model_server_config(args.model_name, args.model_base_path,
+                                     args.model_config_file)
+        batching = (batching_options(args.batching_parameters_file)
+                    if args.enable_batching else None)
+    except ValueError as err:
+        print(f"keras-trm serve: {err}", file=sys.stderr)
+        return 2
+    manager = ModelManager(config, batching,
+                           file_system_poll_wait_seconds=args.file_system_poll_wait_seconds)
+    server = ModelServer(manager, host=args.host,
+                         rest_api_port=args.rest_api_port or None, grpc_port=args.port,
+                         rest_api_num_threads=args.rest_api_num_threads,
+                         grpc_max_threads=args.grpc_max_threads,
+                         max_request_bytes=args.max_request_bytes)
+    server.serve_forever(grace=args.shutdown_grace_seconds)
+    return 0
 
 
 COMMANDS = {
@@ -97,8 +157,7 @@ def main(argv=None):
     if not argv or argv[0] not in COMMANDS:
         print("usage: keras-trm {" + ",".join(COMMANDS) + "} ...", file=sys.stderr)
         return 2
-    COMMANDS[argv[0]](argv[1:])
-    return 0
+    return COMMANDS[argv[0]](argv[1:]) or 0
 
 
 if __name__ == "__main__":

@@ -1,22 +1,45 @@
-"""The REST server answers TF Serving's REST API requests with the export's
-outputs (checked against calling the SavedModel signature directly)."""
+"""The model server on a toy export: TF Serving's REST API through real
+HTTP (``requests``) and its gRPC API through the ``tensorflow-serving-api``
+stubs, the JSON errors for malformed requests, config files, batching,
+version policy and polling, and graceful shutdown of ``keras-trm serve``.
+Everything listens on 127.0.0.1 only and stops by itself."""
 
 import base64
+import concurrent.futures
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 
+import grpc
 import numpy as np
 import pytest
+import requests
 import tensorflow as tf
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc, predict_pb2,
+    prediction_service_pb2_grpc)
 
 from keras_trm.export import export_module
-from keras_trm.serving import create_app
+from keras_trm.serving import (
+    BatchingOptions, BatchScheduler, InvalidArgument, ModelManager, ModelServer,
+    Unavailable, batching_options, create_app, model_server_config)
+
+TIMEOUT = 30  # seconds, for every client call
 
 
 class _Toy(tf.Module):
     """Two signatures: strings -> strings, and two float inputs -> two outputs."""
 
-    def __init__(self):
+    def __init__(self, bias=0.0):
         super().__init__()
         self.w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+        self.bias = tf.Variable(bias)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def shout(self, text):
@@ -25,83 +48,435 @@ class _Toy(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x"),
                                   tf.TensorSpec([None], tf.float32, name="scale")])
     def affine(self, x, scale):
-        y = tf.matmul(x, self.w) * scale[:, None]
+        y = tf.matmul(x, self.w) * scale[:, None] + self.bias
         return {"y": y, "total": tf.reduce_sum(y, axis=1)}
 
 
+def _export(root, name="toy", bias=0.0, version=None):
+    toy = _Toy(bias)
+    return export_module(toy, root, name,
+                         {"serving_default": toy.shout, "affine": toy.affine},
+                         version=version)
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
-    toy = _Toy()
-    for _ in range(2):  # versions 1 and 2
-        export_module(toy, root, "toy",
-                      {"serving_default": toy.shout, "affine": toy.affine})
+    _export(root)
+    _export(root, bias=10.0)  # versions 1 and 2; the latest (2) is served
+    manager = ModelManager(model_server_config([], [root / "toy"]),
+                           BatchingOptions(max_batch_size=8, num_batch_threads=1),
+                           file_system_poll_wait_seconds=-1)
+    server = ModelServer(manager, rest_api_port=0, grpc_port=0,
+                         max_request_bytes=64 * 1024).start()
     loaded = tf.saved_model.load(str(root / "toy" / "2"))
-    return create_app(root / "toy").test_client(), loaded
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    yield server, f"http://127.0.0.1:{server.rest_api_port}", channel, loaded
+    channel.close()
+    server.stop(grace=5)
 
 
-def test_status_and_metadata(served):
-    client, _ = served
-    status = client.get("/v1/models/toy").get_json()
-    assert [s["version"] for s in status["model_version_status"]] == ["2", "1"]
-    assert all(s["state"] == "AVAILABLE" for s in status["model_version_status"])
-    meta = client.get("/v1/models/toy/versions/1/metadata").get_json()
+# -- REST -----------------------------------------------------------------------------
+def test_rest_status_and_metadata_in_tf_serving_form(server):
+    _, url, _, _ = server
+    status = requests.get(f"{url}/v1/models/toy", timeout=TIMEOUT).json()
+    assert status == {"model_version_status": [
+        {"version": "2", "state": "AVAILABLE",
+         "status": {"error_code": "OK", "error_message": ""}}]}
+    meta = requests.get(f"{url}/v1/models/toy/versions/2/metadata", timeout=TIMEOUT).json()
+    assert meta["model_spec"] == {"name": "toy", "signature_name": "", "version": "2"}
     sigs = meta["metadata"]["signature_def"]["signature_def"]
-    assert sigs["affine"]["inputs"]["x"] == {
-        "dtype": "float32", "tensor_shape": [-1, 2], "name": "x"}
-    assert sigs["serving_default"]["outputs"]["loud"]["dtype"] == "string"
-    assert client.get("/v1/models/nope").status_code == 404
-    assert client.get("/v1/models/toy/versions/7").status_code == 404
+    x = sigs["affine"]["inputs"]["x"]
+    assert x["dtype"] == "DT_FLOAT"
+    assert x["tensor_shape"] == {"dim": [{"size": "-1", "name": ""},
+                                         {"size": "2", "name": ""}],
+                                 "unknown_rank": False}
+    assert sigs["serving_default"]["outputs"]["loud"]["dtype"] == "DT_STRING"
+    assert sigs["serving_default"]["method_name"] == "tensorflow/serving/predict"
+    assert requests.get(f"{url}/healthz", timeout=TIMEOUT).status_code == 200
+    assert requests.get(f"{url}/readyz", timeout=TIMEOUT).json()["models"] == ["toy"]
 
 
-def test_row_and_columnar_strings(served):
-    client, loaded = served
+def test_rest_row_columnar_and_b64(server):
+    _, url, _, loaded = server
     texts = ["hallo welt", "", "ünïcode"]
     want = [t.decode() for t in loaded.signatures["serving_default"](
         text=tf.constant(texts))["loud"].numpy()]
-    row = client.post("/v1/models/toy:predict", json={"instances": texts})
-    assert row.status_code == 200 and row.get_json() == {"predictions": want}
-    col = client.post("/v1/models/toy/versions/2:predict",
-                      json={"inputs": {"text": texts}})
-    assert col.get_json() == {"outputs": want}
-    b64 = client.post("/v1/models/toy:predict", json={"instances": [
-        {"b64": base64.b64encode("hallo welt".encode()).decode()}]})
-    assert b64.get_json() == {"predictions": [want[0]]}
+    row = requests.post(f"{url}/v1/models/toy:predict", json={"instances": texts},
+                        timeout=TIMEOUT)
+    assert row.status_code == 200 and row.json() == {"predictions": want}
+    col = requests.post(f"{url}/v1/models/toy/versions/2:predict",
+                        json={"inputs": {"text": texts}}, timeout=TIMEOUT)
+    assert col.json() == {"outputs": want}
+    b64 = requests.post(f"{url}/v1/models/toy:predict", json={"instances": [
+        {"b64": base64.b64encode("hallo welt".encode()).decode()}]}, timeout=TIMEOUT)
+    assert b64.json() == {"predictions": [want[0]]}
+    # A non-UTF-8 output comes back as {"b64": ...}.
+    raw = requests.post(f"{url}/v1/models/toy:predict", json={"instances": [
+        {"b64": base64.b64encode(b"\xff").decode()}]}, timeout=TIMEOUT).json()
+    assert base64.b64decode(raw["predictions"][0]["b64"]) == b"\xff!"
 
 
-def test_several_inputs_and_outputs(served):
-    client, loaded = served
-    x = [[1.0, 0.5], [-2.0, 3.0]]
-    scale = [1.0, 0.5]
+def test_rest_several_inputs_and_outputs(server):
+    _, url, _, loaded = server
+    x, scale = [[1.0, 0.5], [-2.0, 3.0]], [1.0, 0.5]
     want = loaded.signatures["affine"](x=tf.constant(x), scale=tf.constant(scale))
-    rows = client.post("/v1/models/toy:predict", json={
+    rows = requests.post(f"{url}/v1/models/toy:predict", json={
         "signature_name": "affine",
         "instances": [{"x": x[i], "scale": scale[i]} for i in range(2)],
-    }).get_json()["predictions"]
+    }, timeout=TIMEOUT).json()["predictions"]
     np.testing.assert_allclose([r["y"] for r in rows], want["y"].numpy(), rtol=1e-6)
-    np.testing.assert_allclose([r["total"] for r in rows], want["total"].numpy(), rtol=1e-6)
-    cols = client.post("/v1/models/toy:predict", json={
-        "signature_name": "affine", "inputs": {"x": x, "scale": scale}}).get_json()
+    np.testing.assert_allclose([r["total"] for r in rows], want["total"].numpy(),
+                               rtol=1e-6)
+    cols = requests.post(f"{url}/v1/models/toy:predict", json={
+        "signature_name": "affine", "inputs": {"x": x, "scale": scale}},
+        timeout=TIMEOUT).json()
     np.testing.assert_allclose(cols["outputs"]["y"], want["y"].numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("body, status, words", [
-    ({"instances": ["a"], "inputs": ["a"]}, 400, "exactly one"),
-    ({}, 400, "exactly one"),
-    ({"signature_name": "nope", "instances": ["a"]}, 404, "nope"),
-    ({"signature_name": "affine", "instances": [{"x": [1.0, 2.0]}]}, 400, "scale"),
+BAD_BODIES = [
+    # (body bytes or JSON, path suffix, status, words in the error)
+    (b"this is not JSON", ":predict", 400, "JSON Parse error"),
+    (b'{"instances": ["a"', ":predict", 400, "JSON Parse error"),
+    (b"\xff\xfe\x00{}", ":predict", 400, "not UTF-8"),
+    ([1, 2], ":predict", 400, "JSON object"),
+    ({}, ":predict", 400, "exactly one"),
+    ({"instances": ["a"], "inputs": ["a"]}, ":predict", 400, "exactly one"),
+    ({"instances": "a"}, ":predict", 400, "must be a list"),
+    ({"instances": []}, ":predict", 400, "empty"),
+    ({"inputs": {"text": []}}, ":predict", 400, "empty"),
+    ({"inputs": {}}, ":predict", 400, "empty"),
+    ({"instances": [1, 2]}, ":predict", 400, "expects strings"),
+    ({"instances": [{"b64": "%%%"}]}, ":predict", 400, "base64"),
+    ({"signature_name": 3, "instances": ["a"]}, ":predict", 400, "signature_name"),
+    ({"signature_name": "affine", "instances": [{"x": [1.0, 2.0]}]}, ":predict",
+     400, "scale"),
+    ({"signature_name": "affine", "instances": [{"x": [1.0, 2.0], "scale": 1.0},
+                                                {"x": [1.0, 2.0]}]},
+     ":predict", 400, "same inputs"),
+    ({"signature_name": "affine", "inputs": {"x": [[1.0, 2.0], [3.0]],
+                                             "scale": [1.0, 1.0]}},
+     ":predict", 400, "ragged"),
     ({"signature_name": "affine", "inputs": {"x": [[1.0, 2.0, 3.0]], "scale": [1.0]}},
-     400, "shape"),
+     ":predict", 400, "shape"),
     ({"signature_name": "affine", "inputs": {"x": [["a", "b"]], "scale": [1.0]}},
-     400, "float32"),
+     ":predict", 400, "float32"),
+    ({"signature_name": "affine", "inputs": {"x": [[1.0, 2.0]], "scale": [1.0],
+                                             "z": [1]}}, ":predict", 400, "unknown"),
+    ({"signature_name": "affine", "inputs": {"x": [[1.0, 2.0], [3.0, 4.0]],
+                                             "scale": [1.0, 2.0, 3.0]}},
+     ":predict", 400, "InvalidArgumentError"),
+    ({"signature_name": "nope", "instances": ["a"]}, ":predict", 404, "nope"),
+    ({"instances": ["a"]}, "/versions/7:predict", 404, "7"),
+    ({"instances": ["a"]}, "/labels/stable:predict", 404, "stable"),
+    ({"instances": ["a"]}, ":classify", 501, "classify"),
+    (b'{"instances": ["' + b"a" * 70_000 + b'"]}', ":predict", 413, "limit"),
+]
+
+
+@pytest.mark.parametrize("body, suffix, status, words", BAD_BODIES)
+def test_malformed_requests_get_json_errors(server, body, suffix, status, words):
+    _, url, _, _ = server
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    reply = requests.post(f"{url}/v1/models/toy{suffix}", data=data, timeout=TIMEOUT,
+                          headers={"Content-Type": "application/json"})
+    assert reply.status_code == status, reply.text
+    assert reply.headers["Content-Type"].startswith("application/json")
+    assert words in reply.json()["error"]
+
+
+def test_unknown_routes_models_and_methods_get_json_errors(server):
+    _, url, _, _ = server
+    for method, path, status in [("get", "/v1/models/nope", 404),
+                                 ("get", "/v1/models/toy/versions/7", 404),
+                                 ("get", "/v1/models/nope/metadata", 404),
+                                 ("post", "/v1/models/nope:predict", 404),
+                                 ("get", "/no/such/route", 404),
+                                 ("delete", "/v1/models/toy/versions/2", 405)]:
+        reply = getattr(requests, method)(url + path, timeout=TIMEOUT)
+        assert reply.status_code == status, (path, reply.text)
+        assert "error" in reply.json()
+    # A request line waitress refuses is answered in JSON as well.
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])),
+                                  timeout=TIMEOUT) as sock:
+        sock.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 999999999\r\n\r\n")
+        answer = sock.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 413") and '{"error":' in answer
+
+
+def test_server_still_answers_after_bad_requests(server):
+    _, url, _, _ = server
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        bad = list(pool.map(lambda b: requests.post(
+            f"{url}/v1/models/toy:predict", data=json.dumps(b[0]).encode()
+            if not isinstance(b[0], bytes) else b[0], timeout=TIMEOUT).status_code,
+            BAD_BODIES[:20] * 3))
+    assert all(400 <= s < 500 for s in bad)
+    reply = requests.post(f"{url}/v1/models/toy:predict", json={"instances": ["ok"]},
+                          timeout=TIMEOUT)
+    assert reply.json() == {"predictions": ["OK!"]}
+
+
+# -- gRPC -----------------------------------------------------------------------------
+def test_grpc_predict_metadata_and_status(server):
+    _, _, channel, loaded = server
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "toy"
+    request.model_spec.signature_name = "affine"
+    x = np.array([[1.0, 0.5], [-2.0, 3.0]], np.float32)
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto(x))
+    request.inputs["scale"].CopyFrom(tf.make_tensor_proto(np.array([1.0, 0.5], np.float32)))
+    request.output_filter.append("total")
+    response = stub.Predict(request, timeout=TIMEOUT)
+    want = loaded.signatures["affine"](x=tf.constant(x), scale=tf.constant([1.0, 0.5]))
+    assert list(response.outputs) == ["total"]
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["total"]),
+                               want["total"].numpy(), rtol=1e-6)
+    assert response.model_spec.version.value == 2
+
+    meta_request = get_model_metadata_pb2.GetModelMetadataRequest()
+    meta_request.model_spec.name = "toy"
+    meta_request.metadata_field.append("signature_def")
+    meta = stub.GetModelMetadata(meta_request, timeout=TIMEOUT)
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    meta.metadata["signature_def"].Unpack(signature_map)
+    assert signature_map.signature_def["affine"].inputs["x"].dtype == tf.float32.as_datatype_enum
+
+    status_request = get_model_status_pb2.GetModelStatusRequest()
+    status_request.model_spec.name = "toy"
+    status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+        status_request, timeout=TIMEOUT)
+    assert [(s.version, s.state) for s in status.model_version_status] == [
+        (2, get_model_status_pb2.ModelVersionStatus.AVAILABLE)]
+
+
+@pytest.mark.parametrize("change, code", [
+    (lambda r: setattr(r.model_spec, "name", "nope"), grpc.StatusCode.NOT_FOUND),
+    (lambda r: r.model_spec.version.CopyFrom(type(r.model_spec.version)(value=7)),
+     grpc.StatusCode.NOT_FOUND),
+    (lambda r: setattr(r.model_spec, "signature_name", "nope"), grpc.StatusCode.NOT_FOUND),
+    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.0])),
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (lambda r: r.inputs["extra"].CopyFrom(tf.make_tensor_proto([1.0])),
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([["a"]])),
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (lambda r: r.output_filter.append("nope"), grpc.StatusCode.INVALID_ARGUMENT),
+    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto(["a" * 70_000])),
+     grpc.StatusCode.RESOURCE_EXHAUSTED),
 ])
-def test_bad_requests_name_the_problem(served, body, status, words):
-    client, _ = served
-    response = client.post("/v1/models/toy:predict", json=body)
-    assert response.status_code == status
-    assert words in response.get_json()["error"]
+def test_grpc_errors_carry_tf_serving_codes(server, change, code):
+    _, _, channel, _ = server
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "toy"
+    request.inputs["text"].CopyFrom(tf.make_tensor_proto(["a"]))
+    change(request)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Predict(request, timeout=TIMEOUT)
+    assert err.value.code() == code, err.value.details()
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "toy"
+    request.inputs["text"].CopyFrom(tf.make_tensor_proto(["still fine"]))
+    out = stub.Predict(request, timeout=TIMEOUT).outputs["loud"]
+    assert tf.make_ndarray(out).tolist() == [b"STILL FINE!"]
+
+
+# -- batching -------------------------------------------------------------------------
+def test_concurrent_requests_are_merged_and_split_back(server):
+    _, url, _, _ = server
+
+    def one(i):
+        reply = requests.post(f"{url}/v1/models/toy:predict",
+                              json={"instances": [f"s{i}"] * (1 + i % 3)}, timeout=TIMEOUT)
+        return reply.json()["predictions"]
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(one, range(48)))
+    assert answers == [[f"S{i}!"] * (1 + i % 3) for i in range(48)]
+
+
+def test_batch_scheduler_semantics():
+    calls = []
+    gate = threading.Event()
+
+    def run(signature, inputs):
+        gate.wait(TIMEOUT)
+        calls.append(len(inputs["x"]))
+        return {"y": inputs["x"] * 2}
+
+    options = BatchingOptions(max_batch_size=4, num_batch_threads=1,
+                              max_enqueued_batches=2, allowed_batch_sizes=(2, 4))
+    scheduler = BatchScheduler(run, options, name="unit")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            first = pool.submit(scheduler.schedule, "s", {"x": np.array([0.0])})
+            time.sleep(0.2)  # the only batch thread is now busy with it
+            more = [pool.submit(scheduler.schedule, "s", {"x": np.array([i, i], float)})
+                    for i in range(1, 5)]
+            time.sleep(0.3)  # 2 batches of 2 tasks wait: the queue is full
+            with pytest.raises(Unavailable, match="queue"):
+                scheduler.schedule("s", {"x": np.array([9.0])})
+            with pytest.raises(InvalidArgument, match="larger than maximum"):
+                scheduler.schedule("s", {"x": np.zeros(5)})
+            gate.set()
+            assert first.result(TIMEOUT)["y"].tolist() == [0.0]
+            assert [m.result(TIMEOUT)["y"].tolist() for m in more] == [
+                [2 * i, 2 * i] for i in range(1, 5)]
+        assert calls == [2, 4, 4]  # 1 row padded to 2; then two full batches
+    finally:
+        gate.set()
+        scheduler.stop()
+
+
+def test_batching_parameters_and_model_config_files(tmp_path):
+    path = tmp_path / "batching.txt"
+    path.write_text("max_batch_size { value: 32 }\nbatch_timeout_micros { value: 500 }\n"
+                    "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 7 }\n"
+                    "allowed_batch_sizes: 16\nallowed_batch_sizes: 32\n")
+    assert batching_options(path) == BatchingOptions(32, 500, 2, 7, (16, 32))
+    path.write_text("max_batch_size { value: 0 }")
+    with pytest.raises(ValueError, match="max_batch_size=0"):
+        batching_options(path)
+    path.write_text("max_batch_sise { value: 8 }")
+    with pytest.raises(ValueError, match="max_batch_sise"):
+        batching_options(path)
+    config = tmp_path / "models.config"
+    config.write_text('model_config_list { config { name: "a" base_path: "x/a" '
+                      'model_platform: "tensorflow" model_version_policy { all {} } } '
+                      'config { base_path: "/srv/b" } }')
+    parsed = model_server_config(model_config_file=config)
+    assert [(m.name, m.base_path) for m in parsed.model_config_list.config] == [
+        ("a", str(tmp_path / "x" / "a")), ("b", "/srv/b")]
+    with pytest.raises(ValueError, match="not both"):
+        model_server_config(["a"], ["x"], config)
+    config.write_text("model_config_list { config { name: 3 } }")
+    with pytest.raises(ValueError, match="models.config"):
+        model_server_config(model_config_file=config)
+
+
+# -- versions -------------------------------------------------------------------------
+def _states(manager, name):
+    return {v: state for v, state, _ in manager.status(name)}
+
+
+def test_version_policies_labels_and_several_models(tmp_path):
+    for _ in range(3):
+        _export(tmp_path, "a")
+    _export(tmp_path, "b")
+    config = tmp_path / "models.config"
+    config.write_text(
+        'model_config_list {\n'
+        f' config {{ name: "a" base_path: "{tmp_path / "a"}" '
+        ' model_version_policy { specific { versions: 1 versions: 3 } }'
+        ' version_labels { key: "stable" value: 1 } }\n'
+        f' config {{ name: "all_a" base_path: "{tmp_path / "a"}" '
+        ' model_version_policy { all {} } }\n'
+        f' config {{ name: "b" base_path: "{tmp_path / "b"}" }}\n}}\n')
+    manager = ModelManager(model_server_config(model_config_file=config),
+                           file_system_poll_wait_seconds=-1)
+    manager.start()
+    try:
+        assert _states(manager, "a") == {1: "AVAILABLE", 3: "AVAILABLE"}
+        assert _states(manager, "all_a") == {1: "AVAILABLE", 2: "AVAILABLE",
+                                             3: "AVAILABLE"}
+        assert _states(manager, "b") == {1: "AVAILABLE"}
+        app = create_app(manager).test_client()
+        assert app.get("/v1/models/a/labels/stable").get_json()[
+            "model_version_status"][0]["version"] == "1"
+        reply = app.post("/v1/models/a/labels/stable:predict", json={"instances": ["x"]})
+        assert reply.get_json() == {"predictions": ["X!"]}
+        assert app.post("/v1/models/a/versions/2:predict",
+                        json={"instances": ["x"]}).status_code == 404
+    finally:
+        manager.stop()
+
+
+def test_new_version_loads_before_the_old_one_unloads(tmp_path):
+    _export(tmp_path, "toy")
+    manager = ModelManager(model_server_config([], [tmp_path / "toy"]),
+                           BatchingOptions(max_batch_size=4),
+                           file_system_poll_wait_seconds=0.2)
+    server = ModelServer(manager, rest_api_port=0, grpc_port=None).start()
+    url = f"http://127.0.0.1:{server.rest_api_port}/v1/models/toy"
+    stop = threading.Event()
+    results = []
+
+    def client():
+        while not stop.is_set():
+            reply = requests.post(url + ":predict", timeout=TIMEOUT, json={
+                "signature_name": "affine", "instances": [{"x": [0.0, 0.0], "scale": 1}]})
+            results.append((reply.status_code, reply.json()))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        _export(tmp_path, "toy", bias=1.0)  # version 2, renamed into place
+        deadline = time.monotonic() + 60
+        while _states(manager, "toy") != {2: "AVAILABLE", 1: "END"}:
+            assert time.monotonic() < deadline, _states(manager, "toy")
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        server.stop(grace=5)
+    assert results and all(status == 200 for status, _ in results), results[-3:]
+    biases = [body["predictions"][0]["total"] for _, body in results]
+    assert biases[0] == 0.0 and biases[-1] == 2.0  # bias 1 on both outputs of y
 
 
 def test_missing_export_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="model_base_path"):
         create_app(tmp_path / "nothing")
+
+
+# -- keras-trm serve ------------------------------------------------------------------
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
+    """A slow request in flight when SIGTERM arrives still gets its answer;
+    the process then exits 0."""
+
+    toy = _Toy()
+    export_module(toy, tmp_path, "toy", {"serving_default": toy.shout})
+    batching = tmp_path / "batching.txt"
+    batching.write_text("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 1500000 }\n")
+    rest, grpc_port = _free_port(), _free_port()
+    log = open(tmp_path / "server.log", "w")
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[1]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keras_trm.cli", "serve", f"--rest_api_port={rest}",
+         "--port", str(grpc_port), "--model_name", "shout", "--model-base-path",
+         str(tmp_path / "toy"), "--enable_batching", "--batching_parameters_file",
+         str(batching), "--file_system_poll_wait_seconds", "0"],
+        stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    try:
+        line = proc.stdout.readline()  # printed once listening
+        assert line, (tmp_path / "server.log").read_text()[-3000:]
+        assert json.loads(line)["rest_api_port"] == rest
+        url = f"http://127.0.0.1:{rest}"
+        assert requests.get(f"{url}/readyz", timeout=TIMEOUT).status_code == 200
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            # batch_timeout_micros 1.5 s keeps this request in flight.
+            pending = pool.submit(requests.post, f"{url}/v1/models/shout:predict",
+                                  json={"instances": ["bye"]}, timeout=TIMEOUT)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            reply = pending.result(TIMEOUT)
+        assert reply.status_code == 200 and reply.json() == {"predictions": ["BYE!"]}
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(TIMEOUT)
+        log.close()

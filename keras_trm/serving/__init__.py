@@ -1,5 +1,19 @@
-"""Serving: a REST server that speaks TF Serving's REST API."""
+"""Serving: TF Serving's REST and gRPC APIs over export folders.
 
-from keras_trm.serving.rest import ModelRepository, create_app, predict
+``ModelManager`` (models, versions, polling, batching) is what the
+``ModelServer`` (waitress for REST, grpcio for gRPC) answers from;
+``keras-trm serve`` starts one with ``tensorflow_model_server``'s flags.
+"""
 
-__all__ = ["ModelRepository", "create_app", "predict"]
+from keras_trm.serving.batching import BatchingOptions, BatchScheduler
+from keras_trm.serving.config import batching_options, model_server_config
+from keras_trm.serving.errors import InvalidArgument, NotFound, ServingError, Unavailable
+from keras_trm.serving.manager import ModelManager, ServableVersion
+from keras_trm.serving.rest import create_app
+from keras_trm.serving.server import ModelServer
+
+__all__ = [
+    "BatchScheduler", "BatchingOptions", "InvalidArgument", "ModelManager",
+    "ModelServer", "NotFound", "ServableVersion", "ServingError", "Unavailable",
+    "batching_options", "create_app", "model_server_config",
+]

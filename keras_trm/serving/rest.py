@@ -1,264 +1,380 @@
-"""A REST server that speaks TF Serving's REST API for keras_trm exports.
+"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest)
+as a WSGI app over a ``ModelManager``.
 
-TF Serving's own ``tensorflow_model_server`` is the production choice; it
-needs a build that carries the tensorflow-text ops the text exports use.
-This server (Flask) answers the same requests from a plain Python
-environment with TensorFlow and tensorflow-text installed, so a client
-written for TF Serving works unchanged against it.
+Routes (``<v>`` a version number; ``/labels/<label>`` may stand for
+``/versions/<v>``):
 
-Routes (https://www.tensorflow.org/tfx/serving/api_rest):
-
-- ``GET  /v1/models/<name>`` and ``/v1/models/<name>/versions/<v>``:
-  model status (``model_version_status``: version, ``AVAILABLE``).
-- ``GET  /v1/models/<name>[/versions/<v>]/metadata``: the signatures'
-  input/output names, dtypes and shapes.
-- ``POST /v1/models/<name>[/versions/<v>]:predict`` with a JSON body
-  ``{"signature_name": ..., "instances": [...]}`` (row format; answers
-  ``{"predictions": [...]}``) or ``{"inputs": ...}`` (columnar; answers
+- ``GET  /v1/models/<name>[/versions/<v>]``: model status,
+  ``{"model_version_status": [{"version": "2", "state": "AVAILABLE",
+  "status": {"error_code": "OK", "error_message": ""}}]}``.
+- ``GET  /v1/models/<name>[/versions/<v>]/metadata``: ``{"model_spec": ...,
+  "metadata": {"signature_def": {"signature_def": {...}}}}``, the
+  SignatureDefs in protobuf JSON form (``"dtype": "DT_FLOAT"``,
+  ``"tensor_shape": {"dim": [{"size": "-1", "name": ""}], ...}``).
+- ``POST /v1/models/<name>[/versions/<v>]:predict`` with
+  ``{"signature_name": ..., "instances": [...]}`` (row format, answers
+  ``{"predictions": [...]}``) or ``{"inputs": ...}`` (columnar, answers
   ``{"outputs": ...}``). Binary strings may be sent as ``{"b64": "..."}``;
-  string outputs come back as UTF-8 text, or as ``{"b64": ...}`` where
-  they are not valid UTF-8.
+  string outputs come back as UTF-8 text, or ``{"b64": ...}`` where they are
+  not valid UTF-8.
+- ``GET /healthz`` (the process answers) and ``GET /readyz`` (every model
+  has an available version and the server is not shutting down; else 503).
 
-Errors answer ``{"error": "..."}`` with status 400 (bad request) or 404
-(unknown model, version or signature), as TF Serving does.
+Every error is JSON ``{"error": "..."}``: 400 for a malformed request, 404
+for an unknown model, version, label or signature (and unknown routes),
+405 for a wrong method, 413 for a body over ``max_request_bytes``, 503
+when a batch queue is full or the server is shutting down, 500 (naming the
+exception) for anything else.
 """
 
 import base64
-import pathlib
+import binascii
+import json
 import threading
 
 import numpy as np
-import tensorflow as tf
+
+from keras_trm.serving.errors import InvalidArgument, ServingError, Unavailable
+
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
-class ModelRepository:
-    """The versions of one model under ``<model_base_path>/<version>/``.
-
-    Versions are loaded lazily with ``tf.saved_model.load`` and kept.
-    Loading imports tensorflow_text first (if installed) so that
-    exports with in-graph tokenizers load.
-
-    Args:
-        model_base_path: folder holding integer-named SavedModel folders.
-        model_name: the name clients use in URLs (default: the folder name).
-
-    Raises:
-        FileNotFoundError: ``model_base_path`` holds no version folder with
-            a ``saved_model.pb``.
-    """
-
-    def __init__(self, model_base_path, model_name=None):
-        self.base = pathlib.Path(model_base_path)
-        self.name = model_name or self.base.name
-        self.versions = sorted(
-            int(p.name) for p in self.base.glob("*")
-            if p.name.isdigit() and (p / "saved_model.pb").exists())
-        if not self.versions:
-            raise FileNotFoundError(
-                f"`model_base_path` {str(self.base)!r} holds no "
-                "<version>/saved_model.pb folder")
-        self._loaded = {}
-        self._lock = threading.Lock()
-
-    def load(self, version=None):
-        """The loaded SavedModel of ``version`` (default: the latest)."""
-        version = self.versions[-1] if version is None else int(version)
-        if version not in self.versions:
-            raise LookupError(
-                f"model {self.name!r} has no version {version}; "
-                f"available: {self.versions}")
-        with self._lock:
-            if version not in self._loaded:
-                try:
-                    import tensorflow_text  # noqa: F401  (registers ops)
-                except ImportError:  # pragma: no cover - optional
-                    pass
-                self._loaded[version] = tf.saved_model.load(
-                    str(self.base / str(version)))
-        return version, self._loaded[version]
+# -- JSON <-> arrays ---------------------------------------------------------------
+def _is_b64(value):
+    return isinstance(value, dict) and set(value) == {"b64"}
 
 
-def _spec_json(spec):
-    shape = [-1 if d is None else int(d) for d in spec.shape]
-    return {"dtype": spec.dtype.name, "tensor_shape": shape, "name": spec.name}
-
-
-def signature_metadata(signature):
-    """Inputs/outputs of a concrete signature as JSON-ready dicts."""
-    inputs = signature.structured_input_signature[1]
-    outputs = signature.structured_outputs
-    return {
-        "inputs": {k: _spec_json(v) for k, v in inputs.items()},
-        "outputs": {k: {"dtype": v.dtype.name,
-                        "tensor_shape": [-1 if d is None else int(d)
-                                         for d in v.shape]}
-                    for k, v in outputs.items()},
-    }
-
-
-def _decode_b64(value):
+def _decode_b64(value, name):
     if isinstance(value, dict):
-        if set(value) != {"b64"}:
-            raise ValueError(f"an object value must be {{'b64': ...}}, got keys {sorted(value)}")
-        return base64.b64decode(value["b64"])
+        if not _is_b64(value) or not isinstance(value["b64"], str):
+            raise InvalidArgument(
+                f"input {name!r}: an object value must be {{\"b64\": \"<base64 "
+                f"text>\"}}, got keys {sorted(value)}")
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise InvalidArgument(f"input {name!r}: bad base64 text: {err}") from err
     if isinstance(value, list):
-        return [_decode_b64(v) for v in value]
+        return [_decode_b64(v, name) for v in value]
     return value
 
 
-def _to_tensor(value, spec, name):
-    value = _decode_b64(value)
+def to_array(value, spec, name):
+    """A JSON value as a numpy array of ``spec``'s dtype.
+
+    Raises:
+        InvalidArgument: the value is ragged, of the wrong type, or empty.
+    """
+    import tensorflow as tf
+
+    value = _decode_b64(value, name)
+    if spec.dtype == tf.string:
+        # JSON numbers are not strings: refuse them instead of printing them.
+        def check(v):
+            if isinstance(v, list):
+                for item in v:
+                    check(item)
+            elif not isinstance(v, (str, bytes)):
+                raise InvalidArgument(
+                    f"input {name!r} expects strings (dtype string), got "
+                    f"{type(v).__name__} {v!r}")
+        check(value)
+    elif spec.dtype.is_integer or spec.dtype.is_floating or spec.dtype == tf.bool:
+        def check(v):
+            if isinstance(v, list):
+                for item in v:
+                    check(item)
+            elif isinstance(v, (str, bytes, dict)) or v is None:
+                raise InvalidArgument(
+                    f"input {name!r} expects numbers (dtype {spec.dtype.name}), got "
+                    f"{type(v).__name__} {v!r}")
+        check(value)
     try:
-        tensor = tf.constant(value, dtype=spec.dtype)
-    except (TypeError, ValueError, tf.errors.InvalidArgumentError) as err:
-        raise ValueError(
-            f"input {name!r}: cannot convert to {spec.dtype.name}: {err}") from err
-    if not spec.shape.is_compatible_with(tensor.shape):
-        raise ValueError(
-            f"input {name!r}: shape {tensor.shape.as_list()} does not match "
-            f"the signature's {spec.shape}")
-    return tensor
+        array = tf.constant(value, dtype=spec.dtype).numpy()
+    except (TypeError, ValueError, OverflowError, tf.errors.InvalidArgumentError) as err:
+        raise InvalidArgument(
+            f"input {name!r}: cannot convert to a {spec.dtype.name} tensor "
+            f"(ragged lists or wrong types?): {err}") from err
+    return array
 
 
-def _to_json(array):
+def request_arrays(body, specs):
+    """Parses a ``:predict`` body into ``({name: array}, row_format)``.
+
+    Args:
+        body: the decoded JSON object.
+        specs: ``{input name: tf.TensorSpec}`` of the signature.
+
+    Raises:
+        InvalidArgument: both or neither of ``instances``/``inputs``, an
+            empty list, instances that are not alike, missing or unknown
+            input names, or values that do not convert.
+    """
+    if ("instances" in body) == ("inputs" in body):
+        raise InvalidArgument(
+            "the request needs exactly one of 'instances' (row format) or "
+            f"'inputs' (columnar format); got keys {sorted(body)}")
+    names = sorted(specs)
+    if "instances" in body:
+        rows = body["instances"]
+        if not isinstance(rows, list):
+            raise InvalidArgument(
+                f"'instances' must be a list, got {type(rows).__name__}")
+        if not rows:
+            raise InvalidArgument("'instances' is an empty list")
+        named = all(isinstance(r, dict) and not _is_b64(r) for r in rows)
+        if len(specs) == 1 and not (named and set(rows[0]) <= set(specs)):
+            columns = {names[0]: rows}
+        else:
+            for i, row in enumerate(rows):
+                if not isinstance(row, dict) or _is_b64(row):
+                    raise InvalidArgument(
+                        f"instance {i} is a {type(row).__name__}; with inputs {names} "
+                        "each instance must be an object naming them")
+                if set(row) != set(rows[0]):
+                    raise InvalidArgument(
+                        f"instance {i} has keys {sorted(row)} but instance 0 has "
+                        f"{sorted(rows[0])}; every instance needs the same inputs")
+            columns = {k: [r[k] for r in rows] for k in rows[0]}
+    else:
+        columns = body["inputs"]
+        if not isinstance(columns, dict) or _is_b64(columns):
+            if len(specs) != 1:
+                raise InvalidArgument(
+                    f"'inputs' must be an object naming the inputs {names}")
+            columns = {names[0]: columns}
+        if not columns:
+            raise InvalidArgument("'inputs' is an empty object")
+    missing = sorted(set(specs) - set(columns))
+    unknown = sorted(set(columns) - set(specs))
+    if missing or unknown:
+        raise InvalidArgument(
+            f"the signature takes inputs {names}; missing: {missing}, "
+            f"unknown: {unknown}")
+    arrays = {}
+    for key, value in columns.items():
+        if isinstance(value, list) and not value:
+            raise InvalidArgument(f"input {key!r} is an empty list")
+        arrays[key] = to_array(value, specs[key], key)
+    return arrays, "instances" in body
+
+
+def to_json(array):
+    """A numpy array as JSON-ready lists (strings as text or ``{"b64"}``)."""
     array = np.asarray(array)
     if array.dtype.kind in "SO":
         def text(b):
+            if isinstance(b, str):
+                return b
             try:
                 return b.decode("utf-8")
             except UnicodeDecodeError:
                 return {"b64": base64.b64encode(b).decode("ascii")}
-        return np.vectorize(text, otypes=[object])(array).tolist() if array.ndim else text(array.item())
+        if array.ndim == 0:
+            return text(array.item())
+        return np.vectorize(text, otypes=[object])(array).tolist()
     return array.tolist()
 
 
-def predict(signature, body):
-    """Runs ``signature`` on a TF Serving REST ``:predict`` body.
-
-    Args:
-        signature: a concrete function from ``loaded.signatures``.
-        body: the decoded JSON request (``instances`` or ``inputs``).
-
-    Returns:
-        ``{"predictions": [...]}`` (row format) or ``{"outputs": ...}``.
+def response_json(outputs, row_format):
+    """``{"predictions": ...}`` (row format) or ``{"outputs": ...}``.
 
     Raises:
-        ValueError: both or neither of ``instances`` / ``inputs``, a missing
-            or unknown input name, or a value that does not fit the
-            signature's dtype or shape.
+        InvalidArgument: row format asked of outputs whose axis 0 differs
+            (use the columnar format).
     """
-    specs = signature.structured_input_signature[1]
-    if ("instances" in body) == ("inputs" in body):
-        raise ValueError("the request needs exactly one of 'instances' or 'inputs'")
-    if "instances" in body:
-        rows = body["instances"]
-        if not isinstance(rows, list):
-            raise ValueError("'instances' must be a list")
-        if len(specs) == 1 and not (rows and isinstance(rows[0], dict)
-                                    and set(rows[0]) <= set(specs)
-                                    and "b64" not in rows[0]):
-            (key,) = specs
-            columns = {key: rows}
-        else:
-            if not all(isinstance(r, dict) for r in rows):
-                raise ValueError("with several inputs each instance must be an object")
-            columns = {k: [r[k] for r in rows] for k in specs
-                       if rows and k in rows[0]}
-    else:
-        columns = body["inputs"]
-        if not isinstance(columns, dict):
-            if len(specs) != 1:
-                raise ValueError("'inputs' must be an object naming each input")
-            (key,) = specs
-            columns = {key: columns}
-    missing = sorted(set(specs) - set(columns))
-    unknown = sorted(set(columns) - set(specs))
-    if missing or unknown:
-        raise ValueError(f"inputs missing: {missing}, unknown: {unknown}; "
-                         f"the signature takes {sorted(specs)}")
-    tensors = {k: _to_tensor(v, specs[k], k) for k, v in columns.items()}
-    outputs = {k: v.numpy() for k, v in signature(**tensors).items()}
-    if "instances" in body:
+    if not row_format:
         if len(outputs) == 1:
-            (out,) = outputs.values()
-            return {"predictions": _to_json(out)}
-        n = len(next(iter(outputs.values())))
-        return {"predictions": [{k: _to_json(v[i]) for k, v in outputs.items()}
-                                for i in range(n)]}
+            return {"outputs": to_json(next(iter(outputs.values())))}
+        return {"outputs": {k: to_json(v) for k, v in outputs.items()}}
     if len(outputs) == 1:
-        (out,) = outputs.values()
-        return {"outputs": _to_json(out)}
-    return {"outputs": {k: _to_json(v) for k, v in outputs.items()}}
+        return {"predictions": to_json(next(iter(outputs.values())))}
+    sizes = {k: (np.shape(v)[0] if np.ndim(v) else None) for k, v in outputs.items()}
+    if None in sizes.values() or len(set(sizes.values())) != 1:
+        raise InvalidArgument(
+            f"outputs have different batch sizes {sizes}, which the row format "
+            "('instances') cannot express; send 'inputs' (columnar format)")
+    columns = {k: to_json(v) for k, v in outputs.items()}
+    n = next(iter(sizes.values()))
+    return {"predictions": [{k: columns[k][i] for k in columns} for i in range(n)]}
 
 
-def create_app(model_base_path, model_name=None):
-    """A Flask app serving one model's versions on TF Serving's REST routes.
+def signature_defs_json(servable):
+    """The SignatureDefs in TF Serving's JSON form."""
+    from google.protobuf import json_format
+
+    return {name: json_format.MessageToDict(
+        sig, preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True)
+        for name, sig in sorted(servable.signature_defs.items())}
+
+
+def status_json(entries):
+    """``ModelManager.status`` entries as TF Serving's status JSON."""
+    return {"model_version_status": [
+        {"version": str(v), "state": state,
+         "status": {"error_code": "UNKNOWN" if error else "OK",
+                    "error_message": error}}
+        for v, state, error in entries]}
+
+
+# -- the WSGI app ------------------------------------------------------------------
+class _InFlight:
+    """Counts requests being answered (for graceful shutdown)."""
+
+    def __init__(self):
+        self.count = 0
+        self.draining = False
+        self.cond = threading.Condition()
+
+    def wait_idle(self, timeout):
+        with self.cond:
+            return self.cond.wait_for(lambda: self.count == 0, timeout)
+
+
+def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES):
+    """A Flask WSGI app answering TF Serving's REST API.
 
     Args:
-        model_base_path: ``export/<model_name>`` (the folder of versions).
-        model_name: URL name (default: the folder's name).
+        manager: a started ``ModelManager``, or a model base path (a folder
+            of versions) to serve alone (no polling; for quick use).
+        model_name: URL name when ``manager`` is a path (default: the
+            folder's name).
+        max_request_bytes: int, larger bodies get 413.
 
     Returns:
-        ``flask.Flask``; run it with ``app.run(port=8501)`` or any WSGI
-        server.
+        ``flask.Flask``; ``app.in_flight`` counts requests being answered
+        and ``app.in_flight.draining = True`` makes new ones get 503. Run
+        it under a WSGI server (``keras_trm.serving.ModelServer`` uses
+        waitress), or ``app.test_client()`` in tests.
+
+    Raises:
+        FileNotFoundError: ``manager`` is a path that is not a folder.
     """
     import flask
+    import werkzeug.exceptions
 
-    repo = ModelRepository(model_base_path, model_name)
+    from keras_trm.serving.manager import ModelManager
+
+    if not isinstance(manager, ModelManager):
+        from keras_trm.serving.config import model_server_config
+
+        base_path = manager
+        config = model_server_config([model_name] if model_name else [], [base_path])
+        manager = ModelManager(config, file_system_poll_wait_seconds=-1)
+        manager.start()
+        if not manager.ready():
+            raise FileNotFoundError(
+                f"`model_base_path` {str(base_path)!r} holds no loadable "
+                "<version>/saved_model.pb")
+
     app = flask.Flask("keras_trm.serving")
+    app.config["MAX_CONTENT_LENGTH"] = int(max_request_bytes)
+    app.json.sort_keys = False
+    app.manager = manager
+    app.in_flight = in_flight = _InFlight()
+
+    def reply(payload, status=200):
+        try:
+            text = json.dumps(payload, ensure_ascii=False, allow_nan=True)
+        except (TypeError, ValueError) as err:  # pragma: no cover - defensive
+            return reply({"error": f"Internal: response not JSON-serializable: {err}"},
+                         500)
+        return flask.Response(text, status=status, mimetype="application/json")
 
     def error(message, status):
-        return flask.jsonify({"error": message}), status
+        return reply({"error": message}, status)
 
-    def resolve(name, version):
-        if name != repo.name:
-            raise LookupError(f"unknown model {name!r}; this server has {repo.name!r}")
-        return repo.load(version)
+    @app.errorhandler(ServingError)
+    def serving_error(err):
+        return error(str(err), err.http_status)
+
+    @app.errorhandler(werkzeug.exceptions.HTTPException)
+    def http_error(err):
+        if err.code == 413:
+            return error(f"the request body is over the limit of {max_request_bytes} "
+                         "bytes (max_request_bytes)", 413)
+        return error(f"{err.name}: {err.description}", err.code or 500)
+
+    @app.errorhandler(Exception)
+    def internal_error(err):
+        app.logger.exception("request failed")
+        return error(f"Internal: {type(err).__name__}: {err}", 500)
+
+    @app.before_request
+    def count_in():
+        with in_flight.cond:
+            in_flight.count += 1
+        flask.g.counted = True
+        if in_flight.draining and flask.request.path != "/healthz":
+            raise Unavailable("the server is shutting down")
+
+    @app.teardown_request
+    def count_out(_exc):
+        if flask.g.pop("counted", False):
+            with in_flight.cond:
+                in_flight.count -= 1
+                in_flight.cond.notify_all()
+
+    @app.get("/healthz")
+    def healthz():
+        return reply({"status": "alive"})
+
+    @app.get("/readyz")
+    def readyz():
+        if in_flight.draining or not manager.ready():
+            return error("not ready: a model has no available version yet", 503)
+        return reply({"status": "ready", "models": manager.model_names})
 
     @app.get("/v1/models/<name>")
     @app.get("/v1/models/<name>/versions/<int:version>")
-    def status(name, version=None):
-        if name != repo.name:
-            return error(f"unknown model {name!r}; this server has {repo.name!r}", 404)
-        versions = repo.versions if version is None else [version]
-        if version is not None and version not in repo.versions:
-            return error(f"model {name!r} has no version {version}", 404)
-        return flask.jsonify({"model_version_status": [
-            {"version": str(v), "state": "AVAILABLE",
-             "status": {"error_code": "OK", "error_message": ""}}
-            for v in reversed(versions)]})
+    @app.get("/v1/models/<name>/labels/<label>")
+    def status(name, version=None, label=None):
+        return reply(status_json(manager.status(name, version, label)))
 
     @app.get("/v1/models/<name>/metadata")
     @app.get("/v1/models/<name>/versions/<int:version>/metadata")
-    def metadata(name, version=None):
-        try:
-            version, loaded = resolve(name, version)
-        except LookupError as err:
-            return error(str(err), 404)
-        return flask.jsonify({
-            "model_spec": {"name": name, "signature_name": "",
-                           "version": str(version)},
-            "metadata": {"signature_def": {"signature_def": {
-                k: signature_metadata(s) for k, s in loaded.signatures.items()}}},
-        })
+    @app.get("/v1/models/<name>/labels/<label>/metadata")
+    def metadata(name, version=None, label=None):
+        with manager.acquire(name, version, label) as servable:
+            return reply({
+                "model_spec": {"name": name, "signature_name": "",
+                               "version": str(servable.version)},
+                "metadata": {"signature_def": {
+                    "signature_def": signature_defs_json(servable)}},
+            })
 
-    @app.post("/v1/models/<name>:predict")
-    @app.post("/v1/models/<name>/versions/<int:version>:predict")
-    def predict_route(name, version=None):
+    def read_body():
+        raw = flask.request.get_data(cache=False)
         try:
-            version, loaded = resolve(name, version)
-        except LookupError as err:
-            return error(str(err), 404)
-        body = flask.request.get_json(silent=True)
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InvalidArgument(f"the request body is not UTF-8 text: {err}") from err
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InvalidArgument(f"JSON Parse error: {err}") from err
         if not isinstance(body, dict):
-            return error("the request body must be a JSON object", 400)
-        signature_name = body.get("signature_name", "serving_default")
-        if signature_name not in loaded.signatures:
-            return error(f"unknown signature_name {signature_name!r}; "
-                         f"available: {sorted(loaded.signatures)}", 404)
-        try:
-            return flask.jsonify(predict(loaded.signatures[signature_name], body))
-        except (ValueError, tf.errors.InvalidArgumentError) as err:
-            return error(str(err), 400)
+            raise InvalidArgument(
+                f"the request body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    @app.post("/v1/models/<name>:<verb>")
+    @app.post("/v1/models/<name>/versions/<int:version>:<verb>")
+    @app.post("/v1/models/<name>/labels/<label>:<verb>")
+    def predict_route(name, verb, version=None, label=None):
+        if verb != "predict":
+            raise ServingError(f"':{verb}' is not supported by this server; use "
+                               "':predict'", code="UNIMPLEMENTED")
+        with manager.acquire(name, version, label) as servable:
+            body = read_body()
+            signature_name = body.get("signature_name", "serving_default")
+            if not isinstance(signature_name, str):
+                raise InvalidArgument(
+                    f"'signature_name' must be a string, got {signature_name!r}")
+            specs = servable.input_specs(signature_name)
+            arrays, row_format = request_arrays(body, specs)
+            outputs = servable.predict(signature_name, arrays)
+            return reply(response_json(outputs, row_format))
 
     return app

@@ -1,0 +1,271 @@
+"""Server-side request batching with TF Serving's semantics.
+
+Concurrent requests ("tasks") for the same signature of one model version
+are merged into one call: their inputs are concatenated along axis 0 (the
+batch axis), the signature runs once, and its outputs are split back along
+axis 0 by each task's row count. As in TF Serving's ``BasicBatchScheduler``:
+
+- ``max_batch_size``: a batch never holds more rows than this, and a task is
+  never split: a task larger than it is refused (``INVALID_ARGUMENT``).
+- ``batch_timeout_micros``: the longest a batch waits for more tasks after
+  its first one arrived; a batch also closes when it is full. With 0 (the
+  default) a batch runs as soon as a batch thread is free, so batches grow
+  exactly while every thread is busy.
+- ``num_batch_threads``: how many batches of this model version run at once.
+- ``max_enqueued_batches``: batches waiting per signature (the open one
+  included); a task that would need one more is refused with
+  ``UNAVAILABLE`` ("the batch scheduling queue ... is full").
+- ``allowed_batch_sizes``: if set, a batch is padded (repeating its first
+  row; the padding's outputs are dropped) up to the next allowed size; the
+  last allowed size must equal ``max_batch_size``.
+
+Only tasks whose inputs have the same dtypes and the same shapes after axis
+0 share a batch (a task that does not fit the open batch closes it and opens
+the next). Which signatures may be batched at all is the caller's decision
+(``ServableVersion`` batches only signatures whose every input and output
+has an unknown batch dimension 0).
+"""
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import threading
+import time
+
+import numpy as np
+
+from keras_trm.serving.errors import InvalidArgument, ServingError, Unavailable
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingOptions:
+    """TF Serving's ``BatchingParameters`` (the ones this server honours).
+
+    Args:
+        max_batch_size: int >= 1, rows per batch at most.
+        batch_timeout_micros: int >= 0, the longest wait for a fuller batch.
+        num_batch_threads: int >= 1, batches of one model version run at
+            once (default: the number of CPU cores).
+        max_enqueued_batches: int >= 1, batches waiting per signature.
+        allowed_batch_sizes: increasing ints ending in ``max_batch_size``
+            (pad batches up to one of them), or ``()``.
+
+    Raises:
+        ValueError: a value out of range, naming the field and the value.
+    """
+
+    max_batch_size: int = 1000
+    batch_timeout_micros: int = 0
+    num_batch_threads: int = dataclasses.field(
+        default_factory=lambda: os.cpu_count() or 1)
+    max_enqueued_batches: int = 100
+    allowed_batch_sizes: tuple = ()
+
+    def __post_init__(self):
+        for name, low in (("max_batch_size", 1), ("batch_timeout_micros", 0),
+                          ("num_batch_threads", 1), ("max_enqueued_batches", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"`{name}` must be an int >= {low}, got {name}={value!r}")
+        sizes = tuple(int(s) for s in self.allowed_batch_sizes)
+        object.__setattr__(self, "allowed_batch_sizes", sizes)
+        if sizes and (list(sizes) != sorted(set(sizes)) or sizes[0] < 1
+                      or sizes[-1] != self.max_batch_size):
+            raise ValueError(
+                "`allowed_batch_sizes` must be increasing positive sizes whose last "
+                f"equals max_batch_size={self.max_batch_size}, got "
+                f"allowed_batch_sizes={list(sizes)}")
+
+
+class _Task:
+    __slots__ = ("inputs", "size", "key", "future")
+
+    def __init__(self, inputs, size, key):
+        self.inputs = inputs
+        self.size = size
+        self.key = key
+        self.future = concurrent.futures.Future()
+
+
+class _Batch:
+    __slots__ = ("signature", "key", "tasks", "size", "deadline", "closed")
+
+    def __init__(self, signature, key, deadline):
+        self.signature = signature
+        self.key = key
+        self.tasks = []
+        self.size = 0
+        self.deadline = deadline
+        self.closed = False
+
+
+def batch_key(inputs):
+    """What tasks must share to be concatenated: dtypes and shapes after axis 0."""
+    return tuple(sorted((name, value.dtype.str, value.shape[1:])
+                        for name, value in inputs.items()))
+
+
+class BatchScheduler:
+    """Merges concurrent tasks of one model version into batched calls.
+
+    Args:
+        run: ``run(signature_name, inputs) -> outputs``, both dicts of numpy
+            arrays whose axis 0 is the batch axis.
+        options: ``BatchingOptions``.
+        name: for thread names and messages.
+
+    ``schedule(signature_name, inputs)`` blocks until the task's batch ran
+    and returns the task's rows of the outputs.
+    """
+
+    def __init__(self, run, options, name="model"):
+        self._run = run
+        self.options = options
+        self.name = name
+        self._queues = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.stats = collections.Counter()  # batches, tasks, rows run
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"batch-{name}-{i}", daemon=True)
+            for i in range(options.num_batch_threads)]
+        for thread in self._threads:
+            thread.start()
+
+    # -- submitting -------------------------------------------------------------
+    def schedule(self, signature, inputs):
+        """Runs ``inputs`` (dict of arrays, equal axis-0 sizes) in a batch.
+
+        Raises:
+            InvalidArgument: the task has more rows than ``max_batch_size``.
+            Unavailable: the signature's queue is full, or the scheduler
+                is stopping.
+            ServingError (or what ``run`` raised): the batch failed.
+        """
+        sizes = {int(v.shape[0]) for v in inputs.values()}
+        if len(sizes) != 1:
+            raise InvalidArgument(
+                f"inputs of one request must share their batch size (axis 0), got "
+                f"{ {k: int(v.shape[0]) for k, v in inputs.items()} }")
+        (size,) = sizes
+        options = self.options
+        if size > options.max_batch_size:
+            raise InvalidArgument(
+                f"Task size {size} is larger than maximum input batch size "
+                f"{options.max_batch_size} (max_batch_size of model {self.name!r})")
+        task = _Task(inputs, size, batch_key(inputs))
+        with self._cond:
+            if self._stopping:
+                raise Unavailable(f"model {self.name!r} is unloading; retry")
+            queue = self._queues.setdefault(signature, collections.deque())
+            batch = queue[-1] if queue else None
+            if (batch is None or batch.closed or batch.key != task.key
+                    or batch.size + size > options.max_batch_size):
+                if batch is not None:
+                    batch.closed = True
+                if len(queue) >= options.max_enqueued_batches:
+                    raise Unavailable(
+                        "The batch scheduling queue to which this task was submitted "
+                        f"is full (model {self.name!r}, signature {signature!r}, "
+                        f"max_enqueued_batches={options.max_enqueued_batches})")
+                deadline = time.monotonic() + options.batch_timeout_micros / 1e6
+                batch = _Batch(signature, task.key, deadline)
+                queue.append(batch)
+            batch.tasks.append(task)
+            batch.size += size
+            if batch.size == options.max_batch_size:
+                batch.closed = True
+            self._cond.notify()
+        return task.future.result()
+
+    # -- batch threads ----------------------------------------------------------
+    def _next_batch(self):
+        """The oldest ready batch, waiting for one; None once stopped and empty."""
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                ready, wake = None, None
+                for queue in self._queues.values():
+                    if not queue:
+                        continue
+                    head = queue[0]
+                    if head.closed or head.deadline <= now or self._stopping:
+                        if ready is None or head.deadline < ready[1].deadline:
+                            ready = (queue, head)
+                    elif wake is None or head.deadline < wake:
+                        wake = head.deadline
+                if ready is not None:
+                    ready[0].popleft()
+                    ready[1].closed = True
+                    return ready[1]
+                if self._stopping:
+                    return None
+                self._cond.wait(None if wake is None else max(wake - now, 0.0))
+
+    def _loop(self):
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._process(batch)
+
+    def _process(self, batch):
+        tasks = batch.tasks
+        with self._cond:
+            self.stats.update(batches=1, tasks=len(tasks), rows=batch.size)
+        try:
+            outputs = self._run_merged(batch.signature, tasks, batch.size)
+        except Exception as err:  # noqa: BLE001 - handed to the waiting requests
+            if len(tasks) > 1 and isinstance(err, InvalidArgument):
+                # One task's content broke the batch: run each alone, so that
+                # only the faulty request fails.
+                for task in tasks:
+                    try:
+                        task.future.set_result(
+                            self._run_merged(batch.signature, [task], task.size))
+                    except Exception as task_err:  # noqa: BLE001
+                        task.future.set_exception(task_err)
+                return
+            for task in tasks:
+                task.future.set_exception(err)
+            return
+        start = 0
+        for task in tasks:
+            stop = start + task.size
+            task.future.set_result({k: v[start:stop] for k, v in outputs.items()})
+            start = stop
+
+    def _run_merged(self, signature, tasks, size):
+        if len(tasks) == 1:
+            inputs = tasks[0].inputs
+        else:
+            inputs = {k: np.concatenate([t.inputs[k] for t in tasks])
+                      for k in tasks[0].inputs}
+        padded = size
+        for allowed in self.options.allowed_batch_sizes:
+            if allowed >= size:
+                padded = allowed
+                break
+        if padded > size:
+            inputs = {k: np.concatenate([v, np.repeat(v[:1], padded - size, axis=0)])
+                      for k, v in inputs.items()}
+        outputs = self._run(signature, inputs)
+        for name, value in outputs.items():
+            if np.ndim(value) == 0 or value.shape[0] != padded:
+                raise ServingError(
+                    f"batched output {name!r} has shape {list(np.shape(value))} for a "
+                    f"batch of {padded} rows: signature {signature!r} of model "
+                    f"{self.name!r} cannot be batched along axis 0")
+        if padded > size:
+            outputs = {k: v[:size] for k, v in outputs.items()}
+        return outputs
+
+    def stop(self, timeout=30.0):
+        """Runs what is queued, then ends the batch threads."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))

@@ -1,0 +1,201 @@
+"""TF Serving's configuration files: ``ModelServerConfig`` and
+``BatchingParameters``, both in protobuf text format.
+
+A model config file (``--model_config_file``) as TF Serving reads it::
+
+    model_config_list {
+      config {
+        name: "translator"
+        base_path: "/models/transformer_multi30k_en_de"
+        model_platform: "tensorflow"
+        model_version_policy { latest { num_versions: 2 } }  # or all {} /
+                                             # specific { versions: 1 versions: 3 }
+        version_labels { key: "stable" value: 1 }
+      }
+      config { name: "imdb" base_path: "/models/imdb_encoder" }
+    }
+
+A batching parameters file (``--batching_parameters_file``)::
+
+    max_batch_size { value: 32 }
+    batch_timeout_micros { value: 2000 }
+    num_batch_threads { value: 2 }
+    max_enqueued_batches { value: 100 }
+    allowed_batch_sizes: 8
+    allowed_batch_sizes: 32
+"""
+
+import pathlib
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+
+from keras_trm.serving.batching import BatchingOptions
+
+
+def _config_pb2():
+    from tensorflow_serving.config import model_server_config_pb2
+
+    return model_server_config_pb2
+
+
+def model_server_config(model_names=(), model_base_paths=(), model_config_file=None):
+    """A ``ModelServerConfig`` from flags or a config file.
+
+    Args:
+        model_names: names given with ``--model_name`` (one per base path;
+            a missing name is the base path's folder name).
+        model_base_paths: folders of versions given with
+            ``--model_base_path`` (repeat both flags for several models).
+        model_config_file: path of a text ``ModelServerConfig`` (exclusive
+            with the two flags above).
+
+    Returns:
+        ``tensorflow_serving.config.model_server_config_pb2.ModelServerConfig``
+        with a ``model_config_list``; base paths are made absolute.
+
+    Raises:
+        ValueError: neither or both of the two ways, more names than base
+            paths, a duplicated name, a config without ``model_config_list``
+            or a text proto that does not parse (naming the file).
+    """
+    pb2 = _config_pb2()
+    model_names = list(model_names or ())
+    model_base_paths = [str(p) for p in (model_base_paths or ())]
+    if model_config_file and (model_names or model_base_paths):
+        raise ValueError(
+            "give either `model_config_file` or `model_name`/`model_base_path`, "
+            f"not both (model_config_file={str(model_config_file)!r}, "
+            f"model_base_path={model_base_paths})")
+    config = pb2.ModelServerConfig()
+    if model_config_file:
+        path = pathlib.Path(model_config_file)
+        try:
+            text_format.Parse(path.read_text(encoding="utf-8"), config)
+        except text_format.ParseError as err:
+            raise ValueError(
+                f"`model_config_file` {str(path)!r} is not a text ModelServerConfig: "
+                f"{err}") from err
+        if not config.HasField("model_config_list"):
+            raise ValueError(
+                f"`model_config_file` {str(path)!r} has no model_config_list")
+        base_dir = path.resolve().parent
+        for model in config.model_config_list.config:
+            if not model.base_path:
+                raise ValueError(
+                    f"`model_config_file` {str(path)!r}: model {model.name!r} has "
+                    "no base_path")
+            if not pathlib.Path(model.base_path).is_absolute():
+                model.base_path = str(base_dir / model.base_path)
+    else:
+        if not model_base_paths:
+            raise ValueError("give `model_base_path` (with `model_name`) or "
+                             "`model_config_file`")
+        if len(model_names) > len(model_base_paths):
+            raise ValueError(
+                f"each `model_name` needs a `model_base_path`, got "
+                f"model_name={model_names}, model_base_path={model_base_paths}")
+        for i, base in enumerate(model_base_paths):
+            model = config.model_config_list.config.add()
+            model.base_path = str(pathlib.Path(base).resolve())
+            model.name = model_names[i] if i < len(model_names) else pathlib.Path(
+                base).resolve().name
+            model.model_platform = "tensorflow"
+    for model in config.model_config_list.config:
+        if not model.name:
+            model.name = pathlib.Path(model.base_path).name
+        if model.model_platform not in ("", "tensorflow"):
+            raise ValueError(
+                f"model {model.name!r}: model_platform={model.model_platform!r}; "
+                "this server serves 'tensorflow' SavedModels only")
+    names = [m.name for m in config.model_config_list.config]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ValueError(f"model names must be unique, got {duplicated} more than once")
+    return config
+
+
+# TF Serving's BatchingParameters (session_bundle_config.proto), declared here
+# because the tensorflow-serving-api package does not ship that proto. Field
+# numbers do not matter to the text format; names and types do.
+_INT64 = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
+_BOOL = descriptor_pb2.FieldDescriptorProto.TYPE_BOOL
+_MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+_REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+_OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+_BATCHING_FIELDS = [
+    ("max_batch_size", _MESSAGE, ".google.protobuf.Int64Value"),
+    ("batch_timeout_micros", _MESSAGE, ".google.protobuf.Int64Value"),
+    ("max_enqueued_batches", _MESSAGE, ".google.protobuf.Int64Value"),
+    ("num_batch_threads", _MESSAGE, ".google.protobuf.Int64Value"),
+    ("thread_pool_name", _MESSAGE, ".google.protobuf.StringValue"),
+    ("allowed_batch_sizes", _INT64, None),
+    ("pad_variable_length_inputs", _BOOL, None),
+    ("enable_large_batch_splitting", _MESSAGE, ".google.protobuf.BoolValue"),
+    ("max_execution_batch_size", _MESSAGE, ".google.protobuf.Int64Value"),
+]
+_batching_cls = None
+
+
+def _batching_parameters_class():
+    global _batching_cls
+    if _batching_cls is None:
+        from google.protobuf import wrappers_pb2
+
+        pool = descriptor_pool.DescriptorPool()
+        wrappers = descriptor_pb2.FileDescriptorProto()
+        wrappers_pb2.DESCRIPTOR.CopyToProto(wrappers)
+        pool.Add(wrappers)
+        proto = descriptor_pb2.FileDescriptorProto(
+            name="keras_trm_batching_parameters.proto", package="tensorflow.serving",
+            dependency=[wrappers.name], syntax="proto3")
+        message = proto.message_type.add(name="BatchingParameters")
+        for number, (name, kind, type_name) in enumerate(_BATCHING_FIELDS, start=1):
+            field = message.field.add(
+                name=name, number=number, type=kind,
+                label=_REPEATED if name == "allowed_batch_sizes" else _OPTIONAL)
+            if type_name:
+                field.type_name = type_name
+        pool.Add(proto)
+        _batching_cls = message_factory.GetMessageClass(
+            pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
+    return _batching_cls
+
+
+def batching_options(batching_parameters_file=None):
+    """``BatchingOptions`` from a text ``BatchingParameters`` file.
+
+    Args:
+        batching_parameters_file: path, or None for TF Serving's defaults
+            (max_batch_size 1000, batch_timeout_micros 0, num_batch_threads
+            = CPU cores, max_enqueued_batches 100).
+
+    Raises:
+        ValueError: the file does not parse, sets a field this server does
+            not implement (``pad_variable_length_inputs``,
+            ``enable_large_batch_splitting``), or a value is out of range.
+    """
+    if batching_parameters_file is None:
+        return BatchingOptions()
+    path = pathlib.Path(batching_parameters_file)
+    params = _batching_parameters_class()()
+    try:
+        text_format.Parse(path.read_text(encoding="utf-8"), params)
+    except text_format.ParseError as err:
+        raise ValueError(
+            f"`batching_parameters_file` {str(path)!r} is not a text "
+            f"BatchingParameters: {err}") from err
+    if params.pad_variable_length_inputs or params.enable_large_batch_splitting.value:
+        raise ValueError(
+            f"`batching_parameters_file` {str(path)!r}: pad_variable_length_inputs "
+            "and enable_large_batch_splitting are not supported by this server")
+    kwargs = {}
+    for name in ("max_batch_size", "batch_timeout_micros", "num_batch_threads",
+                 "max_enqueued_batches"):
+        if params.HasField(name):
+            kwargs[name] = int(getattr(params, name).value)
+    if params.allowed_batch_sizes:
+        kwargs["allowed_batch_sizes"] = tuple(params.allowed_batch_sizes)
+    try:
+        return BatchingOptions(**kwargs)
+    except ValueError as err:
+        raise ValueError(f"`batching_parameters_file` {str(path)!r}: {err}") from err

@@ -1,0 +1,125 @@
+"""TF Serving's gRPC API over a ``ModelManager``, with the protos of the
+``tensorflow-serving-api`` package, so its client stubs work unchanged:
+
+- ``tensorflow.serving.PredictionService``: ``Predict`` (``inputs`` and
+  ``outputs`` as ``TensorProto``; ``output_filter`` honoured) and
+  ``GetModelMetadata`` (``metadata_field: "signature_def"``, answering a
+  packed ``SignatureDefMap``). ``Classify``, ``Regress`` and
+  ``MultiInference`` answer ``UNIMPLEMENTED``.
+- ``tensorflow.serving.ModelService``: ``GetModelStatus``.
+
+Errors carry TF Serving's status codes (``INVALID_ARGUMENT``, ``NOT_FOUND``,
+``UNAVAILABLE``, ...); anything unexpected is ``INTERNAL`` naming the
+exception.
+"""
+
+import logging
+
+import grpc
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
+    predict_pb2, prediction_service_pb2_grpc)
+
+from keras_trm.serving.errors import InvalidArgument, ServingError
+
+log = logging.getLogger("keras_trm.serving")
+
+
+def _spec_args(model_spec):
+    which = model_spec.WhichOneof("version_choice")
+    version = model_spec.version.value if which == "version" else None
+    label = model_spec.version_label if which == "version_label" else None
+    return model_spec.name, version, label
+
+
+def _guard(method):
+    """Turns errors into gRPC statuses (never an unhandled exception)."""
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except ServingError as err:
+            status, message = grpc.StatusCode[err.code], str(err)
+        except Exception as err:  # noqa: BLE001 - answered, never raised
+            log.exception("gRPC %s failed", method.__name__)
+            status, message = grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}"
+        context.abort(status, message)
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    """``Predict`` and ``GetModelMetadata`` over a ``ModelManager``."""
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    @_guard
+    def Predict(self, request, context):  # noqa: N802 - gRPC method name
+        import tensorflow as tf
+
+        name, version, label = _spec_args(request.model_spec)
+        signature_name = request.model_spec.signature_name or "serving_default"
+        with self.manager.acquire(name, version, label) as servable:
+            servable.input_specs(signature_name)  # NOT_FOUND before parsing
+            inputs = {}
+            for key, proto in request.inputs.items():
+                try:
+                    inputs[key] = tf.make_ndarray(proto)
+                except Exception as err:  # noqa: BLE001 - a malformed TensorProto
+                    raise InvalidArgument(f"input {key!r}: bad TensorProto: {err}") from err
+            outputs = servable.predict(signature_name, inputs,
+                                       tuple(request.output_filter))
+            response = predict_pb2.PredictResponse()
+            response.model_spec.name = name
+            response.model_spec.version.value = servable.version
+            response.model_spec.signature_name = signature_name
+            for key, value in outputs.items():
+                response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
+            return response
+
+    @_guard
+    def GetModelMetadata(self, request, context):  # noqa: N802
+        fields = list(request.metadata_field)
+        if fields != ["signature_def"]:
+            raise InvalidArgument(
+                f"metadata_field must be ['signature_def'], got {fields}")
+        name, version, label = _spec_args(request.model_spec)
+        with self.manager.acquire(name, version, label) as servable:
+            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            for key, signature in servable.signature_defs.items():
+                signature_map.signature_def[key].CopyFrom(signature)
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            response.model_spec.name = name
+            response.model_spec.version.value = servable.version
+            response.metadata["signature_def"].Pack(signature_map)
+            return response
+
+
+class ModelService(model_service_pb2_grpc.ModelServiceServicer):
+    """``GetModelStatus`` over a ``ModelManager``."""
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    @_guard
+    def GetModelStatus(self, request, context):  # noqa: N802
+        from tensorflow.core.protobuf import error_codes_pb2
+
+        name, version, label = _spec_args(request.model_spec)
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for number, state, error in self.manager.status(name, version, label):
+            entry = response.model_version_status.add()
+            entry.version = number
+            entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(state)
+            entry.status.error_code = (error_codes_pb2.UNKNOWN if error
+                                       else error_codes_pb2.OK)
+            entry.status.error_message = error
+        return response
+
+
+def add_services(server, manager):
+    """Registers both services of ``manager`` on a ``grpc.Server``."""
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionService(manager), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)

@@ -1,0 +1,177 @@
+"""The model server: one process holding the models, TF Serving's REST API
+on waitress (a production WSGI server with a bounded thread pool) and its
+gRPC API on grpcio, graceful shutdown on SIGTERM / SIGINT.
+"""
+
+import concurrent.futures
+import json
+import logging
+import os
+import signal
+import threading
+import time
+
+from keras_trm.serving.rest import DEFAULT_MAX_REQUEST_BYTES, create_app
+
+log = logging.getLogger("keras_trm.serving")
+
+
+def _json_error_channel(max_request_bytes):
+    """waitress' HTTP channel whose own errors (400 bad HTTP, 413 body over
+    the limit, 500) are JSON ``{"error": ...}`` rather than text."""
+    from waitress.channel import HTTPChannel
+    from waitress.task import ErrorTask
+
+    class JsonErrorTask(ErrorTask):
+        def execute(self):
+            err = self.request.error
+            message = f"{err.reason}: {err.body}"
+            if err.code == 413:
+                message = (f"the request body is over the limit of {max_request_bytes} "
+                           "bytes (max_request_bytes)")
+            body = json.dumps({"error": message}).encode("utf-8")
+            self.status = f"{err.code} {err.reason}"
+            self.response_headers.append(("Content-Type", "application/json"))
+            self.set_close_on_finish()
+            self.content_length = len(body)
+            self.write(body)
+
+    class JsonErrorChannel(HTTPChannel):
+        error_task_class = JsonErrorTask
+
+    return JsonErrorChannel
+
+
+class ModelServer:
+    """REST + gRPC over one ``ModelManager``.
+
+    Args:
+        manager: a ``ModelManager`` (started by ``start()`` if not yet).
+        host: interface to bind, e.g. ``"127.0.0.1"`` or ``"0.0.0.0"``.
+        rest_api_port: int; 0 picks a free port; None serves no REST.
+        grpc_port: int; 0 picks a free port; None serves no gRPC.
+        rest_api_num_threads: waitress worker threads (requests answered at
+            once; more wait in its queue).
+        grpc_max_threads: gRPC worker threads.
+        max_request_bytes: largest REST body / gRPC message accepted.
+
+    Attributes:
+        rest_api_port, grpc_port: the bound ports once started.
+
+    Example:
+        >>> server = ModelServer(manager, rest_api_port=0, grpc_port=0).start()
+        >>> requests.post(f"http://127.0.0.1:{server.rest_api_port}/v1/models/m:predict", ...)
+        >>> server.stop()
+    """
+
+    def __init__(self, manager, host="127.0.0.1", rest_api_port=8501, grpc_port=8500,
+                 rest_api_num_threads=16, grpc_max_threads=16,
+                 max_request_bytes=DEFAULT_MAX_REQUEST_BYTES):
+        for name, value in (("rest_api_num_threads", rest_api_num_threads),
+                            ("grpc_max_threads", grpc_max_threads),
+                            ("max_request_bytes", max_request_bytes)):
+            if int(value) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {name}={value}")
+        self.manager = manager
+        self.host = host
+        self.rest_api_port = rest_api_port
+        self.grpc_port = grpc_port
+        self.rest_api_num_threads = int(rest_api_num_threads)
+        self.grpc_max_threads = int(grpc_max_threads)
+        self.max_request_bytes = int(max_request_bytes)
+        self.app = None
+        self._rest = None
+        self._rest_thread = None
+        self._grpc = None
+        self._stopped = threading.Event()
+
+    def start(self):
+        """Loads the models (blocking) and starts listening; returns self."""
+        if not self.manager.started:
+            self.manager.start()
+        if self.grpc_port is not None:
+            import grpc
+
+            from keras_trm.serving.grpc_service import add_services
+
+            options = [("grpc.max_receive_message_length", self.max_request_bytes),
+                       ("grpc.max_send_message_length", -1),
+                       ("grpc.so_reuseport", 0)]
+            self._grpc = grpc.server(
+                concurrent.futures.ThreadPoolExecutor(
+                    self.grpc_max_threads, thread_name_prefix="grpc"),
+                options=options, maximum_concurrent_rpcs=4 * self.grpc_max_threads)
+            add_services(self._grpc, self.manager)
+            self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
+            self._grpc.start()
+        if self.rest_api_port is not None:
+            import waitress
+
+            self.app = create_app(self.manager, max_request_bytes=self.max_request_bytes)
+            self._rest = waitress.create_server(
+                self.app, host=self.host, port=self.rest_api_port,
+                threads=self.rest_api_num_threads,
+                max_request_body_size=self.max_request_bytes,
+                connection_limit=1000, channel_timeout=120, ident="keras-trm")
+            self._rest.channel_class = _json_error_channel(self.max_request_bytes)
+            self.rest_api_port = int(self._rest.effective_port)
+            self._rest_thread = threading.Thread(target=self._rest.run, name="rest",
+                                                 daemon=True)
+            self._rest_thread.start()
+        log.info("serving %s: REST on %s:%s, gRPC on %s:%s (pid %d)",
+                 self.manager.model_names, self.host, self.rest_api_port, self.host,
+                 self.grpc_port, os.getpid())
+        return self
+
+    def stop(self, grace=30.0):
+        """Graceful shutdown: refuse new requests (503 / ``readyz`` fails),
+        let in-flight ones finish (up to ``grace`` seconds), then close."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grpc_done = self._grpc.stop(grace) if self._grpc is not None else None
+        if self._rest is not None:
+            self.app.in_flight.draining = True
+            if not self.app.in_flight.wait_idle(grace):
+                log.warning("%d REST request(s) still running after %.0f s",
+                            self.app.in_flight.count, grace)
+            from waitress import wasyncore
+            from waitress.channel import HTTPChannel
+
+            server = self._rest
+            # Let waitress send what the app answered before closing sockets.
+            deadline = time.monotonic() + min(grace, 10.0)
+            while time.monotonic() < deadline and any(
+                    channel.requests or channel.total_outbufs_len
+                    for channel in list(server._map.values())
+                    if isinstance(channel, HTTPChannel)):
+                time.sleep(0.02)
+            server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+            self._rest_thread.join(timeout=10)
+            server.task_dispatcher.shutdown(timeout=grace)
+        if grpc_done is not None:
+            grpc_done.wait(grace)
+        self.manager.stop()
+        log.info("server stopped")
+
+    def serve_forever(self, grace=30.0):
+        """Starts, then serves until SIGTERM or SIGINT, then ``stop(grace)``."""
+        stop = threading.Event()
+
+        def on_signal(signum, _frame):
+            log.info("signal %d: shutting down gracefully", signum)
+            stop.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            print(json.dumps({"serving": self.manager.model_names, "host": self.host,
+                              "rest_api_port": self.rest_api_port,
+                              "grpc_port": self.grpc_port, "pid": os.getpid()}),
+                  flush=True)
+            while not stop.wait(1.0):
+                pass
+        finally:
+            self.stop(grace)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
