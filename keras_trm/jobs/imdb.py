@@ -72,10 +72,13 @@ class ImdbConfig:
     batch_size: int = 64
     # BERT-style encoder.
     encoder_max_length: int = 512
+    # d_model 128 / 4 heads / d_ff 256 chosen on the validation split: 90.64%
+    # against 90.28% for d_model 64 / 2 heads / d_ff 128 (and 89.96% with 2
+    # blocks, 89.96% with 3 epochs, 89.88% / 90.32% with dropout 0.3 / 0.1).
     num_layers: int = 1
-    d_model: int = 64
-    num_heads: int = 2
-    d_ff: int = 128
+    d_model: int = 128
+    num_heads: int = 4
+    d_ff: int = 256
     encoder_dropout_rate: float = 0.2
     encoder_epochs: int = 2
     encoder_learning_rate: float = 1e-3
