@@ -201,7 +201,12 @@ def test_unknown_routes_models_and_methods_get_json_errors(server):
                                   timeout=TIMEOUT) as sock:
         sock.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Length: 999999999\r\n\r\n")
-        answer = sock.recv(4096).decode()
+        # The server closes the connection after its answer; headers and
+        # body may arrive in separate segments, so read until it does.
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+        answer = b"".join(chunks).decode()
     assert answer.startswith("HTTP/1.1 413") and '{"error":' in answer
 
 
