@@ -32,6 +32,18 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from keras_trm.serving.batching import BatchingOptions
 
 
+
+def _parse_text_proto(path, message, argument):
+    """Fills ``message`` from the text-format protobuf file ``path``;
+    a ``ValueError`` names the flag ``argument``, the file and the parse
+    error."""
+    try:
+        text_format.Parse(path.read_text(encoding="utf-8"), message)
+    except text_format.ParseError as err:
+        raise ValueError(
+            f"`{argument}` {str(path)!r} is not a text "
+            f"{type(message).__name__}: {err}") from err
+
 def _config_pb2():
     from tensorflow_serving.config import model_server_config_pb2
 
@@ -69,12 +81,7 @@ def model_server_config(model_names=(), model_base_paths=(), model_config_file=N
     config = pb2.ModelServerConfig()
     if model_config_file:
         path = pathlib.Path(model_config_file)
-        try:
-            text_format.Parse(path.read_text(encoding="utf-8"), config)
-        except text_format.ParseError as err:
-            raise ValueError(
-                f"`model_config_file` {str(path)!r} is not a text ModelServerConfig: "
-                f"{err}") from err
+        _parse_text_proto(path, config, "model_config_file")
         if not config.HasField("model_config_list"):
             raise ValueError(
                 f"`model_config_file` {str(path)!r} has no model_config_list")
@@ -178,12 +185,7 @@ def batching_options(batching_parameters_file=None):
         return BatchingOptions()
     path = pathlib.Path(batching_parameters_file)
     params = _batching_parameters_class()()
-    try:
-        text_format.Parse(path.read_text(encoding="utf-8"), params)
-    except text_format.ParseError as err:
-        raise ValueError(
-            f"`batching_parameters_file` {str(path)!r} is not a text "
-            f"BatchingParameters: {err}") from err
+    _parse_text_proto(path, params, "batching_parameters_file")
     if params.pad_variable_length_inputs or params.enable_large_batch_splitting.value:
         raise ValueError(
             f"`batching_parameters_file` {str(path)!r}: pad_variable_length_inputs "

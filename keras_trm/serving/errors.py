@@ -76,3 +76,16 @@ def from_tf_error(err):
     except ValueError:  # pragma: no cover - an unknown code number
         code = "UNKNOWN"
     return ServingError(f"{type(err).__name__}: {err.message}", code=code)
+
+
+def check_input_names(expected, given, signature_name=None):
+    """Raises ``InvalidArgument`` naming the missing and unknown inputs when
+    the names ``given`` differ from the signature's ``expected`` ones."""
+    missing = sorted(set(expected) - set(given))
+    unknown = sorted(set(given) - set(expected))
+    if missing or unknown:
+        where = ("the signature" if signature_name is None
+                 else f"signature {signature_name!r}")
+        raise InvalidArgument(
+            f"{where} takes inputs {sorted(expected)}; missing: {missing}, "
+            f"unknown: {unknown}")

@@ -20,7 +20,8 @@ import numpy as np
 
 from keras_trm.serving.batching import BatchScheduler
 from keras_trm.serving.errors import (
-    InvalidArgument, NotFound, ServingError, Unavailable, from_tf_error)
+    InvalidArgument, NotFound, ServingError, Unavailable, check_input_names,
+    from_tf_error)
 
 log = logging.getLogger("keras_trm.serving")
 
@@ -162,12 +163,7 @@ class ServableVersion:
             ServingError: any other TensorFlow error, with its code.
         """
         specs = self.input_specs(signature_name)
-        missing = sorted(set(specs) - set(inputs))
-        unknown = sorted(set(inputs) - set(specs))
-        if missing or unknown:
-            raise InvalidArgument(
-                f"signature {signature_name!r} takes inputs {sorted(specs)}; "
-                f"missing: {missing}, unknown: {unknown}")
+        check_input_names(specs, inputs, signature_name)
         for key, value in inputs.items():
             spec = specs[key]
             want = np.dtype(object) if spec.dtype.name == "string" else np.dtype(

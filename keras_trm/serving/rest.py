@@ -34,7 +34,8 @@ import threading
 
 import numpy as np
 
-from keras_trm.serving.errors import InvalidArgument, ServingError, Unavailable
+from keras_trm.serving.errors import (
+    InvalidArgument, ServingError, Unavailable, check_input_names)
 
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
@@ -145,12 +146,7 @@ def request_arrays(body, specs):
             columns = {names[0]: columns}
         if not columns:
             raise InvalidArgument("'inputs' is an empty object")
-    missing = sorted(set(specs) - set(columns))
-    unknown = sorted(set(columns) - set(specs))
-    if missing or unknown:
-        raise InvalidArgument(
-            f"the signature takes inputs {names}; missing: {missing}, "
-            f"unknown: {unknown}")
+    check_input_names(specs, columns)
     arrays = {}
     for key, value in columns.items():
         if isinstance(value, list) and not value:
