@@ -22,10 +22,11 @@ setup(
         "grpcio>=1.60",
         "tensorflow-serving-api>=2.21,<2.22",
         "ai-edge-litert>=2.0",
+        "matplotlib>=3.8",  # the recipes' report plots (keras_trm.training.plots)
         "numpy",
     ],
     extras_require={
-        "dev": ["pytest>=8", "matplotlib>=3.8", "requests>=2.31", "psutil>=5.9"],
+        "dev": ["pytest>=8", "requests>=2.31", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
 )

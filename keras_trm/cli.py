@@ -1,31 +1,32 @@
-"""``keras-trm``: command line entry points.
+"""``keras-trm``: command line entry points, one subcommand per recipe.
 
     keras-trm train-translation [--data-dir DIR] [--epochs N] ...
+    keras-trm train-imdb [--models encoder,lstm_ln,lstm] [--limit 0] ...
+    keras-trm train-mnist [--batch-sizes 128,8] [--norms none,batch,layer] ...
+    keras-trm train-lm [--corpus tinyshakespeare|ptb] [--steps 1500] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
+
+Every ``train-*`` subcommand has one flag per field of its job's config
+dataclass (``keras_trm.cli_config``: ``--flag VALUE``, booleans ``--flag
+true|false``), so ``keras-trm train-mnist --help`` lists them all. The
+``recipes/*.py`` scripts call the same functions.
 """
 
 import argparse
-import dataclasses
 import json
 import sys
+
+from keras_trm.cli_config import (
+    add_bool_flag,
+    add_config_flags,
+    config_from_args,
+)
 
 SAMPLES = (
     "A man in a blue shirt is standing on a ladder cleaning windows.",
     "Two dogs are playing in the snow.",
 )
-
-
-def _add_config_flags(parser, config_cls):
-    for field in dataclasses.fields(config_cls):
-        flag = "--" + field.name.replace("_", "-")
-        parser.add_argument(flag, type=type(field.default), default=field.default,
-                            help=f"(default: {field.default})")
-
-
-def _config_from_args(config_cls, args):
-    return config_cls(**{f.name: getattr(args, f.name)
-                         for f in dataclasses.fields(config_cls)})
 
 
 def translate_main(argv):
@@ -58,22 +59,13 @@ def train_translation_main(argv):
                         "../shared/data beside the checkout)")
     parser.add_argument("--workdir", default="runs/multi30k")
     parser.add_argument("--export-dir", default="export")
-    _add_config_flags(parser, TranslationConfig)
+    add_config_flags(parser, TranslationConfig)
     args = parser.parse_args(argv)
-    result = run(_config_from_args(TranslationConfig, args), args.data_dir,
+    result = run(config_from_args(TranslationConfig, args), args.data_dir,
                  args.workdir, args.export_dir, samples=SAMPLES)
     summary = {k: result[k] for k in ("test_bleu", "parameters", "epochs",
                                       "train_minutes", "job_minutes", "export")}
     print(json.dumps(summary, indent=1))
-
-
-def _flag_bool(text):
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def serve_parser():
@@ -98,8 +90,9 @@ def serve_parser():
          help="folder of <version>/ SavedModels; repeatable")
     flag("model_config_file", default=None,
          help="text ModelServerConfig (several models, version policies, labels)")
-    flag("enable_batching", type=_flag_bool, nargs="?", const=True, default=False,
-         help="merge concurrent requests into batched calls")
+    add_bool_flag(parser, "--enable_batching", "--enable-batching",
+                  dest="enable_batching", default=False,
+                  help="merge concurrent requests into batched calls")
     flag("batching_parameters_file", default=None,
          help="text BatchingParameters (max_batch_size, batch_timeout_micros, "
          "num_batch_threads, max_enqueued_batches, allowed_batch_sizes)")
@@ -145,8 +138,91 @@ def serve_main(argv):
     return 0
 
 
+def _recipe_parser(prog, description, name, config_cls, report_only=False):
+    """The flags every ``train-*`` recipe shares, then one per config field."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--data-dir", default=None,
+                        help="data folder (default: $KERAS_TRM_DATA_DIR, then "
+                             "../shared/data beside the checkout)")
+    parser.add_argument("--workdir", default=f"runs/{name}")
+    parser.add_argument("--export-dir", default="export")
+    parser.add_argument("--results-dir", default=f"docs/results/{name}")
+    if report_only:
+        parser.add_argument(
+            "--report-only", action="store_true",
+            help="only rewrite the report and plots from the results already "
+                 "in --workdir")
+    return add_config_flags(parser, config_cls)
+
+
+def _classification_main(argv, job, config_cls, name, prog, description):
+    parser = _recipe_parser(prog, description, name, config_cls,
+                            report_only=True)
+    args = parser.parse_args(argv)
+    config = config_from_args(config_cls, args)
+    if args.report_only:
+        job.write_report(args.workdir, args.results_dir, config)
+        return 0
+    job.run(config, data_dir=args.data_dir, workdir=args.workdir,
+            export_dir=args.export_dir, results_dir=args.results_dir)
+    return 0
+
+
+def train_imdb_main(argv, prog="keras-trm train-imdb"):
+    """IMDB sentiment: Transformer encoder, LSTM_LN and LSTM classifiers
+    (``keras_trm.jobs.imdb``)."""
+    from keras_trm.jobs import imdb
+
+    return _classification_main(
+        argv, imdb, imdb.ImdbConfig, "imdb", prog,
+        "IMDB sentiment with a Transformer encoder, LSTM_LN and LSTM: test "
+        "accuracy on the 25,000 test reviews, LSTM vs LSTM_LN curves, raw-text "
+        "SavedModels.")
+
+
+def train_mnist_main(argv, prog="keras-trm train-mnist"):
+    """MNIST LeNet without / with BatchNorm / with LayerNorm
+    (``keras_trm.jobs.mnist``)."""
+    from keras_trm.jobs import mnist
+
+    return _classification_main(
+        argv, mnist, mnist.MnistConfig, "mnist", prog,
+        "MNIST LeNet without / with BatchNorm / with LayerNorm at two batch "
+        "sizes: test accuracy, convergence plots, SavedModels.")
+
+
+def train_lm_main(argv, prog="keras-trm train-lm"):
+    """Transformer-XL vs a vanilla Transformer LM
+    (``keras_trm.jobs.language_model``); prints a JSON summary."""
+    from keras_trm.jobs.language_model import LanguageModelConfig, run
+
+    parser = _recipe_parser(
+        prog, "Train Transformer-XL and a vanilla Transformer LM on the same "
+        "segments, report test bpc/perplexity, export Transformer-XL.",
+        "language_model", LanguageModelConfig)
+    args = parser.parse_args(argv)
+    command = ("python " if prog.endswith(".py") else "") + " ".join(
+        [prog, *argv])
+    result = run(config_from_args(LanguageModelConfig, args), args.data_dir,
+                 args.workdir, args.export_dir, args.results_dir,
+                 command=command.strip())
+    summary = {
+        "transformer_xl_test": result["transformer_xl"]["test"],
+        "vanilla_test_sliding_window": result["vanilla"]["test_sliding_window"],
+        "vanilla_test_disjoint": result["vanilla"]["test_disjoint"],
+        "parameters": [result["transformer_xl"]["parameters"],
+                       result["vanilla"]["parameters"]],
+        "job_minutes": result["job_minutes"], "export": result["export"],
+    }
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
 COMMANDS = {
     "train-translation": train_translation_main,
+    "train-imdb": train_imdb_main,
+    "train-mnist": train_mnist_main,
+    "train-lm": train_lm_main,
     "translate": translate_main,
     "serve": serve_main,
 }
@@ -154,6 +230,10 @@ COMMANDS = {
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: keras-trm {" + ",".join(COMMANDS) + "} ...\n\n"
+              + __doc__)
+        return 0
     if not argv or argv[0] not in COMMANDS:
         print("usage: keras-trm {" + ",".join(COMMANDS) + "} ...", file=sys.stderr)
         return 2

@@ -8,19 +8,13 @@ trains the three classifiers, reports test accuracy on all 25,000 test
 reviews, writes per-run JSON, the LSTM vs LSTM_LN plot and report.md to
 docs/results/imdb/, and exports export/imdb_<model>/<version>/ (raw review
 strings in, class probabilities out). Every field of
-``keras_trm.jobs.imdb.ImdbConfig`` is a flag (``--help`` lists them).
+``keras_trm.jobs.imdb.ImdbConfig`` is a flag (``--help`` lists them);
+the same as ``keras-trm train-imdb``.
 """
 
 import sys
 
-from keras_trm.jobs import imdb
-from keras_trm.jobs._classification import recipe_main
-
-
-def main(argv):
-    recipe_main(argv, imdb, imdb.ImdbConfig, "imdb",
-                description=__doc__.split("\n\n")[0])
-
+from keras_trm.cli import train_imdb_main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(train_imdb_main(sys.argv[1:], prog="recipes/imdb.py"))

@@ -9,12 +9,13 @@ segments for the same number of steps (char-level Tiny Shakespeare by
 default), reports test bits per character / perplexity of both, exports
 export/transformer_xl_<corpus>/<version>/ and writes result.json, report.md
 and curves.png to docs/results/language_model/. ``--help`` lists all flags
-(one per ``keras_trm.jobs.language_model.LanguageModelConfig`` field).
+(one per ``keras_trm.jobs.language_model.LanguageModelConfig`` field);
+the same as ``keras-trm train-lm``.
 """
 
 import sys
 
-from keras_trm.jobs.language_model import main
+from keras_trm.cli import train_lm_main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(train_lm_main(sys.argv[1:], prog="recipes/language_model.py"))

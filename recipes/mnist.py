@@ -9,19 +9,13 @@ epochs, scores the full 10,000-digit test set after each epoch, writes
 per-run JSON, one plot per batch size and report.md to docs/results/mnist/,
 and exports export/mnist_lenet_<norm>_b<batch>/<version>/ (uint8 images
 (batch, 28, 28) in, probabilities out). Every field of
-``keras_trm.jobs.mnist.MnistConfig`` is a flag (``--help`` lists them).
+``keras_trm.jobs.mnist.MnistConfig`` is a flag (``--help`` lists them);
+the same as ``keras-trm train-mnist``.
 """
 
 import sys
 
-from keras_trm.jobs import mnist
-from keras_trm.jobs._classification import recipe_main
-
-
-def main(argv):
-    recipe_main(argv, mnist, mnist.MnistConfig, "mnist",
-                description=__doc__.split("\n\n")[0])
-
+from keras_trm.cli import train_mnist_main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(train_mnist_main(sys.argv[1:], prog="recipes/mnist.py"))

@@ -1,7 +1,7 @@
 """Data sets (tfds online, local files offline) and batching."""
 
 from keras_trm.data.batching import token_bucket_batches
-from keras_trm.data.imdb import load_imdb
+from keras_trm.data.imdb import load_imdb, truncate_head_tail
 from keras_trm.data.language_modeling import (
     Vocabulary,
     batchify,
@@ -12,6 +12,13 @@ from keras_trm.data.language_modeling import (
 from keras_trm.data.mnist import load_mnist
 from keras_trm.data.paths import ENV_VAR, resolve_data_dir
 from keras_trm.data.translation import load_multi30k, load_wmt14
+
+# Example checks and the seeded validation split of the classification jobs.
+from keras_trm.data.validation import (
+    check_images,
+    check_labels,
+    validation_split,
+)
 
 __all__ = [
     "ENV_VAR",
@@ -26,4 +33,9 @@ __all__ = [
     "resolve_data_dir",
     "segments",
     "token_bucket_batches",
+    # Example checks, validation split, IMDB truncation.
+    "check_images",
+    "check_labels",
+    "truncate_head_tail",
+    "validation_split",
 ]

@@ -22,6 +22,27 @@ def _pad(rows, length):
     return out
 
 
+def bucket_index(lengths, boundaries):
+    """The bucket of each length: the index of the smallest boundary that
+    holds it (``boundaries`` sorted ascending).
+
+    Raises:
+        ValueError: a length above the last boundary.
+
+    Example:
+
+    >>> bucket_index([3, 8, 9], (8, 16)).tolist()
+    [0, 0, 1]
+    """
+    lengths = np.asarray(lengths)
+    if lengths.size and lengths.max() > boundaries[-1]:
+        raise ValueError(
+            f"a sequence of length {int(lengths.max())} exceeds the last "
+            f"bucket boundary {boundaries[-1]}; filter or truncate first"
+        )
+    return np.searchsorted(boundaries, lengths, side="left")
+
+
 def bucket_plan(lengths, tokens_per_batch, boundaries):
     """Assigns examples to buckets.
 
@@ -37,14 +58,8 @@ def bucket_plan(lengths, tokens_per_batch, boundaries):
         ValueError: ``tokens_per_batch`` < a boundary, or a length above the
             last boundary.
     """
-    lengths = np.asarray(lengths)
     boundaries = sorted(int(b) for b in boundaries)
-    if lengths.size and lengths.max() > boundaries[-1]:
-        raise ValueError(
-            f"a sequence of length {int(lengths.max())} exceeds the last "
-            f"bucket boundary {boundaries[-1]}; filter or truncate first"
-        )
-    which = np.searchsorted(boundaries, lengths, side="left")
+    which = bucket_index(lengths, boundaries)
     plan = []
     for b, boundary in enumerate(boundaries):
         idx = np.nonzero(which == b)[0]
@@ -136,3 +151,84 @@ def steps_per_epoch(targets_lengths, tokens_per_batch, boundaries=DEFAULT_BOUNDA
     """Number of batches in one epoch for the given pair lengths."""
     plan = bucket_plan(targets_lengths, tokens_per_batch, boundaries)
     return sum(-(-len(idx) // bs) for _, bs, idx in plan)
+
+
+# -- fixed-size batches of labelled sequences (the classification recipes) --
+
+
+def bucket_widths(max_length, step=64):
+    """Padded widths of the length buckets: ``step``, ``2 step``, ...,
+    ``max_length``.
+
+    Example:
+
+    >>> bucket_widths(320), bucket_widths(100)
+    ((64, 128, 192, 256, 320), (64, 100))
+    """
+    widths = list(range(step, max_length, step))
+    return tuple(widths) + (max_length,)
+
+
+def labelled_bucket_batches(ids, labels, batch_size, max_length,
+                            shuffle=False, drop_remainder=False, seed=0):
+    """Length-bucketed batches of ``batch_size`` labelled sequences.
+
+    Each sequence goes to the smallest bucket width (``bucket_widths``)
+    that holds it and is right-padded with 0 to that width, so a batch has
+    one of a few static shapes (cheap XLA) and little padding. With
+    ``drop_remainder`` every batch has ``batch_size`` rows (the last partial
+    batch of each bucket is dropped, a different one each shuffled epoch).
+
+    Args:
+        ids: ragged int ``tf.RaggedTensor (N, None)``, rows of at most
+            ``max_length`` ids.
+        labels: int ``(N,)``.
+        batch_size: int > 0; max_length: int > 0.
+        shuffle: reshuffle every epoch (seeded by ``seed``).
+
+    Returns:
+        ``tf.data.Dataset`` of ``(int32 (batch, width), int32 (batch,))``
+        with a known cardinality (``labelled_bucket_steps``).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> ids = tf.ragged.constant([[5, 6], [7], [8, 9, 10]])
+    >>> ds = labelled_bucket_batches(ids, [0, 1, 0], 2, max_length=4)
+    >>> [tuple(x.shape) for x, _ in ds]
+    [(2, 4), (1, 4)]
+    """
+    widths = bucket_widths(max_length)
+    lengths = tf.cast(ids.row_lengths(), tf.int32)
+    dense = ids.to_tensor(default_value=0, shape=[None, max_length])
+    ds = tf.data.Dataset.from_tensor_slices((dense, lengths, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(lambda x, n, y: (x[:n], y))
+    ds = ds.bucket_by_sequence_length(
+        element_length_func=lambda x, y: tf.shape(x)[0],
+        bucket_boundaries=[w + 1 for w in widths],
+        bucket_batch_sizes=[batch_size] * (len(widths) + 1),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+    steps = labelled_bucket_steps(lengths.numpy(), batch_size, max_length,
+                                  drop_remainder)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(steps))
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def labelled_bucket_steps(lengths, batch_size, max_length,
+                          drop_remainder=True):
+    """Batches per epoch of ``labelled_bucket_batches`` for sequences of
+    ``lengths``.
+
+    Example:
+
+    >>> labelled_bucket_steps([2, 1, 3, 70], 2, 128, drop_remainder=False)
+    2
+    """
+    counts = np.bincount(bucket_index(lengths, bucket_widths(max_length)))
+    if drop_remainder:
+        return int(sum(c // batch_size for c in counts))
+    return int(sum(-(-c // batch_size) for c in counts))

@@ -43,6 +43,7 @@ import pathlib
 import numpy as np
 
 from keras_trm.data.paths import resolve_data_dir
+from keras_trm.utils.files import atomic_write
 
 PTB_SPLITS = ("train", "valid", "test")
 SHAKESPEARE_SPLITS = ("train", "valid", "test")
@@ -75,10 +76,7 @@ def _download_ptb(directory):
         with tarfile.open(archive, "r:gz") as tar:
             for split in PTB_SPLITS:
                 member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
-                fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ptb.")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(member.read())
-                os.replace(tmp, directory / f"ptb.{split}.txt")
+                atomic_write(directory / f"ptb.{split}.txt", member.read())
     finally:
         _remove_download(archive)
 

@@ -28,6 +28,7 @@ stops at the first END).
 
 import tensorflow as tf
 
+from keras_trm.layers import _validation as v
 from keras_trm.text.wordpiece import END_ID, PAD_ID, START_ID
 
 NEG_INF = -1e9
@@ -40,11 +41,7 @@ def length_penalty(length, alpha):
 
 def _check_tokens(encoder_tokens):
     encoder_tokens = tf.convert_to_tensor(encoder_tokens)
-    if not encoder_tokens.dtype.is_integer:
-        raise TypeError(
-            "`encoder_tokens` must be integer token ids, got dtype "
-            f"{encoder_tokens.dtype.name}"
-        )
+    v.integer_ids("encoder_tokens", encoder_tokens)
     if encoder_tokens.shape.rank != 2:
         raise ValueError(
             "`encoder_tokens` must have shape (batch, T_src), got "

@@ -3,10 +3,10 @@ layout, written atomically."""
 
 import os
 import pathlib
-import shutil
-import tempfile
 
 import tensorflow as tf
+
+from keras_trm.utils.files import atomic_directory
 
 
 def next_version(model_dir):
@@ -47,16 +47,11 @@ def export_module(module, export_dir, model_name, signatures, version=None,
     target = model_dir / str(version)
     if target.exists():
         raise FileExistsError(f"export version {str(target)!r} already exists")
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=model_dir, prefix=".tmp-"))
-    try:
+    with atomic_directory(target) as tmp:
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         if assets:
             extra = tmp / "assets.extra"
             extra.mkdir(exist_ok=True)
             for name, text in assets.items():
                 (extra / name).write_text(text, encoding="utf-8")
-        os.rename(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -41,20 +41,29 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_trm.data import load_imdb, resolve_data_dir
-from keras_trm.export.saved_model import export_module
-from keras_trm.jobs._classification import (
-    BatchLoss,
-    StepLog,
+from keras_trm.data import (
     check_labels,
-    plot_runs,
-    restore_best_epoch,
+    load_imdb,
+    resolve_data_dir,
+    truncate_head_tail,
     validation_split,
-    write_json,
 )
+from keras_trm.data.batching import (
+    labelled_bucket_batches,
+    labelled_bucket_steps,
+)
+from keras_trm.export import ReviewClassifier, export_module
 from keras_trm.layers import _validation as v
 from keras_trm.models import encoder_classifier, lstm_classifier
-from keras_trm.text import TextTokenizer, learn_vocabulary, load_vocabulary
+from keras_trm.text import learn_vocabulary, load_vocabulary
+from keras_trm.training import (
+    BatchLoss,
+    StepLog,
+    restore_best_epoch,
+    warmup_cosine_decay,
+)
+from keras_trm.training.plots import plot_runs, smooth
+from keras_trm.utils import atomic_write, write_json
 
 MODEL_KINDS = ("encoder", "lstm_ln", "lstm")
 LABELS = {"encoder": "Transformer encoder", "lstm_ln": "LSTM_LN",
@@ -103,85 +112,6 @@ class ImdbConfig:
 # --- preprocessing (in the graph) ---------------------------------------------
 
 
-def truncate_head_tail(ids, max_length):
-    """Keeps at most ``max_length`` ids per row: the first ``max_length //
-    4`` and the last ``max_length - max_length // 4``.
-
-    Args:
-        ids: ragged int ``(batch, None)``.
-        max_length: int > 0.
-
-    Returns:
-        ragged int ``(batch, None)``, rows of at most ``max_length`` ids;
-        rows that fit are unchanged.
-    """
-    head = max_length // 4
-    tail = max_length - head
-    lengths = ids.row_lengths()
-    positions = tf.ragged.range(lengths)
-    keep = (positions < head) | (positions >= tf.expand_dims(lengths - tail, 1))
-    return tf.ragged.boolean_mask(ids, keep)
-
-
-class ReviewClassifier(tf.Module):
-    """Raw review strings -> class probabilities, all in TensorFlow ops.
-
-    Args:
-        model: a classifier taking int32 token ids ``(batch, T)`` (id 0 =
-            padding) and returning probabilities ``(batch, num_classes)``.
-        vocabulary: list of str, the lowercase WordPiece vocabulary (ids 0-3
-            reserved, ``keras_trm.text.RESERVED_TOKENS``).
-        max_length: int > 0, the most tokens kept per review.
-
-    ``encode(strings)``: str ``(batch,)`` -> int32 ``(batch, T)``, ``1 <= T
-    <= max_length`` (an all-padding row for an empty review).
-    ``classify(strings)``: str ``(batch,)`` -> ``{"probabilities": float32
-    (batch, num_classes)}``; the exported ``serving_default``.
-    """
-
-    def __init__(self, model, vocabulary, max_length, name=None):
-        super().__init__(name=name)
-        self.model = model
-        self.tokenizer = TextTokenizer(vocabulary)
-        self.max_length = v.positive_int("max_length", max_length)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def encode_ragged(self, strings):
-        ids = self.tokenizer.tokenize(tf.strings.lower(strings, encoding="utf-8"))
-        return truncate_head_tail(ids, self.max_length)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def encode(self, strings):
-        ids = self.encode_ragged(strings)
-        width = tf.maximum(tf.reduce_max(tf.concat(
-            [ids.row_lengths(), tf.zeros([1], tf.int64)], 0)), 1)
-        return ids.to_tensor(default_value=0, shape=tf.stack(
-            [tf.shape(strings, out_type=tf.int64)[0], width]))
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="reviews")])
-    def classify(self, reviews):
-        probabilities = self.model(self.encode(reviews), training=False)
-        return {"probabilities": tf.cast(probabilities, tf.float32)}
-
-    def classify_texts(self, texts):
-        """Python convenience: list of str -> ``np.float32 (N, classes)``.
-
-        Raises:
-            TypeError: ``texts`` is a single str or holds a non-str item
-                (the message names ``texts`` and the index).
-        """
-        if isinstance(texts, (str, bytes)):
-            raise TypeError("`texts` must be a list of str, got one str; "
-                            "wrap it in a list")
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"`texts[{i}]` must be a str, got "
-                                f"{type(text).__name__}")
-        out = self.classify(tf.constant(texts, dtype=tf.string))
-        return out["probabilities"].numpy()
-
-
 def lowercase(texts):
     """The same lowercasing as the graph (``tf.strings.lower``, UTF-8)."""
     lowered = tf.strings.lower(tf.constant(texts), encoding="utf-8").numpy()
@@ -212,52 +142,6 @@ def encode_all(encoder, texts, chunk=2000, truncate=True):
     parts = [fn(tf.constant(texts[i:i + chunk]))
              for i in range(0, len(texts), chunk)]
     return tf.concat(parts, axis=0)
-
-
-def bucket_widths(max_length, step=64):
-    """Padded widths of the length buckets: 64, 128, ..., max_length."""
-    widths = list(range(step, max_length, step))
-    return tuple(widths) + (max_length,)
-
-
-def make_dataset(ids, labels, batch_size, max_length, shuffle=False,
-                 drop_remainder=False, seed=0):
-    """Length-bucketed batches ``(int32 (batch, width), int32 (batch,))``.
-
-    Each review goes to the smallest bucket width (``bucket_widths``) that
-    holds it and is right-padded to that width, so a batch has one of a few
-    static shapes (cheap XLA) and little padding. With ``drop_remainder``
-    every batch has ``batch_size`` rows (the last partial batch of each
-    bucket is dropped, a different one each shuffled epoch).
-    """
-    widths = bucket_widths(max_length)
-    lengths = tf.cast(ids.row_lengths(), tf.int32)
-    dense = ids.to_tensor(default_value=0, shape=[None, max_length])
-    ds = tf.data.Dataset.from_tensor_slices((dense, lengths, labels))
-    if shuffle:
-        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.map(lambda x, n, y: (x[:n], y))
-    ds = ds.bucket_by_sequence_length(
-        element_length_func=lambda x, y: tf.shape(x)[0],
-        bucket_boundaries=[w + 1 for w in widths],
-        bucket_batch_sizes=[batch_size] * (len(widths) + 1),
-        pad_to_bucket_boundary=True,
-        drop_remainder=drop_remainder,
-    )
-    steps = steps_per_epoch(lengths.numpy(), batch_size, max_length,
-                            drop_remainder)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(steps))
-    return ds.prefetch(tf.data.AUTOTUNE)
-
-
-def steps_per_epoch(lengths, batch_size, max_length, drop_remainder=True):
-    """Batches per epoch of ``make_dataset`` for reviews of ``lengths``."""
-    edges = np.asarray(bucket_widths(max_length))
-    bucket = np.searchsorted(edges, np.asarray(lengths), side="left")
-    counts = np.bincount(bucket)
-    if drop_remainder:
-        return int(sum(c // batch_size for c in counts))
-    return int(sum(-(-c // batch_size) for c in counts))
 
 
 # --- models ---------------------------------------------------------------------
@@ -295,10 +179,7 @@ def compile_model(model, kind, config, total_steps):
     lr = (config.encoder_learning_rate if kind == "encoder"
           else config.lstm_learning_rate)
     warmup = min(config.warmup_steps, max(total_steps // 10, 1))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0, decay_steps=max(total_steps - warmup, 1),
-        warmup_target=lr, warmup_steps=warmup,
-    )
+    schedule = warmup_cosine_decay(lr, total_steps, warmup)
     jit = {"on": True, "off": False}.get(config.jit_compile, kind != "encoder")
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, clipnorm=config.clipnorm),
@@ -328,13 +209,14 @@ def train_and_evaluate(kind, config, train, validation, test,
     train, validation, test = [(truncate_head_tail(ids, max_length), labels)
                                for ids, labels in (train, validation, test)]
     lengths = train[0].row_lengths().numpy()
-    steps = steps_per_epoch(lengths, config.batch_size, max_length)
+    steps = labelled_bucket_steps(lengths, config.batch_size, max_length)
     epochs = _epochs(kind, config)
     model = build_model(kind, config, vocabulary_size)
     compile_model(model, kind, config, steps * epochs)
-    train_ds = make_dataset(*train, config.batch_size, max_length,
-                            shuffle=True, drop_remainder=True, seed=config.seed)
-    validation_ds = make_dataset(*validation, 256, max_length)
+    train_ds = labelled_bucket_batches(
+        *train, config.batch_size, max_length, shuffle=True,
+        drop_remainder=True, seed=config.seed)
+    validation_ds = labelled_bucket_batches(*validation, 256, max_length)
     log = StepLog(print_every=config.print_every, total=steps * epochs)
     best = restore_best_epoch()
     print(f"{kind}: {model.count_params():,} parameters, {epochs} epochs of "
@@ -344,7 +226,7 @@ def train_and_evaluate(kind, config, train, validation, test,
               callbacks=[log, best], verbose=verbose)
     train_seconds = time.time() - start
     start = time.time()
-    scores = model.evaluate(make_dataset(*test, 256, max_length),
+    scores = model.evaluate(labelled_bucket_batches(*test, 256, max_length),
                             return_dict=True, verbose=verbose)
     eval_seconds = time.time() - start
     examples = steps * config.batch_size * epochs
@@ -431,8 +313,6 @@ def _lstm_comparison(results):
 
 
 def _roughness(loss, window=50):
-    from keras_trm.jobs._classification import smooth
-
     loss = np.asarray(loss, dtype=np.float64)
     return float(np.std(loss - smooth(loss, window)))
 
@@ -522,7 +402,7 @@ def write_report(workdir, results_dir, config, extra=None):
     text += ["Files: " + ", ".join(f"`{k}.json`" for k in results)
              + " (per-step training loss `step_loss`, per-epoch "
              "`epoch_log`, final figures, configuration).", ""]
-    (results_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
+    atomic_write(results_dir / "report.md", "\n".join(text))
     return results_dir / "report.md", plot
 
 

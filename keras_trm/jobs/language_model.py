@@ -31,9 +31,7 @@ bits per token (``nll / ln 2``: bits per character on Tiny Shakespeare) and
 perplexity (``exp(nll)``: the PTB figure).
 """
 
-import argparse
 import dataclasses
-import json
 import math
 import os
 import pathlib
@@ -41,22 +39,25 @@ import sys
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
-from keras import ops
 
 from keras_trm.data import language_modeling as lm
 from keras_trm.data import resolve_data_dir
-from keras_trm.export.saved_model import export_module
-from keras_trm.layers import _validation as v
-from keras_trm.models.transformer_xl import (
-    TransformerXLLM,
+from keras_trm.decoding import (
+    evaluate_disjoint_segments,
     evaluate_sliding_window,
     evaluate_with_memory,
-    lm_loss,
-    make_train_step,
-    vanilla_transformer_lm,
 )
+from keras_trm.export import export_language_model
+from keras_trm.layers import _validation as v
+from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
+from keras_trm.training import (
+    make_train_step,
+    train_segments,
+    warmup_cosine_decay,
+)
+from keras_trm.training.plots import plot_lm_curves
+from keras_trm.utils import atomic_write, write_json
 
 CORPORA = ("tinyshakespeare", "ptb")
 
@@ -124,226 +125,19 @@ class LanguageModelConfig:
         return self.model_name or f"transformer_xl_{self.corpus}"
 
 
-# -- schedule, steps, evaluation ----------------------------------------------
+# -- schedule -------------------------------------------------------------------
 def cosine_warmup_schedule(config):
     """Linear warmup to ``learning_rate`` over ``warmup_steps``, then cosine
     decay to ``min_learning_rate_ratio * learning_rate`` at ``steps`` (the
     reference code's ``scheduler='cosine'`` with ``warmup_step``)."""
-    return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0,
-        decay_steps=config.steps - config.warmup_steps,
-        alpha=config.min_learning_rate_ratio,
-        warmup_target=config.learning_rate,
-        warmup_steps=config.warmup_steps,
-    )
-
-
-def _make_vanilla_train_step(model, optimizer, clip_norm):
-    """``step(inputs, targets) -> loss``, as ``make_train_step`` without
-    memories."""
-    optimizer.build(model.trainable_variables)
-
-    @tf.function
-    def step(inputs, targets):
-        with tf.GradientTape() as tape:
-            loss = lm_loss(targets, model(inputs, training=True))
-        variables = model.trainable_variables
-        grads = tape.gradient(loss, variables)
-        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-        optimizer.apply_gradients(zip(grads, variables))
-        return loss
-
-    return step
-
-
-def evaluate_disjoint_segments(model, streams, seg_len):
-    """Mean NLL per token (nats) of a memory-less model on consecutive
-    disjoint segments of ``seg_len`` (each segment starts without context),
-    the vanilla model's training-time view of the data."""
-
-    @tf.function(reduce_retracing=True)
-    def forward(inputs, targets):
-        logits = model(inputs, training=False)
-        return ops.sum(ops.sparse_categorical_crossentropy(
-            targets, logits, from_logits=True))
-
-    total, count = 0.0, 0
-    for inputs, targets in lm.segments(streams, seg_len):
-        total += float(forward(inputs, targets))
-        count += targets.size
-    return total / count
+    return warmup_cosine_decay(config.learning_rate, config.steps,
+                               config.warmup_steps,
+                               alpha=config.min_learning_rate_ratio)
 
 
 def _figures(nll):
     return {"nll_nats": round(nll, 5), "bits_per_token": round(nll / math.log(2), 4),
             "perplexity": round(math.exp(nll), 3)}
-
-
-def _train_batches(streams, seg_len):
-    """Endless ``(inputs, targets, new_pass)`` over full-length segments."""
-    while True:
-        for k, (inputs, targets) in enumerate(
-            lm.segments(streams, seg_len, drop_remainder=True)
-        ):
-            yield inputs, targets, k == 0
-
-
-def _train(name, step_fn, uses_memory, model, streams, config, evaluate,
-           verbose):
-    """Runs ``config.steps`` steps; returns (history, train_seconds,
-    eval_seconds)."""
-    history = {"step": [], "train_loss": [], "valid_nll": [], "seconds": []}
-    progbar = keras.utils.Progbar(config.steps, verbose=verbose,
-                                  stateful_metrics=["valid_bits"])
-    batches = _train_batches(streams, config.seg_len)
-    memories, window = None, []
-    train_seconds = eval_seconds = 0.0
-    for step in range(1, config.steps + 1):
-        inputs, targets, new_pass = next(batches)
-        t0 = time.time()
-        if uses_memory:
-            if new_pass:
-                memories = model.init_memories(inputs.shape[0])
-            loss, memories = step_fn(inputs, targets, memories)
-        else:
-            loss = step_fn(inputs, targets)
-        loss = float(loss)
-        train_seconds += time.time() - t0
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"{name}: training loss is {loss} at step {step}")
-        window.append(loss)
-        values = [("loss", loss)]
-        if step % config.eval_every == 0 or step == config.steps:
-            t0 = time.time()
-            valid = evaluate()
-            eval_seconds += time.time() - t0
-            history["step"].append(step)
-            history["train_loss"].append(round(float(np.mean(window)), 5))
-            history["valid_nll"].append(round(valid, 5))
-            history["seconds"].append(round(train_seconds, 1))
-            window = []
-            values.append(("valid_bits", valid / math.log(2)))
-            if verbose != 1:
-                print(f"{name} step {step}: train loss "
-                      f"{history['train_loss'][-1]:.4f} nats, valid "
-                      f"{valid / math.log(2):.4f} bits/token, "
-                      f"{train_seconds / 60:.1f} min of training",
-                      flush=True)
-        progbar.update(step, values)
-    return history, train_seconds, eval_seconds
-
-
-# -- export ----------------------------------------------------------------------
-class TransformerXLServing(tf.Module):
-    """The exported Transformer-XL LM: score or generate segment by segment.
-
-    ``serve(token_ids, memories)``:
-
-    * ``token_ids``: int32 ``(batch, seg_len)``, ``1 <= seg_len <=
-      max_segment_len``;
-    * ``memories``: float32 ``(num_layers, batch, M, d_model)``, the
-      ``new_memories`` of the previous segment of the same streams, or
-      ``zeros((num_layers, batch, 0, d_model))`` at the start of a stream
-      (any M >= 0);
-
-    returns ``{"log_probs": float32 (batch, seg_len, vocabulary_size)``
-    (natural-log next-token probabilities: row t predicts token t + 1),
-    ``"new_memories": float32 (num_layers, batch, min(mem_len, M +
-    seg_len), d_model)}``.
-
-    Bad input raises ``tf.errors.InvalidArgumentError`` whose message names
-    the argument and both shapes, checked in the graph before the model
-    runs (a loaded signature does not enforce its static shapes): a
-    segment longer than ``max_segment_len`` or empty, ``token_ids`` not of
-    rank 2, ``memories`` not of rank 4, or with another ``num_layers``,
-    ``d_model`` or batch size than ``token_ids``.
-    """
-
-    def __init__(self, model):
-        super().__init__(name="transformer_xl_serving")
-        if not isinstance(model, TransformerXLLM):
-            raise TypeError(
-                "`model` must be a TransformerXLLM, got "
-                f"{type(model).__name__}")
-        self.model = model
-        self.serve = tf.function(self._serve, input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-            tf.TensorSpec([model.num_layers, None, None, model.d_model],
-                          tf.float32, name="memories"),
-        ])
-
-    def _serve(self, token_ids, memories):
-        model = self.model
-        # Shapes padded with -1 so that a wrong rank fails the check below
-        # instead of an index error.
-        t_shape = tf.shape(token_ids)
-        m_shape = tf.shape(memories)
-        t = tf.concat([t_shape, [-1, -1]], 0)
-        m = tf.concat([m_shape, [-1, -1, -1, -1]], 0)
-        token_ok = tf.logical_and(
-            tf.equal(tf.size(t_shape), 2),
-            tf.logical_and(t[1] >= 1, t[1] <= model.max_segment_len))
-        memory_ok = tf.reduce_all(tf.stack([
-            tf.equal(tf.size(m_shape), 4),
-            tf.equal(m[0], model.num_layers),
-            tf.equal(m[1], t[0]),
-            m[2] >= 0,
-            tf.equal(m[3], model.d_model),
-        ]))
-        token_check = tf.debugging.Assert(token_ok, [
-            "`token_ids` must have shape (batch, seg_len) with 1 <= seg_len "
-            f"<= max_segment_len={model.max_segment_len}; got "
-            "token_ids.shape=", t_shape], summarize=8)
-        with tf.control_dependencies([token_check]):
-            memory_check = tf.debugging.Assert(memory_ok, [
-                f"`memories` must have shape (num_layers={model.num_layers}, "
-                f"batch, M, d_model={model.d_model}) with the batch size of "
-                "token_ids; got memories.shape=", m_shape,
-                "and token_ids.shape=", t_shape], summarize=8)
-        with tf.control_dependencies([token_check, memory_check]):
-            token_ids = tf.identity(token_ids)
-            memories = tf.identity(memories)
-        logits, new_memories = model(
-            token_ids, tf.unstack(memories, num=model.num_layers),
-            training=False)
-        return {"log_probs": tf.nn.log_softmax(logits),
-                "new_memories": tf.stack(new_memories)}
-
-
-def export_language_model(model, vocabulary, export_dir, model_name,
-                          extra_config=None, version=None):
-    """Exports ``model`` (a ``TransformerXLLM``) with ``TransformerXLServing``.
-
-    The signature ``serving_default`` is ``TransformerXLServing.serve``; the
-    new memories keep ``model.mem_len`` positions. ``assets.extra/`` holds
-    ``vocab.json`` (the id -> token list; JSON so that newline and space
-    characters survive) and ``config.json`` (model sizes, ``mem_len``,
-    ``max_segment_len`` and ``extra_config``).
-
-    Returns:
-        ``pathlib.Path`` of ``<export_dir>/<model_name>/<version>``.
-    """
-    serving = TransformerXLServing(model)
-    config = {
-        "num_layers": model.num_layers, "d_model": model.d_model,
-        "vocabulary_size": model.vocabulary_size, "mem_len": model.mem_len,
-        "max_segment_len": model.max_segment_len,
-        "signature": {
-            "inputs": {"token_ids": "int32 (batch, seg_len)",
-                       "memories": "float32 (num_layers, batch, M, d_model)"},
-            "outputs": {"log_probs": "float32 (batch, seg_len, vocabulary_size)",
-                        "new_memories": "float32 (num_layers, batch, "
-                                        "min(mem_len, M + seg_len), d_model)"},
-        },
-        **(extra_config or {}),
-    }
-    return export_module(
-        serving, export_dir, model_name,
-        signatures={"serving_default": serving.serve}, version=version,
-        assets={"vocab.json": json.dumps(vocabulary.tokens, ensure_ascii=False),
-                "config.json": json.dumps(config, indent=1)},
-    )
 
 
 # -- report ------------------------------------------------------------------------
@@ -359,35 +153,6 @@ def _matched_d_ff(config, vocabulary_size, target):
     base = count(config.d_ff)
     per_unit = config.num_layers * (2 * config.d_model + 1)
     return max(1, config.d_ff + int(round((target - base) / per_unit)))
-
-
-def _write_plot(path, result):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # the figure is optional
-        return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    unit = math.log(2)
-    for key, label in (("transformer_xl", "Transformer-XL"),
-                       ("vanilla", "vanilla Transformer")):
-        h = result[key]["history"]
-        ax.plot(h["step"], np.array(h["train_loss"]) / unit, "--",
-                label=f"{label}, train (segment mean)")
-        ax.plot(h["step"], np.array(h["valid_nll"]) / unit, "o-",
-                label=f"{label}, valid")
-    ax.set_xlabel("training step (segments of "
-                  f"{result['config']['batch_size']}x{result['config']['seg_len']} tokens)")
-    ax.set_ylabel("bits per token")
-    ax.set_title(f"{result['config']['corpus']}: Transformer-XL vs vanilla")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 def _report_markdown(result):
@@ -528,16 +293,18 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
     step = make_train_step(
         xl, keras.optimizers.Adam(cosine_warmup_schedule(config)),
         clip_norm=config.clip_norm)
-    xl_history, xl_train_s, xl_eval_s = _train(
-        "Transformer-XL", step, True, xl, train, config, xl_valid, verbose)
+    xl_history, xl_train_s, xl_eval_s = train_segments(
+        "Transformer-XL", step, xl, train, config.seg_len, config.steps,
+        config.eval_every, xl_valid, verbose)
 
     print(f"training the vanilla Transformer for {config.steps} steps",
           flush=True)
-    vstep = _make_vanilla_train_step(
+    vstep = make_train_step(
         vanilla, keras.optimizers.Adam(cosine_warmup_schedule(config)),
-        config.clip_norm)
-    van_history, van_train_s, van_eval_s = _train(
-        "vanilla", vstep, False, vanilla, train, config,
+        clip_norm=config.clip_norm)
+    van_history, van_train_s, van_eval_s = train_segments(
+        "vanilla", vstep, vanilla, train, config.seg_len, config.steps,
+        config.eval_every,
         lambda: evaluate_disjoint_segments(vanilla, valid, config.seg_len),
         verbose)
 
@@ -596,50 +363,17 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
         "export": str(path),
         "config": dataclasses.asdict(config),
     }
-    result["plot"] = str(_write_plot(results_dir / "curves.png", result) or "")
+    result["plot"] = str(plot_lm_curves(results_dir / "curves.png", result))
     result["job_minutes"] = round((time.time() - job_start) / 60, 1)
-    (results_dir / "result.json").write_text(json.dumps(result, indent=1))
-    (results_dir / "report.md").write_text(_report_markdown(result))
+    write_json(results_dir / "result.json", result)
+    atomic_write(results_dir / "report.md", _report_markdown(result))
     return result
 
 
 def main(argv=None):
-    """Command line of ``recipes/language_model.py``: one flag per
-    ``LanguageModelConfig`` field plus ``--data-dir``, ``--workdir``,
-    ``--export-dir``, ``--results-dir``."""
-    parser = argparse.ArgumentParser(
-        prog="recipes/language_model.py",
-        description="Train Transformer-XL and a vanilla Transformer LM on the "
-        "same segments, report test bpc/perplexity, export Transformer-XL.")
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--workdir", default="runs/language_model")
-    parser.add_argument("--export-dir", default="export")
-    parser.add_argument("--results-dir", default="docs/results/language_model")
-    for field in dataclasses.fields(LanguageModelConfig):
-        flag = "--" + field.name.replace("_", "-")
-        if field.type is bool or isinstance(field.default, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in (
-                "1", "true", "yes", "on"), default=field.default,
-                help=f"(default: {field.default})")
-        else:
-            parser.add_argument(flag, type=type(field.default),
-                                default=field.default,
-                                help=f"(default: {field.default!r})")
-    args = parser.parse_args(argv)
-    config = LanguageModelConfig(**{
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(LanguageModelConfig)})
-    command = "python recipes/language_model.py " + " ".join(
-        sys.argv[1:] if argv is None else argv)
-    result = run(config, args.data_dir, args.workdir, args.export_dir,
-                 args.results_dir, command=command.strip())
-    summary = {
-        "transformer_xl_test": result["transformer_xl"]["test"],
-        "vanilla_test_sliding_window": result["vanilla"]["test_sliding_window"],
-        "vanilla_test_disjoint": result["vanilla"]["test_disjoint"],
-        "parameters": [result["transformer_xl"]["parameters"],
-                       result["vanilla"]["parameters"]],
-        "job_minutes": result["job_minutes"], "export": result["export"],
-    }
-    print(json.dumps(summary, indent=1))
-    return result
+    """Command line of ``recipes/language_model.py`` (the same as
+    ``keras-trm train-lm``)."""
+    from keras_trm.cli import train_lm_main
+
+    argv = sys.argv[1:] if argv is None else argv
+    return train_lm_main(argv, prog="recipes/language_model.py")

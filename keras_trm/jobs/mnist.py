@@ -36,27 +36,24 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from keras_trm.data import load_mnist, resolve_data_dir
-from keras_trm.export.saved_model import export_module
-from keras_trm.jobs._classification import (
-    BatchLoss,
-    StepLog,
-    binned,
+from keras_trm.data import (
+    check_images,
     check_labels,
-    plot_runs,
-    restore_best_epoch,
+    load_mnist,
+    resolve_data_dir,
     validation_split,
-    write_json,
 )
+from keras_trm.export import DigitClassifier, export_module
 from keras_trm.layers import _validation as v
 from keras_trm.models import lenet_cnn
+from keras_trm.training import BatchLoss, StepLog, restore_best_epoch
+from keras_trm.training.plots import binned, plot_runs
+from keras_trm.utils import atomic_write, write_json
 
 NORMS = ("none", "batch", "layer")
 NORM_LABELS = {"none": "no norm", "batch": "BatchNorm", "layer": "LayerNorm"}
 NUM_CLASSES = 10
-IMAGE_SHAPE = (28, 28)
 
 
 @dataclasses.dataclass
@@ -74,59 +71,12 @@ class MnistConfig:
     bin_examples: int = 1024
 
 
-def check_images(images, name="images"):
-    """Validates MNIST images; returns them as ``np.uint8 (N, 28, 28)``.
-
-    Raises:
-        TypeError: a dtype other than uint8 (the message names the argument
-            and the dtype; convert with ``np.uint8`` only if values are
-            0-255 pixel intensities).
-        ValueError: a shape other than ``(N, 28, 28)``.
-    """
-    array = np.asarray(images)
-    if array.dtype != np.uint8:
-        raise TypeError(
-            f"`{name}` must be uint8 pixel values 0-255, got dtype "
-            f"{array.dtype}"
-        )
-    if array.ndim != 3 or array.shape[1:] != IMAGE_SHAPE:
-        raise ValueError(
-            f"`{name}` must have shape (N, 28, 28), got {name}.shape="
-            f"{array.shape}"
-        )
-    return array
-
-
 def check_dataset(images, labels, images_name="images", labels_name="labels"):
     """``check_images`` and ``check_labels`` (digits 0-9, one per image)."""
     images = check_images(images, images_name)
     labels = check_labels(labels, NUM_CLASSES, labels_name,
                           count=images.shape[0])
     return images, labels
-
-
-class DigitClassifier(tf.Module):
-    """uint8 images -> digit probabilities, the exported ``serving_default``.
-
-    ``classify(images)``: uint8 ``(batch, 28, 28)`` -> ``{"probabilities":
-    float32 (batch, 10)}``. Other shapes or dtypes are refused by the
-    signature (TensorFlow names the ``images`` argument).
-    """
-
-    def __init__(self, model, name=None):
-        super().__init__(name=name)
-        self.model = model
-
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, 28, 28], tf.uint8, name="images")])
-    def classify(self, images):
-        probabilities = self.model(tf.cast(images, tf.float32), training=False)
-        return {"probabilities": tf.cast(probabilities, tf.float32)}
-
-    def predict(self, images):
-        """NumPy convenience: checked like ``check_images``."""
-        images = check_images(images)
-        return self.classify(tf.constant(images))["probabilities"].numpy()
 
 
 def run_name(norm, batch_size):
@@ -357,7 +307,7 @@ def write_report(workdir, results_dir, config, extra=None):
              "accuracy `epoch_log`, the kept epoch `best_epoch`; training loss averaged over windows of "
              f"{config.bin_examples:,} examples `binned_step_loss` -- the "
              "per-step values are in `runs/mnist/`), configuration.", ""]
-    (results_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
+    atomic_write(results_dir / "report.md", "\n".join(text))
     return results_dir / "report.md"
 
 

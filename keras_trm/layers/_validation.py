@@ -54,3 +54,27 @@ def divisible(name_a, a, name_b, b):
             f"`{name_a}` must be divisible by `{name_b}`, got "
             f"{name_a}={a} and {name_b}={b}"
         )
+
+
+def integer_ids(name, value, what="integer token ids"):
+    """Checks that ``value`` (a tensor, NumPy array or ``KerasTensor``)
+    holds integers (signed or unsigned); returns its standardized dtype.
+
+    The one integer-id check of the package: layers, models, decoding and
+    the jobs' label checks call it, so every refusal reads the same.
+
+    Raises:
+        TypeError: a float, bool or string dtype; the message names the
+            argument, the dtype and the shape, e.g. "`token_ids` must be
+            integer token ids, got dtype float32 (shape (2, 5)); cast ids
+            to int32".
+    """
+    import keras
+
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    if "int" not in dtype:
+        raise TypeError(
+            f"`{name}` must be {what}, got dtype {dtype} (shape "
+            f"{tuple(value.shape)}); cast ids to int32"
+        )
+    return dtype

@@ -146,12 +146,7 @@ class PositionalEmbedding(keras.layers.Layer):
         )
 
     def _check_ids(self, inputs, start_index):
-        dtype = keras.backend.standardize_dtype(inputs.dtype)
-        if "int" not in dtype:
-            raise TypeError(
-                "`inputs` must be integer token ids, got dtype "
-                f"{dtype} (shape {tuple(inputs.shape)}); cast ids to int32"
-            )
+        v.integer_ids("inputs", inputs)
         length = inputs.shape[-1]
         if length is not None and isinstance(start_index, int):
             if start_index + length > self.max_length:

@@ -150,6 +150,8 @@ class TransformerEncoderBlock(_BlockBase):
         inputs: float ``(batch, seq_len, d_model)``.
         padding_mask: optional bool ``(batch, seq_len)``, True at real
             tokens; defaults to the Keras mask carried by ``inputs``.
+        use_causal_mask: bool, query i attends to positions <= i only
+            (the decoder-only / language-model layer, §3.2.3).
         training: bool.
 
     Returns:
@@ -168,7 +170,8 @@ class TransformerEncoderBlock(_BlockBase):
         self._build_ffn(d_model, inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, training=None, mask=None):
+    def call(self, inputs, padding_mask=None, use_causal_mask=False,
+             training=None, mask=None):
         if padding_mask is None:
             padding_mask = mask
         attention_mask = None
@@ -178,11 +181,13 @@ class TransformerEncoderBlock(_BlockBase):
             inputs,
             self.self_attention_norm,
             lambda y: self.self_attention(
-                y, y, attention_mask=attention_mask, training=training
+                y, y, attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask, training=training,
             ),
             training,
         )
         return self._ffn(x, training)
 
-    def compute_mask(self, inputs, mask=None, padding_mask=None):
+    def compute_mask(self, inputs, mask=None, padding_mask=None,
+                     use_causal_mask=False):
         return mask if mask is not None else padding_mask

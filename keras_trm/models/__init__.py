@@ -15,8 +15,6 @@ from keras_trm.models.transformer import (
 )
 from keras_trm.models.transformer_xl import (
     TransformerXLLM,
-    evaluate_sliding_window,
-    evaluate_with_memory,
     vanilla_transformer_lm,
 )
 
@@ -24,9 +22,7 @@ __all__ = [
     "ClassifierModel",
     "TransformerParts",
     "TransformerXLLM",
-    "evaluate_sliding_window",
     "encoder_classifier",
-    "evaluate_with_memory",
     "lenet_cnn",
     "lstm_classifier",
     "transformer",

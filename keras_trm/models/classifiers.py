@@ -47,12 +47,7 @@ class ClassifierModel(keras.Model):
                     continue
                 if not hasattr(x, "dtype"):
                     continue  # Python lists: converted by Keras.
-                dtype = keras.backend.standardize_dtype(x.dtype)
-                if "int" not in dtype:
-                    raise TypeError(
-                        f"`{spec.name}` must be integer token ids, got dtype "
-                        f"{dtype} (shape {tuple(x.shape)}); cast ids to int32"
-                    )
+                v.integer_ids(spec.name, x)
         return super().call(inputs, training=training, mask=mask)
 
 

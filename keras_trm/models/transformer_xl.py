@@ -16,27 +16,27 @@ enter only through the relative attention of every block (§3.3).
 al. 2018 style, without auxiliary losses): the same blocks' sizes, absolute
 sinusoidal positions (Vaswani et al. 2017 §3.5), causal self-attention within
 a fixed-length segment and no memory. Evaluated with
-``evaluate_sliding_window`` it recomputes the whole context of
-``context_len`` tokens for every new token, the evaluation procedure whose
-cost Transformer-XL's memory removes (Dai et al. §3.2, "up to 1,800+ times
-faster"); ``evaluate_with_memory`` is the Transformer-XL counterpart.
+``keras_trm.decoding.evaluate_sliding_window`` it recomputes the whole
+context of ``context_len`` tokens for every new token, the evaluation
+procedure whose cost Transformer-XL's memory removes (Dai et al. §3.2, "up
+to 1,800+ times faster"); ``keras_trm.decoding.evaluate_with_memory`` is the
+Transformer-XL counterpart. Training steps live in
+``keras_trm.training.language_model``, the export in
+``keras_trm.export.language_model``.
 
 Both models take int32 ``(batch, T)`` token ids (id 0 is an ordinary token:
 there is no padding in ordered LM batches) and return float32 logits.
 """
 
 import math
-import weakref
 
 import keras
-import numpy as np
 from keras import ops
 
-from keras_trm.data.language_modeling import segments
 from keras_trm.layers import _validation as v
 from keras_trm.layers._initializers import clone_initializer
 from keras_trm.layers.positional_embedding import PositionalEmbedding
-from keras_trm.layers.transformer_encoder_block import _BlockBase
+from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_trm.layers.transformer_xl_block import TransformerXLBlock
 
 
@@ -47,12 +47,7 @@ def _check_token_ids(token_ids, max_segment_len, model_name):
             "`token_ids` must have shape (batch, T), got token_ids.shape="
             f"{shape}"
         )
-    dtype = keras.backend.standardize_dtype(token_ids.dtype)
-    if "int" not in dtype:
-        raise TypeError(
-            f"`token_ids` must be integer ids, got dtype {dtype} (shape "
-            f"{shape}); cast ids to int32"
-        )
+    v.integer_ids("token_ids", token_ids)
     seg = shape[1]
     if seg is not None and seg > max_segment_len:
         raise ValueError(
@@ -384,40 +379,6 @@ class TransformerXLLM(keras.Model):
 
 
 # -- vanilla baseline ----------------------------------------------------------
-@keras.saving.register_keras_serializable(package="keras_trm")
-class _CausalBlock(_BlockBase):
-    """Decoder-only layer: causal self-attention then FFN (no cross-attention).
-
-    ``x <- LayerNorm(x + Dropout(MHA(x, x, causal)))`` then the FFN
-    (Vaswani et al. 2017 §3.1, §3.2.3), post-LN or pre-LN (``norm_first``).
-    Arguments as ``TransformerEncoderBlock``; call on float ``(batch, T,
-    d_model)``; query i sees positions ``<= i`` only.
-    """
-
-    def build(self, inputs_shape):
-        d_model = self._check_d_model("inputs", inputs_shape)
-        self.self_attention = self._attention(d_model, "self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self._build_ffn(d_model, inputs_shape)
-        self.built = True
-
-    def call(self, inputs, training=None):
-        x = self._residual(
-            inputs,
-            self.self_attention_norm,
-            lambda y: self.self_attention(
-                y, y, use_causal_mask=True, training=training
-            ),
-            training,
-        )
-        return self._ffn(x, training)
-
-    def compute_output_shape(self, inputs_shape):
-        return tuple(inputs_shape)
-
-
 def vanilla_transformer_lm(
     vocabulary_size,
     num_layers=4,
@@ -436,7 +397,8 @@ def vanilla_transformer_lm(
 
     Token embedding x sqrt(d_model) + sinusoidal positions 0..T-1
     (``PositionalEmbedding``, no padding mask: id 0 is a real token),
-    dropout, ``num_layers`` causal blocks (``_CausalBlock``), [final
+    dropout, ``num_layers`` ``TransformerEncoderBlock``s called with
+    ``use_causal_mask=True``, [final
     LayerNorm with ``norm_first``], dropout, logits tied to the embedding
     table. Sizes mean the same as in ``TransformerXLLM``; the two differ
     only in positions (absolute vs relative), memory, the output bias and
@@ -470,12 +432,12 @@ def vanilla_transformer_lm(
     x = embedding(token_ids)
     x = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(x)
     for i in range(num_layers):
-        x = _CausalBlock(
+        x = TransformerEncoderBlock(
             num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon,
             name=f"layer_{i}",
-        )(x)
+        )(x, use_causal_mask=True)
     if norm_first:
         x = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="final_norm"
@@ -483,190 +445,3 @@ def vanilla_transformer_lm(
     x = keras.layers.Dropout(dropout_rate, name="output_dropout")(x)
     logits = embedding(x, reverse=True)
     return keras.Model(token_ids, logits, name=name)
-
-
-# -- training and evaluation helpers ---------------------------------------
-def lm_loss(targets, logits):
-    """Mean next-token NLL (nats) of float logits ``(batch, T, V)``."""
-    return ops.mean(
-        ops.sparse_categorical_crossentropy(
-            targets, ops.cast(logits, "float32"), from_logits=True
-        )
-    )
-
-
-def make_train_step(model, optimizer, clip_norm=0.25):
-    """A compiled Transformer-XL training step carrying memories.
-
-    ``step(inputs, targets, memories) -> (loss, new_memories)``: one
-    optimizer update on the mean NLL of a segment, gradients clipped to
-    global norm ``clip_norm`` (0.25 in the reference PTB/WT103 setups; None
-    = no clipping). Start with ``memories = model.init_memories(batch)`` and
-    pass each step's ``new_memories`` to the next segment of the same
-    streams (see ``keras_trm.data.language_modeling.segments``).
-    """
-    import tensorflow as tf
-
-    optimizer.build(model.trainable_variables)
-
-    @tf.function(reduce_retracing=True)
-    def step(inputs, targets, memories):
-        with tf.GradientTape() as tape:
-            logits, new_memories = model(inputs, memories, training=True)
-            loss = lm_loss(targets, logits)
-            if model.losses:
-                loss_total = loss + tf.add_n(model.losses)
-            else:
-                loss_total = loss
-        variables = model.trainable_variables
-        grads = tape.gradient(loss_total, variables)
-        if clip_norm is not None:
-            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-        optimizer.apply_gradients(zip(grads, variables))
-        return loss, new_memories
-
-    return step
-
-
-# One compiled evaluation step per (model, mem_len): repeated evaluations
-# (e.g. on the validation split during training) reuse the trace. mem_len is
-# part of the key because it is a Python int baked into the trace.
-_EVAL_STEPS = weakref.WeakKeyDictionary()
-
-
-def _memory_eval_step(model):
-    import tensorflow as tf
-
-    steps = _EVAL_STEPS.setdefault(model, {})
-    if model.mem_len not in steps:
-        @tf.function(reduce_retracing=True)
-        def forward(inputs, targets, memories):
-            logits, new_memories = model(inputs, memories, training=False)
-            nll = ops.sparse_categorical_crossentropy(
-                targets, logits, from_logits=True
-            )
-            return ops.sum(nll), new_memories
-
-        steps[model.mem_len] = forward
-    return steps[model.mem_len]
-
-
-def evaluate_with_memory(model, streams, seg_len, max_segments=None):
-    """Mean NLL per token (nats) of ordered streams, carrying memories.
-
-    Walks ``segments(streams, seg_len)`` in order (the last, possibly
-    shorter, segment included) and feeds each segment's ``new_memories`` to
-    the next, so a token sees up to ``model.mem_len`` positions of earlier
-    segments besides its own segment (Dai et al. 2019 §3.2, evaluation).
-    Dropout is off.
-
-    Args:
-        model: a ``TransformerXLLM``.
-        streams: int ``(batch_size, n)`` from ``batchify``.
-        seg_len: int, 0 < seg_len <= ``model.max_segment_len``.
-        max_segments: optional int, stop after this many segments.
-
-    Returns:
-        float, the mean negative log-likelihood over all predicted tokens
-        (``exp`` of it is the perplexity; divide by ln 2 for bits).
-
-    Raises:
-        ValueError: ``seg_len`` larger than ``model.max_segment_len``, bad
-            ``streams``.
-    """
-    seg_len = v.positive_int("seg_len", seg_len)
-    if seg_len > model.max_segment_len:
-        raise ValueError(
-            f"`seg_len`={seg_len} is longer than max_segment_len="
-            f"{model.max_segment_len} of model '{model.name}'"
-        )
-    streams = np.asarray(streams)
-    forward = _memory_eval_step(model)
-    memories = model.init_memories(streams.shape[0])
-    total, count = 0.0, 0
-    for k, (inputs, targets) in enumerate(segments(streams, seg_len)):
-        if max_segments is not None and k >= max_segments:
-            break
-        nll, memories = forward(inputs, targets, memories)
-        total += float(nll)
-        count += targets.size
-    if count == 0:
-        raise ValueError(
-            f"`streams` of shape {streams.shape} hold no (input, target) pair"
-        )
-    return total / count
-
-
-def evaluate_sliding_window(vanilla_model, streams, context_len,
-                            max_tokens=None):
-    """Mean NLL per token of a fixed-context model, one token per step.
-
-    The vanilla Transformer evaluation of Dai et al. (2019) §3.1 / Al-Rfou
-    et al. (2018): to predict token t + 1 of each stream the model is run on
-    the last ``context_len`` tokens ``[t - context_len + 1, t]`` and only
-    the last position's prediction is kept; the window then moves by one
-    token, so every step recomputes the whole context. The first
-    ``context_len`` predictions of a stream (which have less context) come
-    from one causal pass over its first ``context_len`` tokens, identical
-    to what shorter windows would give.
-
-    Args:
-        vanilla_model: a model mapping int ``(batch, T)`` ids to logits
-            ``(batch, T, V)``, e.g. ``vanilla_transformer_lm(...)``.
-        streams: int ``(batch_size, n)`` from ``batchify``.
-        context_len: int > 0, the window length (at most the model's
-            ``max_length``).
-        max_tokens: optional int > 0, score only the first ``max_tokens``
-            predictions of *each* stream (targets at positions
-            ``1..max_tokens``); default all ``n - 1``.
-
-    Returns:
-        float, mean NLL (nats) over ``batch_size * min(n - 1, max_tokens)``
-        predictions.
-
-    Raises:
-        ValueError: ``context_len`` above the model's ``max_length``, bad
-            ``streams``/``max_tokens``.
-    """
-    import tensorflow as tf
-
-    context_len = v.positive_int("context_len", context_len)
-    try:
-        max_length = vanilla_model.get_layer("embedding").max_length
-    except (ValueError, AttributeError):
-        max_length = None
-    if max_length is not None and context_len > max_length:
-        raise ValueError(
-            f"`context_len`={context_len} is longer than max_length="
-            f"{max_length} of model '{vanilla_model.name}'"
-        )
-    streams = np.asarray(streams)
-    if streams.ndim != 2 or streams.shape[1] < 2:
-        raise ValueError(
-            "`streams` must be (batch_size, n) with n >= 2, got "
-            f"streams.shape={streams.shape}"
-        )
-    limit = streams.shape[1] - 1
-    if max_tokens is not None:
-        limit = min(limit, v.positive_int("max_tokens", max_tokens))
-    streams = streams.astype(np.int32)
-
-    @tf.function(reduce_retracing=True)
-    def all_positions(inputs, targets):
-        logits = vanilla_model(inputs, training=False)
-        return ops.sum(ops.sparse_categorical_crossentropy(
-            targets, logits, from_logits=True))
-
-    @tf.function
-    def last_position(window, target):
-        logits = vanilla_model(window, training=False)[:, -1]
-        return ops.sum(ops.sparse_categorical_crossentropy(
-            target, logits, from_logits=True))
-
-    first = min(context_len, limit)
-    total = float(all_positions(streams[:, :first], streams[:, 1:first + 1]))
-    for t in range(context_len, limit):
-        total += float(last_position(
-            streams[:, t - context_len + 1:t + 1], streams[:, t + 1]
-        ))
-    return total / (streams.shape[0] * limit)

@@ -6,11 +6,11 @@ with keras-hub's ``WordPieceTokenizer`` (tensorflow-text's
 FastWordpieceTokenizer ops), so a SavedModel takes raw strings.
 """
 
-import os
 import pathlib
-import tempfile
 
 import tensorflow as tf
+
+from keras_trm.utils.files import atomic_write
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED_TOKENS = (PAD, UNK, START, END)
@@ -68,12 +68,7 @@ def learn_vocabulary(sentences, vocabulary_size, path=None):
 
 def save_vocabulary(vocab, path):
     """Writes one token a line, atomically (temp file + rename)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(vocab) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, "\n".join(vocab) + "\n")
 
 
 def load_vocabulary(path):

@@ -15,6 +15,15 @@ from keras_trm.training.distribute import (
 from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
+# Per-step logs, language-model steps (keras_trm.jobs use them).
+from keras_trm.training.history import BatchLoss, StepLog, restore_best_epoch
+from keras_trm.training.language_model import (
+    lm_loss,
+    make_train_step,
+    train_segments,
+)
+from keras_trm.training.schedules import warmup_cosine_decay
+
 __all__ = [
     "EpochCheckpoints",
     "LabelSmoothedCrossEntropy",
@@ -27,4 +36,12 @@ __all__ = [
     "resolve_jit_compile",
     "save_weights_atomic",
     "split_cpu",
+    # Per-step logs, language-model steps.
+    "BatchLoss",
+    "StepLog",
+    "lm_loss",
+    "make_train_step",
+    "restore_best_epoch",
+    "train_segments",
+    "warmup_cosine_decay",
 ]

@@ -1,11 +1,11 @@
 """Atomic weight checkpoints and checkpoint averaging (Vaswani et al. §6.1)."""
 
-import os
 import pathlib
-import tempfile
 
 import keras
 import numpy as np
+
+from keras_trm.utils.files import atomic_file
 
 
 def save_weights_atomic(model, path):
@@ -17,15 +17,8 @@ def save_weights_atomic(model, path):
     path = pathlib.Path(path)
     if not path.name.endswith(".weights.h5"):
         raise ValueError(f"`path` must end with '.weights.h5', got {str(path)!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.weights.h5")
-    os.close(fd)
-    try:
+    with atomic_file(path, suffix=".weights.h5") as tmp:
         model.save_weights(tmp, overwrite=True)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 

@@ -49,3 +49,34 @@ def paper_adam(learning_rate, **kwargs):
         learning_rate=learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
         **kwargs,
     )
+
+
+def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
+    """Linear warm-up from 0 to ``learning_rate`` over ``warmup_steps``,
+    then cosine decay to ``alpha * learning_rate`` at ``total_steps``
+    (Loshchilov & Hutter 2017, SGDR without restarts; the reference
+    Transformer-XL code's ``scheduler='cosine'`` with ``warmup_step``).
+
+    Keras' ``CosineDecay`` with ``warmup_target``; the decay spans
+    ``max(total_steps - warmup_steps, 1)`` steps.
+
+    Raises:
+        ValueError/TypeError: ``learning_rate`` not > 0, ``total_steps``
+            not a positive int, ``warmup_steps`` not an int >= 0.
+
+    Example:
+
+    >>> schedule = warmup_cosine_decay(1e-3, total_steps=100, warmup_steps=10)
+    >>> round(float(schedule(10)), 6), round(float(schedule(100)), 6)
+    (0.001, 0.0)
+    """
+    learning_rate = v.positive_float("learning_rate", learning_rate)
+    total_steps = v.positive_int("total_steps", total_steps)
+    warmup_steps = v.non_negative_int("warmup_steps", warmup_steps)
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0,
+        decay_steps=max(total_steps - warmup_steps, 1),
+        alpha=alpha,
+        warmup_target=learning_rate,
+        warmup_steps=warmup_steps,
+    )

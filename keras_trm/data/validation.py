@@ -1,0 +1,106 @@
+"""Checks of in-memory examples (labels, images) and the seeded hold-out
+split that the classification recipes use for model selection."""
+
+import numpy as np
+
+from keras_trm.layers import _validation as v
+
+MNIST_IMAGE_SHAPE = (28, 28)
+
+
+def check_labels(labels, num_classes, name="labels", count=None):
+    """Validates class ids; returns them as an ``int32`` array ``(N,)``.
+
+    Args:
+        labels: array-like ``(N,)`` of integer class ids.
+        num_classes: ids must lie in ``[0, num_classes)``.
+        name: the argument name used in error messages.
+        count: if given, ``N`` must equal it (e.g. the number of images).
+
+    Raises:
+        TypeError: a non-integer dtype (floats are refused, not rounded).
+        ValueError: wrong rank, wrong count, or an id outside the range
+            (the message gives the first bad value and its index).
+
+    Example:
+
+    >>> check_labels([0, 1, 1], 2)
+    array([0, 1, 1], dtype=int32)
+    """
+    array = np.asarray(labels)
+    v.integer_ids(name, array, what="integer class ids")
+    if array.ndim != 1:
+        raise ValueError(
+            f"`{name}` must have shape (N,), got {name}.shape={array.shape}"
+        )
+    if count is not None and array.shape[0] != count:
+        raise ValueError(
+            f"`{name}` has {array.shape[0]} entries, expected {count} (one per "
+            "example)"
+        )
+    bad = np.flatnonzero((array < 0) | (array >= num_classes))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"`{name}` must be class ids in [0, {num_classes}), got "
+            f"{name}[{i}]={array[i]} ({bad.size} out of range)"
+        )
+    return array.astype(np.int32)
+
+
+def check_images(images, name="images"):
+    """Validates MNIST images; returns them as ``np.uint8 (N, 28, 28)``.
+
+    Raises:
+        TypeError: a dtype other than uint8 (the message names the argument
+            and the dtype; convert with ``np.uint8`` only if values are
+            0-255 pixel intensities).
+        ValueError: a shape other than ``(N, 28, 28)``.
+
+    Example:
+
+    >>> check_images(np.zeros((2, 28, 28), np.uint8)).shape
+    (2, 28, 28)
+    """
+    array = np.asarray(images)
+    if array.dtype != np.uint8:
+        raise TypeError(
+            f"`{name}` must be uint8 pixel values 0-255, got dtype "
+            f"{array.dtype}"
+        )
+    if array.ndim != 3 or array.shape[1:] != MNIST_IMAGE_SHAPE:
+        raise ValueError(
+            f"`{name}` must have shape (N, 28, 28), got {name}.shape="
+            f"{array.shape}"
+        )
+    return array
+
+
+def validation_split(count, fraction, seed):
+    """A seeded hold-out: ``(train_index, validation_index)``, sorted int
+    arrays that partition ``range(count)``, ``round(fraction * count)``
+    examples in the validation part.
+
+    The validation part is for monitoring and model selection; the test set
+    is scored once, after training.
+
+    Raises:
+        ValueError: ``fraction`` not in (0, 1), or a split that leaves
+            either part empty.
+
+    Example:
+
+    >>> train, validation = validation_split(10, 0.2, seed=0)
+    >>> len(train), len(validation)
+    (8, 2)
+    """
+    if isinstance(fraction, bool) or not 0.0 < float(fraction) < 1.0:
+        raise ValueError("`validation_fraction` must be in (0, 1), got "
+                         f"validation_fraction={fraction!r}")
+    size = int(round(float(fraction) * count))
+    if not 0 < size < count:
+        raise ValueError(
+            f"`validation_fraction={fraction}` of {count} examples leaves an "
+            "empty training or validation part")
+    order = np.random.default_rng(seed).permutation(count)
+    return np.sort(order[size:]), np.sort(order[:size])

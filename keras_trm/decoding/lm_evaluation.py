@@ -1,0 +1,224 @@
+"""Language-model evaluation on ordered streams (Dai et al. 2019 §3.1-3.2).
+
+* ``evaluate_with_memory``: Transformer-XL, segment by segment, each
+  segment's new memories fed to the next (the memory-carrying evaluation).
+* ``evaluate_sliding_window``: a fixed-context model, one new token per
+  step over a window of ``context_len`` tokens (the vanilla procedure whose
+  cost the memory removes).
+* ``evaluate_disjoint_segments``: a memory-less model on consecutive
+  disjoint segments (its training-time view of the data).
+
+All return the mean negative log-likelihood per predicted token in nats
+(``exp`` of it is the perplexity; divide by ln 2 for bits). Streams are
+int ``(batch_size, n)`` arrays from
+``keras_trm.data.language_modeling.batchify``.
+"""
+
+import weakref
+
+import numpy as np
+from keras import ops
+
+from keras_trm.data.language_modeling import segments
+from keras_trm.layers import _validation as v
+
+# One compiled evaluation step per (model, mem_len): repeated evaluations
+# (e.g. on the validation split during training) reuse the trace. mem_len is
+# part of the key because it is a Python int baked into the trace.
+_EVAL_STEPS = weakref.WeakKeyDictionary()
+
+
+def _summed_nll(targets, logits):
+    return ops.sum(ops.sparse_categorical_crossentropy(
+        targets, logits, from_logits=True))
+
+
+def _memory_eval_step(model):
+    import tensorflow as tf
+
+    steps = _EVAL_STEPS.setdefault(model, {})
+    if model.mem_len not in steps:
+        @tf.function(reduce_retracing=True)
+        def forward(inputs, targets, memories):
+            logits, new_memories = model(inputs, memories, training=False)
+            return _summed_nll(targets, logits), new_memories
+
+        steps[model.mem_len] = forward
+    return steps[model.mem_len]
+
+
+def evaluate_with_memory(model, streams, seg_len, max_segments=None):
+    """Mean NLL per token (nats) of ordered streams, carrying memories.
+
+    Walks ``segments(streams, seg_len)`` in order (the last, possibly
+    shorter, segment included) and feeds each segment's ``new_memories`` to
+    the next, so a token sees up to ``model.mem_len`` positions of earlier
+    segments besides its own segment (Dai et al. 2019 §3.2, evaluation).
+    Dropout is off.
+
+    Args:
+        model: a ``TransformerXLLM``.
+        streams: int ``(batch_size, n)`` from ``batchify``.
+        seg_len: int, 0 < seg_len <= ``model.max_segment_len``.
+        max_segments: optional int, stop after this many segments.
+
+    Returns:
+        float, the mean negative log-likelihood over all predicted tokens.
+
+    Raises:
+        ValueError: ``seg_len`` larger than ``model.max_segment_len``, bad
+            ``streams``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import TransformerXLLM
+    >>> model = TransformerXLLM(7, num_layers=1, d_model=8, num_heads=2,
+    ...                         d_ff=16, mem_len=4, max_segment_len=4)
+    >>> nll = evaluate_with_memory(model, np.ones((2, 9), "int32"), 4)
+    >>> 0.0 < nll < 10.0
+    True
+    """
+    seg_len = v.positive_int("seg_len", seg_len)
+    if seg_len > model.max_segment_len:
+        raise ValueError(
+            f"`seg_len`={seg_len} is longer than max_segment_len="
+            f"{model.max_segment_len} of model '{model.name}'"
+        )
+    streams = np.asarray(streams)
+    forward = _memory_eval_step(model)
+    memories = model.init_memories(streams.shape[0])
+    total, count = 0.0, 0
+    for k, (inputs, targets) in enumerate(segments(streams, seg_len)):
+        if max_segments is not None and k >= max_segments:
+            break
+        nll, memories = forward(inputs, targets, memories)
+        total += float(nll)
+        count += targets.size
+    if count == 0:
+        raise ValueError(
+            f"`streams` of shape {streams.shape} hold no (input, target) pair"
+        )
+    return total / count
+
+
+def evaluate_disjoint_segments(model, streams, seg_len):
+    """Mean NLL per token (nats) of a memory-less model on consecutive
+    disjoint segments of ``seg_len`` (each segment starts without context),
+    the vanilla model's training-time view of the data.
+
+    Args:
+        model: maps int ``(batch, T)`` ids to logits ``(batch, T, V)``.
+        streams: int ``(batch_size, n)`` from ``batchify``.
+        seg_len: int > 0.
+
+    Raises:
+        ValueError: ``streams`` hold no (input, target) pair.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import vanilla_transformer_lm
+    >>> model = vanilla_transformer_lm(7, num_layers=1, d_model=8,
+    ...                                num_heads=2, d_ff=16, max_length=4)
+    >>> 0.0 < evaluate_disjoint_segments(model, np.ones((2, 9), "int32"), 4)
+    True
+    """
+    import tensorflow as tf
+
+    seg_len = v.positive_int("seg_len", seg_len)
+
+    @tf.function(reduce_retracing=True)
+    def forward(inputs, targets):
+        return _summed_nll(targets, model(inputs, training=False))
+
+    total, count = 0.0, 0
+    for inputs, targets in segments(np.asarray(streams), seg_len):
+        total += float(forward(inputs, targets))
+        count += targets.size
+    if count == 0:
+        raise ValueError(
+            f"`streams` of shape {np.shape(streams)} hold no (input, target) "
+            "pair"
+        )
+    return total / count
+
+
+def evaluate_sliding_window(vanilla_model, streams, context_len,
+                            max_tokens=None):
+    """Mean NLL per token of a fixed-context model, one token per step.
+
+    The vanilla Transformer evaluation of Dai et al. (2019) §3.1 / Al-Rfou
+    et al. (2018): to predict token t + 1 of each stream the model is run on
+    the last ``context_len`` tokens ``[t - context_len + 1, t]`` and only
+    the last position's prediction is kept; the window then moves by one
+    token, so every step recomputes the whole context. The first
+    ``context_len`` predictions of a stream (which have less context) come
+    from one causal pass over its first ``context_len`` tokens, identical
+    to what shorter windows would give.
+
+    Args:
+        vanilla_model: a model mapping int ``(batch, T)`` ids to logits
+            ``(batch, T, V)``, e.g. ``vanilla_transformer_lm(...)``.
+        streams: int ``(batch_size, n)`` from ``batchify``.
+        context_len: int > 0, the window length (at most the model's
+            ``max_length``).
+        max_tokens: optional int > 0, score only the first ``max_tokens``
+            predictions of *each* stream (targets at positions
+            ``1..max_tokens``); default all ``n - 1``.
+
+    Returns:
+        float, mean NLL (nats) over ``batch_size * min(n - 1, max_tokens)``
+        predictions.
+
+    Raises:
+        ValueError: ``context_len`` above the model's ``max_length``, bad
+            ``streams``/``max_tokens``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import vanilla_transformer_lm
+    >>> model = vanilla_transformer_lm(7, num_layers=1, d_model=8,
+    ...                                num_heads=2, d_ff=16, max_length=4)
+    >>> 0.0 < evaluate_sliding_window(model, np.ones((2, 7), "int32"), 4)
+    True
+    """
+    import tensorflow as tf
+
+    context_len = v.positive_int("context_len", context_len)
+    try:
+        max_length = vanilla_model.get_layer("embedding").max_length
+    except (ValueError, AttributeError):
+        max_length = None
+    if max_length is not None and context_len > max_length:
+        raise ValueError(
+            f"`context_len`={context_len} is longer than max_length="
+            f"{max_length} of model '{vanilla_model.name}'"
+        )
+    streams = np.asarray(streams)
+    if streams.ndim != 2 or streams.shape[1] < 2:
+        raise ValueError(
+            "`streams` must be (batch_size, n) with n >= 2, got "
+            f"streams.shape={streams.shape}"
+        )
+    limit = streams.shape[1] - 1
+    if max_tokens is not None:
+        limit = min(limit, v.positive_int("max_tokens", max_tokens))
+    streams = streams.astype(np.int32)
+
+    @tf.function(reduce_retracing=True)
+    def all_positions(inputs, targets):
+        return _summed_nll(targets, vanilla_model(inputs, training=False))
+
+    @tf.function
+    def last_position(window, target):
+        return _summed_nll(target, vanilla_model(window, training=False)[:, -1])
+
+    first = min(context_len, limit)
+    total = float(all_positions(streams[:, :first], streams[:, 1:first + 1]))
+    for t in range(context_len, limit):
+        total += float(last_position(
+            streams[:, t - context_len + 1:t + 1], streams[:, t + 1]
+        ))
+    return total / (streams.shape[0] * limit)

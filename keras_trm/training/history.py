@@ -1,0 +1,109 @@
+"""Per-step training records for ``model.fit``: the last batch's loss as a
+metric, a callback that logs it, and best-epoch selection.
+
+Keras' own ``loss`` log is the running mean over the epoch; the recipes
+plot the loss of every step, so ``BatchLoss`` exposes the last batch's loss
+and ``StepLog`` records it after each step.
+"""
+
+import time
+
+import keras
+import numpy as np
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class BatchLoss(keras.metrics.Metric):
+    """Sparse categorical cross-entropy of the last batch seen.
+
+    ``y_pred``: probabilities ``(batch, num_classes)``; ``y_true``: class
+    ids ``(batch,)``. In ``fit`` the value is the training loss of the step
+    just taken (computed on the same forward pass, dropout included).
+
+    Example:
+
+    >>> metric = BatchLoss()
+    >>> metric.update_state([0, 1], [[0.5, 0.5], [0.5, 0.5]])
+    >>> round(float(metric.result()), 4)
+    0.6931
+    """
+
+    def __init__(self, name="batch_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.value = self.add_variable((), initializer="zeros", name="value")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+        self.value.assign(ops.cast(ops.mean(loss), self.value.dtype))
+
+    def result(self):
+        return ops.convert_to_tensor(self.value)
+
+    def reset_state(self):
+        self.value.assign(0.0)
+
+
+class StepLog(keras.callbacks.Callback):
+    """Collects the per-step training loss and per-epoch logs of ``fit``
+    (the model must be compiled with the ``BatchLoss`` metric).
+
+    ``steps``: list of float, the ``batch_loss`` of every training step.
+    ``epochs``: list of dicts ``{"epoch", "step", "train_seconds", ...}``
+    with every epoch-end log (e.g. ``val_accuracy``), rounded.
+
+    Args:
+        print_every: print the mean loss of the last ``print_every`` steps
+            every ``print_every`` steps (0: never).
+        total: optional number of steps, shown in those lines.
+
+    Example:
+
+    >>> log = StepLog()
+    >>> log.on_train_begin()
+    >>> log.on_train_batch_end(0, {"batch_loss": 0.5})
+    >>> log.on_epoch_end(0, {"loss": 0.5, "batch_loss": 0.5})
+    >>> log.steps, log.epochs[0]["loss"]
+    ([0.5], 0.5)
+    """
+
+    def __init__(self, print_every=0, total=None):
+        super().__init__()
+        self.steps, self.epochs = [], []
+        self.print_every, self.total = print_every, total
+        self._start = None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps.append(round(float(logs["batch_loss"]), 5))
+        n = len(self.steps)
+        if self.print_every and n % self.print_every == 0:
+            recent = np.mean(self.steps[-self.print_every:])
+            print(f"  step {n}" + (f"/{self.total}" if self.total else "")
+                  + f": loss {recent:.4f} (mean of the last {self.print_every})"
+                  f", {time.time() - self._start:.0f} s", flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        entry = {"epoch": epoch + 1, "step": len(self.steps),
+                 "train_seconds": round(time.time() - self._start, 1)}
+        for key, value in (logs or {}).items():
+            if key != "batch_loss":
+                entry[key] = round(float(value), 5)
+        self.epochs.append(entry)
+
+
+def restore_best_epoch(monitor="val_accuracy", mode="max"):
+    """Keeps the weights of the epoch with the best ``monitor`` value and
+    restores them when ``fit`` ends (never stops early); its
+    ``best_epoch`` (0-based) and ``best`` tell which epoch won.
+
+    Example:
+
+    >>> restore_best_epoch().monitor
+    'val_accuracy'
+    """
+    return keras.callbacks.EarlyStopping(
+        monitor=monitor, mode=mode, patience=1 << 30,
+        restore_best_weights=True, verbose=0)

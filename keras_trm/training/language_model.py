@@ -1,0 +1,165 @@
+"""Training of language models on ordered segments (Dai et al. 2019 §3.2).
+
+``make_train_step`` builds one compiled optimizer step for a
+``TransformerXLLM`` (carrying memories from segment to segment) or for a
+memory-less model such as ``vanilla_transformer_lm``; ``train_segments``
+runs such a step over ``batchify``-ed streams, ``seg_len`` tokens at a time,
+resetting memories when a pass over the streams ends, with periodic
+validation.
+"""
+
+import math
+import time
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trm.data.language_modeling import segments
+
+
+def lm_loss(targets, logits):
+    """Mean next-token NLL (nats) of float logits ``(batch, T, V)`` against
+    int ``targets (batch, T)``; computed in float32.
+
+    Example:
+
+    >>> import numpy as np
+    >>> logits = np.zeros((1, 2, 4), "float32")
+    >>> round(float(lm_loss(np.array([[0, 3]]), logits)), 4)  # ln 4
+    1.3863
+    """
+    return ops.mean(
+        ops.sparse_categorical_crossentropy(
+            targets, ops.cast(logits, "float32"), from_logits=True
+        )
+    )
+
+
+def make_train_step(model, optimizer, clip_norm=0.25):
+    """A compiled language-model training step.
+
+    ``step(inputs, targets, memories=None) -> (loss, new_memories)``: one
+    optimizer update on the mean NLL of a segment (int32 ``(batch, T)``
+    inputs and targets), gradients clipped to global norm ``clip_norm``
+    (0.25 in the reference PTB/WT103 setups; None = no clipping).
+
+    For a model with memories (``TransformerXLLM``, which has
+    ``init_memories``) start with ``memories = model.init_memories(batch)``
+    and pass each step's ``new_memories`` to the next segment of the same
+    streams (``keras_trm.data.language_modeling.segments``). For a
+    memory-less model (called as ``model(inputs)``, returning logits) leave
+    ``memories`` None; ``new_memories`` is then None.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from keras_trm.models import TransformerXLLM
+    >>> model = TransformerXLLM(11, num_layers=1, d_model=8, num_heads=2,
+    ...                         d_ff=16, mem_len=4, max_segment_len=4)
+    >>> step = make_train_step(model, keras.optimizers.Adam(1e-3))
+    >>> ids = np.ones((2, 4), "int32")
+    >>> loss, memories = step(ids, ids, model.init_memories(2))
+    >>> tuple(memories[0].shape)
+    (2, 4, 8)
+    """
+    import tensorflow as tf
+
+    optimizer.build(model.trainable_variables)
+    carries_memory = hasattr(model, "init_memories")
+
+    @tf.function(reduce_retracing=True)
+    def step(inputs, targets, memories=None):
+        with tf.GradientTape() as tape:
+            if carries_memory:
+                logits, new_memories = model(inputs, memories, training=True)
+            else:
+                logits, new_memories = model(inputs, training=True), None
+            loss = lm_loss(targets, logits)
+            if model.losses:
+                loss_total = loss + tf.add_n(model.losses)
+            else:
+                loss_total = loss
+        variables = model.trainable_variables
+        grads = tape.gradient(loss_total, variables)
+        if clip_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss, new_memories
+
+    return step
+
+
+def train_batches(streams, seg_len):
+    """Endless ``(inputs, targets, new_pass)`` over the full-length segments
+    of ``streams`` (``new_pass`` True on the first segment of each pass).
+
+    Example:
+
+    >>> import numpy as np
+    >>> batches = train_batches(np.arange(14).reshape(2, 7), 3)
+    >>> [next(batches)[2] for _ in range(3)]
+    [True, False, True]
+    """
+    while True:
+        for k, (inputs, targets) in enumerate(
+            segments(streams, seg_len, drop_remainder=True)
+        ):
+            yield inputs, targets, k == 0
+
+
+def train_segments(name, step, model, streams, seg_len, steps, eval_every,
+                   evaluate, verbose=2):
+    """Runs ``steps`` training steps of ``step`` (``make_train_step``) over
+    ``streams`` and validates every ``eval_every`` steps and at the end.
+
+    Memories (for a model with ``init_memories``) restart at every pass
+    over the streams. ``evaluate()`` returns the validation NLL (nats per
+    token).
+
+    Returns:
+        ``(history, train_seconds, eval_seconds)``; ``history`` holds lists
+        ``step``, ``train_loss`` (mean since the previous validation),
+        ``valid_nll``, ``seconds`` (training seconds so far).
+
+    Raises:
+        FloatingPointError: a non-finite training loss (names the step).
+    """
+    history = {"step": [], "train_loss": [], "valid_nll": [], "seconds": []}
+    progbar = keras.utils.Progbar(steps, verbose=verbose,
+                                  stateful_metrics=["valid_bits"])
+    batches = train_batches(streams, seg_len)
+    carries_memory = hasattr(model, "init_memories")
+    memories, window = None, []
+    train_seconds = eval_seconds = 0.0
+    for k in range(1, steps + 1):
+        inputs, targets, new_pass = next(batches)
+        t0 = time.time()
+        if carries_memory and new_pass:
+            memories = model.init_memories(inputs.shape[0])
+        loss, memories = step(inputs, targets, memories)
+        loss = float(loss)
+        train_seconds += time.time() - t0
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"{name}: training loss is {loss} at step {k}")
+        window.append(loss)
+        values = [("loss", loss)]
+        if k % eval_every == 0 or k == steps:
+            t0 = time.time()
+            valid = evaluate()
+            eval_seconds += time.time() - t0
+            history["step"].append(k)
+            history["train_loss"].append(round(float(np.mean(window)), 5))
+            history["valid_nll"].append(round(valid, 5))
+            history["seconds"].append(round(train_seconds, 1))
+            window = []
+            values.append(("valid_bits", valid / math.log(2)))
+            if verbose != 1:
+                print(f"{name} step {k}: train loss "
+                      f"{history['train_loss'][-1]:.4f} nats, valid "
+                      f"{valid / math.log(2):.4f} bits/token, "
+                      f"{train_seconds / 60:.1f} min of training",
+                      flush=True)
+        progbar.update(k, values)
+    return history, train_seconds, eval_seconds

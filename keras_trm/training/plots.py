@@ -1,0 +1,125 @@
+"""Plots of training runs (matplotlib, Agg backend) and the curve
+summaries written beside them.
+
+The only module of the package that imports matplotlib, and only inside
+the functions that draw.
+"""
+
+import math
+import pathlib
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def binned(values, size):
+    """Means of consecutive windows of ``size`` values (the last may be
+    shorter): ``[{"step": last step of the window, "loss": mean}]``.
+
+    Example:
+
+    >>> binned([1.0, 3.0, 5.0], 2)
+    [{'step': 2, 'loss': 2.0}, {'step': 3, 'loss': 5.0}]
+    """
+    out = []
+    for start in range(0, len(values), size):
+        window = values[start:start + size]
+        out.append({"step": start + len(window),
+                    "loss": round(float(np.mean(window)), 5)})
+    return out
+
+
+def smooth(values, window):
+    """Trailing moving average (same length; early points average fewer).
+
+    Example:
+
+    >>> smooth([1.0, 3.0, 5.0], 2).tolist()
+    [1.0, 2.0, 4.0]
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if window <= 1 or values.size == 0:
+        return values
+    cumsum = np.cumsum(np.insert(values, 0, 0.0))
+    idx = np.arange(1, values.size + 1)
+    lo = np.maximum(idx - window, 0)
+    return (cumsum[idx] - cumsum[lo]) / (idx - lo)
+
+
+def plot_runs(path, runs, title, x_label, accuracy_key, accuracy_label,
+              smooth_window=50):
+    """Two-panel convergence plot: smoothed per-step training loss (left)
+    and per-epoch accuracy (right), one curve per run.
+
+    Args:
+        path: PNG file to write.
+        runs: list of dicts with ``label``, ``loss_x`` (x value of each
+            step, e.g. examples seen), ``loss`` (per-step training loss),
+            ``epochs`` (the ``StepLog.epochs`` list).
+        accuracy_key: key of the accuracy in each epoch entry.
+    """
+    plt = _pyplot()
+    import matplotlib.ticker
+
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=90)
+    for run in runs:
+        (line,) = ax_loss.plot(run["loss_x"], smooth(run["loss"], smooth_window),
+                               label=run["label"], linewidth=1.2, zorder=3)
+        ax_loss.plot(run["loss_x"], run["loss"], color=line.get_color(),
+                     alpha=0.12, linewidth=0.5, zorder=1)
+        epochs = [e["epoch"] for e in run["epochs"]]
+        acc = [100.0 * e[accuracy_key] for e in run["epochs"]]
+        ax_acc.plot(epochs, acc, marker="o", label=run["label"])
+    ax_loss.set_xlabel(x_label)
+    ax_loss.set_ylabel(f"training loss (faint: per step;\nbold: mean of "
+                       f"{smooth_window} steps)")
+    ax_loss.set_yscale("log")
+    ax_loss.grid(alpha=0.3)
+    ax_loss.legend()
+    ax_acc.set_xlabel("epoch")
+    ax_acc.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax_acc.set_ylabel(accuracy_label)
+    ax_acc.grid(alpha=0.3)
+    ax_acc.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_lm_curves(path, result):
+    """Training and validation bits per token of the language-model job's
+    two models against the step (``result``: the job's result dict with
+    ``transformer_xl`` / ``vanilla`` histories and ``config``); writes a
+    PNG to ``path`` and returns it."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    unit = math.log(2)
+    for key, label in (("transformer_xl", "Transformer-XL"),
+                       ("vanilla", "vanilla Transformer")):
+        h = result[key]["history"]
+        ax.plot(h["step"], np.array(h["train_loss"]) / unit, "--",
+                label=f"{label}, train (segment mean)")
+        ax.plot(h["step"], np.array(h["valid_nll"]) / unit, "o-",
+                label=f"{label}, valid")
+    ax.set_xlabel("training step (segments of "
+                  f"{result['config']['batch_size']}x{result['config']['seg_len']} tokens)")
+    ax.set_ylabel("bits per token")
+    ax.set_title(f"{result['config']['corpus']}: Transformer-XL vs vanilla")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
