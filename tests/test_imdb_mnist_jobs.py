@@ -17,18 +17,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_trm.data import load_imdb, load_mnist
-from keras_trm.export.saved_model import export_module
-from keras_trm.jobs import imdb, mnist
-from keras_trm.jobs._classification import (
-    BatchLoss,
-    StepLog,
-    add_config_flags,
+from keras_trm.cli_config import add_config_flags, config_from_args
+from keras_trm.data import (
     check_labels,
-    config_from_args,
-    restore_best_epoch,
+    load_imdb,
+    load_mnist,
+    truncate_head_tail,
     validation_split,
 )
+from keras_trm.data.batching import (
+    bucket_widths,
+    labelled_bucket_batches,
+    labelled_bucket_steps,
+)
+from keras_trm.export import DigitClassifier, ReviewClassifier, export_module
+from keras_trm.jobs import imdb, mnist
+from keras_trm.training import BatchLoss, StepLog, restore_best_epoch
 from keras_trm.models import lenet_cnn
 from keras_trm.text import RESERVED_TOKENS
 
@@ -98,10 +102,10 @@ def review_classifier(reviews, review_vocab):
     keras.utils.set_random_seed(0)
     config = _tiny_imdb_config()
     model = imdb.build_model("lstm_ln", config, len(review_vocab))
-    classifier = imdb.ReviewClassifier(model, review_vocab, MAX_LENGTH)
+    classifier = ReviewClassifier(model, review_vocab, MAX_LENGTH)
     ids = imdb.encode_all(classifier, reviews[0])
     imdb.compile_model(model, "lstm_ln", config, total_steps=10)
-    model.fit(imdb.make_dataset(ids, reviews[1], 16, MAX_LENGTH, shuffle=True,
+    model.fit(labelled_bucket_batches(ids, reviews[1], 16, MAX_LENGTH, shuffle=True,
                                 drop_remainder=True), epochs=1, steps_per_epoch=10,
               verbose=0)
     return classifier
@@ -112,7 +116,7 @@ def digit_run(digits):
     """A BatchNorm LeNet trained for one epoch of 512 real digits."""
     config = mnist.MnistConfig(epochs=1, jit_compile=False)
     model, result = mnist.train_one("batch", 64, config, *digits, verbose=0)
-    return mnist.DigitClassifier(model), result, config
+    return DigitClassifier(model), result, config
 
 
 # --- IMDB preprocessing and bad input -------------------------------------------
@@ -120,7 +124,7 @@ def digit_run(digits):
 
 def test_head_tail_truncation_keeps_first_quarter_and_the_end():
     ids = tf.ragged.constant([list(range(1, 41)), [5, 6, 7], []], tf.int32)
-    out = imdb.truncate_head_tail(ids, 12).to_list()
+    out = truncate_head_tail(ids, 12).to_list()
     assert out[0] == [1, 2, 3] + list(range(32, 41))   # 12 // 4 = 3 head ids
     assert out[1] == [5, 6, 7] and out[2] == []
 
@@ -141,7 +145,7 @@ def test_empty_and_overlong_reviews_give_defined_probabilities(
     assert review_classifier.encode(tf.constant(["", " "])).shape == (2, 1)
     # The encoder classifier pools nothing for an empty review: no NaN either.
     model = imdb.build_model("encoder", _tiny_imdb_config(), len(review_vocab))
-    enc = imdb.ReviewClassifier(model, review_vocab, MAX_LENGTH)
+    enc = ReviewClassifier(model, review_vocab, MAX_LENGTH)
     assert np.isfinite(enc.classify_texts(REVIEWS)).all()
 
 
@@ -156,14 +160,14 @@ def test_bucketed_batches_have_static_widths_and_counted_steps(
         reviews, review_classifier):
     ids = imdb.encode_all(review_classifier, reviews[0])
     lengths = ids.row_lengths().numpy()
-    ds = imdb.make_dataset(ids, reviews[1], 16, MAX_LENGTH,
+    ds = labelled_bucket_batches(ids, reviews[1], 16, MAX_LENGTH,
                            drop_remainder=True)
     batches = list(ds)
-    assert len(batches) == imdb.steps_per_epoch(lengths, 16, MAX_LENGTH)
-    assert all(x.shape[0] == 16 and x.shape[1] in imdb.bucket_widths(MAX_LENGTH)
+    assert len(batches) == labelled_bucket_steps(lengths, 16, MAX_LENGTH)
+    assert all(x.shape[0] == 16 and x.shape[1] in bucket_widths(MAX_LENGTH)
                for x, _ in batches)
-    assert imdb.bucket_widths(320) == (64, 128, 192, 256, 320)
-    assert imdb.bucket_widths(100) == (64, 100)
+    assert bucket_widths(320) == (64, 128, 192, 256, 320)
+    assert bucket_widths(100) == (64, 100)
 
 
 # --- MNIST bad input ------------------------------------------------------------
@@ -184,7 +188,7 @@ def test_mnist_bad_images_and_labels_name_the_argument(digits):
         ((images, labels.astype("int64") - 1), ValueError,
          r"train_labels\[\d+\]=-1"),
         ((images, labels.astype("float32")), TypeError,
-         "`train_labels` must hold integer class ids"),
+         "`train_labels` must be integer class ids"),
         ((images, labels[:10]), ValueError,
          "`train_labels` has 10 entries, expected 512"),
     ]

@@ -16,7 +16,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_trm.export import TransformerXLServing  # noqa: E402
 from keras_trm.jobs import language_model as job  # noqa: E402
+from keras_trm.training.language_model import train_batches  # noqa: E402
 from keras_trm.models.transformer_xl import (  # noqa: E402
     TransformerXLLM,
     vanilla_transformer_lm,
@@ -176,7 +178,7 @@ def test_bad_config_and_arguments(tmp_path):
     vanilla = vanilla_transformer_lm(65, num_layers=1, d_model=16,
                                      num_heads=2, d_ff=32, max_length=8)
     with pytest.raises(TypeError, match="TransformerXLLM"):
-        job.TransformerXLServing(vanilla)
+        TransformerXLServing(vanilla)
 
 
 def test_cosine_warmup_schedule():
@@ -192,7 +194,7 @@ def test_cosine_warmup_schedule():
 
 def test_training_batches_reset_memories_only_at_a_new_pass():
     streams = np.arange(2 * 20).reshape(2, 20)
-    batches = job._train_batches(streams, 6)
+    batches = train_batches(streams, 6)
     flags, firsts = [], []
     for _ in range(7):  # 3 full segments per pass (19 targets // 6)
         inputs, targets, new_pass = next(batches)

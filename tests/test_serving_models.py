@@ -18,9 +18,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from keras_trm.decoding import Translator
-from keras_trm.export import export_module
+from keras_trm.export import ReviewClassifier, TransformerXLServing, export_module
 from keras_trm.jobs import imdb
-from keras_trm.jobs.language_model import TransformerXLServing
 from keras_trm.models import transformer
 from keras_trm.models.transformer_xl import TransformerXLLM
 from keras_trm.serving import BatchingOptions, ModelManager, ModelServer, model_server_config
@@ -58,7 +57,7 @@ def exports(tmp_path_factory):
                   {"serving_default": translator.translate})
     config = imdb.ImdbConfig(max_length=24, encoder_max_length=32, d_model=16, num_heads=2,
                              d_ff=32, embedding_dim=16, units=8, jit_compile="off")
-    classifier = imdb.ReviewClassifier(
+    classifier = ReviewClassifier(
         imdb.build_model("encoder", config, len(vocab)), vocab, 24)
     export_module(classifier, root, "classifier",
                   {"serving_default": classifier.classify})

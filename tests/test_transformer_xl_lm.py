@@ -11,14 +11,15 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_trm.data import language_modeling as lm  # noqa: E402
-from keras_trm.models.transformer_xl import (  # noqa: E402
-    TransformerXLLM,
+from keras_trm.decoding import (  # noqa: E402
     evaluate_sliding_window,
     evaluate_with_memory,
-    lm_loss,
-    make_train_step,
+)
+from keras_trm.models.transformer_xl import (  # noqa: E402
+    TransformerXLLM,
     vanilla_transformer_lm,
 )
+from keras_trm.training import lm_loss, make_train_step  # noqa: E402
 
 VOCAB, D_MODEL, LAYERS, HEADS, D_FF = 37, 16, 2, 2, 32
 

@@ -226,7 +226,7 @@ def labelled_bucket_steps(lengths, batch_size, max_length,
     Example:
 
     >>> labelled_bucket_steps([2, 1, 3, 70], 2, 128, drop_remainder=False)
-    2
+    3
     """
     counts = np.bincount(bucket_index(lengths, bucket_widths(max_length)))
     if drop_remainder:

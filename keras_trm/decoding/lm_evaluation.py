@@ -175,13 +175,15 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
         ValueError: ``context_len`` above the model's ``max_length``, bad
             ``streams``/``max_tokens``.
 
-    Example:
+    Example (on streams no longer than the window, the sliding window and
+    disjoint segments see the same context):
 
     >>> import numpy as np
     >>> from keras_trm.models import vanilla_transformer_lm
-    >>> model = vanilla_transformer_lm(7, num_layers=1, d_model=8,
-    ...                                num_heads=2, d_ff=16, max_length=4)
-    >>> 0.0 < evaluate_sliding_window(model, np.ones((2, 7), "int32"), 4)
+    >>> lm = vanilla_transformer_lm(7, 1, 8, 2, 16, max_length=4)
+    >>> streams = np.arange(10, dtype="int32").reshape(2, 5) % 7
+    >>> sliding = evaluate_sliding_window(lm, streams, context_len=4)
+    >>> abs(sliding - evaluate_disjoint_segments(lm, streams, 4)) < 1e-5
     True
     """
     import tensorflow as tf

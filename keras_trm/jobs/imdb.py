@@ -34,7 +34,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import sys
 import time
 
 import keras
@@ -44,7 +43,6 @@ import tensorflow as tf
 from keras_trm.data import (
     check_labels,
     load_imdb,
-    resolve_data_dir,
     truncate_head_tail,
     validation_split,
 )
@@ -53,12 +51,15 @@ from keras_trm.data.batching import (
     labelled_bucket_steps,
 )
 from keras_trm.export import ReviewClassifier, export_module
+from keras_trm.jobs._setup import start_job
 from keras_trm.layers import _validation as v
 from keras_trm.models import encoder_classifier, lstm_classifier
 from keras_trm.text import learn_vocabulary, load_vocabulary
 from keras_trm.training import (
     BatchLoss,
     StepLog,
+    describe_fit,
+    fit_summary,
     restore_best_epoch,
     warmup_cosine_decay,
 )
@@ -236,29 +237,17 @@ def train_and_evaluate(kind, config, train, validation, test,
         "parameters": int(model.count_params()),
         "epochs": epochs,
         "max_length": max_length,
-        "steps": len(log.steps),
         "batch_size": config.batch_size,
         "train_examples": examples,
         "train_minutes": round(train_seconds / 60, 2),
         "train_examples_per_second": round(examples / train_seconds, 1),
-        "best_epoch": int(best.best_epoch) + 1,
-        "validation_accuracy": round(float(best.best), 5),
         "validation_examples": int(len(validation[1])),
-        "test_accuracy": round(float(scores["accuracy"]), 5),
-        "test_loss": round(float(scores["loss"]), 5),
         "test_examples": int(len(test[1])),
         "test_eval_minutes": round(eval_seconds / 60, 2),
-        "epoch_log": [
-            {k: x for k, x in e.items() if k != "val_batch_loss"}
-            for e in log.epochs
-        ],
-        "step_loss": log.steps,
+        **fit_summary(log, best, scores),
     }
-    print(f"{kind}: best validation accuracy "
-          f"{100 * result['validation_accuracy']:.2f}% at epoch "
-          f"{result['best_epoch']}/{epochs}; test accuracy "
-          f"{100 * result['test_accuracy']:.2f}% on "
-          f"{result['test_examples']:,} reviews "
+    print(describe_fit(kind, result, epochs)
+          + f" on {result['test_examples']:,} reviews "
           f"({result['train_minutes']:.1f} min of training)", flush=True)
     return model, result
 
@@ -417,12 +406,8 @@ def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
     config = config or ImdbConfig()
     for kind in config.models:
         v.one_of("models", kind, set(MODEL_KINDS))
-    verbose = (1 if sys.stdout.isatty() else 2) if verbose is None else verbose
-    job_start = time.time()
-    workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    data_dir = resolve_data_dir(data_dir)
-    print(f"data: {data_dir}", flush=True)
+    job_start, workdir, data_dir, verbose = start_job(workdir, data_dir,
+                                                      verbose)
     train_texts, train_labels = load_imdb("train", data_dir)
     test_texts, test_labels = load_imdb("test", data_dir)
     train_labels = check_labels(train_labels, 2, "train_labels")

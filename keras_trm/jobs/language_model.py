@@ -42,13 +42,13 @@ import keras
 import tensorflow as tf
 
 from keras_trm.data import language_modeling as lm
-from keras_trm.data import resolve_data_dir
 from keras_trm.decoding import (
     evaluate_disjoint_segments,
     evaluate_sliding_window,
     evaluate_with_memory,
 )
 from keras_trm.export import export_language_model
+from keras_trm.jobs._setup import start_job
 from keras_trm.layers import _validation as v
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
 from keras_trm.training import (
@@ -231,13 +231,10 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
     writes the result files. Returns the result dict (also written to
     ``<results_dir>/result.json``)."""
     config = (config or LanguageModelConfig()).validate()
-    verbose = (1 if sys.stdout.isatty() else 2) if verbose is None else verbose
-    job_start = time.time()
-    workdir, results_dir = pathlib.Path(workdir), pathlib.Path(results_dir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    job_start, workdir, data_dir, verbose = start_job(
+        workdir, data_dir, verbose, note=f"; corpus: {config.corpus}")
+    results_dir = pathlib.Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    data_dir = resolve_data_dir(data_dir)
-    print(f"data: {data_dir}; corpus: {config.corpus}", flush=True)
 
     train_ids, vocab = lm.load_lm_corpus(config.corpus, "train",
                                          data_dir=data_dir)

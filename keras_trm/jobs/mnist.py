@@ -31,7 +31,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import sys
 import time
 
 import keras
@@ -41,13 +40,19 @@ from keras_trm.data import (
     check_images,
     check_labels,
     load_mnist,
-    resolve_data_dir,
     validation_split,
 )
 from keras_trm.export import DigitClassifier, export_module
+from keras_trm.jobs._setup import start_job
 from keras_trm.layers import _validation as v
 from keras_trm.models import lenet_cnn
-from keras_trm.training import BatchLoss, StepLog, restore_best_epoch
+from keras_trm.training import (
+    BatchLoss,
+    StepLog,
+    describe_fit,
+    fit_summary,
+    restore_best_epoch,
+)
 from keras_trm.training.plots import binned, plot_runs
 from keras_trm.utils import atomic_write, write_json
 
@@ -128,28 +133,16 @@ def train_one(norm, batch_size, config, train, validation, test, verbose=2):
         "label": NORM_LABELS[norm],
         "batch_size": batch_size,
         "epochs": config.epochs,
-        "steps": len(log.steps),
         "examples_seen": config.epochs * len(train_labels),
         "parameters": int(model.count_params()),
         "train_minutes": round(seconds / 60, 2),
         "train_examples": int(len(train_labels)),
         "validation_examples": int(len(val_labels)),
-        "best_epoch": int(best.best_epoch) + 1,
-        "validation_accuracy": round(float(best.best), 5),
-        "test_accuracy": round(float(scores["accuracy"]), 5),
-        "test_loss": round(float(scores["loss"]), 5),
         "test_examples": int(len(test_labels)),
-        "epoch_log": [
-            {k: x for k, x in e.items() if k != "val_batch_loss"}
-            for e in log.epochs
-        ],
-        "step_loss": log.steps,
+        **fit_summary(log, best, scores),
     }
-    print(f"{result['run']}: best validation accuracy "
-          f"{100 * result['validation_accuracy']:.2f}% at epoch "
-          f"{result['best_epoch']}/{config.epochs}; test accuracy "
-          f"{100 * result['test_accuracy']:.2f}% "
-          f"({result['train_minutes']:.1f} min)", flush=True)
+    print(describe_fit(result["run"], result, config.epochs)
+          + f" ({result['train_minutes']:.1f} min)", flush=True)
     return model, result
 
 
@@ -320,12 +313,8 @@ def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
     for b in config.batch_sizes:
         v.positive_int("batch_sizes", b)
     v.positive_int("epochs", config.epochs)
-    verbose = (1 if sys.stdout.isatty() else 2) if verbose is None else verbose
-    job_start = time.time()
-    workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    data_dir = resolve_data_dir(data_dir)
-    print(f"data: {data_dir}", flush=True)
+    job_start, workdir, data_dir, verbose = start_job(workdir, data_dir,
+                                                      verbose)
     images, labels = load_mnist("train", data_dir)
     train_index, val_index = validation_split(
         len(labels), config.validation_fraction, config.seed)

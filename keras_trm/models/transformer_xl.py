@@ -57,6 +57,14 @@ def _check_token_ids(token_ids, max_segment_len, model_name):
         )
 
 
+# The model's arguments that every TransformerXLBlock receives unchanged.
+_BLOCK_ARGUMENTS = (
+    "num_heads", "d_ff", "mem_len", "key_dim", "dropout_rate",
+    "attention_dropout_rate", "same_length", "clamp_len", "untie_biases",
+    "norm_first", "layer_norm_epsilon",
+)
+
+
 @keras.saving.register_keras_serializable(package="keras_trm")
 class TransformerXLLM(keras.Model):
     """Transformer-XL language model with segment-level recurrence.
@@ -135,13 +143,13 @@ class TransformerXLLM(keras.Model):
         key_dim=None,
         dropout_rate=0.1,
         attention_dropout_rate=0.0,
-        same_length=False,
-        clamp_len=None,
         untie_biases=True,
         norm_first=False,
         layer_norm_epsilon=1e-5,
         use_output_bias=True,
         embeddings_initializer=None,
+        same_length=False,
+        clamp_len=None,
         **kwargs,
     ):
         kwargs.setdefault("name", "transformer_xl_lm")
@@ -207,19 +215,8 @@ class TransformerXLLM(keras.Model):
         self.blocks = []
         for i in range(self.num_layers):
             block = TransformerXLBlock(
-                num_heads=self.num_heads,
-                d_ff=self.d_ff,
-                mem_len=self.mem_len,
-                key_dim=self.key_dim,
-                dropout_rate=self.dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
-                same_length=self.same_length,
-                clamp_len=self.clamp_len,
-                untie_biases=self.untie_biases,
-                norm_first=self.norm_first,
-                layer_norm_epsilon=self.layer_norm_epsilon,
-                dtype=self.dtype_policy,
-                name=f"layer_{i}",
+                **{name: getattr(self, name) for name in _BLOCK_ARGUMENTS},
+                dtype=self.dtype_policy, name=f"layer_{i}",
             )
             block.build((None, None, d))
             self.blocks.append(block)
@@ -350,27 +347,11 @@ class TransformerXLLM(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            vocabulary_size=self.vocabulary_size,
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            mem_len=self.mem_len,
-            max_segment_len=self.max_segment_len,
-            key_dim=self.key_dim,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            same_length=self.same_length,
-            clamp_len=self.clamp_len,
-            untie_biases=self.untie_biases,
-            norm_first=self.norm_first,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            use_output_bias=self.use_output_bias,
-            embeddings_initializer=keras.initializers.serialize(
-                self.embeddings_initializer
-            ),
-        )
+        config.update({name: getattr(self, name) for name in (
+            "vocabulary_size", "num_layers", "d_model", "max_segment_len",
+            "use_output_bias", *_BLOCK_ARGUMENTS)})
+        config["embeddings_initializer"] = keras.initializers.serialize(
+            self.embeddings_initializer)
         return config
 
     @classmethod

@@ -16,7 +16,13 @@ from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 # Per-step logs, language-model steps (keras_trm.jobs use them).
-from keras_trm.training.history import BatchLoss, StepLog, restore_best_epoch
+from keras_trm.training.history import (
+    BatchLoss,
+    StepLog,
+    describe_fit,
+    fit_summary,
+    restore_best_epoch,
+)
 from keras_trm.training.language_model import (
     lm_loss,
     make_train_step,
@@ -39,6 +45,8 @@ __all__ = [
     # Per-step logs, language-model steps.
     "BatchLoss",
     "StepLog",
+    "describe_fit",
+    "fit_summary",
     "lm_loss",
     "make_train_step",
     "restore_best_epoch",

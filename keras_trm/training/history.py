@@ -23,8 +23,9 @@ class BatchLoss(keras.metrics.Metric):
 
     Example:
 
+    >>> import numpy as np
     >>> metric = BatchLoss()
-    >>> metric.update_state([0, 1], [[0.5, 0.5], [0.5, 0.5]])
+    >>> metric.update_state(np.array([0, 1]), np.full((2, 2), 0.5))
     >>> round(float(metric.result()), 4)
     0.6931
     """
@@ -107,3 +108,54 @@ def restore_best_epoch(monitor="val_accuracy", mode="max"):
     return keras.callbacks.EarlyStopping(
         monitor=monitor, mode=mode, patience=1 << 30,
         restore_best_weights=True, verbose=0)
+
+
+def fit_summary(log, best, scores):
+    """The figures of one ``fit`` + test ``evaluate`` as a JSON-ready dict.
+
+    Args:
+        log: the ``StepLog`` of the run.
+        best: the ``restore_best_epoch()`` callback of the run.
+        scores: ``model.evaluate(..., return_dict=True)`` on the test set
+            (with ``accuracy`` and ``loss``).
+
+    Returns:
+        dict with ``steps``, ``best_epoch`` (1-based), ``validation_accuracy``,
+        ``test_accuracy``, ``test_loss``, ``epoch_log`` (per-epoch logs
+        without the ``val_batch_loss`` of ``BatchLoss``) and ``step_loss``.
+
+    Example:
+
+    >>> class Best:
+    ...     best_epoch, best = 0, 0.9
+    >>> log = StepLog()
+    >>> log.steps = [0.7, 0.5]
+    >>> fit_summary(log, Best(), {"accuracy": 0.88, "loss": 0.3})["best_epoch"]
+    1
+    """
+    return {
+        "steps": len(log.steps),
+        "best_epoch": int(best.best_epoch) + 1,
+        "validation_accuracy": round(float(best.best), 5),
+        "test_accuracy": round(float(scores["accuracy"]), 5),
+        "test_loss": round(float(scores["loss"]), 5),
+        "epoch_log": [{k: x for k, x in e.items() if k != "val_batch_loss"}
+                      for e in log.epochs],
+        "step_loss": log.steps,
+    }
+
+
+def describe_fit(name, result, epochs):
+    """One line for the console: best validation accuracy and its epoch,
+    test accuracy (``result`` from ``fit_summary``).
+
+    Example:
+
+    >>> describe_fit("lstm", {"validation_accuracy": 0.9, "best_epoch": 2,
+    ...                       "test_accuracy": 0.88}, 3)
+    'lstm: best validation accuracy 90.00% at epoch 2/3; test accuracy 88.00%'
+    """
+    return (f"{name}: best validation accuracy "
+            f"{100 * result['validation_accuracy']:.2f}% at epoch "
+            f"{result['best_epoch']}/{epochs}; test accuracy "
+            f"{100 * result['test_accuracy']:.2f}%")

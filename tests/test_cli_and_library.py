@@ -1,0 +1,279 @@
+"""The keras-trm subcommands and their config flags, the atomic writers,
+the one integer-id check, and the layering rule (models and layers import
+no data loader, job or server)."""
+
+import argparse
+import ast
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow first)
+from keras_trm import cli
+from keras_trm.cli_config import add_config_flags, config_from_args, parse_bool
+from keras_trm.layers import _validation as v
+from keras_trm.utils import atomic_directory, atomic_write, write_json
+
+PACKAGE = pathlib.Path(keras_trm.__file__).resolve().parent
+REPO = PACKAGE.parent
+
+
+# --- the layering rule ------------------------------------------------------------
+
+
+def _imported_modules(path):
+    """Absolute module names a file imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names.append(base)
+            names += [f"{base}.{alias.name}" for alias in node.names]
+    return names
+
+
+def test_models_and_layers_import_no_data_jobs_or_serving():
+    forbidden = ("keras_trm.data", "keras_trm.jobs", "keras_trm.serving")
+    checked, offences = 0, []
+    for folder in ("models", "layers"):
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            checked += 1
+            for name in _imported_modules(path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    offences.append(f"{path.relative_to(REPO)} imports {name}")
+    assert checked >= 10
+    assert offences == []
+
+
+def test_import_scan_sees_every_import_form(tmp_path):
+    # The scan itself must catch each way of importing a data loader.
+    folder = REPO / "keras_trm" / "models"
+    probe = folder / "_probe_for_test.py"
+    try:
+        probe.write_text("import keras_trm.data.imdb\n"
+                         "from keras_trm import jobs\n"
+                         "from ..serving import ModelServer\n"
+                         "def f():\n    from keras_trm.data import batching\n")
+        names = _imported_modules(probe)
+    finally:
+        probe.unlink()
+    assert "keras_trm.data.imdb" in names
+    assert "keras_trm.jobs" in names
+    assert "keras_trm.serving" in names
+    assert "keras_trm.data" in names
+
+
+def test_matplotlib_only_in_the_plot_module():
+    users = sorted(
+        str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+        if any(n.split(".")[0] == "matplotlib" for n in _imported_modules(p)))
+    assert users == ["keras_trm/training/plots.py"]
+
+
+# --- one boolean rule, lists, every field a flag -----------------------------------
+
+
+@dataclasses.dataclass
+class _Config:
+    epochs: int = 2
+    rate: float = 0.5
+    name: str = "x"
+    sizes: tuple = (8, 16)
+    jit: bool = True
+    other: bool = False
+
+
+def test_config_flags_types_and_booleans():
+    parser = add_config_flags(argparse.ArgumentParser(), _Config)
+    assert config_from_args(_Config, parser.parse_args([])) == _Config()
+    args = parser.parse_args(["--epochs", "3", "--rate", "0.25", "--name", "y",
+                              "--sizes", "4, 5,", "--jit", "false", "--other"])
+    assert config_from_args(_Config, args) == _Config(3, 0.25, "y", (4, 5),
+                                                      False, True)
+    for text, value in (("TRUE", True), ("1", True), ("yes", True),
+                        ("off", False), ("No", False), ("0", False)):
+        args = parser.parse_args(["--jit", text])
+        assert args.jit is value
+    for bad in (["--jit", "maybe"], ["--epochs", "2.5"], ["--sizes", "a,b"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="'maybe'"):
+        parse_bool("maybe")
+    with pytest.raises(TypeError, match="dataclass"):
+        add_config_flags(argparse.ArgumentParser(), dict)
+
+
+def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
+    from keras_trm.jobs import imdb, language_model, mnist
+
+    seen = {}
+    monkeypatch.setattr(mnist, "run", lambda config, **kw: seen.update(
+        mnist=(config, kw)))
+    monkeypatch.setattr(imdb, "run", lambda config, **kw: seen.update(
+        imdb=(config, kw)))
+
+    def fake_lm_run(config, *args, **kwargs):
+        seen["lm"] = (config, args)
+        raise RuntimeError("stop")  # the summary needs a real result
+
+    monkeypatch.setattr(language_model, "run", fake_lm_run)
+    assert cli.main(["train-mnist", "--jit-compile", "false", "--epochs", "1",
+                     "--norms", "layer", "--workdir", str(tmp_path)]) == 0
+    config, kw = seen["mnist"]
+    assert config == mnist.MnistConfig(jit_compile=False, epochs=1,
+                                       norms=("layer",))
+    assert kw["workdir"] == str(tmp_path)
+    assert kw["results_dir"] == "docs/results/mnist"
+    assert cli.main(["train-imdb", "--models", "lstm", "--limit", "10"]) == 0
+    assert seen["imdb"][0] == imdb.ImdbConfig(models=("lstm",), limit=10)
+    with pytest.raises(RuntimeError, match="stop"):
+        cli.main(["train-lm", "--match-parameters", "false", "--steps", "7",
+                  "--corpus", "ptb"])
+    config, args = seen["lm"]
+    assert config == language_model.LanguageModelConfig(
+        match_parameters=False, steps=7, corpus="ptb")
+    assert args[1:] == ("runs/language_model", "export",
+                        "docs/results/language_model")
+
+
+def test_train_translation_flags_follow_the_config(capsys):
+    from keras_trm.jobs.translation import TranslationConfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train-translation", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for field in dataclasses.fields(TranslationConfig):
+        assert "--" + field.name.replace("_", "-") in text, field.name
+
+
+def test_serve_batching_flag_uses_the_boolean_rule():
+    parser = cli.serve_parser()
+    assert parser.parse_args([]).enable_batching is False
+    assert parser.parse_args(["--enable_batching"]).enable_batching is True
+    assert parser.parse_args(["--enable_batching=false"]).enable_batching is False
+    assert parser.parse_args(["--enable-batching", "true"]).enable_batching is True
+
+
+@pytest.mark.parametrize("command", ["train-translation", "train-imdb",
+                                     "train-mnist", "train-lm", "translate",
+                                     "serve"])
+def test_every_subcommand_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert f"keras-trm {command}" in capsys.readouterr().out
+
+
+def test_entry_point_and_recipe_scripts_run_help():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for argv in ([sys.executable, "-m", "keras_trm.cli", "train-mnist", "--help"],
+                 [sys.executable, str(REPO / "recipes" / "language_model.py"),
+                  "--help"]):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env,
+                              timeout=300, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "--data-dir" in proc.stdout and "--workdir" in proc.stdout
+    assert cli.main(["no-such-command"]) == 2
+
+
+# --- atomic writes ----------------------------------------------------------------
+
+
+def test_atomic_write_round_trips_and_replaces(tmp_path):
+    path = tmp_path / "a" / "b.txt"
+    assert atomic_write(path, "héllo\n") == path
+    assert path.read_text(encoding="utf-8") == "héllo\n"
+    atomic_write(path, b"\x00\x01")
+    assert path.read_bytes() == b"\x00\x01"
+    write_json(tmp_path / "r.json", {"bleu": 1.5, "name": "ü"})
+    assert (tmp_path / "r.json").read_text(encoding="utf-8") == (
+        '{\n "bleu": 1.5,\n "name": "ü"\n}\n')
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b.txt", "r.json"]
+    with pytest.raises(TypeError, match="`data` must be str or bytes, got dict"):
+        atomic_write(tmp_path / "c.txt", {"a": 1})
+    assert not (tmp_path / "c.txt").exists()
+
+
+def test_atomic_write_leaves_no_partial_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "result.json"
+    atomic_write(path, "old")
+
+    def fail(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, "new " * 1000)
+    assert path.read_text() == "old"                 # the old file survives
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temp
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "fresh.txt", "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_atomic_directory_all_or_nothing(tmp_path):
+    target = tmp_path / "model" / "1"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target) as tmp:
+            (tmp / "saved_model.pb").write_bytes(b"half")
+            raise RuntimeError("export failed")
+    assert not target.exists()
+    assert list((tmp_path / "model").iterdir()) == []
+    with atomic_directory(target) as tmp:
+        (tmp / "saved_model.pb").write_bytes(b"whole")
+    assert (target / "saved_model.pb").read_bytes() == b"whole"
+    with pytest.raises(FileExistsError, match="already exists"):
+        with atomic_directory(target):
+            pass
+    with atomic_directory(target, exist_ok=True) as tmp:
+        (tmp / "other").write_text("x")
+    assert sorted(p.name for p in target.iterdir()) == ["other"]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["1"]
+
+
+def test_writers_go_through_the_helper(tmp_path, monkeypatch):
+    # A failing rename leaves neither a vocabulary nor a checkpoint behind.
+    import keras
+
+    from keras_trm.text import save_vocabulary
+    from keras_trm.training import save_weights_atomic
+
+    def fail(src, dst):
+        raise OSError("rename failed")
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="rename failed"):
+        save_vocabulary(["[PAD]", "a"], tmp_path / "vocab.txt")
+    with pytest.raises(OSError, match="rename failed"):
+        save_weights_atomic(model, tmp_path / "w.weights.h5")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the one integer-id check ------------------------------------------------------
+
+
+def test_integer_ids_check_names_argument_dtype_and_shape():
+    import tensorflow as tf
+
+    assert v.integer_ids("ids", np.zeros((2, 3), np.uint8)) == "uint8"
+    assert v.integer_ids("ids", tf.zeros((2,), tf.int64)) == "int64"
+    with pytest.raises(TypeError, match=r"`token_ids` must be integer token "
+                       r"ids, got dtype float32 \(shape \(2, 5\)\)"):
+        v.integer_ids("token_ids", tf.zeros((2, 5)))
+    with pytest.raises(TypeError, match="`labels` must be integer class ids, "
+                       "got dtype bool"):
+        v.integer_ids("labels", np.zeros(3, bool), what="integer class ids")
