@@ -56,6 +56,7 @@ from keras_trm.models.transformer_xl import (  # noqa: E402
     TransformerXLLM,
     vanilla_transformer_lm,
 )
+from keras_trm.utils import write_json  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 SIZE = dict(num_layers=4, d_model=128, num_heads=4)
@@ -202,11 +203,7 @@ def main(argv=None):
         "speedup_curve": {str(r["attention_length"]): r["speedup"] for r in rows},
         "results": rows,
     }
-    out = pathlib.Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, out)
+    write_json(args.output, result)
     print(json.dumps(result["speedup_curve"]))
     return result
 

@@ -261,6 +261,13 @@ def test_writers_go_through_the_helper(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="rename failed"):
         save_weights_atomic(model, tmp_path / "w.weights.h5")
     assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    path = save_weights_atomic(model, tmp_path / "w.weights.h5")
+    other = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    other.load_weights(path)
+    np.testing.assert_array_equal(other.get_weights()[0],
+                                  model.get_weights()[0])
+    assert [p.name for p in tmp_path.iterdir()] == ["w.weights.h5"]
 
 
 # --- the one integer-id check ------------------------------------------------------

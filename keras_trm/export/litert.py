@@ -12,11 +12,11 @@ teacher-forced forward pass). Raw-string signatures with in-graph
 tokenization belong in the SavedModel exports.
 """
 
-import os
 import pathlib
-import tempfile
 
 import numpy as np
+
+from keras_trm.utils.files import atomic_file
 
 
 def export_litert(model, path, input_signature=None, **converter_kwargs):
@@ -47,16 +47,10 @@ def export_litert(model, path, input_signature=None, **converter_kwargs):
     if path.exists():
         raise FileExistsError(f"`path` {str(path)!r} already exists")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tflite")
-    os.close(fd)
-    os.remove(tmp)  # the exporter refuses to overwrite in some versions
-    try:
-        model.export(tmp, format="litert", verbose=False,
+    with atomic_file(path, suffix=".tflite") as tmp:
+        tmp.unlink()  # the exporter refuses to overwrite in some versions
+        model.export(str(tmp), format="litert", verbose=False,
                      input_signature=input_signature, **converter_kwargs)
-        os.rename(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 

@@ -135,17 +135,9 @@ def lstm_classifier(
 
 
 def encoder_classifier(
-    vocabulary_size,
-    num_layers=2,
-    d_model=128,
-    num_heads=4,
-    d_ff=256,
-    max_length=512,
-    dropout_rate=0.1,
-    pooling="mean",
-    num_classes=2,
-    position="learned",
-    name="encoder_classifier",
+    vocabulary_size, num_layers=2, d_model=128, num_heads=4, d_ff=256,
+    max_length=512, dropout_rate=0.1, pooling="mean", num_classes=2,
+    position="learned", name="encoder_classifier",
 ):
     """Builds a BERT-style Transformer-encoder sequence classifier.
 

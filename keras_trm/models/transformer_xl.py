@@ -132,24 +132,11 @@ class TransformerXLLM(keras.Model):
     """
 
     def __init__(
-        self,
-        vocabulary_size,
-        num_layers=4,
-        d_model=256,
-        num_heads=4,
-        d_ff=1024,
-        mem_len=64,
-        max_segment_len=512,
-        key_dim=None,
-        dropout_rate=0.1,
-        attention_dropout_rate=0.0,
-        untie_biases=True,
-        norm_first=False,
-        layer_norm_epsilon=1e-5,
-        use_output_bias=True,
-        embeddings_initializer=None,
-        same_length=False,
-        clamp_len=None,
+        self, vocabulary_size, num_layers=4, d_model=256, num_heads=4,
+        d_ff=1024, mem_len=64, max_segment_len=512, key_dim=None,
+        dropout_rate=0.1, attention_dropout_rate=0.0, untie_biases=True,
+        norm_first=False, layer_norm_epsilon=1e-5, use_output_bias=True,
+        embeddings_initializer=None, same_length=False, clamp_len=None,
         **kwargs,
     ):
         kwargs.setdefault("name", "transformer_xl_lm")
@@ -361,17 +348,9 @@ class TransformerXLLM(keras.Model):
 
 # -- vanilla baseline ----------------------------------------------------------
 def vanilla_transformer_lm(
-    vocabulary_size,
-    num_layers=4,
-    d_model=256,
-    num_heads=4,
-    d_ff=1024,
-    max_length=512,
-    dropout_rate=0.1,
-    attention_dropout_rate=0.0,
-    position="sinusoidal",
-    norm_first=False,
-    layer_norm_epsilon=1e-5,
+    vocabulary_size, num_layers=4, d_model=256, num_heads=4, d_ff=1024,
+    max_length=512, dropout_rate=0.1, attention_dropout_rate=0.0,
+    position="sinusoidal", norm_first=False, layer_norm_epsilon=1e-5,
     name="vanilla_transformer_lm",
 ):
     """The fixed-context baseline: absolute positions, causal attention.

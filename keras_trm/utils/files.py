@@ -20,7 +20,7 @@ def _temp_name(path, suffix=""):
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                               suffix=suffix + ".tmp")
+                               suffix=".tmp" + suffix)
     os.close(fd)
     return pathlib.Path(tmp)
 
