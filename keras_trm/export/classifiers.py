@@ -32,6 +32,19 @@ class ReviewClassifier(tf.Module):
     <= max_length`` (an all-padding row for an empty review).
     ``classify(strings)``: str ``(batch,)`` -> ``{"probabilities": float32
     (batch, num_classes)}``; the exported ``serving_default``.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from keras_trm.models import lstm_classifier
+    >>> from keras_trm.text import RESERVED_TOKENS
+    >>> vocab = list(RESERVED_TOKENS) + ["good", "bad", "film", "a"]
+    >>> model = lstm_classifier(len(vocab), embedding_dim=8, units=4)
+    >>> classifier = ReviewClassifier(model, vocab, max_length=16)
+    >>> classifier.encode(tf.constant(["A good film", ""])).numpy().tolist()
+    [[7, 4, 6], [0, 0, 0]]
+    >>> classifier.classify_texts(["A bad film"]).shape
+    (1, 2)
     """
 
     def __init__(self, model, vocabulary, max_length, name=None):
@@ -83,6 +96,14 @@ class DigitClassifier(tf.Module):
     ``classify(images)``: uint8 ``(batch, 28, 28)`` -> ``{"probabilities":
     float32 (batch, 10)}``. Other shapes or dtypes are refused by the
     signature (TensorFlow names the ``images`` argument).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import lenet_cnn
+    >>> classifier = DigitClassifier(lenet_cnn("layer"))
+    >>> classifier.predict(np.zeros((2, 28, 28), np.uint8)).shape
+    (2, 10)
     """
 
     def __init__(self, model, name=None):

@@ -38,6 +38,17 @@ class TransformerXLServing(tf.Module):
     segment longer than ``max_segment_len`` or empty, ``token_ids`` not of
     rank 2, ``memories`` not of rank 4, or with another ``num_layers``,
     ``d_model`` or batch size than ``token_ids``.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from keras_trm.models import TransformerXLLM
+    >>> serving = TransformerXLServing(TransformerXLLM(
+    ...     11, num_layers=1, d_model=8, num_heads=2, d_ff=16, mem_len=4,
+    ...     max_segment_len=4))
+    >>> out = serving.serve(tf.ones((2, 3), tf.int32), tf.zeros((1, 2, 0, 8)))
+    >>> tuple(out["log_probs"].shape), tuple(out["new_memories"].shape)
+    ((2, 3, 11), (1, 2, 3, 8))
     """
 
     def __init__(self, model):
@@ -103,6 +114,10 @@ def export_language_model(model, vocabulary, export_dir, model_name,
 
     Returns:
         ``pathlib.Path`` of ``<export_dir>/<model_name>/<version>``.
+
+    Raises:
+        TypeError: ``model`` is not a ``TransformerXLLM``.
+        FileExistsError: the version folder exists.
     """
     serving = TransformerXLServing(model)
     config = {
