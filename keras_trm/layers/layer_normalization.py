@@ -8,6 +8,15 @@ statistics over the hidden units of one example,
 
 so keras_trm re-exports it (``tests/test_layers.py`` checks it against the
 formula) instead of writing it again.
+
+Example:
+
+>>> import numpy as np
+>>> from keras_trm.layers import LayerNormalization
+>>> a = np.array([[1.0, 2.0, 3.0, 4.0]], "float32")
+>>> ln = LayerNormalization(epsilon=0.0)   # gamma = 1, beta = 0 at start
+>>> bool(np.allclose(ln(a), (a - a.mean()) / a.std(), atol=1e-6))
+True
 """
 
 import keras
