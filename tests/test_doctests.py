@@ -60,7 +60,7 @@ ALLOW_MISSING = {
     "evaluate_disjoint_segments",
     # keras_trm.export (wrappers moved from keras_trm.jobs, LiteRT, CTranslate2)
     "DigitClassifier", "ReviewClassifier", "TransformerXLServing",
-    "export_language_model", "export_litert", "litest_predict",
+    "export_language_model", "export_litert",
     "litert_predict", "CTranslate2Translator", "export_ctranslate2",
 }
 

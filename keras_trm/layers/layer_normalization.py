@@ -6,8 +6,8 @@ statistics over the hidden units of one example,
     mu = (1/H) sum_i a_i,   sigma = sqrt((1/H) sum_i (a_i - mu)^2 + epsilon),
     LN(a) = gamma * (a - mu) / sigma + beta,
 
-so keras_trm re-exports it (``tests/test_layers.py`` checks it against the
-formula) instead of writing it again.
+so keras_trm re-exports it (``tests/test_embedding_and_norm.py`` checks it
+against the formula) instead of writing it again.
 
 Example:
 
