@@ -36,13 +36,8 @@ def test_committed_outputs_are_stripped(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, monkeypatch):
-    from keras_trm.data import resolve_data_dir
-
-    try:
-        resolve_data_dir()
-    except (FileNotFoundError, ValueError) as e:  # pragma: no cover
-        pytest.skip(f"no data directory: {e}")
+def test_notebook_runs(path, data_dir, monkeypatch):
+    monkeypatch.setenv("KERAS_TRM_DATA_DIR", str(data_dir))
     monkeypatch.setenv("KERAS_TRM_NOTEBOOK_BUDGET", "ci")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
