@@ -26,7 +26,9 @@ setup(
         "numpy",
     ],
     extras_require={
-        "dev": ["pytest>=8", "requests>=2.31", "psutil>=5.9"],
+        "dev": ["pytest>=8", "requests>=2.31", "psutil>=5.9",
+                # notebooks/ executed by tests/test_notebooks.py
+                "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],
     },
     entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
 )

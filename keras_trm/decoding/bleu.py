@@ -18,6 +18,17 @@ def corpus_bleu(hypotheses, references, tokenize="13a", lowercase=False):
 
     Raises:
         ValueError: lengths differ.
+
+    Example:
+
+    >>> score, signature, line = corpus_bleu(["Ein Hund läuft ."],
+    ...                                      ["Ein Hund läuft ."])
+    >>> round(score, 1), signature.split("|")[:2]
+    (100.0, ['nrefs:1', 'case:mixed'])
+    >>> corpus_bleu(["a", "b"], ["a"])
+    Traceback (most recent call last):
+    ...
+    ValueError: `hypotheses` has 2 sentences but `references` has 1
     """
     if len(hypotheses) != len(references):
         raise ValueError(

@@ -35,7 +35,15 @@ NEG_INF = -1e9
 
 
 def length_penalty(length, alpha):
-    """Wu et al. (2016) Eq. 14: ((5 + length) / 6) ** alpha (float32)."""
+    """Wu et al. (2016) Eq. 14: ((5 + length) / 6) ** alpha (float32).
+
+    Example:
+
+    >>> float(length_penalty(1, 0.6))   # ((5 + 1) / 6) ** 0.6
+    1.0
+    >>> round(float(length_penalty(7, 1.0)), 4)
+    2.0
+    """
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
@@ -114,6 +122,21 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True):
 
     Raises:
         TypeError: non-integer ids. ValueError: bad shapes or max_length.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import TransformerParts, transformer
+    >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+    ...                     max_length=12)
+    >>> parts = TransformerParts(model)
+    >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")   # ids + END, 0-padded
+    >>> ids = greedy_search(parts, source, max_length=6)
+    >>> tuple(ids.shape), ids.dtype.name
+    ((2, 6), 'int32')
+    >>> bool(np.array_equal(ids, greedy_search(parts, source, max_length=6,
+    ...                                        use_cache=False)))
+    True
     """
     encoder_tokens = _check_tokens(encoder_tokens)
     steps = _decode_length(parts, encoder_tokens, max_length)
@@ -202,6 +225,24 @@ def beam_search(
 
     Raises:
         ValueError: beam_size < 1, α < 0, bad shapes or max_length.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import TransformerParts, transformer
+    >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+    ...                     max_length=12)
+    >>> parts = TransformerParts(model)
+    >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")
+    >>> best, beams, scores = beam_search(parts, source, beam_size=3,
+    ...                                   max_length=6, return_all=True)
+    >>> tuple(best.shape), tuple(beams.shape), tuple(scores.shape)
+    ((2, 6), (2, 3, 6), (2, 3))
+    >>> bool(np.all(scores[:, :-1] >= scores[:, 1:]))   # best first
+    True
+    >>> bool(np.array_equal(beam_search(parts, source, beam_size=1, max_length=6),
+    ...                     greedy_search(parts, source, max_length=6)))
+    True
     """
     if int(beam_size) < 1:
         raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")

@@ -22,6 +22,19 @@ class Translator(tf.Module):
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from keras_trm.models import transformer
+    >>> from keras_trm.text import RESERVED_TOKENS, TextTokenizer
+    >>> vocab = list(RESERVED_TOKENS) + ["a", "dog", "runs", ".", "ein", "Hund"]
+    >>> model = transformer(len(vocab), num_layers=1, d_model=16, num_heads=2,
+    ...                     d_ff=32, max_length=12)
+    >>> translator = Translator(model, TextTokenizer(vocab), beam_size=2)
+    >>> out = translator.translate(tf.constant(["a dog runs .", "  "]))
+    >>> tuple(out.shape), out.dtype.name, out[1].numpy()   # empty in, empty out
+    ((2,), 'string', b'')
     """
 
     def __init__(self, model, tokenizer, beam_size=4, length_penalty_alpha=0.6,

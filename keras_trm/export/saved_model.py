@@ -10,7 +10,20 @@ from keras_trm.utils.files import atomic_directory
 
 
 def next_version(model_dir):
-    """1 + the largest integer-named version folder under ``model_dir``."""
+    """1 + the largest integer-named version folder under ``model_dir``.
+
+    Example:
+
+    >>> import pathlib
+    >>> import tempfile
+    >>> model_dir = pathlib.Path(tempfile.mkdtemp())
+    >>> next_version(model_dir)
+    1
+    >>> for name in ("1", "7", "notes"):
+    ...     (model_dir / name).mkdir()
+    >>> next_version(model_dir)
+    8
+    """
     model_dir = pathlib.Path(model_dir)
     versions = [int(p.name) for p in model_dir.glob("*") if p.name.isdigit()]
     return max(versions, default=0) + 1
@@ -38,6 +51,25 @@ def export_module(module, export_dir, model_name, signatures, version=None,
     Raises:
         FileExistsError: the version folder already exists.
         ValueError: ``model_name`` empty or containing a path separator.
+
+    Example:
+
+    >>> import shutil
+    >>> import tempfile
+    >>> import tensorflow as tf
+    >>> class Double(tf.Module):
+    ...     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    ...     def serve(self, x):
+    ...         return {"y": 2.0 * x}
+    >>> module, root = Double(), tempfile.mkdtemp()
+    >>> path = export_module(module, root, "double",
+    ...                      signatures={"serving_default": module.serve})
+    >>> path.parent.name, path.name   # <export_dir>/<model_name>/<version>
+    ('double', '1')
+    >>> serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    >>> serve(tf.constant([1.0, 2.5]))["y"].numpy().tolist()
+    [2.0, 5.0]
+    >>> shutil.rmtree(root)
     """
     if not model_name or os.sep in model_name or model_name.startswith("."):
         raise ValueError(f"`model_name` must be a plain folder name, got {model_name!r}")

@@ -6,8 +6,17 @@ statistics over the hidden units of one example,
     mu = (1/H) sum_i a_i,   sigma = sqrt((1/H) sum_i (a_i - mu)^2 + epsilon),
     LN(a) = gamma * (a - mu) / sigma + beta,
 
-so keras_trm re-exports it (``tests/test_layers.py`` checks it against the
-formula) instead of writing it again.
+so keras_trm re-exports it (``tests/test_embedding_and_norm.py`` checks it
+against the formula) instead of writing it again.
+
+Example:
+
+>>> import numpy as np
+>>> from keras_trm.layers import LayerNormalization
+>>> a = np.array([[1.0, 2.0, 3.0, 4.0]], "float32")
+>>> ln = LayerNormalization(epsilon=0.0)   # gamma = 1, beta = 0 at start
+>>> bool(np.allclose(ln(a), (a - a.mean()) / a.std(), atol=1e-6))
+True
 """
 
 import keras

@@ -87,6 +87,15 @@ class LSTMLNCell(keras.layers.Layer, DropoutRNNCell):
         TypeError/ValueError: ``units`` not a positive int, ``dropout`` or
             ``recurrent_dropout`` outside [0, 1), ``epsilon`` not > 0; each
             message names the argument and the value received.
+
+    Example:
+
+    >>> import keras
+    >>> import numpy as np
+    >>> rnn = keras.layers.RNN(LSTMLNCell(4))
+    >>> x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype("float32")
+    >>> tuple(rnn(x).shape)
+    (2, 4)
     """
 
     def __init__(
@@ -292,6 +301,17 @@ class LSTM_LN(keras.layers.RNN):
             ``recurrent_dropout`` outside [0, 1), ``epsilon`` not > 0 (the
             message names the argument and value); ValueError (from the
             layer's ``InputSpec(ndim=3)``) for inputs that are not 3-D.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = LSTM_LN(8, return_sequences=True)
+    >>> x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+    >>> tuple(layer(x).shape)
+    (2, 5, 8)
+    >>> last, h, c = LSTM_LN(8, return_state=True)(x)
+    >>> tuple(last.shape), tuple(c.shape)
+    ((2, 8), (2, 8))
     """
 
     def __init__(

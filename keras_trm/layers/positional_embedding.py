@@ -29,6 +29,14 @@ def sinusoidal_position_encoding(length, d_model, dtype="float32"):
 
     Raises:
         ValueError: ``d_model`` odd or not positive, ``length`` negative.
+
+    Example:
+
+    >>> pe = sinusoidal_position_encoding(50, 16)
+    >>> pe.shape, str(pe.dtype)
+    ((50, 16), 'float32')
+    >>> pe[0, :4].tolist()   # position 0: sin 0 = 0 (even), cos 0 = 1 (odd)
+    [0.0, 1.0, 0.0, 1.0]
     """
     v.non_negative_int("length", length)
     v.positive_int("d_model", d_model)
@@ -86,6 +94,19 @@ class PositionalEmbedding(keras.layers.Layer):
         TypeError: non-integer token ids (e.g. float tensors).
         ValueError: a sequence longer than ``max_length`` (checked on static
             shapes when called and at run time otherwise), bad arguments.
+
+    Example:
+
+    >>> import numpy as np
+    >>> embed = PositionalEmbedding(vocabulary_size=100, d_model=16, max_length=32)
+    >>> ids = np.array([[5, 7, 9, 0]], "int32")   # 0 = padding
+    >>> x = embed(ids)
+    >>> tuple(x.shape)
+    (1, 4, 16)
+    >>> embed.compute_mask(ids).numpy().tolist()
+    [[True, True, True, False]]
+    >>> tuple(embed(x, reverse=True).shape)   # logits with the shared table
+    (1, 4, 100)
     """
 
     def __init__(

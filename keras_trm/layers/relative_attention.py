@@ -59,6 +59,14 @@ def relative_position_encoding(length, d_model, clamp_len=None,
 
     Raises:
         ValueError: ``d_model`` odd or not positive, ``clamp_len`` negative.
+
+    Example:
+
+    >>> r = relative_position_encoding(5, 8)
+    >>> tuple(r.shape)
+    (5, 8)
+    >>> r.numpy()[-1].tolist()   # last row: distance 0 -> sines 0, cosines 1
+    [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     """
     v.positive_int("d_model", d_model)
     if d_model % 2:
@@ -105,6 +113,14 @@ def rel_shift(x):
 
     Returns:
         Tensor of the same shape and dtype.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.arange(6, dtype="float32").reshape(2, 3)   # T=2, K=3
+    >>> y = rel_shift(x).numpy()
+    >>> y[0, :2].tolist(), y[1].tolist()   # y[i, j] = x[i, j + T - 1 - i]
+    ([1.0, 2.0], [3.0, 4.0, 5.0])
     """
     rank = len(x.shape)
     if rank < 2:
@@ -196,6 +212,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         ValueError: bad constructor arguments, an odd key ``d_model`` (the
             sinusoids need an even size), ``key`` shorter than ``query``,
             missing or mis-shaped u/v.
+
+    Example:
+
+    >>> import numpy as np
+    >>> attention = RelativeMultiHeadAttention(num_heads=2, key_dim=4)
+    >>> rng = np.random.default_rng(0)
+    >>> context = rng.normal(size=(1, 5, 8)).astype("float32")  # 2 memory + 3
+    >>> segment = context[:, 2:]
+    >>> out, probs = attention(segment, context, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(probs.shape)
+    ((1, 3, 8), (1, 2, 3, 5))
+    >>> float(probs[0, 0, 0, 3])   # query 0 (position 2) cannot see position 3
+    0.0
     """
 
     def __init__(

@@ -38,6 +38,21 @@ class TransformerDecoderBlock(_BlockBase):
 
     Raises:
         ValueError: d_model not divisible by ``num_heads``, bad rates.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerDecoderBlock(num_heads=2, d_ff=32)
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.normal(size=(1, 4, 8)).astype("float32")
+    >>> encoder_outputs = rng.normal(size=(1, 6, 8)).astype("float32")
+    >>> out = block(y, encoder_outputs)
+    >>> tuple(out.shape)
+    (1, 4, 8)
+    >>> y2 = y.copy()
+    >>> y2[0, 3] = 0.0   # a later position does not reach earlier ones
+    >>> bool(np.allclose(block(y2, encoder_outputs)[0, :3], out[0, :3], atol=1e-5))
+    True
     """
 
     def build(self, inputs_shape, encoder_outputs_shape=None, **kwargs):

@@ -159,6 +159,20 @@ class TransformerEncoderBlock(_BlockBase):
 
     Raises:
         ValueError: d_model not divisible by ``num_heads``, bad rates.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerEncoderBlock(num_heads=2, d_ff=32)
+    >>> x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    >>> mask = np.array([[True] * 5, [True] * 3 + [False] * 2])
+    >>> y = block(x, padding_mask=mask)
+    >>> tuple(y.shape)
+    (2, 5, 8)
+    >>> x2 = x.copy()
+    >>> x2[1, 3:] = 100.0   # padded positions do not reach real ones
+    >>> bool(np.allclose(block(x2, padding_mask=mask)[1, :3], y[1, :3], atol=1e-5))
+    True
     """
 
     def build(self, inputs_shape, padding_mask_shape=None):

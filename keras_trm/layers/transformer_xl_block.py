@@ -76,6 +76,18 @@ class TransformerXLBlock(_BlockBase):
             ``memory`` whose batch size or last dimension differs from
             ``inputs`` (the message names both shapes).
         TypeError: a non-integer ``mem_len``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerXLBlock(num_heads=2, d_ff=16, mem_len=4)
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(1, 3, 8)).astype("float32")
+    >>> memory = rng.normal(size=(1, 2, 8)).astype("float32")
+    >>> tuple(block(x, memory=memory).shape)
+    (1, 3, 8)
+    >>> tuple(block.compute_new_memory(x, memory).shape)   # the last mem_len
+    (1, 4, 8)
     """
 
     def __init__(

@@ -37,6 +37,17 @@ class ClassifierModel(keras.Model):
     Raises (when called):
         TypeError: a float/bool value for an integer input; the message
             names the input and the dtype received.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = lstm_classifier(vocabulary_size=50, embedding_dim=8, units=8)
+    >>> isinstance(model, ClassifierModel)
+    True
+    >>> model(np.array([[1.0, 2.0]], "float32"))
+    Traceback (most recent call last):
+    ...
+    TypeError: ...token_ids...
     """
 
     def call(self, inputs, training=None, mask=None):
@@ -111,6 +122,17 @@ def lstm_classifier(
             ``num_classes < 2``, ``dropout_rate`` outside [0, 1)); the
             message names the argument and value. When called: TypeError
             for non-integer ids (names ``token_ids`` and the dtype).
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = lstm_classifier(vocabulary_size=50, embedding_dim=8, units=8,
+    ...                         layer_norm=True)
+    >>> probs = model(np.array([[4, 5, 6, 0, 0]], "int32"))
+    >>> tuple(probs.shape), bool(np.isclose(float(np.sum(probs)), 1.0))
+    ((1, 2), True)
+    >>> bool(np.allclose(model(np.array([[4, 5, 6]], "int32")), probs, atol=1e-6))
+    True
     """
     v.positive_int("vocabulary_size", vocabulary_size)
     v.positive_int("embedding_dim", embedding_dim)
@@ -181,6 +203,15 @@ def encoder_classifier(
             ``position``, rates outside [0, 1)); the message names the
             argument. When called: TypeError for non-integer ids (names the
             dtype), ValueError for ``T > max_length``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = encoder_classifier(vocabulary_size=50, num_layers=1, d_model=16,
+    ...                            num_heads=2, d_ff=32, max_length=16)
+    >>> probs = model(np.array([[4, 5, 6, 0], [7, 8, 0, 0]], "int32"))
+    >>> tuple(probs.shape), bool(np.allclose(np.sum(probs, axis=-1), 1.0))
+    ((2, 2), True)
     """
     v.positive_int("vocabulary_size", vocabulary_size)
     v.positive_int("num_layers", num_layers)
@@ -252,6 +283,14 @@ def lenet_cnn(norm=None, num_classes=10, name="lenet_cnn"):
         ValueError: unknown ``norm`` (the message names ``norm`` and the
             value), ``num_classes < 2``. When called: ValueError from the
             model for images of another shape (e.g. ``(batch, 32, 32)``).
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = lenet_cnn(norm="layer")
+    >>> images = np.zeros((2, 28, 28), "uint8")
+    >>> tuple(model(images).shape)
+    (2, 10)
     """
     norm_mode = v.one_of("norm", "none" if norm is None else norm, NORM_MODES)
     _num_classes(num_classes)

@@ -73,6 +73,17 @@ def transformer(
     Raises:
         ValueError: ``d_model`` not divisible by ``num_heads``; a bad
             ``tie_embeddings``; a shared tie with two vocabulary sizes.
+
+    Example:
+
+    >>> import keras
+    >>> import numpy as np
+    >>> model = transformer(vocabulary_size=100, num_layers=1, d_model=16,
+    ...                     num_heads=2, d_ff=32, max_length=20)
+    >>> logits = model({"encoder_tokens": np.array([[5, 6, 3, 0]], "int32"),
+    ...                 "decoder_tokens": np.array([[2, 7, 8]], "int32")})
+    >>> tuple(logits.shape), keras.backend.standardize_dtype(logits.dtype)
+    ((1, 3, 100), 'float32')
     """
     v.positive_int("vocabulary_size", vocabulary_size)
     v.positive_int("num_layers", num_layers)
@@ -159,7 +170,14 @@ def transformer(
 
 
 def transformer_base(vocabulary_size=37000, **kwargs):
-    """Transformer (base) of Table 3: N=6, d_model=512, d_ff=2048, h=8, 0.1."""
+    """Transformer (base) of Table 3: N=6, d_model=512, d_ff=2048, h=8, 0.1.
+
+    Example:
+
+    >>> model = transformer_base(vocabulary_size=37000)
+    >>> f"{model.count_params():,}"   # Table 3: 65M
+    '63,082,496'
+    """
     config = dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8,
                   dropout_rate=0.1, name="transformer_base")
     config.update(kwargs)
@@ -167,7 +185,15 @@ def transformer_base(vocabulary_size=37000, **kwargs):
 
 
 def transformer_big(vocabulary_size=37000, **kwargs):
-    """Transformer (big) of Table 3: N=6, d_model=1024, d_ff=4096, h=16, 0.3."""
+    """Transformer (big) of Table 3: N=6, d_model=1024, d_ff=4096, h=16, 0.3.
+
+    Example:
+
+    >>> model = transformer_big(vocabulary_size=1000, num_layers=1)  # 1 layer: quick
+    >>> block = model.get_layer("encoder_layer_0")
+    >>> block.num_heads, block.d_ff, model.get_layer("embedding").d_model
+    (16, 4096, 1024)
+    """
     config = dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16,
                   dropout_rate=0.3, name="transformer_big")
     config.update(kwargs)
@@ -178,6 +204,12 @@ def transformer_small(vocabulary_size=8000, **kwargs):
     """A CPU-sized preset (N=3, d_model=256, d_ff=1024, h=4, dropout 0.1).
 
     Used by the Multi30k recipe, which trains on a 2-core CPU.
+
+    Example:
+
+    >>> model = transformer_small(vocabulary_size=8000)
+    >>> f"{model.count_params():,}"
+    '7,577,600'
     """
     config = dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4,
                   dropout_rate=0.1, name="transformer_small")
@@ -194,6 +226,17 @@ class TransformerParts:
 
     Raises:
         ValueError: the model was not built by ``transformer()``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = transformer(100, num_layers=2, d_model=16, num_heads=2, d_ff=32,
+    ...                     max_length=20)
+    >>> parts = TransformerParts(model)
+    >>> len(parts.decoder_layers), parts.num_heads, parts.key_dim, parts.vocabulary_size
+    (2, 2, 8, 100)
+    >>> tuple(parts.encode(np.array([[5, 6, 3]], "int32")).shape)
+    (1, 3, 16)
     """
 
     def __init__(self, model):

@@ -33,6 +33,19 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     Raises:
         ValueError: label_smoothing outside [0, 1).
+
+    Example:
+
+    >>> import numpy as np
+    >>> loss = LabelSmoothedCrossEntropy(label_smoothing=0.1)
+    >>> labels = np.array([[1, 2, 0]])   # the last position is padding
+    >>> uniform = np.zeros((1, 3, 4), "float32")
+    >>> round(float(loss(labels, uniform)), 4)   # log V = log 4, whatever ε
+    1.3863
+    >>> confident = np.zeros((1, 3, 4), "float32")
+    >>> confident[0, 0, 1] = confident[0, 1, 2] = 20.0
+    >>> round(float(loss(labels, confident)), 2)   # > 0: ε keeps a floor
+    1.5
     """
 
     def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_ce",
@@ -62,7 +75,18 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="keras_trm")
 class MaskedAccuracy(keras.metrics.Mean):
-    """Next-token accuracy over non-padding labels."""
+    """Next-token accuracy over non-padding labels.
+
+    Example:
+
+    >>> import numpy as np
+    >>> metric = MaskedAccuracy()
+    >>> labels = np.array([[1, 2, 0]])
+    >>> logits = np.eye(4, dtype="float32")[[[1, 3, 0]]]   # right, wrong, padding
+    >>> _ = metric.update_state(labels, logits)
+    >>> float(metric.result())
+    0.5
+    """
 
     def __init__(self, pad_id=0, name="accuracy", **kwargs):
         super().__init__(name=name, **kwargs)

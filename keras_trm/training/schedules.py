@@ -23,6 +23,15 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     Raises:
         ValueError / TypeError: non-positive arguments.
+
+    Example:
+
+    >>> schedule = NoamSchedule(d_model=512, warmup_steps=4000)
+    >>> peak = float(schedule(3999))   # optimizer iteration 3999 is step 4000
+    >>> round(peak * (512 * 4000) ** 0.5, 6)
+    1.0
+    >>> float(schedule(0)) < float(schedule(1000)) < peak > float(schedule(20000))
+    True
     """
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
@@ -44,7 +53,14 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def paper_adam(learning_rate, **kwargs):
-    """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3)."""
+    """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3).
+
+    Example:
+
+    >>> optimizer = paper_adam(NoamSchedule(d_model=512))
+    >>> optimizer.beta_1, optimizer.beta_2, optimizer.epsilon
+    (0.9, 0.98, 1e-09)
+    """
     return keras.optimizers.Adam(
         learning_rate=learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
         **kwargs,
