@@ -26,6 +26,7 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=8", "matplotlib>=3.8", "requests>=2.31", "psutil>=5.9"],
+        "ctranslate2": ["ctranslate2>=4.0"],
     },
     entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
 )
