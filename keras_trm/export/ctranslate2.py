@@ -254,6 +254,19 @@ def build_spec(model, vocabulary):
         ValueError: the model is not a keras_trm transformer or uses
             something the spec cannot express (the message names it), or the
             vocabulary does not match.
+        ImportError: ``ctranslate2`` is not installed.
+
+    Example:
+
+    >>> from keras_trm.models import transformer
+    >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=16)
+    >>> spec = build_spec(model, vocab)
+    >>> spec.decoder.position_encodings.encodings.shape
+    (16, 8)
+    >>> spec.config.decoder_start_token, spec.config.eos_token
+    ('[START]', '[END]')
     """
     ctranslate2 = _import_ctranslate2()
     from ctranslate2.specs import transformer_spec
@@ -323,28 +336,48 @@ def build_spec(model, vocabulary):
     return spec
 
 
-class KerasTrmConverter:
-    """Factory for a ``ctranslate2.converters.Converter`` over a keras model.
+def ctranslate2_converter(model, vocabulary):
+    """A ``ctranslate2.converters.Converter`` for a keras_trm transformer.
 
-    ``KerasTrmConverter(model, vocabulary)`` returns an instance of a
-    ``Converter`` subclass whose ``_load()`` is ``build_spec``; call its
-    ``convert(output_dir, quantization=...)`` as any CTranslate2 converter
-    (it overwrites only with ``force=True``; ``export_ctranslate2`` adds the
-    atomic write and our metadata).
+    Its ``_load()`` is ``build_spec(model, vocabulary)``, so the usual
+    CTranslate2 call works: ``convert(output_dir, quantization=...,
+    force=...)`` validates, quantizes and saves the spec (it writes in place
+    and overwrites only with ``force=True``; ``export_ctranslate2`` adds the
+    atomic write and our ``keras_trm.json``). The class is made on call
+    because ``ctranslate2`` is an optional dependency.
+
+    Args:
+        model, vocabulary: as ``build_spec``.
+
+    Returns:
+        a ``ctranslate2.converters.Converter`` instance.
+
+    Raises:
+        ImportError: ``ctranslate2`` is not installed.
+
+    Example:
+
+    >>> import ctranslate2, tempfile
+    >>> from keras_trm.models import transformer
+    >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=16)
+    >>> converter = ctranslate2_converter(model, vocab)
+    >>> isinstance(converter, ctranslate2.converters.Converter)
+    True
+    >>> out = converter.convert(tempfile.mkdtemp() + "/ct2")
     """
+    ctranslate2 = _import_ctranslate2()
 
-    def __new__(cls, model, vocabulary):
-        ctranslate2 = _import_ctranslate2()
+    class KerasTrmConverter(ctranslate2.converters.Converter):
+        def __init__(self, model, vocabulary):
+            self.model = model
+            self.vocabulary = list(vocabulary)
 
-        class _Converter(ctranslate2.converters.Converter):
-            def __init__(self):
-                self.model = model
-                self.vocabulary = list(vocabulary)
+        def _load(self):
+            return build_spec(self.model, self.vocabulary)
 
-            def _load(self):
-                return build_spec(self.model, self.vocabulary)
-
-        return _Converter()
+    return KerasTrmConverter(model, vocabulary)
 
 
 def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
@@ -404,7 +437,7 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocabulary(vocabulary)
     vocabulary = list(vocabulary)
-    converter = KerasTrmConverter(model, vocabulary)
+    converter = ctranslate2_converter(model, vocabulary)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(dir=output_dir.parent,
                                         prefix=f".{output_dir.name}.tmp-"))
@@ -436,7 +469,16 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
 
 
 def load_exported_vocabulary(model_dir):
-    """The token list of an exported directory (``shared_vocabulary.json``)."""
+    """The token list (id order) of an ``export_ctranslate2`` directory.
+
+    Reads CTranslate2's ``shared_vocabulary.json``.
+
+    Raises:
+        FileNotFoundError: no vocabulary file in ``model_dir``.
+
+    Example: ``load_exported_vocabulary(path)[:4]`` is
+    ``['[PAD]', '[UNK]', '[START]', '[END]']``.
+    """
     model_dir = pathlib.Path(model_dir)
     for name in ("shared_vocabulary.json", "target_vocabulary.json"):
         path = model_dir / name
