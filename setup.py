@@ -29,6 +29,7 @@ setup(
         "dev": ["pytest>=8", "requests>=2.31", "psutil>=5.9",
                 # notebooks/ executed by tests/test_notebooks.py
                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],
+        "ctranslate2": ["ctranslate2>=4.0"],
     },
     entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
 )

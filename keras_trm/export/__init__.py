@@ -1,5 +1,11 @@
-"""Export: SavedModel in TF Serving layout (raw-text signatures)."""
+"""Export: SavedModel in TF Serving layout (raw-text signatures); CTranslate2
+(``keras_trm.export.ctranslate2``, needs the optional ``ctranslate2``
+package, imported only when its functions are called)."""
 
+from keras_trm.export.ctranslate2 import (
+    CTranslate2Translator,
+    export_ctranslate2,
+)
 from keras_trm.export.saved_model import export_module, next_version
 
 # Recipe export wrappers (IMDB, MNIST, Transformer-XL LM).
@@ -10,6 +16,8 @@ from keras_trm.export.language_model import (
 )
 
 __all__ = [
+    "CTranslate2Translator",
+    "export_ctranslate2",
     "export_module",
     "next_version",
     # Recipe export wrappers.

@@ -1,0 +1,350 @@
+"""Benchmark: decoding speed and BLEU of one trained model, four runtimes.
+
+    python bench/bench_decoding.py [--model runs/multi30k/model.keras]
+        [--vocab runs/multi30k/vocab_8000.txt]
+        [--saved-model export/transformer_multi30k_en_de/<latest version>]
+        [--litert] [--out bench/results/decoding.json]
+
+Same weights, same 1,000 Multi30k test_2016_flickr sentences (EN->DE),
+batches of 100, greedy and beam 4 with length-penalty alpha 0.6, 2 threads:
+
+- ``keras_trm``: ``keras_trm.decoding.Translator`` in process (tokenizer,
+  search and detokenizer in one ``tf.function``);
+- ``saved_model``: the raw-text SavedModel the Multi30k job exports
+  (``tf.saved_model.load(...).signatures["serving_default"]``); it serves
+  the beam size it was exported with (4), so it has no greedy row;
+- ``ctranslate2_float32`` / ``ctranslate2_int8``: the model converted by
+  ``keras_trm.export.ctranslate2.export_ctranslate2`` (weights float32 /
+  int8), run by ``CTranslate2Translator`` (our WordPiece tokenization and
+  detokenization around ``ctranslate2.Translator.translate_batch``);
+- ``litert`` / ``litert_int8`` (``--litert``): ``keras_trm.export.litert``'s
+  translator export, if that module provides it (skipped otherwise).
+
+Per runtime and search: sentences/s over the 1,000 sentences (after one
+untimed warm-up batch; the runtimes take turns batch by batch, so that load
+from other jobs falls on all of them alike), sacreBLEU (``keras_trm.decoding.corpus_bleu``) and
+the batch-1 latency p50/p90 over the first ``--latency-sentences``
+sentences. Length penalty: ours ((5 + len) / 6) ** alpha (GNMT), CT2
+len ** alpha, so beam BLEU may differ slightly; greedy should agree.
+
+CTranslate2 runs with ``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait-policy``)
+so that its OpenMP threads sleep instead of spinning on a shared machine.
+
+The headline figure is ``ratio_saved_model_beam4_over_ct2_float32``
+(sentences/s, same run). The machine this ran on may be shared with other
+jobs: absolute sentences/s are noisy; ratios measured in one run are what
+count.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="runs/multi30k/model.keras")
+    p.add_argument("--vocab", default="runs/multi30k/vocab_8000.txt")
+    p.add_argument("--saved-model", default=None,
+                   help="SavedModel version folder (default: the latest under "
+                        "export/transformer_multi30k_en_de/)")
+    p.add_argument("--data-dir", default=None,
+                   help="data folder (default: $KERAS_TRM_DATA_DIR)")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--num-sentences", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--latency-sentences", type=int, default=50)
+    p.add_argument("--litert", action="store_true",
+                   help="also run keras_trm.export.litert's translator")
+    p.add_argument("--litert-batch-size", type=int, default=16,
+                   help="rows per LiteRT call, fixed at export (beam k: "
+                        "batch/k sentences)")
+    p.add_argument("--omp-wait-policy", default="PASSIVE",
+                   help="OMP_WAIT_POLICY for CTranslate2's OpenMP threads "
+                        "(PASSIVE suits a shared machine; '' keeps the "
+                        "environment's)")
+    p.add_argument("--workdir", default=None,
+                   help="where converted models go (default: a temp folder)")
+    p.add_argument("--out", default="bench/results/decoding.json")
+    return p.parse_args(argv)
+
+
+def latest_version(model_dir):
+    model_dir = pathlib.Path(model_dir)
+    versions = sorted((int(p.name) for p in model_dir.glob("*")
+                       if p.name.isdigit()), reverse=True)
+    if not versions:
+        raise FileNotFoundError(f"no SavedModel version under {str(model_dir)!r}")
+    return model_dir / str(versions[0])
+
+
+def host_info():
+    info = {"platform": platform.platform(), "python": sys.version.split()[0],
+            "cpu_count": os.cpu_count()}
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and "cpu_model" not in info:
+                info["cpu_model"] = value.strip()
+            if key.strip() == "flags" and "cpu_flags" not in info:
+                flags = value.split()
+                keep = ("avx", "fma", "f16c", "amx", "vnni", "bf16", "sse4")
+                info["cpu_flags"] = sorted(
+                    f for f in flags if any(k in f for k in keep))
+    except OSError:
+        pass
+    return info
+
+
+def measure(systems, sentences, references, batch_size, latency_sentences):
+    """Times every system on the same batches, interleaved.
+
+    ``systems``: dict name -> translate(list[str]) -> list[str]. Each gets
+    one untimed warm-up batch; then, batch after batch, every system
+    translates the same batch in turn (so load from other jobs on a shared
+    machine falls on all of them alike), and likewise for the batch-1
+    latency sentences. Returns (rows, hypotheses) keyed by name.
+    """
+    from keras_trm.decoding import corpus_bleu
+
+    for translate in systems.values():
+        translate(sentences[:batch_size])
+    seconds = dict.fromkeys(systems, 0.0)
+    hyps = {name: [] for name in systems}
+    for i in range(0, len(sentences), batch_size):
+        batch = sentences[i:i + batch_size]
+        for name, translate in systems.items():
+            start = time.perf_counter()
+            out = translate(batch)
+            seconds[name] += time.perf_counter() - start
+            hyps[name].extend(out)
+        print(f"  {i + len(batch)}/{len(sentences)} sentences", flush=True)
+    times = {name: [] for name in systems}
+    for sentence in sentences[:latency_sentences]:
+        for name, translate in systems.items():
+            start = time.perf_counter()
+            translate([sentence])
+            times[name].append((time.perf_counter() - start) * 1000.0)
+    rows = {}
+    for name in systems:
+        bleu, signature, _ = corpus_bleu(hyps[name], references)
+        row = {"sentences_per_second": round(len(sentences) / seconds[name], 2),
+               "seconds": round(seconds[name], 2), "bleu": round(bleu, 2),
+               "bleu_signature": signature}
+        if len(times[name]) >= 2:
+            row["batch1_latency_ms_p50"] = round(statistics.median(times[name]), 2)
+            row["batch1_latency_ms_p90"] = round(
+                statistics.quantiles(times[name], n=10)[8], 2)
+            row["latency_sentences"] = len(times[name])
+        rows[name] = row
+    return rows, hyps
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # CTranslate2's OpenMP threads spin while waiting by default; on a
+    # machine shared with other jobs that spinning starves them (we saw
+    # 2 threads run 20x slower than 1). PASSIVE makes them sleep. Read by
+    # libgomp when ctranslate2 loads, so set it first.
+    if args.omp_wait_policy:
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+    import keras
+    import tensorflow_text  # noqa: F401  (registers the SavedModel's ops)
+
+    import keras_trm  # noqa: F401
+    from keras_trm.data import load_multi30k
+    from keras_trm.decoding import Translator
+    from keras_trm.text import TextTokenizer, load_vocabulary
+
+    sources, references = load_multi30k(args.split, args.data_dir)
+    sources = sources[:args.num_sentences]
+    references = references[:args.num_sentences]
+    lat_sources = sources[:args.latency_sentences]
+    vocab = load_vocabulary(args.vocab)
+    model = keras.saving.load_model(args.model)
+    saved_model_dir = pathlib.Path(args.saved_model) if args.saved_model \
+        else latest_version("export/transformer_multi30k_en_de")
+    workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_decoding_"))
+    beam, alpha = args.beam_size, args.length_penalty
+    searches = {"greedy": 1, f"beam{beam}": beam}
+
+    systems = {search: {} for search in searches}  # search -> name -> fn
+    skipped = {}
+
+    # 1. keras_trm in process.
+    tokenizer = TextTokenizer(vocab)
+    for search, size in searches.items():
+        translator = Translator(model, tokenizer, beam_size=size,
+                                length_penalty_alpha=alpha)
+        systems[search]["keras_trm"] = (
+            lambda s, t=translator: t.translate_texts(s, batch_size=len(s)))
+
+    # 2. Our SavedModel (serves the beam size it was exported with).
+    serving = tf.saved_model.load(str(saved_model_dir)).signatures["serving_default"]
+    exported_beam = beam
+    config_path = saved_model_dir / "assets.extra" / "config.json"
+    if config_path.is_file():
+        exported = json.loads(config_path.read_text())
+        exported_beam = exported.get("beam_size", beam)
+        if exported_beam != beam or exported.get("length_penalty") != alpha:
+            print(f"warning: the SavedModel was exported with beam "
+                  f"{exported_beam}, alpha {exported.get('length_penalty')}",
+                  flush=True)
+
+    def saved_model_translate(batch):
+        out = serving(sentences=tf.constant(batch))
+        return [s.decode("utf-8") for s in next(iter(out.values())).numpy()]
+
+    systems.setdefault(f"beam{exported_beam}", {})["saved_model"] = \
+        saved_model_translate
+    skipped["saved_model greedy"] = (
+        f"the SavedModel serves the search it was exported with "
+        f"(beam {exported_beam})")
+
+    # 3. CTranslate2, weights float32 and int8.
+    try:
+        from keras_trm.export.ctranslate2 import (
+            CTranslate2Translator,
+            export_ctranslate2,
+        )
+
+        for quantization in ("float32", "int8"):
+            path = workdir / f"ct2_{quantization}"
+            if not path.exists():
+                export_ctranslate2(model, path, vocab, quantization=quantization)
+            ct2 = CTranslate2Translator(path, num_threads=args.threads)
+            for search, size in searches.items():
+                systems[search][f"ctranslate2_{quantization}"] = (
+                    lambda s, t=ct2, k=size: t.translate_texts(
+                        s, beam_size=k, length_penalty=alpha,
+                        max_batch_size=len(s)))
+    except ImportError as err:
+        skipped["ctranslate2"] = str(err)
+
+    # 4. LiteRT (optional; the module may not provide a translator yet).
+    if args.litert:
+        try:
+            from keras_trm.export.litert import (
+                LiteRTTranslator,
+                export_translator_litert,
+            )
+
+            for quantize in (None, "dynamic_int8"):
+                name = "litert" if quantize is None else "litert_int8"
+                path = workdir / f"{name}.tflite"
+                if not path.exists():
+                    export_translator_litert(
+                        model, path, vocab, quantize=quantize,
+                        batch_size=args.litert_batch_size)
+                for search, size in searches.items():
+                    lite = LiteRTTranslator(
+                        path, num_threads=args.threads, beam_size=size,
+                        length_penalty_alpha=alpha)
+                    systems[search][name] = lambda s, t=lite: t.translate_texts(s)
+        except (ImportError, AttributeError, TypeError) as err:
+            skipped["litert"] = f"{type(err).__name__}: {err}"
+
+    results = {"rows": {}, "skipped": skipped}
+    hyps_by = {}
+    for search, by_name in systems.items():
+        print(f"{search}: {', '.join(by_name)}", flush=True)
+        rows, hyps = measure(by_name, sources, references, args.batch_size,
+                             args.latency_sentences)
+        for name, row in rows.items():
+            results["rows"].setdefault(name, {})[search] = row
+            hyps_by[(name, search)] = hyps[name]
+            print(f"  {name} {search}: {row}", flush=True)
+
+    rows = results["rows"]
+    beam_key = f"beam{beam}"
+    ratios = {}
+    ct2 = rows.get("ctranslate2_float32", {})
+    for name in ("saved_model", "keras_trm"):
+        for search in searches:
+            if search in rows.get(name, {}) and search in ct2:
+                ratios[f"{name}_{search}_over_ct2_float32"] = round(
+                    rows[name][search]["sentences_per_second"]
+                    / ct2[search]["sentences_per_second"], 3)
+    headline = ratios.get(f"saved_model_{beam_key}_over_ct2_float32")
+    # Token agreement between our greedy output and CT2's, sentence level.
+    agreement = {}
+    for name in ("ctranslate2_float32", "ctranslate2_int8", "litert", "litert_int8"):
+        for search in searches:
+            other = hyps_by.get((name, search))
+            mine = hyps_by.get(("keras_trm", search))
+            if other is not None and mine is not None:
+                agreement[f"{name}_{search}"] = round(
+                    sum(a == b for a, b in zip(mine, other)) / len(mine), 4)
+
+    report = {
+        "benchmark": "decoding: keras_trm vs SavedModel vs CTranslate2 (vs LiteRT)",
+        "command": "python bench/bench_decoding.py " + " ".join(sys.argv[1:]),
+        "model": str(args.model),
+        "saved_model": str(saved_model_dir),
+        "data": f"Multi30k {args.split} EN->DE, first {len(sources)} sentences",
+        "batch_size": args.batch_size,
+        "beam_size": beam,
+        "length_penalty_alpha": alpha,
+        "length_penalty_forms": {
+            "keras_trm / saved_model": "((5 + length) / 6) ** alpha (GNMT)",
+            "ctranslate2": "length ** alpha"},
+        "threads": args.threads,
+        "threads_how": "TF: intra_op=threads, inter_op=1; CTranslate2: "
+                       "intra_threads=threads, inter_threads=1",
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "measurement": "systems interleaved batch by batch on the same "
+                       "batches (one untimed warm-up batch each); latency "
+                       "likewise sentence by sentence",
+        "host": host_info(),
+        "caveat": "the machine was shared with other jobs while this ran: "
+                  "absolute sentences/s and latencies are noisy; compare "
+                  "ratios measured in this one run",
+        "versions": versions(),
+        "rows": rows,
+        "skipped": results["skipped"],
+        "ratios_sentences_per_second": ratios,
+        "ratio_saved_model_beam4_over_ct2_float32": headline,
+        "target_ratio": 0.5,
+        "same_output_as_keras_trm (fraction of sentences)": agreement,
+    }
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, out)
+    print(json.dumps({"ratios": ratios, "agreement": agreement}, indent=1))
+    print(f"wrote {out}")
+
+
+def versions():
+    out = {}
+    for name in ("tensorflow", "keras", "ctranslate2", "sacrebleu"):
+        try:
+            module = __import__(name)
+            out[name] = getattr(module, "__version__", "?")
+        except ImportError:
+            out[name] = None
+    return out
+
+
+if __name__ == "__main__":
+    main()

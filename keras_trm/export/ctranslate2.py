@@ -1,0 +1,616 @@
+"""CTranslate2 export of a ``keras_trm.models.transformer()`` model.
+
+CTranslate2 (https://opennmt.net/CTranslate2) is a C++ inference engine for
+Transformer translation models. This module maps a trained keras_trm
+Transformer onto CTranslate2's ``TransformerSpec`` through its converter API
+(``ctranslate2.converters.Converter``: ``spec.validate()``,
+``spec.optimize(quantization)``, ``spec.save()``) and gives a small runner,
+``CTranslate2Translator``, that does our WordPiece tokenization and
+detokenization around ``ctranslate2.Translator.translate_batch``, so that raw
+text goes in and text comes out, as with ``keras_trm.decoding.Translator``.
+
+The mapping (weights are copied, not retrained):
+
+======================================  ====================================
+keras_trm                               CTranslate2 ``TransformerSpec``
+======================================  ====================================
+token table x sqrt(d_model)             ``embeddings.weight``,
+                                        ``scale_embeddings=True``
+our sinusoid table (interleaved         ``position_encodings.encodings``
+sin/cos, §3.5) or learned positions     (written as the model computes it;
+                                        CT2's own table is concatenated)
+query/key/value kernels (d, h, d_k)     ``self_attention.linear[0]``: one
+                                        fused (3·d, d) QKV matrix;
+                                        cross-attention: ``linear[0]`` = Q,
+                                        ``linear[1]`` = fused KV
+output kernel (h, d_k, d)               ``linear[-1]`` (d, d)
+post-LN ``LN(x + Sublayer(x))``         ``pre_norm=False``; pre-LN
+                                        (``norm_first=True``) maps to
+                                        ``pre_norm=True`` + final norms
+FFN max(0, xW1+b1)W2+b2 (ReLU)          ``ffn.linear_0`` / ``ffn.linear_1``
+tied output projection h·Eᵀ             ``decoder.projection.weight`` = E
+                                        (CT2 stores it once, as an alias)
+[UNK] [START] [END], id 0 = [PAD]       ``unk_token``, ``bos_token`` =
+                                        ``decoder_start_token``,
+                                        ``eos_token``; ``add_source_eos``
+                                        (our source is ids + END)
+======================================  ====================================
+
+Length penalty: our beam search divides log-probabilities by the GNMT
+penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, Eq. 14); CTranslate2
+divides by length ** alpha. With the same alpha the two searches may pick
+a different hypothesis now and then, so beam-search BLEU can differ a
+little (on Multi30k by ~0.1); greedy search (``beam_size=1``) has no
+penalty and gives the same tokens up to float rounding.
+
+``ctranslate2`` is an optional dependency: ``pip install -e
+".[ctranslate2]"``. It is imported when a function here is called.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+
+import numpy as np
+
+from keras_trm.text.wordpiece import (
+    END,
+    END_ID,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START,
+    UNK,
+    load_vocabulary,
+)
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16",
+                 "bfloat16", "int8_float16", "int8_bfloat16")
+METADATA_FILE = "keras_trm.json"
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "keras_trm.export.ctranslate2 needs the `ctranslate2` package: "
+            'pip install -e ".[ctranslate2]" (or pip install "ctranslate2>=4.0")'
+        ) from err
+    return ctranslate2
+
+
+# -- reading the keras model --------------------------------------------------
+
+
+def _numpy(variable):
+    return np.asarray(variable.numpy() if hasattr(variable, "numpy")
+                      else variable, dtype=np.float32)
+
+
+def _check_supported(parts):
+    """Raises ValueError naming anything CTranslate2's TransformerSpec (as we
+    map it) cannot express."""
+    import keras
+
+    from keras_trm.layers.multi_head_attention import MultiHeadAttention
+    from keras_trm.layers.positional_embedding import PositionalEmbedding
+
+    if not parts.encoder_layers or not parts.decoder_layers:
+        raise ValueError(
+            "`model` has no encoder_layer_0/decoder_layer_0: it is not a "
+            "keras_trm.models.transformer() encoder-decoder"
+        )
+    if len(parts.encoder_layers) != len(parts.decoder_layers):
+        # CT2 accepts different depths; the builder makes them equal, so a
+        # mismatch means a model we did not build.
+        raise ValueError(
+            f"`model` has {len(parts.encoder_layers)} encoder and "
+            f"{len(parts.decoder_layers)} decoder layers; "
+            "keras_trm.models.transformer() builds equal stacks"
+        )
+    for emb in (parts.source_embedding, parts.target_embedding):
+        if not isinstance(emb, PositionalEmbedding):
+            raise ValueError(
+                f"layer {emb.name!r} is {type(emb).__name__}, expected "
+                "keras_trm PositionalEmbedding"
+            )
+    blocks = parts.encoder_layers + parts.decoder_layers
+    norm_first = {block.norm_first for block in blocks}
+    if len(norm_first) != 1:
+        raise ValueError("`model` mixes pre-LN and post-LN blocks "
+                         f"(norm_first values {sorted(norm_first)})")
+    if norm_first == {True} and (parts.encoder_final_norm is None
+                                 or parts.decoder_final_norm is None):
+        raise ValueError("pre-LN `model` without encoder_final_norm/"
+                         "decoder_final_norm is not supported")
+    epsilons = {float(block.layer_norm_epsilon) for block in blocks}
+    for norm in (parts.encoder_final_norm, parts.decoder_final_norm):
+        if norm is not None:
+            epsilons.add(float(norm.epsilon))
+    if len(epsilons) != 1:
+        raise ValueError("CTranslate2 has one layer_norm_epsilon per model, "
+                         f"`model` uses {sorted(epsilons)}")
+    for block in blocks:
+        activation = keras.activations.serialize(block.activation)
+        name = activation if isinstance(activation, str) else str(activation)
+        if "relu" not in name or "leaky" in name:
+            raise ValueError(
+                f"layer {block.name!r} uses FFN activation {name!r}; only "
+                "'relu' (the paper's FFN, Eq. 2) is supported"
+            )
+        attentions = [block.self_attention] + (
+            [block.cross_attention] if hasattr(block, "cross_attention") else []
+        )
+        for att in attentions:
+            if not isinstance(att, MultiHeadAttention):
+                raise ValueError(f"attention {att.name!r} of {block.name!r} "
+                                 "is not keras_trm MultiHeadAttention")
+            if att.value_dim != att.key_dim:
+                raise ValueError(
+                    f"attention {att.name!r} of {block.name!r} has "
+                    f"value_dim={att.value_dim} != key_dim={att.key_dim}"
+                )
+            if att.num_heads != parts.num_heads:
+                raise ValueError(
+                    f"attention {att.name!r} of {block.name!r} has "
+                    f"{att.num_heads} heads, others {parts.num_heads}: "
+                    "CTranslate2 uses one num_heads per model"
+                )
+            if att.output_kernel.shape[-1] != att.query_kernel.shape[0]:
+                raise ValueError(f"attention {att.name!r} of {block.name!r} "
+                                 "has an output_shape other than d_model")
+        for norm in _block_norms(block):
+            if not (norm.center and norm.scale):
+                raise ValueError(f"LayerNormalization {norm.name!r} without "
+                                 "center/scale is not supported")
+
+
+def _block_norms(block):
+    names = ("self_attention_norm", "cross_attention_norm", "ffn_norm")
+    return [getattr(block, n) for n in names if hasattr(block, n)]
+
+
+# -- filling the spec -----------------------------------------------------------
+
+
+def _set_linear(spec, kernel, bias):
+    """keras (in, out) kernel -> CT2 (out, in) weight."""
+    spec.weight = np.ascontiguousarray(kernel.T)
+    if bias is not None:
+        spec.bias = bias
+
+
+def _projection(kernel, bias):
+    """(d, h, d_k) kernel, (h, d_k) bias -> (d, h*d_k) and (h*d_k,)."""
+    kernel = _numpy(kernel)
+    d = kernel.shape[0]
+    return (kernel.reshape(d, -1),
+            None if bias is None else _numpy(bias).reshape(-1))
+
+
+def _set_attention(spec, attention, self_attention):
+    q, bq = _projection(attention.query_kernel, attention.query_bias)
+    k, bk = _projection(attention.key_kernel, attention.key_bias)
+    v, bv = _projection(attention.value_kernel, attention.value_bias)
+    has_bias = bq is not None
+
+    def cat(*kernels):
+        return np.concatenate(kernels, axis=-1)
+
+    if self_attention:  # linear[0]: fused Q, K, V
+        _set_linear(spec.linear[0], cat(q, k, v),
+                    np.concatenate([bq, bk, bv]) if has_bias else None)
+    else:  # linear[0]: Q (decoder side), linear[1]: fused K, V (encoder side)
+        _set_linear(spec.linear[0], q, bq)
+        _set_linear(spec.linear[1], cat(k, v),
+                    np.concatenate([bk, bv]) if has_bias else None)
+    out = _numpy(attention.output_kernel)
+    h, d_k, d = out.shape
+    _set_linear(spec.linear[-1], out.reshape(h * d_k, d),
+                None if attention.output_bias is None
+                else _numpy(attention.output_bias))
+
+
+def _set_norm(spec, norm):
+    spec.gamma = _numpy(norm.gamma)
+    spec.beta = _numpy(norm.beta)
+
+
+def _set_ffn(spec, block):
+    _set_norm(spec.layer_norm, block.ffn_norm)
+    for linear, dense in ((spec.linear_0, block.ffn_inner),
+                          (spec.linear_1, block.ffn_outer)):
+        _set_linear(linear, _numpy(dense.kernel),
+                    None if dense.bias is None else _numpy(dense.bias))
+
+
+def _set_embedding_and_positions(stack_spec, embeddings_spec, embedding):
+    embeddings_spec.weight = _numpy(embedding.embeddings)
+    stack_spec.scale_embeddings = bool(embedding.scale_embeddings)
+    if embedding.position == "sinusoidal":
+        table = np.asarray(embedding._pe, dtype=np.float32)
+    else:
+        table = _numpy(embedding.position_embeddings)
+    stack_spec.position_encodings.encodings = table
+
+
+def build_spec(model, vocabulary):
+    """Builds a ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights.
+
+    Args:
+        model: a ``keras.Model`` built by ``keras_trm.models.transformer()``
+            (post-LN or pre-LN; tied or untied embeddings; sinusoidal or
+            learned positions; ReLU FFN).
+        vocabulary: list of str, the model's (shared) WordPiece vocabulary,
+            ``RESERVED_TOKENS`` first; its length must equal the model's
+            vocabulary size.
+
+    Returns:
+        a validated ``TransformerSpec`` (not yet quantized or saved).
+
+    Raises:
+        ValueError: the model is not a keras_trm transformer or uses
+            something the spec cannot express (the message names it), or the
+            vocabulary does not match.
+        ImportError: ``ctranslate2`` is not installed.
+
+    Example:
+
+    >>> from keras_trm.models import transformer
+    >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=16)
+    >>> spec = build_spec(model, vocab)
+    >>> spec.decoder.position_encodings.encodings.shape
+    (16, 8)
+    >>> spec.config.decoder_start_token, spec.config.eos_token
+    ('[START]', '[END]')
+    """
+    ctranslate2 = _import_ctranslate2()
+    from ctranslate2.specs import transformer_spec
+
+    from keras_trm.models.transformer import TransformerParts
+
+    parts = TransformerParts(model)  # ValueError if not a transformer()
+    _check_supported(parts)
+    vocabulary = list(vocabulary)
+    if tuple(vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+        raise ValueError(f"`vocabulary` must start with {RESERVED_TOKENS}, got "
+                         f"{tuple(vocabulary[:len(RESERVED_TOKENS)])}")
+    if len(set(vocabulary)) != len(vocabulary):
+        raise ValueError("`vocabulary` has duplicate tokens; CTranslate2 "
+                         "maps tokens to ids by string")
+    sizes = {"source": parts.source_embedding.vocabulary_size,
+             "target": parts.vocabulary_size}
+    for side, size in sizes.items():
+        if size != len(vocabulary):
+            raise ValueError(
+                f"`vocabulary` has {len(vocabulary)} tokens but the model's "
+                f"{side} vocabulary has {size}"
+            )
+
+    pre_norm = bool(parts.encoder_layers[0].norm_first)
+    spec = transformer_spec.TransformerSpec.from_config(
+        len(parts.encoder_layers), parts.num_heads, pre_norm=pre_norm,
+        activation=ctranslate2.specs.Activation.RELU,
+    )
+    _set_embedding_and_positions(spec.encoder, spec.encoder.embeddings[0],
+                                 parts.source_embedding)
+    _set_embedding_and_positions(spec.decoder, spec.decoder.embeddings,
+                                 parts.target_embedding)
+    for layer_spec, block in zip(spec.encoder.layer, parts.encoder_layers):
+        _set_attention(layer_spec.self_attention, block.self_attention, True)
+        _set_norm(layer_spec.self_attention.layer_norm,
+                  block.self_attention_norm)
+        _set_ffn(layer_spec.ffn, block)
+    for layer_spec, block in zip(spec.decoder.layer, parts.decoder_layers):
+        _set_attention(layer_spec.self_attention, block.self_attention, True)
+        _set_norm(layer_spec.self_attention.layer_norm,
+                  block.self_attention_norm)
+        _set_attention(layer_spec.attention, block.cross_attention, False)
+        _set_norm(layer_spec.attention.layer_norm, block.cross_attention_norm)
+        _set_ffn(layer_spec.ffn, block)
+    if pre_norm:
+        _set_norm(spec.encoder.layer_norm, parts.encoder_final_norm)
+        _set_norm(spec.decoder.layer_norm, parts.decoder_final_norm)
+    if parts.output_projection is None:  # tied: logits = h · Eᵀ
+        spec.decoder.projection.weight = _numpy(parts.target_embedding.embeddings)
+    else:
+        dense = parts.output_projection
+        _set_linear(spec.decoder.projection, _numpy(dense.kernel),
+                    None if dense.bias is None else _numpy(dense.bias))
+
+    spec.register_source_vocabulary(vocabulary)
+    spec.register_target_vocabulary(vocabulary)
+    spec.config.unk_token = UNK
+    spec.config.bos_token = START
+    spec.config.eos_token = END
+    spec.config.decoder_start_token = START
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = True  # our encoder input is ids + [END]
+    spec.config.layer_norm_epsilon = float(
+        parts.encoder_layers[0].layer_norm_epsilon)
+    spec.validate()
+    return spec
+
+
+def ctranslate2_converter(model, vocabulary):
+    """A ``ctranslate2.converters.Converter`` for a keras_trm transformer.
+
+    Its ``_load()`` is ``build_spec(model, vocabulary)``, so the usual
+    CTranslate2 call works: ``convert(output_dir, quantization=...,
+    force=...)`` validates, quantizes and saves the spec (it writes in place
+    and overwrites only with ``force=True``; ``export_ctranslate2`` adds the
+    atomic write and our ``keras_trm.json``). The class is made on call
+    because ``ctranslate2`` is an optional dependency.
+
+    Args:
+        model, vocabulary: as ``build_spec``.
+
+    Returns:
+        a ``ctranslate2.converters.Converter`` instance.
+
+    Raises:
+        ImportError: ``ctranslate2`` is not installed.
+
+    Example:
+
+    >>> import ctranslate2, tempfile
+    >>> from keras_trm.models import transformer
+    >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=16)
+    >>> converter = ctranslate2_converter(model, vocab)
+    >>> isinstance(converter, ctranslate2.converters.Converter)
+    True
+    >>> out = converter.convert(tempfile.mkdtemp() + "/ct2")
+    """
+    ctranslate2 = _import_ctranslate2()
+
+    class KerasTrmConverter(ctranslate2.converters.Converter):
+        def __init__(self, model, vocabulary):
+            self.model = model
+            self.vocabulary = list(vocabulary)
+
+        def _load(self):
+            return build_spec(self.model, self.vocabulary)
+
+    return KerasTrmConverter(model, vocabulary)
+
+
+def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
+    """Writes ``model`` as a CTranslate2 model directory, atomically.
+
+    The directory holds CTranslate2's ``model.bin``, ``config.json`` and
+    ``shared_vocabulary.json`` (our WordPiece tokens, ids unchanged, with
+    ``[UNK]``/``[START]``/``[END]`` declared as CTranslate2's unk / bos
+    (= decoder start) / eos tokens), plus ``keras_trm.json``: the position
+    limit, the reserved tokens and the search settings that
+    ``CTranslate2Translator`` reads.
+
+    Args:
+        model: a ``keras_trm.models.transformer()`` model (see
+            ``build_spec`` for what is supported).
+        output_dir: str or path; must not exist. Written to a temporary
+            folder beside it and renamed into place when complete.
+        vocabulary: list of str tokens, or the path of a vocabulary file
+            (one token a line, as ``keras_trm.text.save_vocabulary`` writes).
+        quantization: weight type on disk: ``"float32"`` (default) or
+            ``"int8"`` (8-bit weights, per-row scales; also ``"int16"``,
+            ``"float16"``, ``"bfloat16"``, ``"int8_float32"``, ...).
+
+    Returns:
+        ``pathlib.Path`` of ``output_dir``.
+
+    Raises:
+        FileExistsError: ``output_dir`` exists.
+        ValueError: unsupported model (the message names what), a
+            vocabulary that does not match the model, a bad
+            ``quantization``.
+        ImportError: ``ctranslate2`` is not installed.
+
+    Source: CTranslate2 docs, "Conversion" / ``TransformerSpec``
+    (https://opennmt.net/CTranslate2/guides/transformers.html and
+    ``ctranslate2.specs.TransformerSpec``).
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> from keras_trm.models import transformer
+    >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=16)
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "ct2"
+    >>> path = export_ctranslate2(model, out, vocab, quantization="int8")
+    >>> sorted(p.name for p in path.iterdir())
+    ['config.json', 'keras_trm.json', 'model.bin', 'shared_vocabulary.json']
+    """
+    _import_ctranslate2()
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"`quantization` must be one of {QUANTIZATIONS}, got "
+                         f"quantization={quantization!r}")
+    output_dir = pathlib.Path(output_dir)
+    if output_dir.exists():
+        raise FileExistsError(f"`output_dir` {str(output_dir)!r} already exists")
+    if isinstance(vocabulary, (str, os.PathLike)):
+        vocabulary = load_vocabulary(vocabulary)
+    vocabulary = list(vocabulary)
+    converter = ctranslate2_converter(model, vocabulary)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=output_dir.parent,
+                                        prefix=f".{output_dir.name}.tmp-"))
+    try:
+        converter.convert(str(tmp), quantization=quantization, force=True)
+        from keras_trm.models.transformer import TransformerParts
+
+        parts = TransformerParts(model)
+        metadata = {
+            "format": "keras_trm CTranslate2 export",
+            "model_name": model.name,
+            "max_length": int(parts.max_length),
+            "source_max_length": int(parts.source_embedding.max_length),
+            "quantization": quantization,
+            "reserved_tokens": list(RESERVED_TOKENS),
+            "pad_id": PAD_ID,
+            "end_id": END_ID,
+            "tokenizer": "keras_trm.text.TextTokenizer (WordPiece, cased)",
+            "length_penalty": "CTranslate2 divides by length ** alpha; "
+                              "keras_trm beam search by ((5 + length) / 6) ** alpha",
+        }
+        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1),
+                                         encoding="utf-8")
+        os.rename(tmp, output_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return output_dir
+
+
+def load_exported_vocabulary(model_dir):
+    """The token list (id order) of an ``export_ctranslate2`` directory.
+
+    Reads CTranslate2's ``shared_vocabulary.json``.
+
+    Raises:
+        FileNotFoundError: no vocabulary file in ``model_dir``.
+
+    Example: ``load_exported_vocabulary(path)[:4]`` is
+    ``['[PAD]', '[UNK]', '[START]', '[END]']``.
+    """
+    model_dir = pathlib.Path(model_dir)
+    for name in ("shared_vocabulary.json", "target_vocabulary.json"):
+        path = model_dir / name
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    raise FileNotFoundError(f"no shared_vocabulary.json in {str(model_dir)!r}")
+
+
+class CTranslate2Translator:
+    """Raw text -> text with a directory written by ``export_ctranslate2``.
+
+    Tokenizes with our WordPiece ``TextTokenizer`` (the exported
+    vocabulary), translates the token strings with
+    ``ctranslate2.Translator.translate_batch`` and detokenizes with the same
+    rules as ``keras_trm.decoding.Translator``, so outputs (and BLEU) compare
+    one to one. Settings mirror ours: sources truncated to ``max_length - 1``
+    subword tokens + [END]; at most ``min(T_src + 50, max_length - 1)``
+    generated tokens with T_src the longest source of the batch (END
+    included); an empty sentence gives "".
+
+    Args:
+        model_dir: an ``export_ctranslate2`` directory.
+        num_threads: int >= 1, CTranslate2 ``intra_threads`` (one
+            translation at a time, ``inter_threads=1``).
+        device: ``"cpu"`` or ``"cuda"``.
+        compute_type: CTranslate2 compute type (``"default"``: the type the
+            weights were saved in).
+
+    ``translate_texts(sentences, beam_size=4, length_penalty=0.6,
+    max_batch_size=100)``: list of str -> list of str. ``length_penalty``
+    is CTranslate2's alpha (score / length ** alpha), not our GNMT one.
+
+    Threads: CTranslate2's CPU build uses OpenMP, whose threads spin while
+    waiting. On a machine shared with other busy processes set
+    ``OMP_WAIT_POLICY=PASSIVE`` before ``ctranslate2`` is imported (on a
+    2-core machine under load we measured 2 spinning threads about 20x
+    slower than 1 thread; PASSIVE removed the loss).
+
+    Raises:
+        FileNotFoundError: ``model_dir`` is not an export directory.
+        ValueError: ``num_threads`` < 1.
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> from keras_trm.models import transformer
+    >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=16)
+    >>> out = export_ctranslate2(
+    ...     model, pathlib.Path(tempfile.mkdtemp()) / "ct2", vocab)
+    >>> translator = CTranslate2Translator(out, num_threads=1)
+    >>> hyps = translator.translate_texts(["a b c", ""], beam_size=2)
+    >>> len(hyps), hyps[1]
+    (2, '')
+    """
+
+    def __init__(self, model_dir, num_threads=2, device="cpu",
+                 compute_type="default"):
+        ctranslate2 = _import_ctranslate2()
+        from keras_trm.text.wordpiece import TextTokenizer
+
+        self.model_dir = pathlib.Path(model_dir)
+        meta_path = self.model_dir / METADATA_FILE
+        if not meta_path.is_file():
+            raise FileNotFoundError(
+                f"`model_dir` {str(self.model_dir)!r} has no {METADATA_FILE}: "
+                "not a keras_trm.export.ctranslate2 export"
+            )
+        if int(num_threads) < 1:
+            raise ValueError(f"`num_threads` must be >= 1, got num_threads={num_threads}")
+        self.metadata = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.vocabulary = load_exported_vocabulary(self.model_dir)
+        self.token_ids = {token: i for i, token in enumerate(self.vocabulary)}
+        self.tokenizer = TextTokenizer(self.vocabulary)
+        self.max_length = int(self.metadata["max_length"])
+        self.source_max_length = int(self.metadata.get("source_max_length",
+                                                       self.max_length))
+        self.translator = ctranslate2.Translator(
+            str(self.model_dir), device=device, compute_type=compute_type,
+            inter_threads=1, intra_threads=int(num_threads),
+        )
+
+    def tokenize(self, sentences):
+        """list of str -> list of token-string lists (no [END]; CTranslate2
+        adds it)."""
+        import tensorflow as tf
+
+        if not sentences:
+            return []
+        ids = self.tokenizer.tokenize(tf.constant(list(sentences))).to_list()
+        limit = self.source_max_length - 1
+        return [[self.vocabulary[i] for i in row[:limit]] for row in ids]
+
+    def detokenize(self, token_lists):
+        """list of token-string lists -> list of str (our detokenizer)."""
+        if not token_lists:
+            return []
+        width = max(1, max(len(t) for t in token_lists))
+        ids = np.full((len(token_lists), width), PAD_ID, np.int32)
+        for row, tokens in enumerate(token_lists):
+            ids[row, :len(tokens)] = [self.token_ids[t] for t in tokens]
+        return [s.decode("utf-8") for s in
+                self.tokenizer.detokenize(ids).numpy()]
+
+    def translate_tokens(self, token_lists, beam_size=4, length_penalty=0.6):
+        """One batch of source token lists -> target token lists."""
+        if not token_lists:
+            return []
+        source_length = max(len(t) for t in token_lists) + 1  # + [END]
+        steps = min(source_length + 50, self.max_length - 1)
+        results = self.translator.translate_batch(
+            token_lists, beam_size=int(beam_size),
+            length_penalty=float(length_penalty), max_decoding_length=steps,
+            min_decoding_length=0, max_input_length=0,
+        )
+        return [r.hypotheses[0] for r in results]
+
+    def translate_texts(self, sentences, beam_size=4, length_penalty=0.6,
+                        max_batch_size=100):
+        """list of str -> list of str, ``max_batch_size`` sentences a batch."""
+        if int(beam_size) < 1:
+            raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
+        if int(max_batch_size) < 1:
+            raise ValueError("`max_batch_size` must be >= 1, got "
+                             f"max_batch_size={max_batch_size}")
+        sentences = list(sentences)
+        out = []
+        for start in range(0, len(sentences), int(max_batch_size)):
+            batch = sentences[start:start + int(max_batch_size)]
+            tokens = self.tokenize(batch)
+            hyps = self.translate_tokens(tokens, beam_size, length_penalty)
+            texts = self.detokenize(hyps)
+            out.extend("" if not s.strip() else t for s, t in zip(batch, texts))
+        return out

@@ -1,0 +1,187 @@
+"""CTranslate2 export: the same weights give the same numbers and tokens."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2",
+    reason='ctranslate2 is not installed (pip install -e ".[ctranslate2]")',
+)
+
+from keras_trm.decoding import Translator  # noqa: E402
+from keras_trm.export.ctranslate2 import (  # noqa: E402
+    CTranslate2Translator,
+    build_spec,
+    export_ctranslate2,
+)
+from keras_trm.models import transformer  # noqa: E402
+from keras_trm.text import END_ID, RESERVED_TOKENS, START_ID  # noqa: E402
+from keras_trm.training import LabelSmoothedCrossEntropy  # noqa: E402
+
+
+def _log_probs(model, source_ids, target_ids):
+    """Our model's log P(target_t | target_<t, source) per target token
+    (target = ids + END, decoder input = START + ids)."""
+    enc = np.array([source_ids + [END_ID]], "int32")
+    dec_in = np.array([[START_ID] + target_ids], "int32")
+    logits = model({"encoder_tokens": enc, "decoder_tokens": dec_in},
+                   training=False)[0].numpy().astype("float64")
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    gold = target_ids + [END_ID]
+    return log_p[np.arange(len(gold)), gold]
+
+
+@pytest.mark.parametrize("options", [
+    dict(),  # the paper's: post-LN, tied, sinusoidal
+    dict(norm_first=True, position="learned", tie_embeddings="none"),
+    dict(tie_embeddings="decoder"),
+])
+def test_scores_equal_our_log_probs(tmp_path, rng, options):
+    """CT2's score_batch on the exported model equals our forward pass."""
+    vocab = list(RESERVED_TOKENS) + [f"t{i}" for i in range(36)]
+    model = transformer(len(vocab), num_layers=2, d_model=16, num_heads=2,
+                        d_ff=32, max_length=20, dropout_rate=0.0, **options)
+    # Non-trivial norms and biases, so that a mis-mapped one shows.
+    for w in model.weights:
+        if "gamma" in w.path or "beta" in w.path or "bias" in w.path:
+            w.assign(w.numpy() + rng.normal(0, 0.2, w.shape).astype("float32"))
+    path = export_ctranslate2(model, tmp_path / "ct2", vocab)
+    translator = ctranslate2.Translator(str(path), intra_threads=1)
+    sources = [rng.integers(4, len(vocab), n).tolist() for n in (5, 9, 2)]
+    targets = [rng.integers(4, len(vocab), n).tolist() for n in (7, 3, 11)]
+    results = translator.score_batch(
+        [[vocab[i] for i in s] for s in sources],
+        [[vocab[i] for i in t] for t in targets])
+    for s, t, result in zip(sources, targets, results):
+        ours = _log_probs(model, s, t)
+        assert result.tokens == [vocab[i] for i in t] + ["[END]"]
+        np.testing.assert_allclose(result.log_probs, ours, atol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def trained(multi30k_small, tokenizer, tmp_path_factory):
+    """A tiny model trained for a few hundred steps on real Multi30k pairs,
+    exported float32 and int8."""
+    keras.utils.set_random_seed(7)
+    src, tgt = multi30k_small
+    vocab = tokenizer.vocabulary
+    max_len = 32
+
+    def pad(rows):
+        out = np.zeros((len(rows), max_len), "int32")
+        for i, r in enumerate(rows):
+            r = r[:max_len]
+            out[i, :len(r)] = r
+        return out
+
+    s_ids = tokenizer.tokenize(tf.constant(src)).to_list()
+    t_ids = tokenizer.tokenize(tf.constant(tgt)).to_list()
+    enc = pad([r[:max_len - 1] + [END_ID] for r in s_ids])
+    dec_in = pad([[START_ID] + r[:max_len - 1] for r in t_ids])
+    dec_out = pad([r[:max_len - 1] + [END_ID] for r in t_ids])
+    model = transformer(len(vocab), num_layers=2, d_model=64, num_heads=4,
+                        d_ff=128, max_length=64, dropout_rate=0.0)
+    model.compile(optimizer=keras.optimizers.Adam(2e-3),
+                  loss=LabelSmoothedCrossEntropy(label_smoothing=0.0))
+    model.fit({"encoder_tokens": enc, "decoder_tokens": dec_in}, dec_out,
+              batch_size=50, epochs=4, verbose=0)
+    root = tmp_path_factory.mktemp("ct2")
+    return {
+        "model": model,
+        "vocab": vocab,
+        "float32": export_ctranslate2(model, root / "f32", vocab),
+        "int8": export_ctranslate2(model, root / "int8", vocab,
+                                   quantization="int8"),
+    }
+
+
+@pytest.fixture(scope="module")
+def val_sentences(data_dir):
+    from keras_trm.data import load_multi30k
+
+    return load_multi30k("val", data_dir)[0][:40]
+
+
+def test_greedy_tokens_equal_ours_on_real_sentences(trained, tokenizer,
+                                                   val_sentences):
+    translator = Translator(trained["model"], tokenizer, beam_size=1)
+    ids = tf.function(translator.generate_ids)(
+        translator.encode_text(tf.constant(val_sentences))).numpy()
+    ours_text = [s.decode() for s in tokenizer.detokenize(ids).numpy()]
+    ct2 = CTranslate2Translator(trained["float32"], num_threads=1)
+    theirs = ct2.translate_tokens(ct2.tokenize(val_sentences), beam_size=1)
+    ours = []
+    for row in ids:
+        n = int(np.argmax(row == END_ID)) if (row == END_ID).any() else len(row)
+        ours.append([trained["vocab"][i] for i in row[:n]])
+    # The model learned something: outputs vary and are not empty.
+    assert len({tuple(t) for t in ours}) > 10 and all(ours)
+    assert theirs == ours  # token for token
+    # ... and the runner's raw-text path gives our detokenized text.
+    assert ct2.translate_texts(val_sentences, beam_size=1,
+                               max_batch_size=16) == ours_text
+
+
+def test_int8_and_beam_give_valid_text(trained, tokenizer, val_sentences):
+    f32 = CTranslate2Translator(trained["float32"], num_threads=1)
+    int8 = CTranslate2Translator(trained["int8"], num_threads=1)
+    greedy = f32.translate_texts(val_sentences, beam_size=1)
+    quantized = int8.translate_texts(val_sentences + [""], beam_size=4)
+    beam = f32.translate_texts(val_sentences, beam_size=4, length_penalty=0.6)
+    assert quantized[-1] == ""
+    assert all(isinstance(s, str) and s for s in quantized[:-1] + beam)
+    # int8 weights change the odd token only; most sentences stay the same.
+    same = sum(a == b for a, b in zip(greedy, int8.translate_texts(
+        val_sentences, beam_size=1)))
+    assert same >= len(val_sentences) // 2
+    # int8 weights are smaller on disk.
+    size = {k: (trained[k] / "model.bin").stat().st_size
+            for k in ("float32", "int8")}
+    assert size["int8"] < 0.5 * size["float32"]
+
+
+def test_exported_directory_has_vocabulary_and_special_tokens(trained):
+    path = trained["float32"]
+    vocab = json.loads((path / "shared_vocabulary.json").read_text())
+    assert vocab == list(trained["vocab"])
+    config = json.loads((path / "config.json").read_text())
+    assert (config["unk_token"], config["bos_token"], config["eos_token"],
+            config["decoder_start_token"]) == ("[UNK]", "[START]", "[END]",
+                                               "[START]")
+    assert config["add_source_eos"] is True and config["add_source_bos"] is False
+    assert vocab.index("[UNK]") == 1 and vocab.index("[START]") == START_ID
+    assert vocab.index("[END]") == END_ID
+    meta = json.loads((path / "keras_trm.json").read_text())
+    assert meta["max_length"] == 64
+
+
+def test_errors_and_no_partial_directory(tmp_path):
+    vocab = list(RESERVED_TOKENS) + list("abcdef")
+    model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+                        d_ff=16, max_length=16)
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(FileExistsError, match="exists"):
+        export_ctranslate2(model, tmp_path / "exists", vocab)
+    with pytest.raises(ValueError, match="quantization"):
+        export_ctranslate2(model, tmp_path / "q", vocab, quantization="int3")
+    with pytest.raises(ValueError, match="vocabulary"):
+        export_ctranslate2(model, tmp_path / "v", vocab[:-1])
+    with pytest.raises(ValueError, match="must start with"):
+        build_spec(model, vocab[::-1])
+    gelu = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+                       d_ff=16, max_length=16)
+    for block in ("encoder_layer_0", "decoder_layer_0"):
+        gelu.get_layer(block).activation = keras.activations.gelu
+    with pytest.raises(ValueError, match="activation"):
+        export_ctranslate2(gelu, tmp_path / "g", vocab)
+    classifier = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="not built by"):
+        export_ctranslate2(classifier, tmp_path / "c", vocab)
+    # Nothing half-written is left behind by the failures above.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"]
+    with pytest.raises(FileNotFoundError, match="keras_trm.json"):
+        CTranslate2Translator(tmp_path / "exists")
