@@ -238,7 +238,12 @@ def _add_metadata(flatbuffer, entries):
 
 
 def read_litert_metadata(path):
-    """Named metadata buffers of a ``.tflite`` file: dict name -> bytes."""
+    """Named metadata buffers of a ``.tflite`` file: dict name -> bytes.
+
+    Reads the flatbuffer with LiteRT's schema (``ai_edge_litert``); the
+    translator stores ``keras_trm_vocabulary`` (one token a line, UTF-8) and
+    ``keras_trm_translator_config`` (JSON) there. Example: see
+    ``export_translator_litert``."""
     from ai_edge_litert import schema_py_generated as schema
 
     data = pathlib.Path(path).read_bytes()
@@ -258,7 +263,8 @@ def read_litert_metadata(path):
 def litert_op_names(path):
     """Sorted set of the operator names in a ``.tflite`` file's graphs
     (builtin ops are upper-case names like ``FULLY_CONNECTED``; Select TF
-    ops appear as ``FlexXxx`` custom ops)."""
+    ops appear as ``FlexXxx`` custom ops). Example: see
+    ``export_translator_litert``."""
     interpreter = _interpreter(path)
     return sorted({op["op_name"] for op in interpreter._get_ops_details()})
 
@@ -323,8 +329,15 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "tiny.tflite"
     >>> export_translator_litert(model, out, vocab, batch_size=2).name
     'tiny.tflite'
-    >>> sorted(LiteRTTranslator(out, beam_size=2).signatures)
+    >>> runner = LiteRTTranslator(out, beam_size=2)
+    >>> sorted(runner.signatures)
     ['decode_step', 'encode']
+    >>> [type(t).__name__ for t in runner.translate_texts(["a b c", " "])]
+    ['str', 'str']
+    >>> "FULLY_CONNECTED" in litert_op_names(out)
+    True
+    >>> read_litert_metadata(out)["keras_trm_vocabulary"].split()[4:]
+    [b'a', b'b', b'c', b'd']
     """
     import json
     import shutil
