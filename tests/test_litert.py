@@ -51,3 +51,158 @@ def test_bad_arguments_and_no_partial_file(tmp_path):
     with pytest.raises(Exception):
         export_litert(model, tmp_path / "bad.tflite", input_signature="nonsense")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.tflite"]
+
+
+# ---------------------------------------------------------------------------
+# The translator: encode / decode_step signatures and the host-side search
+# ---------------------------------------------------------------------------
+
+import keras  # noqa: E402
+
+from keras_trm.decoding.search import beam_search, greedy_search  # noqa: E402
+from keras_trm.decoding.translator import Translator  # noqa: E402
+from keras_trm.export.litert import (  # noqa: E402
+    LiteRTTranslator,
+    export_translator_litert,
+    litert_op_names,
+    read_litert_metadata,
+)
+from keras_trm.models import TransformerParts  # noqa: E402
+from keras_trm.text import END_ID  # noqa: E402
+
+SENTENCES = [
+    "A man in an orange hat starring at something.",
+    "Two young, White males are outside near many bushes.",
+    "A little girl climbing into a wooden playhouse.",
+    "People are fixing the roof of a house.",
+    "A dog runs.",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_translator(small_vocab, tmp_path_factory):
+    """A random tiny model on the real Multi30k vocabulary, float32 and int8
+    files. END's embedding row is scaled so that hypotheses end at varied
+    lengths (END paths) while others run to the step limit (39 steps:
+    min(T_src + 50, max_length - 1) for any T_src here)."""
+    keras.utils.set_random_seed(7)
+    model = transformer(len(small_vocab), num_layers=2, d_model=32,
+                        num_heads=2, d_ff=64, max_length=40, dropout_rate=0.0)
+    embedding = model.get_layer("embedding").embeddings
+    weights = embedding.numpy()
+    weights[END_ID] *= 32.0
+    embedding.assign(weights)
+    folder = tmp_path_factory.mktemp("litert_translator")
+    float32 = export_translator_litert(model, folder / "float32.tflite",
+                                       small_vocab, batch_size=4)
+    int8 = export_translator_litert(model, folder / "int8.tflite", small_vocab,
+                                    quantize="dynamic_int8", batch_size=4)
+    return model, float32, int8
+
+
+def _reference(parts, ids, beam_size):
+    """keras_trm's search over the batch (the step limit is 39 for every
+    sentence, so batched and one-by-one decoding agree)."""
+    import tensorflow as tf
+
+    if beam_size == 1:
+        search = tf.function(lambda x: greedy_search(parts, x))
+    else:
+        search = tf.function(lambda x: beam_search(
+            parts, x, beam_size=beam_size, length_penalty_alpha=0.6))
+    out = []
+    for best in search(tf.constant(ids)).numpy().tolist():
+        out.append(best[:best.index(END_ID)] if END_ID in best
+                   else [t for t in best if t])
+    return out
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 4])
+def test_translator_tokens_equal_keras_search(tiny_translator, beam_size):
+    model, path, _ = tiny_translator
+    runner = LiteRTTranslator(path, beam_size=beam_size)
+    ids = runner.encode_texts(SENTENCES)
+    got = runner.translate_ids(ids)
+    expected = _reference(TransformerParts(model), ids, beam_size)
+    assert got == expected
+    # END paths and step-limit paths both occur
+    lengths = [len(g) for g in got]
+    assert any(n < 39 for n in lengths), lengths
+    assert ids.shape[1] + 50 > 39
+
+
+def test_translate_texts_equals_tf_translator(tiny_translator, tokenizer):
+    model, path, _ = tiny_translator
+    runner = LiteRTTranslator(path, beam_size=4, length_penalty_alpha=0.6)
+    reference = Translator(model, tokenizer, beam_size=4,
+                           length_penalty_alpha=0.6)
+    sentences = SENTENCES[:3] + ["   "]
+    expected = reference.translate_texts(sentences)
+    assert runner.translate_texts(sentences) == expected
+    assert expected[-1] == "" and all(expected[:3])
+
+
+def test_translator_file_is_builtin_only_with_metadata(tiny_translator,
+                                                       small_vocab):
+    _, path, _ = tiny_translator
+    ops = litert_op_names(path)
+    assert "FULLY_CONNECTED" in ops and "DYNAMIC_UPDATE_SLICE" in ops
+    assert not [op for op in ops if op.startswith("Flex") or op == "CUSTOM"
+                or op in ("VAR_HANDLE", "READ_VARIABLE")], ops
+    runner = LiteRTTranslator(path, beam_size=1)
+    assert runner.signatures["encode"]["inputs"] == ["source_ids"]
+    assert set(runner.signatures["decode_step"]["outputs"]) == {
+        "logits", "self_attention_cache_0", "self_attention_cache_1"}
+    metadata = read_litert_metadata(path)
+    assert runner.vocabulary == small_vocab
+    assert b'"batch_size": 4' in metadata["keras_trm_translator_config"]
+
+
+def test_int8_is_smaller_and_close(tiny_translator):
+    _, float32, int8 = tiny_translator
+    assert int8.stat().st_size < 0.6 * float32.stat().st_size
+    from ai_edge_litert.interpreter import Interpreter
+
+    weights = [t for t in Interpreter(str(int8)).get_tensor_details()
+               if t["dtype"] == np.int8]
+    assert weights, "no int8 weight tensors"
+    # Same first-step logits up to quantization error.
+    logits = []
+    for path in (float32, int8):
+        runner = LiteRTTranslator(path, beam_size=1)
+        source = np.zeros((4, runner.max_source_length), np.int32)
+        source[:, :3] = [[5, 6, END_ID], [7, 8, END_ID], [9, 10, END_ID],
+                         [11, END_ID, 0]]
+        cross, caches = runner._start(source)
+        logits.append(runner._step(np.full(4, 2), 0, source, caches, cross)[0])
+    correlation = np.corrcoef(logits[0].ravel(), logits[1].ravel())[0, 1]
+    assert correlation > 0.98, correlation
+    assert not np.array_equal(logits[0], logits[1])
+    text = LiteRTTranslator(int8, beam_size=2).translate_texts(SENTENCES[:2])
+    assert all(isinstance(t, str) and t for t in text)
+
+
+def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
+    model, path, _ = tiny_translator
+    for kwargs, name in [({"quantize": "int4"}, "quantize"),
+                         ({"batch_size": 0}, "batch_size"),
+                         ({"max_source_length": 41}, "max_source_length")]:
+        with pytest.raises(ValueError, match=name):
+            export_translator_litert(model, tmp_path / "x.tflite", small_vocab,
+                                     **kwargs)
+    with pytest.raises(ValueError, match="tflite"):
+        export_translator_litert(model, tmp_path / "x.bin", small_vocab)
+    with pytest.raises(ValueError, match="vocabulary"):
+        export_translator_litert(model, tmp_path / "x.tflite", small_vocab[:-1])
+    (tmp_path / "taken.tflite").write_bytes(b"x")
+    with pytest.raises(FileExistsError, match="taken.tflite"):
+        export_translator_litert(model, tmp_path / "taken.tflite", small_vocab)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.tflite"]
+    with pytest.raises(ValueError, match="beam_size=3"):
+        LiteRTTranslator(path, beam_size=3)
+    with pytest.raises(ValueError, match="num_threads"):
+        LiteRTTranslator(path, num_threads=0)
+    with pytest.raises(ValueError, match="length_penalty_alpha"):
+        LiteRTTranslator(path, length_penalty_alpha=-1)
+    with pytest.raises(FileNotFoundError):
+        LiteRTTranslator(tmp_path / "missing.tflite")

@@ -1,11 +1,14 @@
-"""Export: SavedModel in TF Serving layout (raw-text signatures); CTranslate2
-(``keras_trm.export.ctranslate2``, needs the optional ``ctranslate2``
-package, imported only when its functions are called)."""
+"""Export: SavedModel in TF Serving layout (raw-text signatures); the recipe
+export wrappers; a LiteRT translator (encode / decode_step signatures + a
+host-side runner); CTranslate2 (``keras_trm.export.ctranslate2``, needs the
+optional ``ctranslate2`` package, imported only when its functions are
+called)."""
 
 from keras_trm.export.ctranslate2 import (
     CTranslate2Translator,
     export_ctranslate2,
 )
+from keras_trm.export.litert import LiteRTTranslator, export_translator_litert
 from keras_trm.export.saved_model import export_module, next_version
 
 # Recipe export wrappers (IMDB, MNIST, Transformer-XL LM).
@@ -18,6 +21,8 @@ from keras_trm.export.language_model import (
 __all__ = [
     "CTranslate2Translator",
     "export_ctranslate2",
+    "LiteRTTranslator",
+    "export_translator_litert",
     "export_module",
     "next_version",
     # Recipe export wrappers.

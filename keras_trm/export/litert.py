@@ -102,3 +102,607 @@ def litert_predict(model_path, inputs, signature_key="serving_default"):
         (out,) = outputs.values()
         return out
     return outputs
+
+
+# ---------------------------------------------------------------------------
+# A translator on LiteRT: encode / decode_step signatures + a host-side runner
+# ---------------------------------------------------------------------------
+
+QUANTIZE_MODES = (None, "dynamic_int8")
+_VOCABULARY_KEY = "keras_trm_vocabulary"
+_CONFIG_KEY = "keras_trm_translator_config"
+
+
+def _translator_module(parts, batch_size, source_length, cache_length):
+    """A ``tf.Module`` with the ``encode`` and ``decode_step`` functions.
+
+    Built from ``TransformerParts``' public pieces (``encode``,
+    ``cross_attention_caches``, ``empty_self_attention_caches``,
+    ``decode_step``); cache shapes come from tracing them, not from here.
+    """
+    import tensorflow as tf
+
+    num_layers = len(parts.decoder_layers)
+    source_spec = tf.TensorSpec([batch_size, source_length], tf.int32,
+                                name="source_ids")
+
+    # Shapes of the caches, from the pieces themselves.
+    cross_shapes = [
+        c.shape for c in tf.function(
+            lambda ids: parts.cross_attention_caches(parts.encode(ids))
+        ).get_concrete_function(source_spec).structured_outputs
+    ]
+    self_shapes = [
+        tuple(c.shape) for c in parts.empty_self_attention_caches(
+            batch_size, cache_length, "float32")
+    ]
+
+    module = tf.Module()
+    module.model = parts.model  # tracks the variables
+
+    @tf.function(input_signature=[source_spec])
+    def encode(source_ids):
+        encoder_outputs = parts.encode(source_ids)
+        out = {"encoder_outputs": encoder_outputs}
+        for i, cache in enumerate(parts.cross_attention_caches(encoder_outputs)):
+            out[f"cross_attention_cache_{i}"] = cache
+        return out
+
+    decode_spec = {
+        "token": tf.TensorSpec([batch_size, 1], tf.int32, name="token"),
+        "index": tf.TensorSpec([], tf.int32, name="index"),
+        "source_ids": source_spec,
+    }
+    for i in range(num_layers):
+        decode_spec[f"self_attention_cache_{i}"] = tf.TensorSpec(
+            self_shapes[i], tf.float32, name=f"self_attention_cache_{i}")
+        decode_spec[f"cross_attention_cache_{i}"] = tf.TensorSpec(
+            cross_shapes[i], tf.float32, name=f"cross_attention_cache_{i}")
+
+    @tf.function(input_signature=[decode_spec])
+    def decode_step(inputs):
+        logits, caches = parts.decode_step(
+            inputs["token"],
+            inputs["index"],
+            [inputs[f"self_attention_cache_{i}"] for i in range(num_layers)],
+            [inputs[f"cross_attention_cache_{i}"] for i in range(num_layers)],
+            tf.not_equal(inputs["source_ids"], 0),
+        )
+        out = {"logits": tf.cast(logits, tf.float32)}
+        for i, cache in enumerate(caches):
+            out[f"self_attention_cache_{i}"] = cache
+        return out
+
+    module.encode = encode
+    module.decode_step = decode_step
+    return module
+
+
+def _frozen_signatures(module, names):
+    """Each of ``module``'s functions with its weights folded in as constants.
+
+    The converter keeps weights shared by several signatures as resource
+    variables (VAR_HANDLE / READ_VARIABLE ops, which dynamic-range
+    quantization does not touch); freezing each function first gives plain
+    constant weights.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    frozen = tf.Module()
+    signatures = {}
+    for name in names:
+        concrete = getattr(module, name).get_concrete_function()
+        constant = convert_variables_to_constants_v2(concrete)
+
+        def make(concrete=concrete, constant=constant):
+            @tf.function(input_signature=list(concrete.structured_input_signature[0]))
+            def function(*args):
+                outputs = constant(*tf.nest.flatten(args))
+                return tf.nest.pack_sequence_as(concrete.structured_outputs,
+                                                outputs)
+            return function
+
+        setattr(frozen, name, make())
+        signatures[name] = getattr(frozen, name).get_concrete_function()
+    return frozen, signatures
+
+
+def _add_metadata(flatbuffer, entries):
+    """Returns ``flatbuffer`` (bytes) with named metadata buffers added."""
+    from ai_edge_litert import schema_py_generated as schema
+    import flatbuffers
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(flatbuffer, 0))
+    model.metadata = list(model.metadata or [])
+    model.buffers = list(model.buffers or [])
+    for name, data in entries.items():
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(data, np.uint8)
+        model.buffers.append(buffer)
+        metadata = schema.MetadataT()
+        metadata.name = name
+        metadata.buffer = len(model.buffers) - 1
+        model.metadata.append(metadata)
+    builder = flatbuffers.Builder(len(flatbuffer) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def read_litert_metadata(path):
+    """Named metadata buffers of a ``.tflite`` file: dict name -> bytes.
+
+    Reads the flatbuffer with LiteRT's schema (``ai_edge_litert``); the
+    translator stores ``keras_trm_vocabulary`` (one token a line, UTF-8) and
+    ``keras_trm_translator_config`` (JSON) there. Example: see
+    ``export_translator_litert``."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = pathlib.Path(path).read_bytes()
+    model = schema.Model.GetRootAsModel(data, 0)
+    out = {}
+    for i in range(model.MetadataLength()):
+        entry = model.Metadata(i)
+        buffer = model.Buffers(entry.Buffer())
+        if buffer.Offset() > 1:  # stored outside the flatbuffer (> 2 GB files)
+            raw = data[buffer.Offset():buffer.Offset() + buffer.Size()]
+        else:
+            raw = buffer.DataAsNumpy().tobytes() if buffer.DataLength() else b""
+        out[entry.Name().decode()] = raw
+    return out
+
+
+def litert_op_names(path):
+    """Sorted set of the operator names in a ``.tflite`` file's graphs
+    (builtin ops are upper-case names like ``FULLY_CONNECTED``; Select TF
+    ops appear as ``FlexXxx`` custom ops). Example: see
+    ``export_translator_litert``."""
+    interpreter = _interpreter(path)
+    return sorted({op["op_name"] for op in interpreter._get_ops_details()})
+
+
+def export_translator_litert(model, path, vocabulary, quantize=None,
+                             batch_size=4, max_source_length=None):
+    """Writes a Transformer as one ``.tflite`` translator with two signatures.
+
+    Signatures (all shapes fixed at export; B = ``batch_size``, T =
+    ``max_source_length``, S = the model's ``max_length``, h heads of d_k):
+
+    - ``encode(source_ids int32 (B, T)) -> encoder_outputs float32
+      (B, T, d_model), cross_attention_cache_<l> float32 (B, 2, T, h, d_k)``
+      for each decoder layer l (keys/values of the encoder outputs);
+    - ``decode_step(token int32 (B, 1), index int32 (), source_ids,
+      self_attention_cache_<l> (B, 2, S, h, d_k), cross_attention_cache_<l>)
+      -> logits float32 (B, vocabulary), self_attention_cache_<l>``: the
+      decoder at position ``index`` (0 = START), writing that position's
+      keys/values into the fixed-size self-attention cache (as in
+      ``keras_trm.decoding.search``). ``source_ids`` gives the padding mask.
+
+    Only builtin LiteRT ops are allowed (no Select TF ops / Flex delegate).
+    The vocabulary and the shapes are stored in the file's metadata, so
+    ``LiteRTTranslator(path)`` needs nothing else. Conversion goes through a
+    temporary SavedModel and ``tf.lite.TFLiteConverter.from_saved_model``
+    with ``signature_keys`` (TensorFlow Lite guide, "Signatures in TensorFlow
+    Lite"); ``quantize="dynamic_int8"`` adds ``optimizations=[Optimize
+    .DEFAULT]``: weights stored int8, activations quantized on the fly
+    (dynamic-range quantization, LiteRT post-training quantization guide).
+
+    Args:
+        model: a model built by ``keras_trm.models.transformer``.
+        path: target file ending in ``.tflite`` (its folder is created).
+        vocabulary: list of str, the shared WordPiece vocabulary the model
+            was trained with (first four tokens ``RESERVED_TOKENS``).
+        quantize: ``None`` (float32) or ``"dynamic_int8"``.
+        batch_size: int >= 1, rows per call (greedy: sentences decoded
+            together; beam search with k beams: ``batch_size // k``
+            sentences).
+        max_source_length: source positions T, END included (default: the
+            model's max_length); sources are 0-padded to T.
+
+    Returns:
+        ``pathlib.Path`` of the written file.
+
+    Raises:
+        ValueError: ``path`` not ``.tflite``, bad ``quantize``,
+            ``batch_size`` or ``max_source_length``, a vocabulary whose
+            size differs from the model's, or a graph that needs ops other
+            than LiteRT builtins.
+        FileExistsError: ``path`` exists. No file is left at ``path`` on
+            any error.
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> from keras_trm.models import transformer
+    >>> from keras_trm.text import RESERVED_TOKENS
+    >>> vocab = list(RESERVED_TOKENS) + ["a", "b", "c", "d"]
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=8)
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "tiny.tflite"
+    >>> export_translator_litert(model, out, vocab, batch_size=2).name
+    'tiny.tflite'
+    >>> runner = LiteRTTranslator(out, beam_size=2)
+    >>> sorted(runner.signatures)
+    ['decode_step', 'encode']
+    >>> [type(t).__name__ for t in runner.translate_texts(["a b c", " "])]
+    ['str', 'str']
+    >>> "FULLY_CONNECTED" in litert_op_names(out)
+    True
+    >>> read_litert_metadata(out)["keras_trm_vocabulary"].split()[4:]
+    [b'a', b'b', b'c', b'd']
+    """
+    import json
+    import shutil
+
+    import tensorflow as tf
+
+    from keras_trm.models.transformer import TransformerParts
+    from keras_trm.text.wordpiece import RESERVED_TOKENS
+
+    path = pathlib.Path(path)
+    if path.suffix != ".tflite":
+        raise ValueError(f"`path` must end in .tflite, got {str(path)!r}")
+    if quantize not in QUANTIZE_MODES:
+        raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}, got "
+                         f"quantize={quantize!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
+            or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an int >= 1, got "
+                         f"batch_size={batch_size!r}")
+    parts = TransformerParts(model)
+    limit = int(parts.max_length)
+    source_length = limit if max_source_length is None else max_source_length
+    if isinstance(source_length, bool) or not isinstance(source_length, int) \
+            or not 1 < source_length <= limit:
+        raise ValueError(f"`max_source_length` must be an int in [2, {limit}], "
+                         f"got max_source_length={max_source_length!r}")
+    vocabulary = list(vocabulary)
+    if tuple(vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+        raise ValueError(f"`vocabulary` must start with {RESERVED_TOKENS}, "
+                         f"got {tuple(vocabulary[:4])}")
+    if len(vocabulary) != parts.vocabulary_size:
+        raise ValueError(f"`vocabulary` has {len(vocabulary)} tokens but the "
+                         f"model's output has {parts.vocabulary_size}")
+    if any("\n" in token for token in vocabulary):
+        raise ValueError("`vocabulary` tokens must not contain newlines")
+    if path.exists():
+        raise FileExistsError(f"`path` {str(path)!r} already exists")
+
+    module = _translator_module(parts, batch_size, source_length, limit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = tempfile.mkdtemp(dir=path.parent, prefix=".tmp-savedmodel-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tflite")
+    os.close(fd)
+    try:
+        frozen, signatures = _frozen_signatures(module, ["encode", "decode_step"])
+        tf.saved_model.save(frozen, saved, signatures=signatures)
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            saved, signature_keys=["encode", "decode_step"])
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize == "dynamic_int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        try:
+            flatbuffer = converter.convert()
+        except Exception as error:  # the converter's ConverterError
+            raise ValueError(
+                "the translator graph needs ops that are not LiteRT builtins "
+                f"(Select TF ops are not allowed): {error}") from error
+        config = {"batch_size": batch_size, "max_source_length": source_length,
+                  "max_length": limit, "num_layers": len(parts.decoder_layers),
+                  "vocabulary_size": len(vocabulary), "quantize": quantize}
+        flatbuffer = _add_metadata(flatbuffer, {
+            _VOCABULARY_KEY: ("\n".join(vocabulary) + "\n").encode("utf-8"),
+            _CONFIG_KEY: json.dumps(config).encode("utf-8"),
+        })
+        with open(tmp, "wb") as f:
+            f.write(flatbuffer)
+        ops = litert_op_names(tmp)
+        custom = [op for op in ops if op.startswith("Flex") or op == "CUSTOM"]
+        if custom:
+            raise ValueError(f"the converted graph uses non-builtin ops {custom}")
+        if path.exists():
+            raise FileExistsError(f"`path` {str(path)!r} already exists")
+        os.rename(tmp, path)
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+_NEG_INF = np.float32(-1e9)
+
+
+def _length_penalty(length, alpha):
+    """Wu et al. (2016) Eq. 14 in float32, as ``decoding.search``."""
+    length = np.asarray(length, np.float32)
+    return np.power((np.float32(5.0) + length) / np.float32(6.0),
+                    np.float32(alpha), dtype=np.float32)
+
+
+def _log_softmax(logits):
+    logits = logits.astype(np.float32, copy=False)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _top_k(values, k):
+    """Indices of the k largest per row, descending; ties: lower index first
+    (``tf.math.top_k``'s order)."""
+    n = values.shape[1]
+    if k < n:
+        part = np.argpartition(-values, k - 1, axis=1)[:, :k]
+    else:
+        part = np.broadcast_to(np.arange(n), values.shape).copy()
+    vals = np.take_along_axis(values, part, 1)
+    order = np.lexsort((part, -vals), axis=1)
+    return np.take_along_axis(part, order, 1)
+
+
+class LiteRTTranslator:
+    """Translates raw text with a ``.tflite`` from ``export_translator_litert``.
+
+    The graph runs on the LiteRT interpreter (``ai_edge_litert``); greedy
+    and beam search run on the host in NumPy with the rules of
+    ``keras_trm.decoding.search`` (same GNMT length penalty, fairseq-style
+    finished set, tensor2tensor stopping bound, beam 1 = greedy). Per
+    sentence, at most min(T_src + 50, max_length - 1) tokens are generated,
+    T_src its source ids with END (``greedy_search`` on that sentence
+    alone). Tokenization uses the vocabulary stored in the file with
+    ``keras_trm.text.TextTokenizer`` (TensorFlow on the host: kept simple,
+    not a device tokenizer). Sources longer than ``max_source_length - 1``
+    subwords are truncated, as in ``decoding.Translator``.
+
+    Args:
+        path: the ``.tflite`` file.
+        num_threads: int >= 1, interpreter threads.
+        beam_size: int >= 1; 1 is greedy search. Must divide the file's
+            ``batch_size``.
+        length_penalty_alpha: α >= 0 of the length penalty.
+
+    ``translate_texts(list of str) -> list of str``; ``translate_ids(int
+    (n, T) source ids with END) -> list of int lists`` (generated ids,
+    without START, END excluded).
+
+    Raises:
+        ValueError: bad argument (named with its value), or a file without
+            the translator's signatures / metadata.
+        FileNotFoundError: ``path`` does not exist.
+
+    Example: see ``export_translator_litert``.
+    """
+
+    def __init__(self, path, num_threads=2, beam_size=4,
+                 length_penalty_alpha=0.6):
+        import json
+
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"`path` {str(path)!r} does not exist")
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) \
+                or num_threads < 1:
+            raise ValueError(f"`num_threads` must be an int >= 1, got "
+                             f"num_threads={num_threads!r}")
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) \
+                or beam_size < 1:
+            raise ValueError(f"`beam_size` must be an int >= 1, got "
+                             f"beam_size={beam_size!r}")
+        if not float(length_penalty_alpha) >= 0:
+            raise ValueError("`length_penalty_alpha` must be >= 0, got "
+                             f"length_penalty_alpha={length_penalty_alpha!r}")
+        metadata = read_litert_metadata(path)
+        if _CONFIG_KEY not in metadata or _VOCABULARY_KEY not in metadata:
+            raise ValueError(f"{str(path)!r} was not written by "
+                             "export_translator_litert (no translator metadata)")
+        self.config = json.loads(metadata[_CONFIG_KEY].decode("utf-8"))
+        self.vocabulary = metadata[_VOCABULARY_KEY].decode("utf-8").split("\n")[:-1]
+        self.batch_size = int(self.config["batch_size"])
+        if self.batch_size % beam_size:
+            raise ValueError(f"`beam_size` must divide the file's batch_size "
+                             f"{self.batch_size}, got beam_size={beam_size}")
+        self.path = path
+        self.beam_size = beam_size
+        self.length_penalty_alpha = float(length_penalty_alpha)
+        self.num_layers = int(self.config["num_layers"])
+        self.max_length = int(self.config["max_length"])
+        self.max_source_length = int(self.config["max_source_length"])
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError:  # pragma: no cover
+            import tensorflow as tf
+
+            Interpreter = tf.lite.Interpreter
+        self.interpreter = Interpreter(model_path=str(path),
+                                       num_threads=num_threads)
+        self.signatures = self.interpreter.get_signature_list()
+        self._encode = self.interpreter.get_signature_runner("encode")
+        self._decode = self.interpreter.get_signature_runner("decode_step")
+        self._tokenizer = None
+
+    # -- ids ---------------------------------------------------------------
+
+    def _step(self, token, index, source, self_caches, cross_caches):
+        inputs = {"token": token[:, None].astype(np.int32),
+                  "index": np.array(index, np.int32), "source_ids": source}
+        for i in range(self.num_layers):
+            inputs[f"self_attention_cache_{i}"] = self_caches[i]
+            inputs[f"cross_attention_cache_{i}"] = cross_caches[i]
+        out = self._decode(**inputs)
+        return out["logits"], [out[f"self_attention_cache_{i}"]
+                               for i in range(self.num_layers)]
+
+    def _start(self, source):
+        """Encodes a (batch_size, T) block; returns cross and empty self caches."""
+        out = self._encode(source_ids=source)
+        cross = [out[f"cross_attention_cache_{i}"] for i in range(self.num_layers)]
+        details = self._decode.get_input_details()
+        self_caches = [np.zeros(details[f"self_attention_cache_{i}"]["shape"],
+                                np.float32) for i in range(self.num_layers)]
+        return cross, self_caches
+
+    def _steps(self, source):
+        """Per-row step limit: min(T_src + 50, max_length - 1)."""
+        lengths = (source != 0).sum(1)
+        return np.minimum(lengths + 50, self.max_length - 1)
+
+    def _greedy(self, source):
+        """source (B, T) -> (B, steps) ids (PAD after END)."""
+        steps = self._steps(source)
+        batch = source.shape[0]
+        cross, caches = self._start(source)
+        out = np.zeros((batch, int(steps.max())), np.int32)
+        token = np.full(batch, 2, np.int32)  # START_ID
+        finished = steps <= 0
+        for i in range(int(steps.max())):
+            if finished.all():
+                break
+            logits, caches = self._step(token, i, source, caches, cross)
+            token = np.argmax(logits, -1).astype(np.int32)
+            token = np.where(finished, 0, token)
+            out[:, i] = token
+            finished = finished | (token == 3) | (i + 1 >= steps)
+        return out
+
+    def _beam(self, source):
+        """source (n, T), one row per sentence -> (n, steps) best ids."""
+        k, alpha = self.beam_size, self.length_penalty_alpha
+        n = source.shape[0]
+        steps = self._steps(source)
+        max_steps = int(steps.max())
+        cross, caches = self._start(np.repeat(source, k, axis=0))
+        vocab = None
+        num_candidates = None
+        alive_seq = np.zeros((n, k, max_steps + 1), np.int32)
+        alive_seq[:, :, 0] = 2  # START_ID
+        alive_logp = np.tile(np.array([[0.0] + [_NEG_INF] * (k - 1)],
+                                      np.float32), (n, 1))
+        finished_seq = np.zeros_like(alive_seq)
+        finished_score = np.full((n, k), _NEG_INF, np.float32)
+        finished_flag = np.zeros((n, k), bool)
+        done = steps <= 0
+        alive_len = np.zeros(n, np.int32)
+        max_penalty = _length_penalty(steps, alpha)
+        rows = np.arange(n)[:, None]
+        keep_order = np.tile(np.arange(k), (n, 1))
+        for i in range(max_steps):
+            if done.all():
+                break
+            logits, caches = self._step(alive_seq[:, :, i].reshape(-1), i,
+                                        np.repeat(source, k, axis=0),
+                                        caches, cross)
+            if vocab is None:
+                vocab = logits.shape[-1]
+                num_candidates = min(2 * k, k * vocab)
+                in_top_k = np.arange(num_candidates)[None] < k
+            log_probs = _log_softmax(logits).reshape(n, k, vocab)
+            candidates = (alive_logp[:, :, None] + log_probs).reshape(n, -1)
+            top = _top_k(candidates, num_candidates)
+            cand_logp = np.take_along_axis(candidates, top, 1)
+            cand_beam, cand_token = top // vocab, (top % vocab).astype(np.int32)
+            cand_seq = alive_seq[rows, cand_beam]
+            cand_seq[:, :, i + 1] = cand_token
+            ended = cand_token == 3  # END_ID
+            live = ~done[:, None]
+
+            keep = np.argsort(ended, axis=1, kind="stable")[:, :k]
+            new_logp = np.take_along_axis(cand_logp, keep, 1)
+            new_seq = cand_seq[rows, keep]
+            parent = np.take_along_axis(cand_beam, keep, 1)
+
+            new_finished = ended & in_top_k & live & (cand_logp > _NEG_INF / 2)
+            end_score = np.where(new_finished,
+                                 cand_logp / _length_penalty(i + 1, alpha),
+                                 _NEG_INF).astype(np.float32)
+            pool_score = np.concatenate([finished_score, end_score], 1)
+            pool_flag = np.concatenate([finished_flag, new_finished], 1)
+            pool_seq = np.concatenate([finished_seq, cand_seq], 1)
+            best = _top_k(pool_score, k)
+            finished_score = np.take_along_axis(pool_score, best, 1)
+            finished_flag = np.take_along_axis(pool_flag, best, 1)
+            finished_seq = pool_seq[rows, best]
+
+            alive_seq = np.where(live[:, :, None], new_seq, alive_seq)
+            alive_logp = np.where(live, new_logp, alive_logp)
+            alive_len = np.where(live[:, 0], i + 1, alive_len)
+            parent = np.where(live, parent, keep_order)
+            flat = (parent + rows * k).reshape(-1)
+            caches = [c[flat] for c in caches]
+
+            bound = alive_logp.max(1) / max_penalty
+            done = done | (finished_score.max(1) >= bound)
+            if k == 1:
+                done = done | finished_flag[:, 0]
+            done = done | (i + 1 >= steps)
+        alive_score = alive_logp / _length_penalty(np.maximum(alive_len, 1),
+                                                   alpha)[:, None]
+        at_max = (alive_len == steps)[:, None] & (alive_logp > _NEG_INF / 2)
+        pool_seq = np.concatenate([finished_seq, alive_seq], 1)
+        pool_score = np.concatenate([finished_score, alive_score], 1)
+        pool_rank = np.concatenate([finished_flag, at_max], 1)
+        order = np.lexsort((-pool_score, -pool_rank.astype(np.int32)), axis=1)
+        return pool_seq[np.arange(n), order[:, 0], 1:]
+
+    def translate_ids(self, source_ids):
+        """int ``(n, T)`` source ids (END included, 0-padded, T <=
+        ``max_source_length``) -> list of n lists of generated ids (END and
+        what follows dropped)."""
+        source_ids = np.asarray(source_ids)
+        if source_ids.ndim != 2 or source_ids.shape[1] > self.max_source_length:
+            raise ValueError(
+                "`source_ids` must have shape (n, T <= "
+                f"{self.max_source_length}), got shape {source_ids.shape}")
+        padded = np.zeros((len(source_ids), self.max_source_length), np.int32)
+        padded[:, :source_ids.shape[1]] = source_ids
+        per_call = self.batch_size // self.beam_size
+        results = []
+        for start in range(0, len(padded), per_call):
+            block = padded[start:start + per_call]
+            real = len(block)
+            if real < per_call:  # fill with one-token sources ([END])
+                filler = np.zeros((per_call - real, padded.shape[1]), np.int32)
+                filler[:, 0] = 3
+                block = np.concatenate([block, filler])
+            ids = self._greedy(block) if self.beam_size == 1 else self._beam(block)
+            for row in ids[:real]:
+                row = row.tolist()
+                results.append(row[:row.index(3)] if 3 in row else
+                               [t for t in row if t != 0])
+        return results
+
+    # -- text --------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from keras_trm.text.wordpiece import TextTokenizer
+
+            self._tokenizer = TextTokenizer(self.vocabulary)
+        return self._tokenizer
+
+    def encode_texts(self, sentences):
+        """list of str -> int32 (n, T) ids + END, 0-padded (as
+        ``decoding.Translator.encode_text``)."""
+        ids = self.tokenizer.tokenize(list(sentences)).to_list()
+        ids = [row[:self.max_source_length - 1] + [3] for row in ids]
+        out = np.zeros((len(ids), max(map(len, ids), default=1)), np.int32)
+        for i, row in enumerate(ids):
+            out[i, :len(row)] = row
+        return out
+
+    def translate_texts(self, sentences):
+        """list of str -> list of str (empty or blank sentence -> "")."""
+        sentences = list(sentences)
+        if not sentences:
+            return []
+        if not all(isinstance(s, str) for s in sentences):
+            raise TypeError("`sentences` must be a list of str")
+        generated = self.translate_ids(self.encode_texts(sentences))
+        width = max(map(len, generated)) + 1
+        ids = np.zeros((len(generated), width), np.int32)
+        for i, row in enumerate(generated):
+            ids[i, :len(row)] = row
+        text = [t.decode("utf-8") for t in
+                self.tokenizer.detokenize(ids).numpy()]
+        return ["" if not s.strip() else t for s, t in zip(sentences, text)]
