@@ -14,7 +14,9 @@ Same flags as ``keras-trm train-translation``.
 
 import sys
 
+from keras_trm._runtime import reexec_with_allocator_tunables
 from keras_trm.cli import train_translation_main
 
 if __name__ == "__main__":
+    reexec_with_allocator_tunables()
     train_translation_main(sys.argv[1:])

@@ -34,6 +34,7 @@ from keras_trm.training import (
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
     NoamSchedule,
+    apply_precision,
     make_strategy,
     paper_adam,
     resolve_jit_compile,
@@ -65,6 +66,7 @@ class TranslationConfig:
     eval_every_epochs: int = 1
     strategy: str = "default"
     jit_compile: str = "off"
+    precision: str = "auto"  # "auto" | "float32" | "mixed_bfloat16" | "mixed_float16"
     seed: int = 0
     limit: int = 0  # > 0: only the first `limit` pairs of each split (smoke runs)
     model_name: str = "transformer_multi30k_en_de"
@@ -149,6 +151,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     config = config or TranslationConfig()
     job_start = time.time()
     keras.utils.set_random_seed(config.seed)
+    config = dataclasses.replace(config, precision=apply_precision(config.precision))
     strategy = make_strategy(config.strategy)
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

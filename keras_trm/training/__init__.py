@@ -13,6 +13,11 @@ from keras_trm.training.distribute import (
     split_cpu,
 )
 from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
+from keras_trm.training.precision import (
+    apply_precision,
+    cpu_has_native_bf16,
+    resolve_precision,
+)
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 # Per-step logs, language-model steps (keras_trm.jobs use them).
@@ -35,11 +40,14 @@ __all__ = [
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",
     "NoamSchedule",
+    "apply_precision",
     "average_checkpoints",
+    "cpu_has_native_bf16",
     "select_checkpoint_average",
     "make_strategy",
     "paper_adam",
     "resolve_jit_compile",
+    "resolve_precision",
     "save_weights_atomic",
     "split_cpu",
     # Per-step logs, language-model steps.

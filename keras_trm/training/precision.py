@@ -1,0 +1,158 @@
+"""Mixed precision: which compute dtype a training job uses.
+
+Keras mixed precision (``keras.mixed_precision``, Micikevicius et al. 2018)
+keeps the variables in float32 and computes the layers in a 16-bit type.
+On CPUs, bfloat16 only pays where the CPU has native bfloat16 dot products
+(x86 ``avx512_bf16`` or ``amx_bf16``): oneDNN then runs bfloat16 matmuls
+2-3x faster than float32. Elsewhere bfloat16 is emulated and slower, so
+``"auto"`` stays in float32. ``"mixed_float16"`` is meant for GPUs and is
+only ever used when asked for explicitly.
+
+Numerics under a 16-bit policy (checked by ``tests/test_precision.py``):
+attention softmax, the output logits of the tied embedding, the loss and the
+LayerNormalization statistics are computed in float32.
+
+Whether ``"auto"`` picks bfloat16 on a bfloat16 CPU is a measured decision
+(``bench/bench_translation.py``): ``AUTO_BF16_ON_NATIVE_CPU`` below.
+"""
+
+import logging
+import os
+import platform
+
+import keras
+
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+CHOICES = ("auto",) + POLICIES
+
+# "auto" turns bfloat16 on only where it was measured to pay: >= 1.3x the
+# float32 real target tokens/s AND Multi30k val BLEU within 0.5 of float32
+# (bench/results/translation.json, "precision"). Until that is shown, False.
+AUTO_BF16_ON_NATIVE_CPU = False
+
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+logger = logging.getLogger(__name__)
+
+
+def cpu_flags(cpuinfo="/proc/cpuinfo"):
+    """The CPU feature flags the Linux kernel reports (a set of str).
+
+    Empty on other systems, non-x86 CPUs or when ``cpuinfo`` cannot be read.
+
+    Example:
+    >>> isinstance(cpu_flags(), set)
+    True
+    """
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
+    """True when the CPU computes bfloat16 dot products natively.
+
+    Linux x86 only: ``avx512_bf16`` (Cooper Lake, Zen 4 and later) or
+    ``amx_bf16`` (Sapphire Rapids and later) in ``/proc/cpuinfo``. False on
+    every other system (no guessing).
+
+    Example:
+    >>> cpu_has_native_bf16() in (True, False)
+    True
+    """
+    if platform.system() != "Linux" or platform.machine().lower() not in (
+            "x86_64", "amd64"):
+        return False
+    return bool(cpu_flags(cpuinfo) & set(_BF16_FLAGS))
+
+
+def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
+                      auto_bf16=None):
+    """The Keras dtype policy name a job should use, and why.
+
+    Args:
+        precision: ``"auto"``, ``"float32"``, ``"mixed_bfloat16"`` or
+            ``"mixed_float16"``. Anything but ``"auto"`` is returned as is.
+        native_bf16: bool, whether the CPU has native bfloat16 (default:
+            :func:`cpu_has_native_bf16`).
+        has_gpu: bool, whether TensorFlow sees a GPU (default: asks it).
+            ``"auto"`` never picks a 16-bit policy on a GPU; mixed_float16
+            there is an explicit choice.
+        auto_bf16: bool, whether ``"auto"`` may pick bfloat16 on a native
+            bfloat16 CPU (default: ``AUTO_BF16_ON_NATIVE_CPU``).
+
+    Returns:
+        ``(policy, reason)``: a name from ``POLICIES`` and a sentence.
+
+    Raises:
+        ValueError: ``precision`` not one of ``CHOICES``.
+
+    Example:
+    >>> resolve_precision("float32")[0]
+    'float32'
+    >>> resolve_precision("auto", native_bf16=True, has_gpu=False,
+    ...                   auto_bf16=True)[0]
+    'mixed_bfloat16'
+    >>> resolve_precision("auto", native_bf16=False, has_gpu=False)[0]
+    'float32'
+    """
+    if precision not in CHOICES:
+        raise ValueError(
+            f"`precision` must be one of {', '.join(CHOICES)}, got "
+            f"precision={precision!r}")
+    if precision != "auto":
+        return precision, "asked for"
+    if has_gpu is None:
+        import tensorflow as tf
+
+        has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    if has_gpu:
+        return "float32", "auto: GPU (mixed_float16 is an explicit choice)"
+    if native_bf16 is None:
+        native_bf16 = cpu_has_native_bf16()
+    if not native_bf16:
+        return "float32", "auto: the CPU has no native bfloat16"
+    if auto_bf16 is None:
+        auto_bf16 = AUTO_BF16_ON_NATIVE_CPU
+    if auto_bf16:
+        return "mixed_bfloat16", "auto: the CPU has native bfloat16"
+    return "float32", ("auto: the CPU has native bfloat16, but bfloat16 "
+                       "training is not yet shown to pay (bench)")
+
+
+def apply_precision(precision="auto", log=print):
+    """Resolves ``precision`` and sets it as the global Keras dtype policy.
+
+    Call before building the model (layers read the policy when they are
+    created). ``KERAS_TRM_PRECISION`` in the environment, when set,
+    overrides ``"auto"`` (never an explicit choice).
+
+    Args:
+        precision: see :func:`resolve_precision`.
+        log: callable taking one str (default ``print``), or None.
+
+    Returns:
+        The policy name set (str).
+
+    Raises:
+        ValueError: unknown ``precision`` (or ``KERAS_TRM_PRECISION``).
+
+    Example:
+    >>> apply_precision("float32", log=None)
+    'float32'
+    >>> keras.config.dtype_policy().name
+    'float32'
+    """
+    if precision == "auto" and os.environ.get("KERAS_TRM_PRECISION"):
+        precision = os.environ["KERAS_TRM_PRECISION"]
+    policy, reason = resolve_precision(precision)
+    keras.mixed_precision.set_global_policy(policy)
+    if log is not None:
+        log(f"precision: {policy} ({reason}; CPU native bfloat16: "
+            f"{cpu_has_native_bf16()})")
+    return policy

@@ -1,0 +1,209 @@
+"""Precision choice (keras_trm.training.precision), mixed_bfloat16 numerics
+and training, and the allocator re-exec of the entry points
+(keras_trm._runtime)."""
+
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_trm import _runtime
+from keras_trm.data import token_bucket_batches
+from keras_trm.decoding import Translator
+from keras_trm.layers import MultiHeadAttention
+from keras_trm.models import transformer
+from keras_trm.text import END_ID, START_ID
+from keras_trm.training import (
+    LabelSmoothedCrossEntropy,
+    NoamSchedule,
+    apply_precision,
+    paper_adam,
+    precision,
+    resolve_precision,
+)
+
+X86_LINUX = (platform.system() == "Linux"
+             and platform.machine().lower() in ("x86_64", "amd64"))
+
+
+@pytest.fixture
+def restore_policy():
+    before = keras.config.dtype_policy().name
+    yield
+    keras.mixed_precision.set_global_policy(before)
+
+
+# -- the choice ---------------------------------------------------------------
+
+def test_explicit_choices_are_kept_and_unknown_ones_rejected():
+    for name in precision.POLICIES:
+        assert resolve_precision(name, native_bf16=False, has_gpu=True)[0] == name
+    with pytest.raises(ValueError, match="precision='bf16'"):
+        resolve_precision("bf16")
+
+
+def test_auto_picks_bfloat16_only_on_a_native_bf16_cpu_when_enabled():
+    def auto(**kw):
+        return resolve_precision("auto", **kw)[0]
+
+    assert auto(native_bf16=True, has_gpu=False, auto_bf16=True) == "mixed_bfloat16"
+    assert auto(native_bf16=True, has_gpu=False, auto_bf16=False) == "float32"
+    assert auto(native_bf16=False, has_gpu=False, auto_bf16=True) == "float32"
+    # on a GPU "auto" never picks a 16-bit type (mixed_float16 is explicit)
+    assert auto(native_bf16=True, has_gpu=True, auto_bf16=True) == "float32"
+    # the default follows the measured switch
+    expected = ("mixed_bfloat16" if precision.AUTO_BF16_ON_NATIVE_CPU
+                else "float32")
+    assert auto(native_bf16=True, has_gpu=False) == expected
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="cpuinfo flags are read on x86 Linux")
+def test_bf16_detection_reads_cpuinfo_flags(tmp_path):
+    with_bf16 = tmp_path / "with"
+    with_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f "
+                         "avx512_bf16 avx512_vnni\n")
+    amx = tmp_path / "amx"
+    amx.write_text("flags\t: fpu avx512f amx_bf16 amx_tile\n")
+    without = tmp_path / "without"
+    without.write_text("flags\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert precision.cpu_has_native_bf16(str(with_bf16))
+    assert precision.cpu_has_native_bf16(str(amx))
+    assert not precision.cpu_has_native_bf16(str(without))
+    assert not precision.cpu_has_native_bf16(str(tmp_path / "missing"))
+
+
+def test_apply_precision_sets_the_policy_and_env_overrides_only_auto(
+        restore_policy, monkeypatch):
+    lines = []
+    assert apply_precision("mixed_bfloat16", log=lines.append) == "mixed_bfloat16"
+    assert keras.config.dtype_policy().name == "mixed_bfloat16"
+    assert "mixed_bfloat16" in lines[0]
+    monkeypatch.setenv("KERAS_TRM_PRECISION", "mixed_bfloat16")
+    assert apply_precision("float32", log=None) == "float32"
+    assert apply_precision("auto", log=None) == "mixed_bfloat16"
+    monkeypatch.setenv("KERAS_TRM_PRECISION", "half")
+    with pytest.raises(ValueError, match="half"):
+        apply_precision("auto", log=None)
+
+
+# -- numerics and training under mixed_bfloat16 -------------------------------
+
+def test_bf16_attention_matches_float32_and_keeps_probabilities_float32(
+        restore_policy, rng):
+    x = rng.normal(size=(2, 7, 32)).astype("float32")
+    mask = np.ones((2, 7), bool)
+    mask[1, 4:] = False
+    ref = MultiHeadAttention(4, 8, dtype="float32")
+    want, want_p = ref(x, x, value_mask=mask, return_attention_scores=True)
+    bf = MultiHeadAttention(4, 8, dtype="mixed_bfloat16")
+    bf(x, x)
+    bf.set_weights(ref.get_weights())
+    assert all(w.dtype == "float32" for w in bf.weights)
+    got, got_p = bf(x, x, value_mask=mask, return_attention_scores=True)
+    assert got.dtype == "bfloat16"
+    # the softmax is taken in float32: masked keys get exactly 0 and rows
+    # sum to 1 within bf16 rounding of the probabilities
+    p = np.asarray(ops_float(got_p))
+    assert np.all(p[1, :, :, 4:] == 0)
+    np.testing.assert_allclose(p.sum(-1), 1.0, atol=2e-2)
+    np.testing.assert_allclose(ops_float(got), np.asarray(want), atol=5e-2,
+                               rtol=5e-2)
+    np.testing.assert_allclose(p, np.asarray(want_p), atol=1e-2)
+
+
+def ops_float(t):
+    return np.asarray(keras.ops.cast(t, "float32"))
+
+
+def _batches(tokenizer, pairs, tokens_per_batch=600):
+    src, tgt = pairs
+    S = [r + [END_ID] for r in tokenizer.tokenize(tf.constant(src)).to_list()]
+    T = [[START_ID] + r + [END_ID] for r in tokenizer.tokenize(tf.constant(tgt)).to_list()]
+    keep = [i for i in range(len(S)) if max(len(S[i]), len(T[i])) <= 64]
+    S, T = [S[i] for i in keep], [T[i] for i in keep]
+    return token_bucket_batches(S, T, tokens_per_batch, (16, 32, 64), seed=0)
+
+
+def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
+        restore_policy, multi30k_small, tokenizer):
+    apply_precision("mixed_bfloat16", log=None)
+    pairs = (multi30k_small[0][:240], multi30k_small[1][:240])
+    train = _batches(tokenizer, pairs).cache()
+    model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=64,
+                        num_heads=2, d_ff=128, dropout_rate=0.0, max_length=64)
+    assert all(w.dtype == "float32" for w in model.weights)
+    assert {layer.compute_dtype for layer in model.layers
+            if layer.weights} == {"bfloat16"}
+    inputs, labels = next(iter(train))
+    logits = model(inputs)
+    assert logits.dtype == "float32"
+    loss_fn = LabelSmoothedCrossEntropy(0.1)
+    loss = loss_fn(labels, logits)
+    assert loss.dtype == "float32"
+    start = float(loss)
+    model.compile(optimizer=paper_adam(NoamSchedule(64, 20, 1.0)), loss=loss_fn)
+    history = model.fit(train, epochs=6, verbose=0).history["loss"]
+    assert np.all(np.isfinite(history))
+    assert history[-1] < 0.8 * start, (start, history)
+    # decoding (greedy, key/value cache in bfloat16) gives text
+    out = Translator(model, tokenizer, beam_size=2).translate_texts(pairs[0][:3])
+    assert len(out) == 3 and all(isinstance(s, str) for s in out)
+    assert any(s.strip() for s in out)
+
+
+# -- allocator re-exec --------------------------------------------------------
+
+CHILD = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("_runtime", {path!r})
+runtime = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runtime)
+with open({log!r}, "a") as f:
+    f.write(repr(os.environ.get("GLIBC_TUNABLES")) + "\\n")
+runtime.reexec_with_allocator_tunables()
+print("ran with", os.environ.get("GLIBC_TUNABLES"))
+"""
+
+
+def _run_child(tmp_path, env_extra):
+    log = tmp_path / "runs.txt"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(path=str(pathlib.Path(_runtime.__file__)),
+                                   log=str(log)))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GLIBC_TUNABLES", "KERAS_TRM_NO_REEXEC")}
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, str(script), "--flag"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    return log.read_text().splitlines(), out.stdout
+
+
+@pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
+def test_entry_point_reexecs_once_with_the_tunables(tmp_path):
+    runs, stdout = _run_child(tmp_path, {})
+    assert runs == ["None", repr(_runtime.ALLOCATOR_TUNABLES)]
+    assert stdout.strip() == "ran with " + _runtime.ALLOCATOR_TUNABLES
+
+
+@pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
+def test_reexec_respects_the_users_tunables_and_the_opt_out(tmp_path):
+    runs, _ = _run_child(tmp_path, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    assert runs == [repr("glibc.malloc.arena_max=2")]
+    (tmp_path / "runs.txt").unlink()
+    runs, _ = _run_child(tmp_path, {"KERAS_TRM_NO_REEXEC": "1"})
+    assert runs == ["None"]
+
+
+def test_allocator_env_only_adds_the_variable_where_absent():
+    env, changed = _runtime.allocator_env({"PATH": "/bin"})
+    assert changed == _runtime._is_glibc_linux()
+    if changed:
+        assert env == {"PATH": "/bin", "GLIBC_TUNABLES": _runtime.ALLOCATOR_TUNABLES}
+    env, changed = _runtime.allocator_env({"GLIBC_TUNABLES": ""})
+    assert not changed and env == {"GLIBC_TUNABLES": ""}
