@@ -10,6 +10,12 @@ LiteRT graphs take fixed-rank tensors of numbers: export models whose inputs
 are token ids or images (the classifiers, the LeNet CNN, the Transformer's
 teacher-forced forward pass). Raw-string signatures with in-graph
 tokenization belong in the SavedModel exports.
+
+For translation on a device, ``export_translator_litert`` writes one file
+with ``encode`` and ``decode_step`` signatures (fixed shapes, a fixed-size
+key/value cache, builtin ops only, optional dynamic-range int8) and the
+vocabulary in its metadata; ``LiteRTTranslator`` runs greedy or beam search
+over them on the host (NumPy, the rules of ``keras_trm.decoding.search``).
 """
 
 import pathlib
