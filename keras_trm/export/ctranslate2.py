@@ -40,8 +40,10 @@ Length penalty: our beam search divides log-probabilities by the GNMT
 penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, Eq. 14); CTranslate2
 divides by length ** alpha. With the same alpha the two searches may pick
 a different hypothesis now and then, so beam-search BLEU can differ a
-little (on Multi30k by ~0.1); greedy search (``beam_size=1``) has no
-penalty and gives the same tokens up to float rounding.
+little (Multi30k test_2016_flickr, beam 4, alpha 0.6: 38.10 ours vs 38.01
+CTranslate2, 95% of sentences identical); greedy search (``beam_size=1``)
+has no penalty and gave the same output on all 1,000 sentences
+(``bench/results/decoding.json``).
 
 ``ctranslate2`` is an optional dependency: ``pip install -e
 ".[ctranslate2]"``. It is imported when a function here is called.
