@@ -15,6 +15,18 @@ from keras_trm.training.distribute import (
 from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
+# Long runs: accumulation, resume, monitoring, multi-worker (issue #11).
+from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
+from keras_trm.training.distribute import shard_batches, tf_config, worker_info
+from keras_trm.training.monitoring import (
+    BleuLog,
+    TensorBoardScalars,
+    TimeBudget,
+    TokenCount,
+    tensorboard_writer,
+)
+from keras_trm.training.resume import DataPosition, TrainingBackup, write_text_atomic
+
 __all__ = [
     "EpochCheckpoints",
     "LabelSmoothedCrossEntropy",
@@ -27,4 +39,18 @@ __all__ = [
     "resolve_jit_compile",
     "save_weights_atomic",
     "split_cpu",
+    # Long runs (issue #11)
+    "BleuLog",
+    "DataPosition",
+    "PerUpdateSchedule",
+    "TensorBoardScalars",
+    "TimeBudget",
+    "TokenCount",
+    "TrainingBackup",
+    "accumulation_steps",
+    "shard_batches",
+    "tensorboard_writer",
+    "tf_config",
+    "worker_info",
+    "write_text_atomic",
 ]
