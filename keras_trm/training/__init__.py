@@ -17,7 +17,12 @@ from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 # Long runs: accumulation, resume, monitoring, multi-worker (issue #11).
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
-from keras_trm.training.distribute import shard_batches, tf_config, worker_info
+from keras_trm.training.distribute import (
+    build_for_distributed_fit,
+    shard_batches,
+    tf_config,
+    worker_info,
+)
 from keras_trm.training.monitoring import (
     BleuLog,
     TensorBoardScalars,
@@ -48,6 +53,7 @@ __all__ = [
     "TokenCount",
     "TrainingBackup",
     "accumulation_steps",
+    "build_for_distributed_fit",
     "shard_batches",
     "tensorboard_writer",
     "tf_config",

@@ -53,6 +53,7 @@ def make_strategy(kind="default", num_cpu_devices=2):
             raise ValueError(
                 "strategy 'multi_worker' needs the cluster in the TF_CONFIG "
                 "environment variable, which is not set")
+        _patch_keras_multi_worker_logs()
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(
         "`kind` must be 'default', 'mirrored' or 'multi_worker', got "
@@ -168,18 +169,81 @@ def worker_info(strategy=None):
     return num, position, chief
 
 
-def shard_batches(dataset):
-    """Sets tf.data's auto-shard policy to ``DATA`` on an already batched
-    dataset: under ``MultiWorkerMirroredStrategy`` each worker then keeps
-    every ``num_workers``-th batch (by batch index) of the same stream.
-    (``FILE`` sharding cannot split a Python-generator dataset.)
+def shard_batches(dataset, strategy=None):
+    """Shards an already batched dataset by batch index for
+    ``MultiWorkerMirroredStrategy``: worker i of n keeps batches i, i + n,
+    i + 2n, ... of the same stream, whole (each batch is that worker's
+    part of the global step; nothing is re-batched).
+
+    With a multi-worker ``strategy`` this returns
+    ``strategy.distribute_datasets_from_function(...)`` (a distributed
+    dataset ``fit`` takes as is); otherwise ``dataset`` with tf.data's
+    auto-shard policy set to ``DATA`` (FILE sharding cannot split a
+    Python-generator dataset).
 
     Example:
         >>> ds = shard_batches(tf.data.Dataset.range(4).batch(2))
         >>> ds.options().experimental_distribute.auto_shard_policy.name
         'DATA'
     """
+    if strategy is not None and worker_info(strategy)[0] > 1:
+        def per_worker(context):
+            return dataset.shard(context.num_input_pipelines,
+                                 context.input_pipeline_id)
+        return strategy.distribute_datasets_from_function(per_worker)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.DATA)
     return dataset.with_options(options)
+
+
+def build_for_distributed_fit(model, strategy, dataset):
+    """Works around Keras 3.15's ``_maybe_symbolic_build``, which fails on a
+    distributed dataset whose elements are nested (``({"encoder_tokens":
+    ..., "decoder_tokens": ...}, labels)``): it tries
+    ``strategy.reduce("MEAN", <dict>)`` ("Attempt to convert a value
+    ({'encoder_tokens': PerReplica ...}) ... to a Tensor"). This builds the
+    compiled loss, metrics and optimizer once under ``strategy.scope()``
+    from one local batch of ``dataset`` (the undistributed one), and makes
+    later calls of that method no-ops for this model. Needed only when
+    ``fit`` gets a dataset from ``shard_batches(..., strategy)`` with
+    several workers.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> m.compile("adam", "mse")
+        >>> ds = tf.data.Dataset.from_tensors((np.ones((1, 2)), np.ones((1, 1))))
+        >>> build_for_distributed_fit(m, tf.distribute.get_strategy(), ds)
+        >>> m.optimizer.built
+        True
+    """
+    batch = next(iter(dataset.take(1)))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+
+def _patch_keras_multi_worker_logs():
+    """Keras 3.15 averages a step's logs over workers with
+    ``strategy.reduce("MEAN", v, axis=0)``, which fails on the scalar
+    metric results ("Invalid reduction dimension 0 for input with 0
+    dimensions"); this wraps its ``reduce_per_replica`` so that under
+    ``MultiWorkerMirroredStrategy`` the mean is taken over replicas only
+    (``axis=None``). Other strategies are untouched."""
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    from keras.src import tree
+
+    original = tf_trainer.reduce_per_replica
+    if getattr(original, "_keras_trm", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and \
+                tf_trainer._collective_all_reduce_multi_worker(strategy):
+            return tree.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_trm = True
+    tf_trainer.reduce_per_replica = reduce_per_replica

@@ -151,7 +151,7 @@ class BleuLog(keras.callbacks.Callback):
                   f"{seconds / 60:.1f} min of training", flush=True)
             if self.writer is not None:
                 with self.writer.as_default():
-                    tf.summary.scalar(self.key, value, step=epoch + 1)
+                    _scalar(self.key, value, step=epoch + 1)
                 self.writer.flush()
         self.history.append(entry)
         if self.write:
@@ -201,14 +201,14 @@ class TensorBoardScalars(keras.callbacks.Callback):
         now = time.time()
         with self.writer.as_default():
             if "loss" in logs:
-                tf.summary.scalar("loss", float(logs["loss"]), step=step)
+                _scalar("loss", float(logs["loss"]), step=step)
             lr = optimizer.learning_rate
-            tf.summary.scalar("learning_rate", float(ops.convert_to_numpy(lr)),
+            _scalar("learning_rate", float(ops.convert_to_numpy(lr)),
                               step=step)
             if "tokens" in logs and self._last_time is not None:
                 tokens = float(logs["tokens"])
                 rate = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
-                tf.summary.scalar("tokens_per_second", rate, step=step)
+                _scalar("tokens_per_second", rate, step=step)
                 self._last_tokens = tokens
         self._last_time = now
 
@@ -217,6 +217,16 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.writer.flush()
+
+
+def _scalar(tag, value, step):
+    """``tf.summary.scalar`` without the tensorboard package: the same
+    event (a float32 tensor with the "scalars" plugin's metadata), written
+    with the core ``tf.summary.write`` op."""
+    metadata = tf.compat.v1.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step,
+                     metadata=metadata)
 
 
 def tensorboard_writer(log_dir):
