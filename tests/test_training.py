@@ -384,3 +384,33 @@ def test_bad_tf_config_is_named(monkeypatch, value, match):
     monkeypatch.delenv("TF_CONFIG")
     with pytest.raises(ValueError, match="TF_CONFIG"):
         make_strategy("multi_worker")
+
+
+def test_data_position_reenters_the_same_stream(rng):
+    """token_bucket_batches(position=...) started at (epoch 1, skip 2) yields
+    exactly the batches an uninterrupted stream yields from there on; without
+    a position the stream is what it was before (same seed, same order)."""
+    from keras_trm.training import DataPosition
+
+    src = [list(rng.integers(3, 40, rng.integers(2, 14))) + [2] for _ in range(60)]
+    tgt = [[1] + list(rng.integers(3, 40, rng.integers(2, 14))) + [2] for _ in range(60)]
+
+    def take(ds, n):
+        return [np.concatenate([x["encoder_tokens"].numpy().ravel(),
+                                y.numpy().ravel()]) for x, y in ds.take(n)]
+
+    plain = token_bucket_batches(src, tgt, 96, (8, 16), seed=5, repeat=True)
+    per_epoch = len(list(token_bucket_batches(src, tgt, 96, (8, 16), seed=5)))
+    stream = take(plain, 3 * per_epoch)
+    pos = DataPosition(epoch=1, skip=2)
+    resumed = take(token_bucket_batches(src, tgt, 96, (8, 16), seed=5,
+                                        repeat=True, position=pos),
+                   2 * per_epoch - 2)
+    assert len(resumed) == 2 * per_epoch - 2
+    assert all(np.array_equal(a, b)
+               for a, b in zip(resumed, stream[per_epoch + 2:]))
+    # A fresh position (0, 0) is the plain stream.
+    fresh = take(token_bucket_batches(src, tgt, 96, (8, 16), seed=5, repeat=True,
+                                      position=DataPosition()), per_epoch)
+    assert all(np.array_equal(a, b) for a, b in zip(fresh, stream))
+    assert not np.array_equal(stream[0], stream[per_epoch])  # reshuffled

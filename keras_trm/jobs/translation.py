@@ -55,6 +55,7 @@ from keras_trm.training import (  # long runs (issue #11)
     TokenCount,
     TrainingBackup,
     accumulation_steps,
+    build_for_distributed_fit,
     shard_batches,
     tensorboard_writer,
     worker_info,
@@ -196,7 +197,9 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 
     # One global step = one batch per worker of the same seeded stream.
     if num_workers > 1:
+        local_train = train
         train = shard_batches(train, strategy)
+        build_for_distributed_fit(model, strategy, local_train)
     steps = max(1, batches_per_epoch // num_workers)
     budget = TimeBudget(config.time_budget_minutes * 60)
     checkpoints = EpochCheckpoints(
