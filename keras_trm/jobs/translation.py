@@ -233,7 +233,11 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     train_seconds = budget.elapsed()
     epochs_run = len(bleu_log.history)
     if not is_chief:  # only the chief averages, writes, decodes and exports
-        return {"worker": worker_index, "epochs": epochs_run}
+        return {"worker": worker_index, "test_bleu": None,
+                "parameters": int(model.count_params()), "epochs": epochs_run,
+                "train_minutes": round(train_seconds / 60, 1),
+                "job_minutes": round((time.time() - job_start) / 60, 1),
+                "export": None}
 
     # How many of the last checkpoints to average: chosen by greedy BLEU on
     # val (the test set plays no part in it).
