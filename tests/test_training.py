@@ -226,13 +226,14 @@ def test_checkpoint_average_is_chosen_by_the_score(tmp_path):
 
 
 def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):
-    from keras_trm.jobs import translation
+    from keras_trm.training import monitoring
 
     clock = [0.0]
-    monkeypatch.setattr(translation.time, "time", lambda: clock[0])
-    budget = translation._TimeBudget(seconds=100.0, start=0.0)
+    monkeypatch.setattr(monitoring.time, "time", lambda: clock[0])
+    budget = monitoring.TimeBudget(seconds=100.0)
     budget.set_model(keras.Sequential([keras.layers.Dense(1)]))
     budget.model.stop_training = False
+    budget.on_train_begin()
     for epoch, length in enumerate([30.0, 30.0, 30.0]):
         budget.on_epoch_begin(epoch)
         clock[0] += length
@@ -241,3 +242,175 @@ def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):
             break
     # after 60 s another 30-s epoch still fits (90 <= 100); after 90 it does not
     assert epoch == 2 and clock[0] == 90.0
+
+
+def test_time_budget_counts_training_time_across_a_restart(monkeypatch):
+    """A resumed run starts with the time the killed one had trained (from
+    the backup), not with a fresh budget; time while it was down is not
+    counted."""
+    from keras_trm.training import monitoring
+
+    clock = [0.0]
+    monkeypatch.setattr(monitoring.time, "time", lambda: clock[0])
+    first = monitoring.TimeBudget(seconds=100.0)
+    first.on_train_begin()
+    first.on_epoch_begin(0)
+    clock[0] += 40.0
+    state = first.get_state()          # what TrainingBackup saves
+    assert state["elapsed_seconds"] == 40.0
+    clock[0] += 1000.0                 # the machine was down
+    second = monitoring.TimeBudget(seconds=100.0)
+    second.set_model(keras.Sequential([keras.layers.Dense(1)]))
+    second.model.stop_training = False
+    second.on_train_begin()
+    second.set_state({"elapsed_seconds": 40.0, "longest_epoch": 30.0})
+    second.on_epoch_begin(1)
+    clock[0] += 30.0
+    second.on_epoch_end(1)
+    # 40 + 30 = 70 s trained; one more 30-s epoch would reach 100 -> fits
+    assert second.elapsed() == 70.0 and not second.model.stop_training
+    second.on_epoch_begin(2)
+    clock[0] += 31.0
+    second.on_epoch_end(2)
+    assert second.model.stop_training
+
+
+def test_gradient_accumulation_of_two_micro_batches_equals_one_batch(rng):
+    """gradient_accumulation_steps=2 over micro-batches A then B makes the
+    same update as one step on A+B (equal token counts, so the mean of the
+    two means is the mean), with the Noam rate counted in updates.
+
+    SGD, not the paper's Adam: with Adam's epsilon=1e-9 a near-zero gradient
+    entry moves its weight by about +-lr whatever its size, so float
+    round-off between the two sums (1e-9) shows up as lr-sized differences;
+    SGD compares the averaged gradients themselves."""
+    from keras_trm.models import transformer
+    from keras_trm.training import (LabelSmoothedCrossEntropy, NoamSchedule,
+                                    PerUpdateSchedule, accumulation_steps)
+
+    assert accumulation_steps(25000, 4096, 3) == 3
+    assert accumulation_steps(8192, 4096) == 2
+    with pytest.raises(ValueError, match="tokens_per_batch"):
+        accumulation_steps(25000, 0)
+    enc = rng.integers(1, 30, (8, 6)).astype("int32")
+    dec = rng.integers(1, 30, (8, 6)).astype("int32")
+    lab = rng.integers(1, 30, (8, 6)).astype("int32")
+
+    def run(accumulate):
+        keras.utils.set_random_seed(3)
+        model = transformer(30, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                            dropout_rate=0.0, max_length=8)
+        init = model.get_weights()
+        schedule = NoamSchedule(16, 4)
+        if accumulate > 1:
+            schedule = PerUpdateSchedule(schedule, accumulate)
+        model.compile(optimizer=keras.optimizers.SGD(
+            schedule, gradient_accumulation_steps=accumulate if accumulate > 1 else None),
+            loss=LabelSmoothedCrossEntropy(0.1), jit_compile=False)
+        batch = 8 // accumulate
+        # 3 updates: 3 * accumulate micro-batches (data repeated).
+        x = {"encoder_tokens": np.tile(enc, (3, 1)),
+             "decoder_tokens": np.tile(dec, (3, 1))}
+        model.fit(x, np.tile(lab, (3, 1)), batch_size=batch, shuffle=False,
+                  verbose=0)
+        lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+        return model.get_weights(), int(model.optimizer.iterations.numpy()), lr, init
+
+    w1, updates1, lr1, init = run(1)
+    w2, updates2, lr2, _ = run(2)
+    assert updates1 == updates2 == 3
+    assert lr2 == pytest.approx(lr1)        # the schedule is in updates
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(w1, w2))
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(w1, init))
+    print(f"accumulated vs one batch: max |dw| = {diff:.3g} (update {moved:.3g})")
+    assert diff < 1e-5 and moved > 1e-3
+
+
+def test_tensorboard_scalars_are_written(tmp_path):
+    """loss, learning_rate, tokens_per_second (every N steps, step = the
+    optimizer's micro-step) and the validation score (per epoch) land in
+    event files that TensorBoard reads, without the tensorboard package."""
+    import tensorflow as tf
+
+    from keras_trm.training import (BleuLog, NoamSchedule, TensorBoardScalars,
+                                    TokenCount, tensorboard_writer)
+
+    model = keras.Sequential([keras.Input((4,), dtype="int32"),
+                              keras.layers.Embedding(10, 5),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=paper_adam(NoamSchedule(8, 2)),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[TokenCount()])
+    writer = tensorboard_writer(tmp_path / "tb")
+    x = np.tile(np.array([[1, 2, 3, 4]], "int32"), (12, 1))
+    y = np.array([[1, 2, 0, 0]] * 12, "int32")   # 2 real tokens per row
+    model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[
+        TensorBoardScalars(writer, every=2),
+        BleuLog(lambda m: 7.0, tmp_path / "log.json", writer=writer)])
+    values = {}
+    for path in (tmp_path / "tb").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for v in event.summary.value:
+                values.setdefault(v.tag, []).append(
+                    (event.step, float(tf.make_ndarray(v.tensor))))
+    assert set(values) == {"loss", "learning_rate", "tokens_per_second",
+                           "val_greedy_bleu"}
+    assert [s for s, _ in values["loss"]] == [2, 4, 6, 8, 10, 12]
+    step, lr = values["learning_rate"][0]
+    assert lr == pytest.approx(float(NoamSchedule(8, 2)(step)), rel=1e-5)
+    assert all(rate > 0 for _, rate in values["tokens_per_second"])
+    assert values["val_greedy_bleu"] == [(1, 7.0), (2, 7.0)]
+
+
+@pytest.mark.parametrize("value,match", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    ('{"task": {"type": "worker", "index": 0}}', 'TF_CONFIG has no "cluster"'),
+    ('{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
+     "TF_CONFIG cluster job 'worker'"),
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}}', 'TF_CONFIG needs "task"'),
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}}',
+     "TF_CONFIG task type 'ps'"),
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 1}}',
+     "TF_CONFIG task index 1"),
+])
+def test_bad_tf_config_is_named(monkeypatch, value, match):
+    from keras_trm.training import make_strategy, tf_config
+
+    with pytest.raises(ValueError, match=match):
+        tf_config(value)
+    monkeypatch.setenv("TF_CONFIG", value)
+    with pytest.raises(ValueError, match=match):
+        make_strategy("multi_worker")
+    monkeypatch.delenv("TF_CONFIG")
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        make_strategy("multi_worker")
+
+
+def test_data_position_reenters_the_same_stream(rng):
+    """token_bucket_batches(position=...) started at (epoch 1, skip 2) yields
+    exactly the batches an uninterrupted stream yields from there on; without
+    a position the stream is what it was before (same seed, same order)."""
+    from keras_trm.training import DataPosition
+
+    src = [list(rng.integers(3, 40, rng.integers(2, 14))) + [2] for _ in range(60)]
+    tgt = [[1] + list(rng.integers(3, 40, rng.integers(2, 14))) + [2] for _ in range(60)]
+
+    def take(ds, n):
+        return [np.concatenate([x["encoder_tokens"].numpy().ravel(),
+                                y.numpy().ravel()]) for x, y in ds.take(n)]
+
+    plain = token_bucket_batches(src, tgt, 96, (8, 16), seed=5, repeat=True)
+    per_epoch = len(list(token_bucket_batches(src, tgt, 96, (8, 16), seed=5)))
+    stream = take(plain, 3 * per_epoch)
+    pos = DataPosition(epoch=1, skip=2)
+    resumed = take(token_bucket_batches(src, tgt, 96, (8, 16), seed=5,
+                                        repeat=True, position=pos),
+                   2 * per_epoch - 2)
+    assert len(resumed) == 2 * per_epoch - 2
+    assert all(np.array_equal(a, b)
+               for a, b in zip(resumed, stream[per_epoch + 2:]))
+    # A fresh position (0, 0) is the plain stream.
+    fresh = take(token_bucket_batches(src, tgt, 96, (8, 16), seed=5, repeat=True,
+                                      position=DataPosition()), per_epoch)
+    assert all(np.array_equal(a, b) for a, b in zip(fresh, stream))
+    assert not np.array_equal(stream[0], stream[per_epoch])  # reshuffled

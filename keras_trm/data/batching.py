@@ -83,6 +83,7 @@ def token_bucket_batches(
     shuffle=True,
     seed=0,
     repeat=False,
+    position=None,
 ):
     """A ``tf.data.Dataset`` of token-count batches for teacher forcing.
 
@@ -95,6 +96,15 @@ def token_bucket_batches(
         shuffle: reshuffle examples within buckets and the batch order every
             epoch (seeded).
         repeat: repeat epochs forever.
+        position: optional object with int attributes ``epoch`` and
+            ``skip`` (``keras_trm.training.DataPosition``), read each time
+            an epoch's iteration starts: the batch order is then that of
+            epoch ``epoch`` of an uninterrupted run with this ``seed`` (the
+            shuffles of the earlier epochs are replayed, nothing is padded
+            for them), and its first ``skip`` batches are left out. This is
+            how a resumed run (``keras_trm.training.TrainingBackup``) sees
+            exactly the batches the interrupted one had not trained on.
+            Without it, epochs simply follow one another.
 
     Yields:
         ``({"encoder_tokens": int32 (B, L), "decoder_tokens": int32 (B, L)},
@@ -118,21 +128,32 @@ def token_bucket_batches(
     plan = bucket_plan(lengths, tokens_per_batch, boundaries)
     rng = np.random.default_rng(seed)
 
+    def epoch_order(rng):
+        epoch = []
+        for boundary, batch_size, idx in plan:
+            idx = rng.permutation(idx) if shuffle else idx
+            for start in range(0, len(idx), batch_size):
+                epoch.append((boundary, batch_size, idx[start:start + batch_size]))
+        order = rng.permutation(len(epoch)) if shuffle else range(len(epoch))
+        return [epoch[k] for k in order]
+
     def batches():
+        nonlocal rng
+        skip = 0
+        if position is not None:
+            # Same draws as an uninterrupted run: replay the earlier epochs.
+            rng = np.random.default_rng(seed)
+            for _ in range(int(position.epoch)):
+                epoch_order(rng)
+            skip = int(position.skip)
         while True:
-            epoch = []
-            for boundary, batch_size, idx in plan:
-                idx = rng.permutation(idx) if shuffle else idx
-                for start in range(0, len(idx), batch_size):
-                    epoch.append((boundary, batch_size, idx[start:start + batch_size]))
-            order = rng.permutation(len(epoch)) if shuffle else range(len(epoch))
-            for k in order:
-                boundary, batch_size, chunk = epoch[k]
+            for boundary, batch_size, chunk in epoch_order(rng)[skip:]:
                 fill = [[]] * (batch_size - len(chunk))
                 enc = _pad([sources[i] for i in chunk] + fill, boundary)
                 dec = _pad([dec_in[i] for i in chunk] + fill, boundary)
                 lab = _pad([labels[i] for i in chunk] + fill, boundary)
                 yield {"encoder_tokens": enc, "decoder_tokens": dec}, lab
+            skip = 0
             if not repeat:
                 return
 

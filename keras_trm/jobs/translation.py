@@ -6,6 +6,12 @@ watches or chooses -- the greedy BLEU after every epoch and the number of
 epoch checkpoints averaged; ``test_2016_flickr`` is decoded once, at the
 end, with beam search, and used for nothing else.
 
+Long runs: ``tokens_per_step`` accumulates gradients to a paper-sized step,
+checkpoints can be written every N steps or minutes, and a killed run
+continues where its last backup (``workdir/backup``, every ``save_freq``
+steps and every epoch) left off when the same command is run again --
+delete ``workdir/backup`` to train from scratch.
+
 Used by ``recipes/translate_multi30k.py`` and ``keras-trm train-translation``.
 """
 
@@ -19,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from keras_trm.data import load_multi30k, resolve_data_dir, token_bucket_batches
+from keras_trm.data.batching import steps_per_epoch
 from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.export.saved_model import export_module
 from keras_trm.models import transformer
@@ -40,6 +47,21 @@ from keras_trm.training import (
     resolve_jit_compile,
     select_checkpoint_average,
 )
+from keras_trm.training import (  # long runs (issue #11)
+    BleuLog,
+    DataPosition,
+    PerUpdateSchedule,
+    TensorBoardScalars,
+    TimeBudget,
+    TokenCount,
+    TrainingBackup,
+    accumulation_steps,
+    build_for_distributed_fit,
+    shard_batches,
+    tensorboard_writer,
+    worker_info,
+)
+from keras_trm.utils import write_json
 
 
 @dataclasses.dataclass
@@ -70,65 +92,19 @@ class TranslationConfig:
     seed: int = 0
     limit: int = 0  # > 0: only the first `limit` pairs of each split (smoke runs)
     model_name: str = "transformer_multi30k_en_de"
-
-
-class _TimeBudget(keras.callbacks.Callback):
-    """Stops training so that it ends within the budget: after an epoch,
-    when one more epoch as long as the longest so far would cross it.
-    (Stopping only after crossing it overshot by most of an epoch on slow
-    CPUs and pushed the whole job past its hour.)"""
-
-    def __init__(self, seconds, start):
-        super().__init__()
-        self.seconds, self.start = seconds, start
-        self._epoch_start, self._longest = start, 0.0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.time()
-
-    def on_epoch_end(self, epoch, logs=None):
-        now = time.time()
-        # Callbacks after this one (none here) and the BLEU log before it
-        # are counted: the epoch is measured from its start to now.
-        self._longest = max(self._longest, now - self._epoch_start)
-        if now - self.start + self._longest > self.seconds:
-            print(f"time budget of {self.seconds / 60:.1f} min: stopping "
-                  f"after epoch {epoch + 1} ({(now - self.start) / 60:.1f} "
-                  "min), another epoch would cross it", flush=True)
-            self.model.stop_training = True
+    # Long runs (issue #11): gradient accumulation, checkpoints, resume, logs.
+    tokens_per_step: int = 0  # > 0: accumulate micro-batches to this many tokens per update
+    checkpoint_every_steps: int = 0  # 0 (and minutes 0): one checkpoint per epoch
+    checkpoint_every_minutes: float = 0.0  # the paper: 10
+    save_freq: int = 100  # steps between resume backups (workdir/backup)
+    tensorboard: str = "on"  # "on" | "off": scalars in workdir/tensorboard
+    tensorboard_every_steps: int = 50
 
 
 def greedy_bleu(model, tokenizer, sources, references):
     """Greedy-decoding sacreBLEU of ``model`` (a float)."""
     hyps = Translator(model, tokenizer, beam_size=1).translate_texts(sources)
     return corpus_bleu(hyps, references)[0]
-
-
-class _BleuLog(keras.callbacks.Callback):
-    """After every ``every`` epochs: greedy sacreBLEU on the validation
-    split, with the wall time since training started, appended to a JSON
-    log."""
-
-    def __init__(self, tokenizer, sources, references, path, start, every=1):
-        super().__init__()
-        self.tokenizer, self.sources, self.references = tokenizer, sources, references
-        self.path, self.start, self.every = pathlib.Path(path), start, every
-        self.history = []
-
-    def on_epoch_end(self, epoch, logs=None):
-        entry = {
-            "epoch": epoch + 1,
-            "train_seconds": round(time.time() - self.start, 1),
-            **{k: float(v) for k, v in (logs or {}).items()},
-        }
-        if (epoch + 1) % self.every == 0:
-            bleu = greedy_bleu(self.model, self.tokenizer, self.sources,
-                               self.references)
-            entry["val_greedy_bleu"] = round(bleu, 2)
-            print(f"epoch {epoch + 1}: greedy val BLEU {bleu:.2f} at "
-                  f"{entry['train_seconds'] / 60:.1f} min of training", flush=True)
-        self.history.append(entry)
-        self.path.write_text(json.dumps(self.history, indent=1))
 
 
 def _encode(tokenizer, sentences, prefix):
@@ -180,11 +156,20 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     tgt_ids = [tgt_ids[i] for i in keep]
     boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
                        if b < config.max_length) + (config.max_length,)
+    position = DataPosition()  # where a resumed run re-enters the stream
     train = token_bucket_batches(
-        src_ids, tgt_ids, config.tokens_per_batch, boundaries, seed=config.seed
+        src_ids, tgt_ids, config.tokens_per_batch, boundaries, seed=config.seed,
+        repeat=True, position=position,
     )
+    batches_per_epoch = steps_per_epoch(
+        [max(len(s), len(t) - 1) for s, t in zip(src_ids, tgt_ids)],
+        config.tokens_per_batch, boundaries)
     real_tokens = sum(len(t) - 1 for t in tgt_ids)
 
+    num_workers, worker_index, is_chief = worker_info(strategy)
+    accumulate = accumulation_steps(config.tokens_per_step,
+                                    config.tokens_per_batch,
+                                    strategy.num_replicas_in_sync)
     with strategy.scope():
         model = transformer(
             len(vocab), num_layers=config.num_layers, d_model=config.d_model,
@@ -192,39 +177,78 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
             dropout_rate=config.dropout_rate, max_length=config.max_length,
             name=config.model_name,
         )
+        schedule = NoamSchedule(config.d_model, config.warmup_steps,
+                                config.lr_scale)
+        if accumulate > 1:  # the schedule counts updates, not micro-batches
+            schedule = PerUpdateSchedule(schedule, accumulate)
         model.compile(
-            optimizer=paper_adam(NoamSchedule(
-                config.d_model, config.warmup_steps, config.lr_scale)),
+            optimizer=paper_adam(
+                schedule,
+                gradient_accumulation_steps=accumulate if accumulate > 1 else None),
             loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-            metrics=[MaskedAccuracy()],
+            metrics=[MaskedAccuracy(), TokenCount()],
             jit_compile=resolve_jit_compile(
                 {"on": True, "off": False}.get(config.jit_compile, "auto"),
                 strategy,
             ),
         )
     print(f"model: {model.count_params():,} parameters", flush=True)
+    if accumulate > 1:
+        print(f"{accumulate} micro-batches of {config.tokens_per_batch} tokens x "
+              f"{strategy.num_replicas_in_sync} replica(s) per update "
+              f"(tokens_per_step={config.tokens_per_step})", flush=True)
 
-    train_start = time.time()
-    checkpoints = EpochCheckpoints(workdir / "checkpoints", keep=config.average_last)
-    bleu_log = _BleuLog(tokenizer, val_src, val_tgt, workdir / "epochs.json",
-                        train_start, config.eval_every_epochs)
-    history = model.fit(
+    # One global step = one batch per worker of the same seeded stream.
+    if num_workers > 1:
+        local_train = train
+        train = shard_batches(train, strategy)
+        build_for_distributed_fit(model, strategy, local_train)
+    steps = max(1, batches_per_epoch // num_workers)
+    budget = TimeBudget(config.time_budget_minutes * 60)
+    checkpoints = EpochCheckpoints(
+        workdir / "checkpoints", keep=config.average_last,
+        every_steps=config.checkpoint_every_steps,
+        every_minutes=config.checkpoint_every_minutes, write=is_chief)
+    writer = (tensorboard_writer(workdir / "tensorboard")
+              if config.tensorboard == "on" and is_chief else None)
+    bleu_log = BleuLog(
+        lambda m: greedy_bleu(m, tokenizer, val_src, val_tgt),
+        workdir / "epochs.json", config.eval_every_epochs, clock=budget.elapsed,
+        writer=writer, write=is_chief)
+    # Non-chief workers keep their own backup (they restore from it); the
+    # chief's is workdir/backup.
+    backup = TrainingBackup(
+        workdir / ("backup" if is_chief else f"backup_worker{worker_index}"),
+        save_freq=config.save_freq, position=position, steps_per_epoch=steps,
+        batches_per_epoch=batches_per_epoch, num_workers=num_workers,
+        stateful={"time_budget": budget, "bleu_log": bleu_log,
+                  "checkpoints": checkpoints})
+    callbacks = [backup, checkpoints, bleu_log, budget]
+    if writer is not None:
+        callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
+    model.fit(
         train,
         epochs=config.epochs,
-        callbacks=[checkpoints, bleu_log,
-                   _TimeBudget(config.time_budget_minutes * 60, train_start)],
+        steps_per_epoch=steps,
+        callbacks=callbacks,
         verbose=1 if sys.stdout.isatty() else 2,
     )
-    train_seconds = time.time() - train_start
-    epochs_run = len(history.history["loss"])
+    train_seconds = budget.elapsed()
+    epochs_run = len(bleu_log.history)
+    if not is_chief:  # only the chief averages, writes, decodes and exports
+        return {"worker": worker_index, "test_bleu": None,
+                "parameters": int(model.count_params()), "epochs": epochs_run,
+                "train_minutes": round(train_seconds / 60, 1),
+                "job_minutes": round((time.time() - job_start) / 60, 1),
+                "export": None}
 
-    # How many of the last epoch checkpoints to average: chosen by greedy
-    # BLEU on val (the test set plays no part in it).
+    # How many of the last checkpoints to average: chosen by greedy BLEU on
+    # val (the test set plays no part in it).
     averaged, average_scores = select_checkpoint_average(
         model, checkpoints.paths,
         lambda m: greedy_bleu(m, tokenizer, val_src, val_tgt),
         config.average_last)
-    print("greedy val BLEU of the average of the last k epoch checkpoints: "
+    print("greedy val BLEU of the average of the last k checkpoints: "
           + ", ".join(f"k={k}: {b:.2f}" for k, b in average_scores.items())
           + f" -> averaging the last {averaged}", flush=True)
     model.save(workdir / "model.keras")
@@ -266,5 +290,5 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
         "epochs_log": bleu_log.history,
         "config": dataclasses.asdict(config),
     }
-    (workdir / "result.json").write_text(json.dumps(result, indent=1))
+    write_json(workdir / "result.json", result)
     return result

@@ -34,6 +34,22 @@ from keras_trm.training.language_model import (
     train_segments,
 )
 from keras_trm.training.schedules import warmup_cosine_decay
+# Long runs: accumulation, resume, monitoring, multi-worker (issue #11).
+from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
+from keras_trm.training.distribute import (
+    build_for_distributed_fit,
+    shard_batches,
+    tf_config,
+    worker_info,
+)
+from keras_trm.training.monitoring import (
+    BleuLog,
+    TensorBoardScalars,
+    TimeBudget,
+    TokenCount,
+    tensorboard_writer,
+)
+from keras_trm.training.resume import DataPosition, TrainingBackup
 
 __all__ = [
     "EpochCheckpoints",
@@ -60,4 +76,18 @@ __all__ = [
     "restore_best_epoch",
     "train_segments",
     "warmup_cosine_decay",
+    # Long runs (issue #11)
+    "BleuLog",
+    "DataPosition",
+    "PerUpdateSchedule",
+    "TensorBoardScalars",
+    "TimeBudget",
+    "TokenCount",
+    "TrainingBackup",
+    "accumulation_steps",
+    "build_for_distributed_fit",
+    "shard_batches",
+    "tensorboard_writer",
+    "tf_config",
+    "worker_info",
 ]

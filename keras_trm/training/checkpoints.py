@@ -1,6 +1,7 @@
 """Atomic weight checkpoints and checkpoint averaging (Vaswani et al. §6.1)."""
 
 import pathlib
+import time
 
 import keras
 import numpy as np
@@ -91,19 +92,96 @@ def select_checkpoint_average(model, paths, score, max_count=5):
 
 
 class EpochCheckpoints(keras.callbacks.Callback):
-    """Saves ``epoch_{n:03d}.weights.h5`` atomically after every epoch and
-    keeps the newest ``keep`` files (the ones ``average_checkpoints`` uses)."""
+    """Saves weight checkpoints atomically and keeps the newest ``keep``
+    (the ones ``average_checkpoints`` uses).
 
-    def __init__(self, directory, keep=5):
+    When: after every epoch (``epoch_{n:03d}.weights.h5``, the default), or
+    every ``every_steps`` training steps, or every ``every_minutes`` of
+    wall time (checked after each step; both give
+    ``step_{t:09d}.weights.h5``, t = global step). §6.1 of the paper writes
+    one every 10 minutes and averages the last 5 (base) or 20 (big).
+
+    The list of kept files is part of ``get_state()``, so that
+    ``TrainingBackup`` restores it after a restart; files from after the
+    restored backup are deleted then (they will be written again).
+
+    Args:
+        directory: where the files go (created).
+        keep: int >= 1, how many newest files are kept.
+        every_steps: int >= 0; 0 = not by steps.
+        every_minutes: float >= 0; 0 = not by time.
+        write: False on non-chief workers (nothing is written).
+
+    Raises:
+        ValueError: ``keep`` < 1, negative ``every_steps`` /
+            ``every_minutes``, or both set.
+
+    Example:
+        >>> import tempfile, numpy as np, keras
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> m.compile("sgd", "mse")
+        >>> ck = EpochCheckpoints(tempfile.mkdtemp(), keep=2, every_steps=3)
+        >>> _ = m.fit(np.ones((16, 2)), np.ones((16, 1)), batch_size=2,
+        ...           callbacks=[ck], verbose=0)
+        >>> [p.name for p in ck.paths]
+        ['step_000000003.weights.h5', 'step_000000006.weights.h5']
+    """
+
+    def __init__(self, directory, keep=5, every_steps=0, every_minutes=0.0,
+                 write=True):
         super().__init__()
+        if int(keep) < 1:
+            raise ValueError(f"`keep` must be >= 1, got keep={keep!r}")
+        if int(every_steps) < 0 or float(every_minutes) < 0:
+            raise ValueError(
+                "`every_steps` and `every_minutes` must be >= 0, got "
+                f"every_steps={every_steps!r}, every_minutes={every_minutes!r}")
+        if int(every_steps) and float(every_minutes):
+            raise ValueError(
+                "set one of `every_steps` and `every_minutes`, got "
+                f"every_steps={every_steps!r}, every_minutes={every_minutes!r}")
         self.directory = pathlib.Path(directory)
         self.keep = int(keep)
+        self.every_steps = int(every_steps)
+        self.every_seconds = float(every_minutes) * 60.0
+        self.write = bool(write)
         self.paths = []
+        self._step, self._last_time = 0, None
+
+    def on_train_begin(self, logs=None):
+        self._last_time = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        due = (self.every_steps and self._step % self.every_steps == 0) or (
+            self.every_seconds
+            and time.time() - self._last_time >= self.every_seconds)
+        if due:
+            self._save(f"step_{self._step:09d}.weights.h5")
 
     def on_epoch_end(self, epoch, logs=None):
-        path = self.directory / f"epoch_{epoch + 1:03d}.weights.h5"
-        self.paths.append(save_weights_atomic(self.model, path))
+        if not (self.every_steps or self.every_seconds):
+            self._save(f"epoch_{epoch + 1:03d}.weights.h5")
+
+    def _save(self, name):
+        self._last_time = time.time()
+        if not self.write:
+            return
+        path = save_weights_atomic(self.model, self.directory / name)
+        if path not in self.paths:
+            self.paths.append(path)
         while len(self.paths) > self.keep:
             old = self.paths.pop(0)
             if old.exists():
                 old.unlink()
+
+    def get_state(self):
+        return {"paths": [p.name for p in self.paths], "step": self._step}
+
+    def set_state(self, state):
+        self.paths = [self.directory / name for name in state["paths"]]
+        self._step = int(state["step"])
+        if self.write and self.directory.is_dir():
+            for p in self.directory.glob("*.weights.h5"):
+                if p not in self.paths:  # written after the backup
+                    p.unlink()

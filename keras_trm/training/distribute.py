@@ -13,7 +13,18 @@ device CPU:0"): XLA's CPU client sees one device and cannot place the
 replica's variables. ``resolve_jit_compile("auto", strategy)`` therefore turns
 XLA off when a strategy has several replicas on CPUs and on otherwise (one
 device, or GPUs).
+
+Multi-worker data: every worker builds the same seeded stream of
+token-count batches and keeps every ``num_workers``-th one
+(``shard_batches``: tf.data's ``AutoShardPolicy.DATA``), so one global step
+trains on ``num_workers`` consecutive batches of the stream, one per worker,
+and the gradients are averaged over workers (each worker's loss is its mean
+over its own real tokens). Only the chief (``task.type == "chief"``, or
+worker 0 when there is no chief) writes checkpoints, logs and exports.
 """
+
+import json
+import os
 
 import tensorflow as tf
 
@@ -37,6 +48,12 @@ def make_strategy(kind="default", num_cpu_devices=2):
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices[:num_cpu_devices])
     if kind == "multi_worker":
+        cluster_spec = tf_config()
+        if cluster_spec is None:
+            raise ValueError(
+                "strategy 'multi_worker' needs the cluster in the TF_CONFIG "
+                "environment variable, which is not set")
+        _patch_keras_multi_worker_logs()
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(
         "`kind` must be 'default', 'mirrored' or 'multi_worker', got "
@@ -71,3 +88,162 @@ def resolve_jit_compile(jit_compile, strategy):
     ):
         return False
     return True
+
+
+def tf_config(value=None):
+    """Parses and checks ``TF_CONFIG`` (the environment variable, or
+    ``value``): ``{"cluster": {"worker": ["host:port", ...], "chief": [...]},
+    "task": {"type": "worker", "index": 0}}`` (TensorFlow's multi-worker
+    format, https://www.tensorflow.org/guide/distributed_training).
+
+    Returns:
+        the parsed dict, or None when TF_CONFIG is unset or empty.
+
+    Raises:
+        ValueError: naming TF_CONFIG and the bad part: not JSON, no
+            ``cluster``, a job that is not a non-empty list of
+            ``"host:port"``, no ``task``, a task type not in the cluster, an
+            index out of range.
+
+    Example:
+        >>> cfg = tf_config('{"cluster": {"worker": ["127.0.0.1:2222"]}, '
+        ...                 '"task": {"type": "worker", "index": 0}}')
+        >>> cfg["task"]["index"]
+        0
+        >>> tf_config('{"task": {}}')
+        Traceback (most recent call last):
+        ...
+        ValueError: TF_CONFIG has no "cluster": '{"task": {}}'
+    """
+    raw = os.environ.get("TF_CONFIG", "") if value is None else value
+    if not raw or not raw.strip():
+        return None
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {raw!r}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) \
+            or not config["cluster"]:
+        raise ValueError(f'TF_CONFIG has no "cluster": {raw!r}')
+    for job, addresses in config["cluster"].items():
+        if not isinstance(addresses, list) or not addresses or not all(
+                isinstance(a, str) and a.rpartition(":")[2].isdigit()
+                for a in addresses):
+            raise ValueError(
+                f'TF_CONFIG cluster job {job!r} must be a non-empty list of '
+                f'"host:port" strings, got {addresses!r}')
+    task = config.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise ValueError(
+            f'TF_CONFIG needs "task": {{"type": ..., "index": ...}}, got '
+            f'task={task!r}')
+    if task["type"] not in config["cluster"]:
+        raise ValueError(
+            f"TF_CONFIG task type {task['type']!r} is not a job of the "
+            f"cluster {sorted(config['cluster'])}")
+    n = len(config["cluster"][task["type"]])
+    if not isinstance(task["index"], int) or not 0 <= task["index"] < n:
+        raise ValueError(
+            f"TF_CONFIG task index {task['index']!r} is out of range for "
+            f"job {task['type']!r} of {n} task(s)")
+    return config
+
+
+def worker_info(strategy=None):
+    """``(num_workers, worker_index, is_chief)`` of this process: (1, 0,
+    True) outside a multi-worker strategy.
+
+    Example:
+        >>> worker_info()
+        (1, 0, True)
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return 1, 0, True
+    spec = resolver.cluster_spec().as_dict()
+    num = sum(len(v) for k, v in spec.items() if k in ("chief", "worker"))
+    kind, index = resolver.task_type, resolver.task_id
+    chief = kind == "chief" or (kind == "worker" and index == 0
+                                and "chief" not in spec)
+    position = index + (len(spec.get("chief", [])) if kind == "worker" else 0)
+    return num, position, chief
+
+
+def shard_batches(dataset, strategy=None):
+    """Shards an already batched dataset by batch index for
+    ``MultiWorkerMirroredStrategy``: worker i of n keeps batches i, i + n,
+    i + 2n, ... of the same stream, whole (each batch is that worker's
+    part of the global step; nothing is re-batched).
+
+    With a multi-worker ``strategy`` this returns
+    ``strategy.distribute_datasets_from_function(...)`` (a distributed
+    dataset ``fit`` takes as is); otherwise ``dataset`` with tf.data's
+    auto-shard policy set to ``DATA`` (FILE sharding cannot split a
+    Python-generator dataset).
+
+    Example:
+        >>> ds = shard_batches(tf.data.Dataset.range(4).batch(2))
+        >>> ds.options().experimental_distribute.auto_shard_policy.name
+        'DATA'
+    """
+    if strategy is not None and worker_info(strategy)[0] > 1:
+        def per_worker(context):
+            return dataset.shard(context.num_input_pipelines,
+                                 context.input_pipeline_id)
+        return strategy.distribute_datasets_from_function(per_worker)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA)
+    return dataset.with_options(options)
+
+
+def build_for_distributed_fit(model, strategy, dataset):
+    """Works around Keras 3.15's ``_maybe_symbolic_build``, which fails on a
+    distributed dataset whose elements are nested (``({"encoder_tokens":
+    ..., "decoder_tokens": ...}, labels)``): it tries
+    ``strategy.reduce("MEAN", <dict>)`` ("Attempt to convert a value
+    ({'encoder_tokens': PerReplica ...}) ... to a Tensor"). This builds the
+    compiled loss, metrics and optimizer once under ``strategy.scope()``
+    from one local batch of ``dataset`` (the undistributed one), and makes
+    later calls of that method no-ops for this model. Needed only when
+    ``fit`` gets a dataset from ``shard_batches(..., strategy)`` with
+    several workers.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> m.compile("adam", "mse")
+        >>> ds = tf.data.Dataset.from_tensors((np.ones((1, 2)), np.ones((1, 1))))
+        >>> build_for_distributed_fit(m, tf.distribute.get_strategy(), ds)
+        >>> m.optimizer.built
+        True
+    """
+    batch = next(iter(dataset.take(1)))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+
+def _patch_keras_multi_worker_logs():
+    """Keras 3.15 averages a step's logs over workers with
+    ``strategy.reduce("MEAN", v, axis=0)``, which fails on the scalar
+    metric results ("Invalid reduction dimension 0 for input with 0
+    dimensions"); this wraps its ``reduce_per_replica`` so that under
+    ``MultiWorkerMirroredStrategy`` the mean is taken over replicas only
+    (``axis=None``). Other strategies are untouched."""
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    from keras.src import tree
+
+    original = tf_trainer.reduce_per_replica
+    if getattr(original, "_keras_trm", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and \
+                tf_trainer._collective_all_reduce_multi_worker(strategy):
+            return tree.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_trm = True
+    tf_trainer.reduce_per_replica = reduce_per_replica

@@ -1,0 +1,95 @@
+"""Token-count steps of a given size on any number of devices: gradient
+accumulation (Keras optimizers' ``gradient_accumulation_steps``).
+
+The paper's step holds ~25,000 source + 25,000 target tokens (§5.1). When
+the devices hold ``tokens_per_batch`` tokens each, one optimizer update
+averages the gradients of ``accumulation_steps(tokens_per_step,
+tokens_per_batch, num_replicas)`` micro-batches per replica.
+
+Keras 3.15 (``keras/src/optimizers/base_optimizer.py``): with
+``gradient_accumulation_steps=k`` the counter ``optimizer._iterations``
+counts micro-batches, ``optimizer.iterations`` is ``_iterations // k`` (what
+Adam's bias correction uses), and a learning-rate schedule is called with
+``_iterations`` -- the micro-batch count. ``PerUpdateSchedule`` divides it
+by k so that a warmup of ``warmup_steps`` means optimizer updates, as in the
+paper; every micro-batch of one update sees the same rate.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
+    """Micro-batches per replica in one update:
+    ``ceil(tokens_per_step / (tokens_per_batch * num_replicas))``, 1 when
+    ``tokens_per_step`` is 0 (no accumulation).
+
+    Args:
+        tokens_per_step: int >= 0, tokens (per side) one update should see.
+        tokens_per_batch: int > 0, tokens (per side) one device holds.
+        num_replicas: int > 0, devices training in sync.
+
+    Raises:
+        ValueError: negative / non-positive arguments.
+
+    Example:
+        >>> accumulation_steps(25000, 4096, num_replicas=2)
+        4
+        >>> accumulation_steps(0, 4096)
+        1
+    """
+    if int(tokens_per_step) < 0:
+        raise ValueError(f"`tokens_per_step` must be >= 0, got "
+                         f"tokens_per_step={tokens_per_step!r}")
+    if int(tokens_per_batch) < 1 or int(num_replicas) < 1:
+        raise ValueError(
+            "`tokens_per_batch` and `num_replicas` must be >= 1, got "
+            f"tokens_per_batch={tokens_per_batch!r}, num_replicas={num_replicas!r}")
+    if not tokens_per_step:
+        return 1
+    return max(1, math.ceil(int(tokens_per_step)
+                            / (int(tokens_per_batch) * int(num_replicas))))
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """``schedule(micro_step // gradient_accumulation_steps)``: a schedule
+    in optimizer updates for an optimizer that accumulates gradients.
+
+    Args:
+        schedule: a ``LearningRateSchedule`` (e.g. ``NoamSchedule``).
+        gradient_accumulation_steps: int >= 1.
+
+    Raises:
+        ValueError: ``gradient_accumulation_steps`` < 1.
+
+    Example:
+        >>> s = PerUpdateSchedule(lambda step: step, 4)
+        >>> [int(s(i)) for i in range(9)]
+        [0, 0, 0, 0, 1, 1, 1, 1, 2]
+    """
+
+    def __init__(self, schedule, gradient_accumulation_steps):
+        if int(gradient_accumulation_steps) < 1:
+            raise ValueError(
+                "`gradient_accumulation_steps` must be >= 1, got "
+                f"gradient_accumulation_steps={gradient_accumulation_steps!r}")
+        self.schedule = schedule
+        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
+
+    def __call__(self, step):
+        return self.schedule(ops.floor_divide(
+            step, self.gradient_accumulation_steps))
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule),
+                "gradient_accumulation_steps": self.gradient_accumulation_steps}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["schedule"] = keras.saving.deserialize_keras_object(
+            config["schedule"])
+        return cls(**config)

@@ -1,0 +1,235 @@
+"""Callbacks that watch a training run: the time budget, a validation score
+log (greedy BLEU in the translation job), TensorBoard scalars and a token
+count metric for tokens/s.
+
+Each keeps what it must carry across a restart in ``get_state()`` /
+``set_state()``, which ``keras_trm.training.TrainingBackup`` saves and
+restores (the time already trained counts against the budget after a
+resume; the score history is not lost).
+"""
+
+import json
+import pathlib
+import time
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_trm.utils.files import atomic_write
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class TokenCount(keras.metrics.Sum):
+    """Number of non-padding labels seen in the epoch (a ``Sum``); the
+    callbacks divide its growth by wall time for tokens/s.
+
+    Example:
+        >>> import numpy as np
+        >>> m = TokenCount()
+        >>> m.update_state(np.array([[3, 4, 0]]), np.zeros((1, 3, 5)))
+        >>> float(m.result())
+        2.0
+    """
+
+    def __init__(self, pad_id=0, name="tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        mask = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id),
+                        "float32")
+        return super().update_state(ops.sum(mask))
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training so that it ends within ``seconds`` of training time:
+    after an epoch, when one more epoch as long as the longest so far would
+    cross the budget. (Stopping only after crossing it overshot by most of
+    an epoch on slow CPUs.)
+
+    Training time is wall time inside ``fit``, summed over restarts: the
+    elapsed seconds and the longest epoch are part of ``get_state()``.
+
+    Args:
+        seconds: float > 0, the training-time budget (s).
+
+    Raises:
+        ValueError: ``seconds`` <= 0.
+
+    Example:
+        >>> b = TimeBudget(60.0)
+        >>> b.set_state({"elapsed_seconds": 50.0, "longest_epoch": 20.0})
+        >>> round(b.get_state()["elapsed_seconds"])
+        50
+    """
+
+    def __init__(self, seconds):
+        super().__init__()
+        if not float(seconds) > 0:
+            raise ValueError(f"`seconds` must be > 0, got seconds={seconds!r}")
+        self.seconds = float(seconds)
+        self._offset, self._longest = 0.0, 0.0
+        self._start = self._epoch_start = time.time()
+
+    def elapsed(self):
+        """Training seconds so far, earlier runs included."""
+        return self._offset + time.time() - self._start
+
+    def on_train_begin(self, logs=None):
+        self._start = self._epoch_start = time.time()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.time()
+        self._longest = max(self._longest, now - self._epoch_start)
+        elapsed = self._offset + now - self._start
+        if elapsed + self._longest > self.seconds:
+            print(f"time budget of {self.seconds / 60:.1f} min: stopping "
+                  f"after epoch {epoch + 1} ({elapsed / 60:.1f} min), "
+                  "another epoch would cross it", flush=True)
+            self.model.stop_training = True
+
+    def get_state(self):
+        return {"elapsed_seconds": self.elapsed(), "longest_epoch": self._longest}
+
+    def set_state(self, state):
+        self._offset = float(state["elapsed_seconds"])
+        self._longest = float(state["longest_epoch"])
+        self._start = self._epoch_start = time.time()
+
+
+class BleuLog(keras.callbacks.Callback):
+    """After every ``every`` epochs: ``score(model)`` (greedy sacreBLEU on
+    the validation split in the translation job) with the training time so
+    far, appended to a JSON log written atomically.
+
+    Args:
+        score: callable ``score(model) -> float``, on validation data.
+        path: the JSON log (a list of per-epoch dicts).
+        every: int >= 1.
+        clock: callable returning training seconds so far (e.g.
+            ``TimeBudget.elapsed``); default: seconds since fit started.
+        key: the entry's name for the score.
+        writer: a ``tf.summary`` writer, or None; the score goes there too
+            (tag ``key``, step = epoch).
+        write: False on non-chief workers (no file written).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> log = BleuLog(lambda m: 12.5, pathlib.Path(tempfile.mkdtemp()) / "e.json")
+        >>> log.on_train_begin(); log.on_epoch_end(0, {"loss": 2.0})
+        epoch 1: val_greedy_bleu 12.50 at 0.0 min of training
+        >>> log.history[0]["val_greedy_bleu"]
+        12.5
+    """
+
+    def __init__(self, score, path, every=1, clock=None, key="val_greedy_bleu",
+                 writer=None, write=True):
+        super().__init__()
+        self.score, self.path, self.every = score, pathlib.Path(path), int(every)
+        self.clock, self.key, self.writer, self.write = clock, key, writer, write
+        self.history = []
+        self._start = time.time()
+
+    def on_train_begin(self, logs=None):
+        self._start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = self.clock() if self.clock else time.time() - self._start
+        entry = {"epoch": epoch + 1, "train_seconds": round(seconds, 1),
+                 **{k: float(v) for k, v in (logs or {}).items()}}
+        if (epoch + 1) % self.every == 0:
+            value = float(self.score(self.model))
+            entry[self.key] = round(value, 2)
+            print(f"epoch {epoch + 1}: {self.key} {value:.2f} at "
+                  f"{seconds / 60:.1f} min of training", flush=True)
+            if self.writer is not None:
+                with self.writer.as_default():
+                    _scalar(self.key, value, step=epoch + 1)
+                self.writer.flush()
+        self.history.append(entry)
+        if self.write:
+            atomic_write(self.path, json.dumps(self.history, indent=1))
+
+    def get_state(self):
+        return {"history": self.history}
+
+    def set_state(self, state):
+        self.history = list(state["history"])
+
+
+class TensorBoardScalars(keras.callbacks.Callback):
+    """Every ``every`` steps: training loss, learning rate and tokens/s as
+    TensorBoard scalars (tags ``loss``, ``learning_rate``,
+    ``tokens_per_second``), step = the optimizer's micro-step count, which
+    a resumed run restores (Keras' own ``TensorBoard`` callback restarts its
+    step at 0 after a restart). Needs the ``TokenCount`` metric for
+    tokens/s.
+
+    Args:
+        writer: a ``tf.summary`` file writer (``tensorboard_writer``).
+        every: int >= 1 steps between points.
+
+    Example:
+        >>> import tempfile
+        >>> cb = TensorBoardScalars(tensorboard_writer(tempfile.mkdtemp()), 10)
+        >>> cb.every
+        10
+    """
+
+    def __init__(self, writer, every=50):
+        super().__init__()
+        self.writer, self.every = writer, max(1, int(every))
+        self._last_tokens, self._last_time, self._count = 0.0, None, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._last_tokens, self._last_time, self._count = 0.0, time.time(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._count += 1
+        if self._count % self.every:
+            return
+        logs = logs or {}
+        optimizer = self.model.optimizer
+        step = int(optimizer._iterations.numpy())
+        now = time.time()
+        with self.writer.as_default():
+            if "loss" in logs:
+                _scalar("loss", float(logs["loss"]), step=step)
+            lr = optimizer.learning_rate
+            _scalar("learning_rate", float(ops.convert_to_numpy(lr)),
+                              step=step)
+            if "tokens" in logs and self._last_time is not None:
+                tokens = float(logs["tokens"])
+                rate = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
+                _scalar("tokens_per_second", rate, step=step)
+                self._last_tokens = tokens
+        self._last_time = now
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.writer.flush()
+
+    def on_train_end(self, logs=None):
+        self.writer.flush()
+
+
+def _scalar(tag, value, step):
+    """``tf.summary.scalar`` without the tensorboard package: the same
+    event (a float32 tensor with the "scalars" plugin's metadata), written
+    with the core ``tf.summary.write`` op."""
+    metadata = tf.compat.v1.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step,
+                     metadata=metadata)
+
+
+def tensorboard_writer(log_dir):
+    """A ``tf.summary`` file writer for ``log_dir`` (created)."""
+    pathlib.Path(log_dir).mkdir(parents=True, exist_ok=True)
+    return tf.summary.create_file_writer(str(log_dir))
