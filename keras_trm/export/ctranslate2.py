@@ -52,11 +52,10 @@ has no penalty and gave the same output on all 1,000 sentences
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 
 import numpy as np
 
+from keras_trm.utils.files import atomic_directory
 from keras_trm.text.wordpiece import (
     END,
     END_ID,
@@ -440,10 +439,7 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
         vocabulary = load_vocabulary(vocabulary)
     vocabulary = list(vocabulary)
     converter = ctranslate2_converter(model, vocabulary)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=output_dir.parent,
-                                        prefix=f".{output_dir.name}.tmp-"))
-    try:
+    with atomic_directory(output_dir) as tmp:
         converter.convert(str(tmp), quantization=quantization, force=True)
         from keras_trm.models.transformer import TransformerParts
 
@@ -463,10 +459,6 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
         }
         (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1),
                                          encoding="utf-8")
-        os.rename(tmp, output_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return output_dir
 
 

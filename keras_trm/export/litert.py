@@ -340,7 +340,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     [b'a', b'b', b'c', b'd']
     """
     import json
-    import shutil
+    import tempfile
 
     import tensorflow as tf
 
@@ -378,10 +378,8 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
 
     module = _translator_module(parts, batch_size, source_length, limit)
     path.parent.mkdir(parents=True, exist_ok=True)
-    saved = tempfile.mkdtemp(dir=path.parent, prefix=".tmp-savedmodel-")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tflite")
-    os.close(fd)
-    try:
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".tmp-savedmodel-") as saved, \
+            atomic_file(path, suffix=".tflite") as tmp:
         frozen, signatures = _frozen_signatures(module, ["encode", "decode_step"])
         tf.saved_model.save(frozen, saved, signatures=signatures)
         converter = tf.lite.TFLiteConverter.from_saved_model(
@@ -410,11 +408,6 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
             raise ValueError(f"the converted graph uses non-builtin ops {custom}")
         if path.exists():
             raise FileExistsError(f"`path` {str(path)!r} already exists")
-        os.rename(tmp, path)
-    finally:
-        shutil.rmtree(saved, ignore_errors=True)
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 
