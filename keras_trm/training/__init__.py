@@ -13,6 +13,7 @@ from keras_trm.training.distribute import (
     split_cpu,
 )
 from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
+from keras_trm.training.presets import PRESETS, apply_preset, preset
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 __all__ = [
@@ -20,10 +21,13 @@ __all__ = [
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",
     "NoamSchedule",
+    "PRESETS",
+    "apply_preset",
     "average_checkpoints",
     "select_checkpoint_average",
     "make_strategy",
     "paper_adam",
+    "preset",
     "resolve_jit_compile",
     "save_weights_atomic",
     "split_cpu",
