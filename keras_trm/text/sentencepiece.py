@@ -8,6 +8,10 @@ tensorflow-text's ``SentencepieceTokenizer``, whose model proto is a tracked
 resource: a SavedModel that holds a ``SentencePieceTokenizer`` takes raw
 strings and loads with ``tensorflow`` + ``tensorflow_text`` only.
 
+Text is normalized as SentencePiece does by default (``nmt_nfkc``: NFKC
+plus whitespace clean-up), so ``detokenize(tokenize(x))`` is ``x`` for
+ordinary text and its NFKC form otherwise ("½" -> "1⁄2").
+
 Ids follow ``keras_trm.text.wordpiece``: 0 PAD, 1 UNK, 2 START (BOS),
 3 END (EOS), so ``Translator``, the search and the loss use either
 tokenizer unchanged.
