@@ -201,7 +201,7 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
         files[f"{role}_target"] = str(_write(tmp_path / f"{role}.en", [p[1] for p in part]))
     config = translation.TranslationConfig(
         dataset="files", source_language="de", target_language="en",
-        preset="tiny", vocabulary_size=400, max_length=40, epochs=1,
+        preset="tiny", vocabulary_size=1000, max_length=48, epochs=1,
         average_last=1, **files)
     result = translation.run(config, None, tmp_path / "work", tmp_path / "export")
     assert result["direction"] == "de-en" and result["test_split"] == "test"
