@@ -75,6 +75,6 @@ def compound_split_bleu(hypotheses, references, language="de"):
 
     hyps = [prepare(h) for h in hypotheses]
     refs = [prepare(r) for r in references]
-    metric = sacrebleu.metrics.BLEU(tokenize="none")
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
     result = metric.corpus_score(hyps, [refs])
     return result.score, str(result)
