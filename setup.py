@@ -16,6 +16,8 @@ setup(
         "keras-hub>=0.32",
         "tensorflow-datasets>=4.9",
         "sacrebleu>=2.4",
+        "sacremoses>=0.1",
+        "sentencepiece>=0.2",
         "tqdm>=4.66",
         "flask>=3.0",
         "waitress>=3.0",

@@ -9,7 +9,10 @@ greedy BLEU on the val split after every epoch, averages the last k <= 5
 epoch checkpoints (k chosen by greedy BLEU on val), reports sacreBLEU
 (beam 4, α=0.6) on test_2016_flickr (decoded once, at the end), and exports
 export/transformer_multi30k_en_de/<version>/.
-Same flags as ``keras-trm train-translation``.
+Same flags as ``keras-trm train-translation``: ``--source-language de
+--target-language en`` trains DE->EN; ``--dataset files --train-source ...``
+trains on your own parallel files; ``--preset transformer_base`` uses the
+paper's hyper-parameters (see recipes/translate_wmt14.py for WMT14).
 """
 
 import sys

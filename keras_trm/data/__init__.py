@@ -11,7 +11,14 @@ from keras_trm.data.language_modeling import (
 )
 from keras_trm.data.mnist import load_mnist
 from keras_trm.data.paths import ENV_VAR, resolve_data_dir
-from keras_trm.data.translation import load_multi30k, load_wmt14
+from keras_trm.data.translation import (
+    TranslationSplits,
+    load_multi30k,
+    load_parallel,
+    load_translation_splits,
+    load_wmt14,
+    read_lines,
+)
 
 # Example checks and the seeded validation split of the classification jobs.
 from keras_trm.data.validation import (
@@ -22,14 +29,18 @@ from keras_trm.data.validation import (
 
 __all__ = [
     "ENV_VAR",
+    "TranslationSplits",
     "Vocabulary",
     "batchify",
     "load_imdb",
     "load_mnist",
     "load_multi30k",
+    "load_parallel",
     "load_ptb",
     "load_tiny_shakespeare",
+    "load_translation_splits",
     "load_wmt14",
+    "read_lines",
     "resolve_data_dir",
     "segments",
     "token_bucket_batches",

@@ -1,12 +1,16 @@
-"""Parallel corpora: Multi30k (task 1, EN-DE) and WMT14 EN-DE.
+"""Parallel corpora: Multi30k (task 1), WMT14 EN-DE, and the user's own
+files, in either direction.
 
 Local files are read from ``<data_dir>/multi30k`` and
 ``<data_dir>/wmt14_en_de`` (see ``keras_trm.data.paths``); online, Multi30k
-comes from its official repository and WMT14 training data from tfds
-(``wmt14_translate/de-en``).
+comes from its official repository and WMT14 from tfds
+(``wmt14_translate/de-en``). ``load_translation_splits`` resolves a dataset
+name, split files and a direction into (train, validation, test) pairs.
 """
 
+import dataclasses
 import gzip
+import pathlib
 
 from keras_trm.data.paths import resolve_data_dir
 
@@ -14,13 +18,82 @@ MULTI30K_URL = (
     "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 )
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
+# Local WMT14 files: the split name, or its role (tfds names), -> file stem.
 WMT14_SPLITS = {"newstest2013": "newstest2013", "newstest2014": "newstest2014"}
+WMT14_TRAIN_STEM = "europarl-v7.de-en.first20000"
+WMT14_ROLES = {"train": "train", "validation": "newstest2013",
+               "test": "newstest2014"}
+DATASETS = ("multi30k", "wmt14", "wmt14_tfds", "files")
 
 
-def _read_lines(path):
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+def read_lines(path):
+    """All lines of a UTF-8 text file, plain or gzip (``.gz``), without
+    their trailing newline.
+
+    Args:
+        path: str or ``pathlib.Path``.
+
+    Returns:
+        list of str, one per line.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file (the message names it).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = p.write_text("Hallo\\nWelt\\n")
+        >>> read_lines(p)
+        ['Hallo', 'Welt']
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="\n") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def load_parallel(source_path, target_path):
+    """Reads a parallel corpus: line *i* of ``source_path`` translates to
+    line *i* of ``target_path``.
+
+    Args:
+        source_path, target_path: UTF-8 text files (plain or ``.gz``), one
+            sentence per line.
+
+    Returns:
+        ``(sources, targets)``: two lists of str of equal length (raw text,
+        as in the files; blank lines are kept, so line numbers match).
+
+    Raises:
+        FileNotFoundError: a file is missing (the message names it).
+        ValueError: the two files have different line counts (the message
+            names both files and both counts), or the corpus is empty (no
+            line with text on both sides; the message names both files).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "x.en").write_text("A dog.\\nTwo cats.\\n")
+        >>> _ = (d / "x.de").write_text("Ein Hund.\\nZwei Katzen.\\n")
+        >>> load_parallel(d / "x.en", d / "x.de")
+        (['A dog.', 'Two cats.'], ['Ein Hund.', 'Zwei Katzen.'])
+    """
+    sources, targets = read_lines(source_path), read_lines(target_path)
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"parallel corpus line counts differ: {str(source_path)!r} has "
+            f"{len(sources)} lines but {str(target_path)!r} has "
+            f"{len(targets)} lines"
+        )
+    if not any(s.strip() and t.strip() for s, t in zip(sources, targets)):
+        raise ValueError(
+            f"parallel corpus is empty: {str(source_path)!r} ({len(sources)} "
+            f"lines) and {str(target_path)!r} ({len(targets)} lines) have no "
+            "line with text on both sides"
+        )
+    return sources, targets
 
 
 def _find(directory, stem):
@@ -50,7 +123,8 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
             ``"test_2016_flickr"`` (1,000).
         data_dir: data directory (see ``resolve_data_dir``); files are read
             from ``<data_dir>/multi30k/{split}.{lang}[.gz]``.
-        source, target: language codes, ``"en"``/``"de"``.
+        source, target: language codes (``"en"``, ``"de"``; ``"de"``,
+            ``"en"`` for the reverse direction).
         download: if the files are missing, fetch them from the official
             repository (needs internet) into ``<data_dir>/multi30k``.
 
@@ -58,9 +132,14 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
         ``(sources, targets)``: two lists of raw (cased, untokenized) str.
 
     Raises:
-        ValueError: unknown ``split`` or language.
+        ValueError: unknown ``split`` or language; line counts differ.
         FileNotFoundError: files missing (and not downloaded); the message
             names the files expected and the directory searched.
+
+    Example:
+        >>> src, tgt = load_multi30k("val", source="de", target="en")  # doctest: +SKIP
+        >>> len(src), src[0][:20]  # doctest: +SKIP
+        (1014, 'Eine Gruppe von Männ')
     """
     if split not in MULTI30K_SPLITS:
         raise ValueError(
@@ -81,47 +160,172 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
             f"{split}.{source}[.gz] and {split}.{target}[.gz] in "
             f"{directory} (pass download=True / --download when online)"
         )
-    src, tgt = (_read_lines(p) for p in paths)
-    if len(src) != len(tgt):
-        raise ValueError(
-            f"Multi30k {split}: {paths[0]} has {len(src)} lines but "
-            f"{paths[1]} has {len(tgt)}"
-        )
-    return src, tgt
+    return load_parallel(*paths)
 
 
-def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de"):
-    """Loads a WMT14 EN-DE set.
+def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de",
+               online=False):
+    """Loads a WMT14 English-German split, in either direction.
 
-    ``newstest2013``/``newstest2014`` are read from
-    ``<data_dir>/wmt14_en_de/{split}.{lang}``; ``"train"`` comes from tfds
-    ``wmt14_translate/de-en`` (downloads ~1.4 GB when online).
+    Offline (default) it reads ``<data_dir>/wmt14_en_de``: ``"train"`` is
+    the first 20,000 pairs of Europarl v7
+    (``europarl-v7.de-en.first20000.{lang}.gz``, 0.4% of the full training
+    data), ``"validation"`` is newstest2013 (3,000 pairs) and ``"test"`` is
+    newstest2014 (3,003 pairs); ``"newstest2013"``/``"newstest2014"`` name
+    them directly. Online (``online=True``) the same roles come from tfds
+    ``wmt14_translate/de-en`` (train: about 4.5M pairs, downloads ~1.4 GB;
+    validation: newstest2013; test: newstest2014).
+
+    Args:
+        split: ``"train"``, ``"validation"``, ``"test"``, ``"newstest2013"``
+            or ``"newstest2014"``.
+        data_dir: data directory (see ``resolve_data_dir``), offline only.
+        source, target: ``"en"``/``"de"`` or ``"de"``/``"en"``.
+        online: read tfds instead of local files.
 
     Returns:
-        ``(sources, targets)`` lists of str.
+        ``(sources, targets)`` lists of raw str.
 
     Raises:
-        ValueError: unknown split. FileNotFoundError: missing local files.
+        ValueError: unknown split or language. FileNotFoundError: missing
+        local files (the message names the folder and the files expected).
+
+    Example:
+        >>> src, tgt = load_wmt14("test", source="de", target="en")  # doctest: +SKIP
+        >>> len(src)  # doctest: +SKIP
+        3003
     """
-    if split == "train":
+    if {source, target} != {"en", "de"}:
+        raise ValueError(
+            f"WMT14 EN-DE languages must be 'en' and 'de' (either direction), "
+            f"got source={source!r}, target={target!r}"
+        )
+    names = tuple(WMT14_ROLES) + tuple(WMT14_SPLITS)
+    if split not in names:
+        raise ValueError(f"`split` must be one of {names}, got split={split!r}")
+    stem = WMT14_ROLES.get(split, split)
+    if online:
         import tensorflow_datasets as tfds
 
-        ds = tfds.load("wmt14_translate/de-en", split="train")
+        tfds_split = {"train": "train", "newstest2013": "validation",
+                      "newstest2014": "test"}[stem]
+        ds = tfds.load("wmt14_translate/de-en", split=tfds_split)
         src, tgt = [], []
         for ex in tfds.as_numpy(ds):
             src.append(ex[source].decode("utf-8"))
             tgt.append(ex[target].decode("utf-8"))
         return src, tgt
-    if split not in WMT14_SPLITS:
-        raise ValueError(
-            f"`split` must be 'train' or one of {tuple(WMT14_SPLITS)}, "
-            f"got split={split!r}"
-        )
+    if stem == "train":
+        stem = WMT14_TRAIN_STEM
     directory = resolve_data_dir(data_dir) / "wmt14_en_de"
-    paths = [_find(directory, f"{split}.{lang}") for lang in (source, target)]
+    paths = [_find(directory, f"{stem}.{lang}") for lang in (source, target)]
     if None in paths:
         raise FileNotFoundError(
-            f"WMT14 {split} not found: expected {split}.{source} and "
-            f"{split}.{target} in {directory}"
+            f"WMT14 {split!r} not found: expected {stem}.{source}[.gz] and "
+            f"{stem}.{target}[.gz] in {directory} (online: online=True / "
+            "--dataset-online reads tfds wmt14_translate/de-en)"
         )
-    return tuple(_read_lines(p) for p in paths)
+    return load_parallel(*paths)
+
+
+def _split_name(path, language):
+    """``dir/newstest2014.de.gz`` -> ``newstest2014`` (the name reported)."""
+    name = pathlib.Path(path).name
+    name = name[:-3] if name.endswith(".gz") else name
+    return name[: -len(language) - 1] if name.endswith("." + language) else name
+
+
+@dataclasses.dataclass
+class TranslationSplits:
+    """Train / validation / test pairs of one corpus and direction.
+
+    Each field is a ``(sources, targets)`` pair of equal-length str lists;
+    ``names`` gives each split's name as reported (e.g. ``"newstest2014"``).
+    """
+
+    train: tuple
+    validation: tuple
+    test: tuple
+    names: dict
+
+
+def load_translation_splits(dataset="multi30k", data_dir=None,
+                            source_language="en", target_language="de",
+                            files=None, online=False):
+    """Resolves a corpus name and direction into train / validation / test.
+
+    Args:
+        dataset: ``"multi30k"`` (train / val / test_2016_flickr),
+            ``"wmt14"`` (local: the Europarl slice / newstest2013 /
+            newstest2014), ``"wmt14_tfds"`` (online: tfds
+            ``wmt14_translate/de-en``, the full ~4.5M training pairs /
+            newstest2013 / newstest2014) or ``"files"`` (the user's own).
+        data_dir: data directory for ``multi30k``/``wmt14``.
+        source_language, target_language: language codes; the corpus is
+            read in that direction.
+        files: for ``dataset="files"``, a dict with keys ``train_source``,
+            ``train_target``, ``validation_source``, ``validation_target``,
+            ``test_source``, ``test_target`` (paths; plain or ``.gz``).
+            ``test_*`` may be empty: then there is no test split
+            (``test == ([], [])``).
+        online: ``multi30k`` is downloaded if missing (``wmt14`` reads tfds
+            when online, as ``"wmt14_tfds"`` does).
+
+    Returns:
+        ``TranslationSplits``.
+
+    Raises:
+        ValueError: unknown ``dataset``, a missing path for ``files``, a
+        same-language direction, or the reader's errors (mismatched line
+        counts, empty corpus). FileNotFoundError: a missing file.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> for n in ("tr", "va"):
+        ...     _ = (d / f"{n}.de").write_text("Ein Hund.\\n")
+        ...     _ = (d / f"{n}.en").write_text("A dog.\\n")
+        >>> s = load_translation_splits("files", None, "de", "en", files=dict(
+        ...     train_source=d / "tr.de", train_target=d / "tr.en",
+        ...     validation_source=d / "va.de", validation_target=d / "va.en"))
+        >>> s.train, s.test, s.names["validation"]
+        ((['Ein Hund.'], ['A dog.']), ([], []), 'va')
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"`dataset` must be one of {DATASETS}, got dataset={dataset!r}")
+    if source_language == target_language:
+        raise ValueError(
+            f"source and target languages must differ, got "
+            f"source_language={source_language!r}, "
+            f"target_language={target_language!r}"
+        )
+    pair = dict(source=source_language, target=target_language)
+    if dataset == "multi30k":
+        roles = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+        loaded = {role: load_multi30k(split, data_dir, download=online, **pair)
+                  for role, split in roles.items()}
+        return TranslationSplits(**loaded, names=roles)
+    if dataset == "wmt14_tfds":
+        dataset, online = "wmt14", True
+    if dataset == "wmt14":
+        names = {"train": "europarl_v7_first20000" if not online else "wmt14_train",
+                 "validation": "newstest2013", "test": "newstest2014"}
+        loaded = {role: load_wmt14(role, data_dir, online=online, **pair)
+                  for role in names}
+        return TranslationSplits(**loaded, names=names)
+    files = {k: str(v) if v else "" for k, v in (files or {}).items()}
+    loaded, names = {}, {}
+    for role in ("train", "validation", "test"):
+        src, tgt = files.get(f"{role}_source", ""), files.get(f"{role}_target", "")
+        if role == "test" and not src and not tgt:
+            loaded[role], names[role] = ([], []), ""
+            continue
+        if not src or not tgt:
+            raise ValueError(
+                f"dataset='files' needs both --{role}-source and "
+                f"--{role}-target, got {role}_source={src!r}, "
+                f"{role}_target={tgt!r}"
+            )
+        loaded[role] = load_parallel(src, tgt)
+        names[role] = _split_name(src, source_language)
+    return TranslationSplits(**loaded, names=names)

@@ -1,10 +1,13 @@
-"""The main job: train an EN->DE Transformer on Multi30k, score it with
-sacreBLEU, export a raw-text SavedModel and translate a sample.
+"""The translation job: train a Transformer on any parallel corpus, in
+either direction, score it with sacreBLEU, export a raw-text SavedModel and
+translate a sample.
 
-Splits: ``train`` for training; ``val`` (1,014 pairs) for everything that
-watches or chooses -- the greedy BLEU after every epoch and the number of
-epoch checkpoints averaged; ``test_2016_flickr`` is decoded once, at the
-end, with beam search, and used for nothing else.
+Corpora (``dataset``): Multi30k (the default, EN->DE), WMT14 EN-DE (local
+Europarl slice + newstest2013/2014, or tfds online) and the user's own
+parallel files (``train_source``/``train_target``, ...). Splits: train for
+training; validation for everything that watches or chooses -- the greedy
+BLEU after every epoch and the number of epoch checkpoints averaged; test
+is decoded once, at the end, with beam search, and used for nothing else.
 
 Long runs: ``tokens_per_step`` accumulates gradients to a paper-sized step,
 checkpoints can be written every N steps or minutes, and a killed run
@@ -12,7 +15,8 @@ continues where its last backup (``workdir/backup``, every ``save_freq``
 steps and every epoch) left off when the same command is run again --
 delete ``workdir/backup`` to train from scratch.
 
-Used by ``recipes/translate_multi30k.py`` and ``keras-trm train-translation``.
+Used by ``recipes/translate_multi30k.py``, ``recipes/translate_wmt14.py``
+and ``keras-trm train-translation``.
 """
 
 import dataclasses
@@ -24,7 +28,12 @@ import time
 import keras
 import tensorflow as tf
 
-from keras_trm.data import load_multi30k, resolve_data_dir, token_bucket_batches
+from keras_trm.data import (
+    load_multi30k,
+    load_translation_splits,
+    resolve_data_dir,
+    token_bucket_batches,
+)
 from keras_trm.data.batching import steps_per_epoch
 from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.export.saved_model import export_module
@@ -32,7 +41,9 @@ from keras_trm.models import transformer
 from keras_trm.text import (
     END_ID,
     START_ID,
+    SentencePieceTokenizer,
     TextTokenizer,
+    learn_sentencepiece,
     learn_vocabulary,
     load_vocabulary,
 )
@@ -42,6 +53,7 @@ from keras_trm.training import (
     MaskedAccuracy,
     NoamSchedule,
     apply_precision,
+    apply_preset,
     make_strategy,
     paper_adam,
     resolve_jit_compile,
@@ -61,13 +73,39 @@ from keras_trm.training import (  # long runs (issue #11)
     tensorboard_writer,
     worker_info,
 )
-from keras_trm.utils import write_json
+from keras_trm.utils import atomic_write, write_json
+
+
+VOCABULARIES = ("auto", "wordpiece", "sentencepiece_bpe", "sentencepiece_unigram")
+DEFAULT_MODEL_NAME = "transformer_multi30k_en_de"
 
 
 @dataclasses.dataclass
 class TranslationConfig:
-    """Hyper-parameters of the Multi30k recipe (defaults: the CPU run the
-    README reports)."""
+    """Corpus, vocabulary and hyper-parameters of a translation job
+    (defaults: the Multi30k EN->DE CPU run the README reports).
+
+    ``preset`` (``keras_trm.training.presets``: ``cpu_small``, ``tiny``,
+    ``transformer_base``, ``transformer_big``) fills the hyper-parameters
+    left at their defaults; explicit values win. ``vocabulary="auto"`` is
+    WordPiece for Multi30k and a SentencePiece BPE otherwise (the paper's
+    shared BPE); ``vocabulary_sample`` sentences at most are used to learn
+    it.
+    """
+
+    dataset: str = "multi30k"  # multi30k | wmt14 | wmt14_tfds | files
+    source_language: str = "en"
+    target_language: str = "de"
+    train_source: str = ""  # dataset="files": one sentence per line, plain or .gz
+    train_target: str = ""
+    validation_source: str = ""
+    validation_target: str = ""
+    test_source: str = ""  # optional: no test split when empty
+    test_target: str = ""
+    vocabulary: str = "auto"  # auto | wordpiece | sentencepiece_bpe | sentencepiece_unigram
+    vocabulary_sample: int = 1_000_000
+    validation_limit: int = 0  # > 0: greedy val BLEU on the first n pairs only
+    preset: str = ""  # "" = these defaults (cpu_small)
 
     vocabulary_size: int = 8000
     num_layers: int = 3
@@ -91,7 +129,7 @@ class TranslationConfig:
     precision: str = "auto"  # "auto" | "float32" | "mixed_bfloat16" | "mixed_float16"
     seed: int = 0
     limit: int = 0  # > 0: only the first `limit` pairs of each split (smoke runs)
-    model_name: str = "transformer_multi30k_en_de"
+    model_name: str = DEFAULT_MODEL_NAME
     # Long runs (issue #11): gradient accumulation, checkpoints, resume, logs.
     tokens_per_step: int = 0  # > 0: accumulate micro-batches to this many tokens per update
     checkpoint_every_steps: int = 0  # 0 (and minutes 0): one checkpoint per epoch
@@ -107,9 +145,50 @@ def greedy_bleu(model, tokenizer, sources, references):
     return corpus_bleu(hyps, references)[0]
 
 
-def _encode(tokenizer, sentences, prefix):
-    ids = tokenizer.tokenize(tf.constant(sentences)).to_list()
-    return [prefix + row + [END_ID] for row in ids]
+def _encode(tokenizer, sentences, prefix, chunk=50_000):
+    out = []
+    for start in range(0, len(sentences), chunk):
+        ids = tokenizer.tokenize(tf.constant(sentences[start:start + chunk])).to_list()
+        out.extend(prefix + row + [END_ID] for row in ids)
+    return out
+
+
+def vocabulary_kind(config):
+    """The vocabulary a config asks for (``"auto"`` resolved)."""
+    if config.vocabulary not in VOCABULARIES:
+        raise ValueError(f"`vocabulary` must be one of {VOCABULARIES}, got "
+                         f"vocabulary={config.vocabulary!r}")
+    if config.vocabulary == "auto":
+        return "wordpiece" if config.dataset == "multi30k" else "sentencepiece_bpe"
+    return config.vocabulary
+
+
+def prepare_tokenizer(config, sources, targets, workdir):
+    """A joint source+target tokenizer: WordPiece (``TextTokenizer``) or
+    SentencePiece (``SentencePieceTokenizer``), learned from the training
+    sentences once and cached in ``workdir``."""
+    kind = vocabulary_kind(config)
+    if kind == "wordpiece":
+        return TextTokenizer(prepare_vocabulary(config, sources, targets, workdir))
+    model_type = kind.split("_", 1)[1]
+    path = pathlib.Path(workdir) / f"spm_{model_type}_{config.vocabulary_size}.model"
+    if not path.is_file():
+        print(f"learning a joint SentencePiece {model_type} vocabulary "
+              f"({config.vocabulary_size}) from at most {config.vocabulary_sample:,} "
+              f"of {len(sources) + len(targets):,} sentences ...", flush=True)
+        learn_sentencepiece(sources + targets, config.vocabulary_size, path,
+                            model_type=model_type,
+                            sample_size=config.vocabulary_sample, seed=config.seed)
+    return SentencePieceTokenizer(path)
+
+
+def _model_name(config):
+    if config.model_name != DEFAULT_MODEL_NAME or (
+            config.dataset, config.source_language,
+            config.target_language) == ("multi30k", "en", "de"):
+        return config.model_name
+    dataset = config.dataset.replace("_tfds", "")
+    return f"transformer_{dataset}_{config.source_language}_{config.target_language}"
 
 
 def prepare_vocabulary(config, sources, targets, workdir):
@@ -124,7 +203,8 @@ def prepare_vocabulary(config, sources, targets, workdir):
 def run(config=None, data_dir=None, workdir="runs/multi30k",
         export_dir="export", samples=()):
     """Runs the whole job; returns a dict of the figures it measured."""
-    config = config or TranslationConfig()
+    config = apply_preset(config or TranslationConfig())
+    config = dataclasses.replace(config, model_name=_model_name(config))
     job_start = time.time()
     keras.utils.set_random_seed(config.seed)
     config = dataclasses.replace(config, precision=apply_precision(config.precision))
@@ -132,19 +212,33 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = resolve_data_dir(data_dir)
-    print(f"data: {data_dir}", flush=True)
-    train_src, train_tgt = load_multi30k("train", data_dir)
-    val_src, val_tgt = load_multi30k("val", data_dir)
-    test_src, test_tgt = load_multi30k("test_2016_flickr", data_dir)
+    files = {name: getattr(config, name) for name in (
+        "train_source", "train_target", "validation_source",
+        "validation_target", "test_source", "test_target")}
+    splits = load_translation_splits(
+        config.dataset, data_dir if config.dataset != "files" else None,
+        config.source_language, config.target_language, files=files)
+    print(f"data: {config.dataset} {config.source_language}->"
+          f"{config.target_language} ({data_dir if config.dataset != 'files' else 'files'}); "
+          + ", ".join(f"{role} {splits.names[role]}: {len(getattr(splits, role)[0]):,}"
+                      for role in ("train", "validation", "test")), flush=True)
+    (train_src, train_tgt), (val_src, val_tgt), (test_src, test_tgt) = (
+        splits.train, splits.validation, splits.test)
     if config.limit:
         n = config.limit
         train_src, train_tgt = train_src[:n], train_tgt[:n]
         val_src, val_tgt = val_src[:n], val_tgt[:n]
         test_src, test_tgt = test_src[:n], test_tgt[:n]
         print(f"smoke run: the first {n} pairs of each split", flush=True)
+    if config.validation_limit:
+        val_src = val_src[:config.validation_limit]
+        val_tgt = val_tgt[:config.validation_limit]
+    # Pairs blank on either side teach nothing (Europarl has some).
+    pairs = [(s, t) for s, t in zip(train_src, train_tgt) if s.strip() and t.strip()]
+    train_src, train_tgt = [p[0] for p in pairs], [p[1] for p in pairs]
 
-    vocab = prepare_vocabulary(config, train_src, train_tgt, workdir)
-    tokenizer = TextTokenizer(vocab)
+    tokenizer = prepare_tokenizer(config, train_src, train_tgt, workdir)
+    vocab = tokenizer.vocabulary
     src_ids = _encode(tokenizer, train_src, [])
     tgt_ids = _encode(tokenizer, train_tgt, [START_ID])
     keep = [i for i in range(len(src_ids))
@@ -255,12 +349,17 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 
     translator = Translator(model, tokenizer, beam_size=config.beam_size,
                             length_penalty_alpha=config.length_penalty)
-    t0 = time.time()
-    hyps = translator.translate_texts(test_src, progress=True)
-    decode_seconds = time.time() - t0
-    bleu, signature, line = corpus_bleu(hyps, test_tgt)
-    print(f"test_2016_flickr: {line}\nsacreBLEU signature: {signature}", flush=True)
-    (workdir / "test_2016_flickr.hyp.de").write_text("\n".join(hyps) + "\n")
+    test_name = splits.names["test"]
+    bleu = signature = line = None
+    decode_seconds = 0.0
+    if test_src:
+        t0 = time.time()
+        hyps = translator.translate_texts(test_src, progress=True)
+        decode_seconds = time.time() - t0
+        bleu, signature, line = corpus_bleu(hyps, test_tgt)
+        print(f"{test_name}: {line}\nsacreBLEU signature: {signature}", flush=True)
+        atomic_write(workdir / f"{test_name}.hyp.{config.target_language}",
+                     "\n".join(hyps) + "\n")
 
     path = export_module(
         translator, export_dir, config.model_name,
@@ -271,12 +370,18 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     print(f"exported SavedModel to {path}", flush=True)
     for sentence in samples:
         out = translator.translate(tf.constant([sentence]))[0].numpy().decode()
-        print(f"  EN: {sentence}\n  DE: {out}", flush=True)
+        print(f"  {config.source_language.upper()}: {sentence}\n"
+              f"  {config.target_language.upper()}: {out}", flush=True)
 
     result = {
-        "test_bleu": round(bleu, 2),
+        "test_bleu": None if bleu is None else round(bleu, 2),
         "test_bleu_line": line,
-        "test_split": "test_2016_flickr",
+        "test_split": test_name,
+        "validation_split": splits.names["validation"],
+        "train_split": splits.names["train"],
+        "direction": f"{config.source_language}-{config.target_language}",
+        "vocabulary": vocabulary_kind(config),
+        "vocabulary_size": len(vocab),
         "signature": signature,
         "parameters": int(model.count_params()),
         "epochs": epochs_run,
@@ -285,7 +390,8 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
         "train_minutes": round(train_seconds / 60, 1),
         "job_minutes": round((time.time() - job_start) / 60, 1),
         "train_real_target_tokens_per_epoch": real_tokens,
-        "beam_decode_sentences_per_second": round(len(test_src) / decode_seconds, 1),
+        "beam_decode_sentences_per_second": (
+            round(len(test_src) / decode_seconds, 1) if decode_seconds else None),
         "export": str(path),
         "epochs_log": bleu_log.history,
         "config": dataclasses.asdict(config),

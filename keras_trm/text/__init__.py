@@ -1,5 +1,9 @@
 """Subword vocabularies and in-graph tokenization."""
 
+from keras_trm.text.sentencepiece import (
+    SentencePieceTokenizer,
+    learn_sentencepiece,
+)
 from keras_trm.text.wordpiece import (
     END_ID,
     PAD_ID,
@@ -18,7 +22,9 @@ __all__ = [
     "RESERVED_TOKENS",
     "START_ID",
     "UNK_ID",
+    "SentencePieceTokenizer",
     "TextTokenizer",
+    "learn_sentencepiece",
     "learn_vocabulary",
     "load_vocabulary",
     "save_vocabulary",

@@ -18,6 +18,7 @@ from keras_trm.training.precision import (
     cpu_has_native_bf16,
     resolve_precision,
 )
+from keras_trm.training.presets import PRESETS, apply_preset, preset
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 # Per-step logs, language-model steps (keras_trm.jobs use them).
@@ -57,11 +58,14 @@ __all__ = [
     "MaskedAccuracy",
     "NoamSchedule",
     "apply_precision",
+    "PRESETS",
+    "apply_preset",
     "average_checkpoints",
     "cpu_has_native_bf16",
     "select_checkpoint_average",
     "make_strategy",
     "paper_adam",
+    "preset",
     "resolve_jit_compile",
     "resolve_precision",
     "save_weights_atomic",

@@ -1,0 +1,103 @@
+"""Named hyper-parameter presets for translation, in one table.
+
+``transformer_base`` and ``transformer_big`` are the paper's configurations
+(Vaswani et al., 2017, Table 3 and §5.1-5.4, §6.1): the same architecture
+numbers as ``keras_trm.models.transformer_base()`` / ``transformer_big()``,
+with warmup 4,000 steps, label smoothing 0.1, a shared ~37,000-token BPE
+vocabulary, batches of ~25,000 source and ~25,000 target tokens, beam 4 and
+α = 0.6 (the decoding length limit, input length + 50, is the default of
+``keras_trm.decoding``'s searches). ``cpu_small`` is the 2-core CPU
+configuration the Multi30k recipe reports (``TranslationConfig``'s
+defaults); ``tiny`` is for smoke runs and tests.
+
+Rule (``apply_preset``): a preset's values replace the fields a config
+leaves at their defaults; a field set to any other value (an explicit flag)
+wins.
+"""
+
+import dataclasses
+
+_PAPER_TRAINING = dict(label_smoothing=0.1, warmup_steps=4000, lr_scale=1.0,
+                       beam_size=4, length_penalty=0.6)
+
+PRESETS = {
+    # TranslationConfig's own defaults: the Multi30k CPU run.
+    "cpu_small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024,
+                      dropout_rate=0.1, vocabulary_size=8000, max_length=128,
+                      label_smoothing=0.1, warmup_steps=400, lr_scale=0.6,
+                      tokens_per_batch=4096, beam_size=4, length_penalty=0.6),
+    "tiny": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                 dropout_rate=0.1, vocabulary_size=500, max_length=64,
+                 label_smoothing=0.1, warmup_steps=10, lr_scale=1.0,
+                 tokens_per_batch=1024, beam_size=4, length_penalty=0.6),
+    "transformer_base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048,
+                             dropout_rate=0.1, vocabulary_size=37000,
+                             max_length=256, tokens_per_batch=25000,
+                             **_PAPER_TRAINING),
+    "transformer_big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096,
+                            dropout_rate=0.3, vocabulary_size=37000,
+                            max_length=256, tokens_per_batch=25000,
+                            **_PAPER_TRAINING),
+}
+
+
+def preset(name):
+    """The hyper-parameters of a named preset.
+
+    Args:
+        name: one of ``PRESETS`` (``"cpu_small"``, ``"tiny"``,
+            ``"transformer_base"``, ``"transformer_big"``).
+
+    Returns:
+        a new dict field name -> value (``d_model``, ``num_heads``, ``d_ff``,
+        ``dropout_rate``, ``warmup_steps``, ``tokens_per_batch`` (padded
+        tokens per side per batch), ...).
+
+    Raises:
+        ValueError: unknown ``name``.
+
+    Example:
+        >>> preset("transformer_big")["d_model"], preset("transformer_big")["dropout_rate"]
+        (1024, 0.3)
+    """
+    if name not in PRESETS:
+        raise ValueError(f"`preset` must be one of {tuple(PRESETS)}, got preset={name!r}")
+    return dict(PRESETS[name])
+
+
+def apply_preset(config, name=None):
+    """Fills a dataclass config from a preset; explicit values win.
+
+    Every field of ``config`` named in the preset and still equal to the
+    dataclass default is replaced by the preset's value; fields the user
+    changed are kept. (A flag set to exactly its default value therefore
+    reads as "not set".)
+
+    Args:
+        config: a dataclass instance (e.g. ``TranslationConfig``).
+        name: preset name; default ``config.preset``; ``""`` or None
+            returns ``config`` unchanged.
+
+    Returns:
+        a new config (``dataclasses.replace``).
+
+    Raises:
+        ValueError: unknown preset name.
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class C:
+        ...     d_model: int = 256
+        ...     dropout_rate: float = 0.1
+        >>> apply_preset(C(dropout_rate=0.2), "transformer_big")
+        C(d_model=1024, dropout_rate=0.2)
+    """
+    name = getattr(config, "preset", "") if name is None else name
+    if not name:
+        return config
+    values = preset(name)
+    changes = {}
+    for field in dataclasses.fields(config):
+        if field.name in values and getattr(config, field.name) == field.default:
+            changes[field.name] = values[field.name]
+    return dataclasses.replace(config, **changes)
