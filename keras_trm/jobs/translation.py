@@ -29,7 +29,6 @@ import keras
 import tensorflow as tf
 
 from keras_trm.data import (
-    load_multi30k,
     load_translation_splits,
     resolve_data_dir,
     token_bucket_batches,
