@@ -29,10 +29,11 @@ import json
 import pathlib
 import sys
 
-from keras_trm.cli import _add_config_flags, _config_from_args
+from keras_trm.cli_config import add_config_flags, config_from_args
 from keras_trm.data import load_wmt14
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.jobs.translation import TranslationConfig, run
+from keras_trm.utils import write_json
 
 SAMPLES = {
     "en": ("The European Parliament approved the new budget on Tuesday.",
@@ -54,10 +55,10 @@ def main(argv):
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--workdir", default="runs/wmt14")
     parser.add_argument("--export-dir", default="export")
-    _add_config_flags(parser, TranslationConfig)
+    add_config_flags(parser, TranslationConfig)
     parser.set_defaults(dataset="wmt14", preset="transformer_base")
     args = parser.parse_args(argv)
-    config = _config_from_args(TranslationConfig, args)
+    config = config_from_args(TranslationConfig, args)
     if args.online:
         config.dataset = "wmt14_tfds"
     result = run(config, args.data_dir, args.workdir, args.export_dir,
@@ -74,7 +75,7 @@ def main(argv):
     tok_bleu, tok_line = compound_split_bleu(hyps, refs, config.target_language)
     result["test_tokenized_compound_split_bleu"] = round(tok_bleu, 2)
     result["test_tokenized_compound_split_bleu_line"] = tok_line
-    (workdir / "result.json").write_text(json.dumps(result, indent=1))
+    write_json(workdir / "result.json", result)
     print(f"{result['test_split']}: sacreBLEU {result['test_bleu']} "
           f"({result['signature']}); tokenized BLEU with compound splitting "
           f"{tok_bleu:.2f} (paper: 27.3 base / 28.4 big, EN->DE, full data)",
