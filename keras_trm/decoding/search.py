@@ -98,6 +98,7 @@ class _Stepper:
             self.initial_state = parts.fast_empty_self_attention_caches(
                 batch, encoder_outputs.dtype
             )
+            self.output_kernel = parts.fast_output_kernel()
 
     def shape_invariants(self):
         if self.static_cache or not self.use_cache:
@@ -109,9 +110,12 @@ class _Stepper:
         """sequences: (N, steps+1) ids; returns logits (N, V) at ``index``."""
         if self.use_cache:
             tokens = sequences[:, index:index + 1]
-            step = (self.parts.decode_step if self.static_cache
-                    else self.parts.fast_decode_step)
-            return step(tokens, index, state, self.cross, self.encoder_mask)
+            if self.static_cache:
+                return self.parts.decode_step(
+                    tokens, index, state, self.cross, self.encoder_mask)
+            return self.parts.fast_decode_step(
+                tokens, index, state, self.cross, self.encoder_mask,
+                self.output_kernel)
         prefix = sequences[:, : index + 1]
         logits = self.parts.decode_full(
             prefix, self.encoder_outputs, self.encoder_mask

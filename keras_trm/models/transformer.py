@@ -337,8 +337,17 @@ class TransformerParts:
             out = out + mha.output_bias
         return out
 
+    def fast_output_kernel(self):
+        """``(d_model, vocab)``: the tied output projection (the transposed
+        embedding table), to transpose once per search instead of once per
+        step; None when the output layer is untied."""
+        if self.output_projection is not None:
+            return None
+        table = self.target_embedding.embeddings
+        return ops.transpose(ops.cast(table, self.target_embedding.compute_dtype))
+
     def fast_decode_step(self, tokens, index, self_caches, cross_caches,
-                         encoder_padding_mask):
+                         encoder_padding_mask, output_kernel=None):
         """``decode_step`` on head-major caches (same logits).
 
         Args:
@@ -349,6 +358,7 @@ class TransformerParts:
                 index, d_k)``.
             cross_caches: from ``fast_cross_attention_caches``.
             encoder_padding_mask: bool ``(batch, T_src)``.
+            output_kernel: optional ``fast_output_kernel()`` (tied models).
 
         Returns:
             ``(logits (batch, vocab) float32, self_caches with index + 1
@@ -384,6 +394,10 @@ class TransformerParts:
             y = layer._ffn(y, False)
         if self.decoder_final_norm is not None:
             y = self.decoder_final_norm(y)
+        if output_kernel is not None:
+            logits = ops.cast(ops.matmul(y, ops.cast(output_kernel, y.dtype)),
+                              "float32")
+            return logits[:, 0, :], new_caches
         return self.logits(y)[:, 0, :], new_caches
 
     def decode_full(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
