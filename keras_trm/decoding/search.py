@@ -1,12 +1,17 @@
 """Greedy and beam search over a key/value cache.
 
 Both run as one ``tf.while_loop``: the encoder runs once, its keys/values are
-projected once per decoder layer (``cross_attention_caches``), and each step
-feeds one token per hypothesis, writing its keys/values into a fixed-size
-self-attention cache, so past positions are never recomputed. Cache shapes
-do not change inside the loop (XLA can compile it when ``max_length`` is a
-Python int). ``use_cache=False`` re-runs the decoder over the whole prefix at
-every step instead (the baseline the benchmark compares against).
+projected once per decoder layer (``fast_cross_attention_caches``), and each
+step feeds one token per hypothesis, appending its keys/values to a
+head-major self-attention cache ``(batch, h, positions, d_k)`` that grows by
+one position per step (``TransformerParts.fast_decode_step``): past
+positions are never recomputed, and writing, reading and reordering the
+cache costs only the positions decoded so far. ``static_cache=True`` uses
+``decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
+whose shapes never change inside the loop (XLA can compile it when
+``max_length`` is a Python int); the ids are the same. ``use_cache=False``
+re-runs the decoder over the whole prefix at every step instead (the
+baseline the benchmark compares against).
 
 Beam search ranks hypotheses by log P(Y|X) / lp(Y) with the length penalty
 of Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6)^α, |Y| the number of

@@ -192,8 +192,28 @@ class TransformerParts:
     a key/value cache; this class finds the layers by the names the builder
     gives them, so any saved/loaded ``transformer()`` model can be decoded.
 
+    ``decode_step`` works on fixed-size ``(batch, 2, S, h, d_k)`` caches
+    (static shapes, for XLA); ``fast_decode_step`` gives the same logits on
+    head-major caches that grow one position per step (what the searches
+    use by default, faster in graph mode).
+
     Raises:
         ValueError: the model was not built by ``transformer()``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                     max_length=8)
+    >>> parts = TransformerParts(model)
+    >>> src = np.array([[5, 6, 3]], "int32")
+    >>> enc = parts.encode(src)
+    >>> cross = parts.fast_cross_attention_caches(enc)
+    >>> caches = parts.fast_empty_self_attention_caches(1, enc.dtype)
+    >>> logits, caches = parts.fast_decode_step(
+    ...     np.array([[2]], "int32"), 0, caches, cross, src != 0)
+    >>> tuple(logits.shape), tuple(caches[0][0].shape)
+    ((1, 20), (1, 2, 1, 4))
     """
 
     def __init__(self, model):
