@@ -6,10 +6,11 @@ on 2 threads with the trained artifact model, with today's search
 revision (default ``main``, loaded as a separate module from
 ``git show <rev>:keras_trm/decoding/search.py``), alternating the two, and
 checks that both give the same ids (and BLEU). Then exports the raw-text
-``Translator`` (beam 4, α 0.6) as a SavedModel and measures, in a fresh
-process that imports only tensorflow and tensorflow_text, the time from
-``tf.saved_model.load`` to the first translation, and its throughput; the
-same for an old export (``--old-export``, default the artifact's).
+``Translator`` (beam 4, α 0.6) as a SavedModel twice, with today's search
+and with the old one, and measures each, in a fresh process that imports
+only tensorflow and tensorflow_text, alternating: the time from
+``tf.saved_model.load`` to the first translation, and the throughput
+(optionally also an existing export, ``--old-export``).
 
 Usage:
     PYTHONPATH=$PWD KERAS_TRM_DATA_DIR=/work/shared/data \\
@@ -34,6 +35,30 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+_THROUGHPUT_CHILD = r"""
+import json, sys, time
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+tf.config.threading.set_intra_op_parallelism_threads(2)
+tf.config.threading.set_inter_op_parallelism_threads(2)
+paths, sentences_file, batch = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sentences = json.load(open(sentences_file))
+fns = {k: tf.saved_model.load(p).signatures["serving_default"] for k, p in paths.items()}
+for fn in fns.values():
+    fn(tf.constant(sentences[:batch]))  # warm up
+total = {k: 0.0 for k in fns}
+out = {k: [] for k in fns}
+for s in range(0, len(sentences), batch):  # alternate batch by batch
+    for k, fn in fns.items():
+        t = time.perf_counter()
+        res = fn(tf.constant(sentences[s:s + batch]))
+        total[k] += time.perf_counter() - t
+        out[k].extend(x.decode() for x in list(res.values())[0].numpy())
+assert "keras_trm" not in sys.modules
+print(json.dumps({k: {"sentences_per_second": len(sentences) / total[k],
+                      "hypotheses": out[k]} for k in fns}))
+"""
 
 _SAVED_MODEL_CHILD = r"""
 import json, sys, time
@@ -75,11 +100,11 @@ def load_module(rev, relpath, name):
     return module
 
 
-def saved_model_run(path, sentences, batch):
+def saved_model_run(path, sentences, batch, child=_SAVED_MODEL_CHILD):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(sentences, f)
     env = dict(os.environ, PYTHONPATH="")  # keras_trm must not be needed
-    proc = subprocess.run([sys.executable, "-c", _SAVED_MODEL_CHILD, str(path),
+    proc = subprocess.run([sys.executable, "-c", child, str(path),
                            f.name, str(batch)], capture_output=True, text=True,
                           env=env, cwd="/", timeout=1200)
     os.unlink(f.name)
@@ -92,7 +117,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="/work/artifacts/multi30k/model.keras")
     parser.add_argument("--vocab", default="/work/artifacts/multi30k/vocab_8000.txt")
-    parser.add_argument("--old-export", default="/work/artifacts/multi30k/export/1")
+    parser.add_argument("--old-export", default="",
+                        help="also time this SavedModel (e.g. the artifact's)")
     parser.add_argument("--old-rev", default="main")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=100)
@@ -151,11 +177,16 @@ def main(argv=None):
             fns[label, search](batches[0])
             results[f"{search}_{label}_first_call_s"] = round(time.perf_counter() - t, 2)
         for _ in range(args.repeats):
-            for label in ("old", "new"):  # alternate to share the load
-                t = time.perf_counter()
-                outs = [fns[label, search](b).numpy() for b in batches]
-                times[label].append(time.perf_counter() - t)
-                ids[label] = outs
+            total = {"old": 0.0, "new": 0.0}
+            outs = {"old": [], "new": []}
+            for b in batches:  # alternate batch by batch to share the load
+                for label in ("old", "new"):
+                    t = time.perf_counter()
+                    outs[label].append(fns[label, search](b).numpy())
+                    total[label] += time.perf_counter() - t
+            for label in ("old", "new"):
+                times[label].append(total[label])
+            ids = outs
         same = sum(int(np.array_equal(a[i], b[i]))
                    for a, b in zip(ids["old"], ids["new"]) for i in range(len(a)))
         bleu = {}
@@ -182,23 +213,41 @@ def main(argv=None):
     if not args.skip_saved_model:
         from keras_trm.export.saved_model import export_module
 
-        translator = Translator(model, tokenizer, beam_size=4,
-                                length_penalty_alpha=0.6)
+        class OldTranslator(Translator):  # the same module, old search
+            def generate_ids(self, encoder_tokens):
+                return old.beam_search(
+                    self.parts, encoder_tokens, beam_size=self.beam_size,
+                    length_penalty_alpha=self.length_penalty_alpha)
+
         export_root = pathlib.Path(tempfile.mkdtemp())
-        new_path = export_module(translator, export_root, "bench",
-                                 signatures={"serving_default": translator.translate})
-        sm = {}
-        for label, path in (("old", args.old_export), ("new", new_path)):
-            run = saved_model_run(path, src, args.batch_size)
-            hyps = run.pop("hypotheses")
-            run["bleu"] = round(corpus_bleu(hyps, ref)[0], 2)
-            sm[label] = {k: round(v, 2) for k, v in run.items()}
-            sm[label]["hyps"] = hyps
-            print("saved_model", label, json.dumps(sm[label] | {"hyps": None}), flush=True)
-        sm["identical_translations"] = (
-            f"{sum(a == b for a, b in zip(sm['old'].pop('hyps'), sm['new'].pop('hyps')))}"
-            f"/{len(src)}")
-        sm["old"]["path"] = str(args.old_export)
+        paths = {}
+        for label, cls in (("old", OldTranslator), ("new", Translator)):
+            translator = cls(model, tokenizer, beam_size=4,
+                             length_penalty_alpha=0.6)
+            paths[label] = export_module(
+                translator, export_root, f"bench_{label}",
+                signatures={"serving_default": translator.translate})
+        if args.old_export:
+            paths["artifact"] = args.old_export
+        sm, hyps = {}, {}
+        for label, path in paths.items():  # load + first call, fresh process
+            run = saved_model_run(path, src[:1], 1)
+            run.pop("hypotheses")
+            sm[label] = {k: round(v, 2) for k, v in run.items()
+                         if k != "sentences_per_second"}
+        both = saved_model_run(json.dumps({k: str(p) for k, p in paths.items()}),
+                               src, args.batch_size, child=_THROUGHPUT_CHILD)
+        for label, run in both.items():
+            hyps[label] = run["hypotheses"]
+            sm[label]["sentences_per_second"] = round(run["sentences_per_second"], 2)
+            sm[label]["bleu"] = round(corpus_bleu(hyps[label], ref)[0], 2)
+            print("saved_model", label, json.dumps(sm[label]), flush=True)
+        for label in paths:
+            if label != "new":
+                same = sum(a == b for a, b in zip(hyps[label], hyps["new"]))
+                sm[label]["identical_translations_to_new"] = f"{same}/{len(src)}"
+        if "artifact" in sm:
+            sm["artifact"]["path"] = str(args.old_export)
         sm["beam_size"], sm["length_penalty_alpha"] = 4, 0.6
         sm["speedup"] = round(sm["new"]["sentences_per_second"]
                               / sm["old"]["sentences_per_second"], 2)
