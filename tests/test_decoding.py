@@ -139,6 +139,10 @@ class _Recorder:
         self.fed.append(np.asarray(tokens))
         return self._parts.decode_step(tokens, *args)
 
+    def fast_decode_step(self, tokens, *args):
+        self.fed.append(np.asarray(tokens))
+        return self._parts.fast_decode_step(tokens, *args)
+
     def decode_full(self, tokens, *args):
         self.fed.append(np.asarray(tokens))
         return self._parts.decode_full(tokens, *args)
@@ -267,3 +271,93 @@ def test_beam_search_equals_exhaustive_search(tiny_parts, alpha):
             runner_up = np.max(exact[(hyps != hyps[top]).any(1)])
             if exact[top] - runner_up > 1e-4:  # not a tie
                 np.testing.assert_array_equal(best.numpy()[b], hyps[top])
+
+
+def _small_parts(tie, norm_first, seed):
+    keras.utils.set_random_seed(seed)
+    model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
+                        max_length=24, dropout_rate=0.0, tie_embeddings=tie,
+                        norm_first=norm_first,
+                        target_vocabulary_size=None if tie == "all" else 30)
+    weights = model.get_weights()  # sharper outputs: fewer near-ties
+    model.set_weights([w * 2.0 for w in weights])
+    return TransformerParts(model)
+
+
+def test_fast_decode_step_matches_decode_step(parts, source):
+    """The head-major step gives decode_step's logits and keys/values."""
+    n, steps = len(source), 5
+    encoded = parts.encode(source)
+    mask = tf.not_equal(source, 0)
+    cross = parts.cross_attention_caches(encoded)
+    fast_cross = parts.fast_cross_attention_caches(encoded)
+    caches = parts.empty_self_attention_caches(n, steps, encoded.dtype)
+    fast = parts.fast_empty_self_attention_caches(n, encoded.dtype)
+    tokens = random_ids(np.random.default_rng(0), (n, steps), 30)
+    for t in range(steps):
+        logits, caches = parts.decode_step(tokens[:, t:t + 1], t, caches,
+                                           cross, mask)
+        fast_logits, fast = parts.fast_decode_step(tokens[:, t:t + 1], t,
+                                                   fast, fast_cross, mask)
+        np.testing.assert_allclose(fast_logits, logits, atol=1e-5)
+        for (k, v), c in zip(fast, caches):
+            assert k.shape == (n, parts.num_heads, t + 1, parts.key_dim)
+            np.testing.assert_array_equal(
+                np.transpose(k, (0, 2, 1, 3)), c[:, 0, :t + 1])
+            np.testing.assert_array_equal(
+                np.transpose(v, (0, 2, 1, 3)), c[:, 1, :t + 1])
+
+
+@pytest.mark.parametrize("tie,norm_first", [("all", False), ("none", True)])
+def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
+    """The growing head-major cache and the two-stage top-k give the ids
+    of the fixed-size cache (the search before them) and of recomputing
+    the prefix, over beam sizes and length penalties."""
+    parts = _small_parts(tie, norm_first, seed=5)
+    source = random_ids(rng, (5, 7), 30, pad_from=[7, 3, 5, 2, 6])
+    greedy = [greedy_search(parts, source, max_length=12, **kw).numpy()
+              for kw in ({}, {"static_cache": True}, {"use_cache": False})]
+    np.testing.assert_array_equal(greedy[0], greedy[1])
+    np.testing.assert_array_equal(greedy[0], greedy[2])
+    for k, alpha in ((2, 0.0), (3, 0.6), (5, 1.0)):
+        variants = [{}, {"static_cache": True}]
+        if k == 3:
+            variants.append({"use_cache": False})
+        runs = [beam_search(parts, source, beam_size=k,
+                            length_penalty_alpha=alpha, max_length=10,
+                            return_all=True, **kw)
+                for kw in variants]
+        for other in runs[1:]:
+            np.testing.assert_array_equal(runs[0][1], other[1])
+            np.testing.assert_allclose(runs[0][2], other[2], atol=1e-5)
+
+
+def test_two_stage_top_k_keeps_tie_order():
+    """Tied candidates: the hypothesis, then the token, with the lower
+    index wins, as with one top-k over all k * V candidates."""
+    keras.utils.set_random_seed(0)
+    model = transformer(7, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+                        max_length=8, dropout_rate=0.0, tie_embeddings="none",
+                        target_vocabulary_size=7)
+    projection = model.get_layer("output_projection")
+    kernel, bias = projection.get_weights()
+    bias[:] = 0.0
+    projection.set_weights([np.zeros_like(kernel), bias])  # all tokens tie
+    parts = TransformerParts(model)
+    source = np.array([[4, 5, 3]], "int32")
+    _, beams, _ = beam_search(parts, source, beam_size=2, max_length=3,
+                              length_penalty_alpha=0.0, return_all=True,
+                              early_stopping=False)
+    # Step 1: tokens 0 and 1 (lowest ids; END=3 ranks below k). Step 2:
+    # hypothesis 0 extended by tokens 0 and 1, and so on.
+    np.testing.assert_array_equal(beams.numpy()[0], [[0, 0, 0], [0, 0, 1]])
+
+
+def test_jit_compiled_search_equals_graph_search(parts, source):
+    """``static_cache=True`` compiles with XLA and gives the same ids."""
+    graph = beam_search(parts, source, beam_size=3, max_length=8).numpy()
+    jit = tf.function(
+        lambda x: beam_search(parts, x, beam_size=3, max_length=8,
+                              static_cache=True),
+        jit_compile=True)
+    np.testing.assert_array_equal(jit(source).numpy(), graph)

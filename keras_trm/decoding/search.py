@@ -1,12 +1,17 @@
 """Greedy and beam search over a key/value cache.
 
 Both run as one ``tf.while_loop``: the encoder runs once, its keys/values are
-projected once per decoder layer (``cross_attention_caches``), and each step
-feeds one token per hypothesis, writing its keys/values into a fixed-size
-self-attention cache, so past positions are never recomputed. Cache shapes
-do not change inside the loop (XLA can compile it when ``max_length`` is a
-Python int). ``use_cache=False`` re-runs the decoder over the whole prefix at
-every step instead (the baseline the benchmark compares against).
+projected once per decoder layer (``fast_cross_attention_caches``), and each
+step feeds one token per hypothesis, appending its keys/values to a
+head-major self-attention cache ``(batch, h, positions, d_k)`` that grows by
+one position per step (``TransformerParts.fast_decode_step``): past
+positions are never recomputed, and writing, reading and reordering the
+cache costs only the positions decoded so far. ``static_cache=True`` uses
+``decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
+whose shapes never change inside the loop (XLA can compile it when
+``max_length`` is a Python int); the ids are the same. ``use_cache=False``
+re-runs the decoder over the whole prefix at every step instead (the
+baseline the benchmark compares against).
 
 Beam search ranks hypotheses by log P(Y|X) / lp(Y) with the length penalty
 of Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6)^α, |Y| the number of
@@ -73,29 +78,54 @@ def _decode_length(parts, encoder_tokens, max_length):
 
 
 class _Stepper:
-    """Runs the decoder one position at a time, with or without a cache."""
+    """Runs the decoder one position at a time, with or without a cache.
 
-    def __init__(self, parts, encoder_outputs, encoder_mask, steps, use_cache):
+    By default the caches are head-major and grow by one position per step
+    (``TransformerParts.fast_decode_step``): writing, reading and
+    reordering them costs the positions decoded so far. With
+    ``static_cache`` they are the ``(batch, 2, steps, h, d_k)`` caches of
+    ``decode_step``, whose shapes never change (what XLA needs). Both give
+    the same logits.
+    """
+
+    def __init__(self, parts, encoder_outputs, encoder_mask, steps, use_cache,
+                 static_cache=False):
         self.parts = parts
         self.encoder_outputs = encoder_outputs
         self.encoder_mask = encoder_mask
         self.use_cache = use_cache
-        if use_cache:
+        self.static_cache = static_cache
+        batch = tf.shape(encoder_outputs)[0]
+        if not use_cache:
+            self.initial_state = []
+        elif static_cache:
             self.cross = parts.cross_attention_caches(encoder_outputs)
-            batch = tf.shape(encoder_outputs)[0]
             self.initial_state = parts.empty_self_attention_caches(
                 batch, steps, encoder_outputs.dtype
             )
         else:
-            self.initial_state = []
+            self.cross = parts.fast_cross_attention_caches(encoder_outputs)
+            self.initial_state = parts.fast_empty_self_attention_caches(
+                batch, encoder_outputs.dtype
+            )
+            self.output_kernel = parts.fast_output_kernel()
+
+    def shape_invariants(self):
+        if self.static_cache or not self.use_cache:
+            return [tf.TensorShape(c.shape) for c in self.initial_state]
+        return [(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
+                for k, _ in self.initial_state]
 
     def __call__(self, sequences, index, state):
         """sequences: (N, steps+1) ids; returns logits (N, V) at ``index``."""
         if self.use_cache:
             tokens = sequences[:, index:index + 1]
-            return self.parts.decode_step(
-                tokens, index, state, self.cross, self.encoder_mask
-            )
+            if self.static_cache:
+                return self.parts.decode_step(
+                    tokens, index, state, self.cross, self.encoder_mask)
+            return self.parts.fast_decode_step(
+                tokens, index, state, self.cross, self.encoder_mask,
+                self.output_kernel)
         prefix = sequences[:, : index + 1]
         logits = self.parts.decode_full(
             prefix, self.encoder_outputs, self.encoder_mask
@@ -103,10 +133,12 @@ class _Stepper:
         return logits[:, -1, :], state
 
     def reorder(self, state, flat_indices):
-        return [tf.gather(c, flat_indices) for c in state]
+        return tf.nest.map_structure(lambda c: tf.gather(c, flat_indices),
+                                     state)
 
 
-def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True):
+def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
+                  static_cache=False):
     """Greedy decoding: the arg-max token at every step.
 
     Args:
@@ -115,6 +147,10 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True):
         max_length: int, tokens to generate at most (default T_src + 50,
             capped by the model's max_length - 1).
         use_cache: use the key/value cache (False: recompute the prefix).
+        static_cache: use ``decode_step``'s fixed-size caches (static
+            shapes, for ``tf.function(jit_compile=True)``); by default the
+            caches grow by one position per step (faster in graph mode).
+            The ids are the same either way.
 
     Returns:
         int32 ``(batch, steps)`` generated ids (without START); after END
@@ -143,7 +179,8 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True):
     batch = tf.shape(encoder_tokens)[0]
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
     encoder_outputs = parts.encode(encoder_tokens)
-    stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1, use_cache)
+    stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1,
+                       use_cache, static_cache)
 
     sequences = tf.concat(
         [tf.fill([batch, 1], START_ID), tf.zeros([batch, steps], tf.int32)], 1
@@ -165,7 +202,9 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True):
         return i + 1, sequences, finished | tf.equal(token, END_ID), state
 
     _, sequences, _, _ = tf.while_loop(
-        cond, body, (tf.constant(0), sequences, finished, stepper.initial_state)
+        cond, body, (tf.constant(0), sequences, finished, stepper.initial_state),
+        shape_invariants=(tf.TensorShape([]), sequences.shape,
+                          finished.shape, stepper.shape_invariants()),
     )
     return sequences[:, 1:]
 
@@ -188,6 +227,7 @@ def beam_search(
     use_cache=True,
     return_all=False,
     early_stopping=True,
+    static_cache=False,
 ):
     """Beam search with the GNMT length penalty and a beam kept full.
 
@@ -214,6 +254,7 @@ def beam_search(
             scores.
         early_stopping: stop a sentence as soon as the bound is met (False:
             run to ``max_length``; the best hypothesis is the same).
+        static_cache: as in ``greedy_search``.
 
     Returns:
         int32 ``(batch, steps)`` best hypothesis per sentence (without
@@ -260,13 +301,15 @@ def beam_search(
     # 2k candidates: at most k of them (one per live hypothesis) end, so
     # at least k remain live.
     num_candidates = min(2 * k, k * vocab)
+    per_row = min(num_candidates, vocab)
 
     # Encode once, then give each of the k live hypotheses its own row.
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
     encoder_outputs = parts.encode(encoder_tokens)
     encoder_outputs = tf.repeat(encoder_outputs, k, axis=0)
     encoder_mask = tf.repeat(encoder_mask, k, axis=0)
-    stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1, use_cache)
+    stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1,
+                       use_cache, static_cache)
 
     alive_seq = tf.concat(
         [tf.fill([batch, k, 1], START_ID), tf.zeros([batch, k, steps], tf.int32)],
@@ -297,12 +340,19 @@ def beam_search(
         candidates = alive_logp[:, :, None] + tf.reshape(
             log_probs, [batch, k, vocab]
         )
-        # All candidates have i + 1 tokens: rank them by log-prob.
+        # All candidates have i + 1 tokens: rank them by log-prob. The 2k
+        # best of the k * V are among the 2k best of each hypothesis, so
+        # rank those (top-k over k rows of V, then over k * 2k): the same
+        # candidates in the same order as one top-k over the k * V (ties go
+        # to the lower hypothesis, then the lower token, either way).
+        row_logp, row_token = tf.math.top_k(candidates, per_row)
         cand_logp, top = tf.math.top_k(
-            tf.reshape(candidates, [batch, k * vocab]), num_candidates
+            tf.reshape(row_logp, [batch, k * per_row]), num_candidates
         )
-        cand_beam = top // vocab
-        cand_token = top % vocab
+        cand_beam = top // per_row
+        cand_token = tf.gather(
+            tf.reshape(row_token, [batch, k * per_row]), top, batch_dims=1
+        )
         cand_seq = tf.gather(alive_seq, cand_beam, batch_dims=1)
         write = tf.equal(tf.range(tf.shape(alive_seq)[2]), i + 1)
         cand_seq = tf.where(write, cand_token[:, :, None], cand_seq)
@@ -367,7 +417,7 @@ def beam_search(
             tf.TensorShape([None, k]),
             tf.TensorShape([None]),
             tf.TensorShape([None]),
-            [tf.TensorShape(s.shape) for s in stepper.initial_state],
+            stepper.shape_invariants(),
         ),
     )
     (_, alive_seq, alive_logp, finished_seq, finished_score, finished_flag,

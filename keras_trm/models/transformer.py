@@ -224,19 +224,28 @@ class TransformerParts:
     a key/value cache; this class finds the layers by the names the builder
     gives them, so any saved/loaded ``transformer()`` model can be decoded.
 
+    ``decode_step`` works on fixed-size ``(batch, 2, S, h, d_k)`` caches
+    (static shapes, for XLA); ``fast_decode_step`` gives the same logits on
+    head-major caches that grow one position per step (what the searches
+    use by default, faster in graph mode).
+
     Raises:
         ValueError: the model was not built by ``transformer()``.
 
     Example:
 
     >>> import numpy as np
-    >>> model = transformer(100, num_layers=2, d_model=16, num_heads=2, d_ff=32,
-    ...                     max_length=20)
+    >>> model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                     max_length=8)
     >>> parts = TransformerParts(model)
-    >>> len(parts.decoder_layers), parts.num_heads, parts.key_dim, parts.vocabulary_size
-    (2, 2, 8, 100)
-    >>> tuple(parts.encode(np.array([[5, 6, 3]], "int32")).shape)
-    (1, 3, 16)
+    >>> src = np.array([[5, 6, 3]], "int32")
+    >>> enc = parts.encode(src)
+    >>> cross = parts.fast_cross_attention_caches(enc)
+    >>> caches = parts.fast_empty_self_attention_caches(1, enc.dtype)
+    >>> logits, caches = parts.fast_decode_step(
+    ...     np.array([[2]], "int32"), 0, caches, cross, src != 0)
+    >>> tuple(logits.shape), tuple(caches[0][0].shape)
+    ((1, 20), (1, 2, 1, 4))
     """
 
     def __init__(self, model):
@@ -330,6 +339,117 @@ class TransformerParts:
             new_caches.append(cache)
         if self.decoder_final_norm is not None:
             y = self.decoder_final_norm(y)
+        return self.logits(y)[:, 0, :], new_caches
+
+    # -- fast incremental decoding (what the searches use) -----------------
+    # Head-major caches: keys and values of each layer as two tensors
+    # (batch, h, positions, d_k), so attention is two batched matmuls with
+    # no per-step transpose or slice of the cache, and the self-attention
+    # cache grows by one position per step (no unwritten positions to copy,
+    # reorder or mask). The arithmetic is that of ``decode_step``.
+
+    def fast_cross_attention_caches(self, encoder_outputs):
+        """Per decoder layer ``(keys, values)``, each float ``(batch, h,
+        T_src, d_k)``: the encoder output projected once per sentence."""
+        caches = []
+        for layer in self.decoder_layers:
+            mha = layer.cross_attention
+            k = mha._project(encoder_outputs, mha.key_kernel, mha.key_bias)
+            v = mha._project(encoder_outputs, mha.value_kernel, mha.value_bias)
+            caches.append((ops.transpose(k, (0, 2, 1, 3)),
+                           ops.transpose(v, (0, 2, 1, 3))))
+        return caches
+
+    def fast_empty_self_attention_caches(self, batch_size, dtype):
+        """Per decoder layer ``(keys, values)`` of 0 positions: float
+        ``(batch, h, 0, d_k)``."""
+        empty = ops.zeros((batch_size, self.num_heads, 0, self.key_dim), dtype)
+        return [(empty, empty) for _ in self.decoder_layers]
+
+    @staticmethod
+    def _fast_attend(mha, query, keys, values, mask):
+        """``mha`` on a ``(batch, 1, d)`` query over head-major keys/values
+        ``(batch, h, S, d_k)``; ``mask`` bool ``(batch, 1, 1, S)`` or None."""
+        import math
+
+        q = mha._project(query, mha.query_kernel, mha.query_bias)
+        q = ops.transpose(q * ops.cast(1.0 / math.sqrt(mha.key_dim), q.dtype),
+                          (0, 2, 1, 3))  # (batch, h, 1, d_k)
+        scores = ops.cast(ops.matmul(q, ops.swapaxes(keys, -1, -2)), "float32")
+        if mask is not None:
+            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), mha.compute_dtype)
+        out = ops.transpose(ops.matmul(probs, values), (0, 2, 1, 3))
+        h, dv = mha.output_kernel.shape[:2]
+        d_out = mha.output_kernel.shape[-1]
+        lead = tuple(ops.shape(out)[:-2])
+        out = ops.reshape(out, lead + (h * dv,))
+        out = ops.matmul(out, ops.reshape(mha.output_kernel, (h * dv, d_out)))
+        if mha.output_bias is not None:
+            out = out + mha.output_bias
+        return out
+
+    def fast_output_kernel(self):
+        """``(d_model, vocab)``: the tied output projection (the transposed
+        embedding table), to transpose once per search instead of once per
+        step; None when the output layer is untied."""
+        if self.output_projection is not None:
+            return None
+        table = self.target_embedding.embeddings
+        return ops.transpose(ops.cast(table, self.target_embedding.compute_dtype))
+
+    def fast_decode_step(self, tokens, index, self_caches, cross_caches,
+                         encoder_padding_mask, output_kernel=None):
+        """``decode_step`` on head-major caches (same logits).
+
+        Args:
+            tokens: int ``(batch, 1)``, the token at position ``index``.
+            index: int scalar (tensor), the position; ``self_caches`` hold
+                positions ``0 .. index - 1``.
+            self_caches: per layer ``(keys, values)`` float ``(batch, h,
+                index, d_k)``.
+            cross_caches: from ``fast_cross_attention_caches``.
+            encoder_padding_mask: bool ``(batch, T_src)``.
+            output_kernel: optional ``fast_output_kernel()`` (tied models).
+
+        Returns:
+            ``(logits (batch, vocab) float32, self_caches with index + 1
+            positions)``.
+        """
+        y = self.target_embedding(tokens, start_index=index)
+        cross_mask = ops.expand_dims(ops.expand_dims(
+            ops.cast(encoder_padding_mask, "bool"), 1), 1)
+        new_caches = []
+        for layer, (past_k, past_v), (cross_k, cross_v) in zip(
+            self.decoder_layers, self_caches, cross_caches
+        ):
+            mha = layer.self_attention
+
+            def self_attend(x, mha=mha, past_k=past_k, past_v=past_v):
+                k = mha._project(x, mha.key_kernel, mha.key_bias)
+                v = mha._project(x, mha.value_kernel, mha.value_bias)
+                keys = ops.concatenate(
+                    [past_k, ops.transpose(k, (0, 2, 1, 3))], axis=2)
+                values = ops.concatenate(
+                    [past_v, ops.transpose(v, (0, 2, 1, 3))], axis=2)
+                new_caches.append((keys, values))
+                return self._fast_attend(mha, x, keys, values, None)
+
+            def cross_attend(x, mha=layer.cross_attention, k=cross_k,
+                             v=cross_v):
+                return self._fast_attend(mha, x, k, v, cross_mask)
+
+            y = layer._residual(y, layer.self_attention_norm, self_attend,
+                                False)
+            y = layer._residual(y, layer.cross_attention_norm, cross_attend,
+                                False)
+            y = layer._ffn(y, False)
+        if self.decoder_final_norm is not None:
+            y = self.decoder_final_norm(y)
+        if output_kernel is not None:
+            logits = ops.cast(ops.matmul(y, ops.cast(output_kernel, y.dtype)),
+                              "float32")
+            return logits[:, 0, :], new_caches
         return self.logits(y)[:, 0, :], new_caches
 
     def decode_full(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
