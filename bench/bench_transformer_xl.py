@@ -28,7 +28,10 @@ Shakespeare's test split as the streams):
 
 Both use the same batch of streams (``--batch-size``, default 16) and run
 dropout-free. Weights are random: speed does not depend on them. Each
-configuration is warmed up (traced) before it is timed. Speed-up =
+configuration is warmed up (traced) before it is timed. The two are timed
+interleaved (alternating rounds of ``--round-seconds`` of each until both
+have run ``--min-seconds``), so that on a shared machine both see the same
+load; the JSON records the 1-minute load average before and after. Speed-up =
 Transformer-XL tokens/s / vanilla tokens/s. Run it alone and pinned to one
 core (``taskset -c 1``) for stable figures; the JSON records the cores the
 process could use.
@@ -63,9 +66,24 @@ SIZE = dict(num_layers=4, d_model=128, num_heads=4)
 XL_D_FF, VANILLA_D_FF = 512, 575
 
 
-def txl_tokens_per_second(streams, vocabulary_size, length, min_seconds,
-                          jit_compile):
-    """Tokens/s of Transformer-XL segment-by-segment evaluation."""
+class _Timer:
+    """Accumulates the time and tokens of one side's timed calls."""
+
+    def __init__(self):
+        self.tokens, self.seconds, self.calls, self.nll = 0, 0.0, 0, 0.0
+
+    def time(self, call, tokens):
+        start = time.perf_counter()
+        self.nll += float(call())  # one sync per call, as an evaluation loop
+        self.seconds += time.perf_counter() - start
+        self.tokens += tokens
+        self.calls += 1
+
+
+def txl_runner(streams, vocabulary_size, length, jit_compile):
+    """Transformer-XL segment-by-segment evaluation: returns (step, model);
+    each ``step()`` scores the next segment of every stream (memories
+    carried; back to the first segment and zero memories after the last)."""
     batch = streams.shape[0]
     model = TransformerXLLM(
         vocabulary_size, d_ff=XL_D_FF, mem_len=length, max_segment_len=length,
@@ -85,26 +103,23 @@ def txl_tokens_per_second(streams, vocabulary_size, length, min_seconds,
     pairs = list(lm.segments(streams, length, drop_remainder=True))
     zeros = [tf.zeros(s.shape) for s in spec_mem]
     score_segment(*pairs[0], zeros)[0].numpy()  # trace + warm up
-    tokens, seconds, nll, segments_run = 0, 0.0, 0.0, 0
-    start = time.perf_counter()
-    while seconds < min_seconds or segments_run < 2:
-        memories = zeros
-        for inputs, targets in pairs:
-            out, memories = score_segment(inputs, targets, memories)
-            nll += float(out)  # one sync per segment, as an evaluation loop
-            tokens += inputs.size
-            segments_run += 1
-        seconds = time.perf_counter() - start
-    return {"tokens_per_second": tokens / seconds, "tokens": tokens,
-            "seconds": round(seconds, 3), "segments": segments_run,
-            "ms_per_segment": round(1000 * seconds / segments_run, 2),
-            "parameters": int(model.count_params())}
+    state = {"k": 0, "memories": zeros}
+
+    def step():
+        inputs, targets = pairs[state["k"]]
+        out, state["memories"] = score_segment(inputs, targets,
+                                               state["memories"])
+        state["k"] += 1
+        if state["k"] == len(pairs):
+            state["k"], state["memories"] = 0, zeros
+        return out
+
+    return step, model, batch * length
 
 
-def vanilla_tokens_per_second(streams, vocabulary_size, length,
-                              min_seconds, jit_compile):
-    """Tokens/s of the vanilla sliding-window evaluation (one new token of
-    each stream per call, the whole window of ``length`` recomputed)."""
+def vanilla_runner(streams, vocabulary_size, length, jit_compile):
+    """Vanilla sliding-window evaluation: each ``step()`` scores one new
+    token of every stream, the whole window of ``length`` recomputed."""
     batch = streams.shape[0]
     model = vanilla_transformer_lm(
         vocabulary_size, d_ff=VANILLA_D_FF, max_length=length, dropout_rate=0.0,
@@ -119,22 +134,49 @@ def vanilla_tokens_per_second(streams, vocabulary_size, length,
             target, logits, from_logits=True))
 
     score_last(streams[:, :length], streams[:, length]).numpy()  # warm up
-    tokens, steps, nll = 0, 0, 0.0
-    t = length - 1  # predict token t + 1 from tokens t - length + 1 .. t
-    start = time.perf_counter()
-    while time.perf_counter() - start < min_seconds or steps < 3:
+    state = {"t": length - 1}  # predict t + 1 from t - length + 1 .. t
+
+    def step():
+        t = state["t"]
         if t + 1 >= streams.shape[1]:
             t = length - 1
-        nll += float(score_last(streams[:, t - length + 1:t + 1],
-                                streams[:, t + 1]))
-        tokens += batch
-        steps += 1
-        t += 1
-    seconds = time.perf_counter() - start
-    return {"tokens_per_second": tokens / seconds, "tokens": tokens,
-            "seconds": round(seconds, 3), "steps": steps,
-            "ms_per_step": round(1000 * seconds / steps, 2),
-            "parameters": int(model.count_params())}
+        state["t"] = t + 1
+        return score_last(streams[:, t - length + 1:t + 1], streams[:, t + 1])
+
+    return step, model, batch
+
+
+def measure(streams, vocabulary_size, length, min_seconds, jit_compile,
+            round_seconds):
+    """Times both evaluations interleaved: rounds of ~``round_seconds`` of
+    Transformer-XL, then of vanilla, until each side has run at least
+    ``min_seconds`` (and >= 2 XL segments, >= 3 vanilla steps), so that
+    both see the same machine load."""
+    txl_step, txl_model, txl_tokens = txl_runner(
+        streams, vocabulary_size, length, jit_compile)
+    van_step, van_model, van_tokens = vanilla_runner(
+        streams, vocabulary_size, length, jit_compile)
+    txl, van = _Timer(), _Timer()
+    rounds = 0
+    while (txl.seconds < min_seconds or van.seconds < min_seconds
+           or txl.calls < 2 or van.calls < 3):
+        for timer, step, tokens in ((txl, txl_step, txl_tokens),
+                                    (van, van_step, van_tokens)):
+            start = timer.seconds
+            while timer.seconds - start < round_seconds:
+                timer.time(step, tokens)
+        rounds += 1
+    return (
+        {"tokens_per_second": txl.tokens / txl.seconds, "tokens": txl.tokens,
+         "seconds": round(txl.seconds, 3), "segments": txl.calls,
+         "ms_per_segment": round(1000 * txl.seconds / txl.calls, 2),
+         "parameters": int(txl_model.count_params())},
+        {"tokens_per_second": van.tokens / van.seconds, "tokens": van.tokens,
+         "seconds": round(van.seconds, 3), "steps": van.calls,
+         "ms_per_step": round(1000 * van.seconds / van.calls, 2),
+         "parameters": int(van_model.count_params())},
+        rounds,
+    )
 
 
 def main(argv=None):
@@ -144,6 +186,9 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--min-seconds", type=float, default=8.0,
                         help="time each configuration at least this long")
+    parser.add_argument("--round-seconds", type=float, default=2.0,
+                        help="length of one round of each side when "
+                             "interleaving the two timings")
     parser.add_argument("--jit-compile", choices=["off", "on"], default="off")
     parser.add_argument("--output", default=str(RESULTS / "transformer_xl.json"))
     args = parser.parse_args(argv)
@@ -158,16 +203,18 @@ def main(argv=None):
             raise ValueError(
                 f"streams of {streams.shape[1]} tokens are too short for "
                 f"attention length {length}; lower --batch-size")
-        txl = txl_tokens_per_second(streams, len(vocab), length,
-                                    args.min_seconds, jit)
-        van = vanilla_tokens_per_second(streams, len(vocab), length,
-                                        args.min_seconds, jit)
+        load_before = os.getloadavg()[0]
+        txl, van, rounds = measure(streams, len(vocab), length,
+                                   args.min_seconds, jit, args.round_seconds)
         row = {
             "attention_length": length,
             "transformer_xl_tokens_per_second": round(txl["tokens_per_second"], 1),
             "vanilla_tokens_per_second": round(van["tokens_per_second"], 2),
             "speedup": round(txl["tokens_per_second"] / van["tokens_per_second"], 1),
             "transformer_xl": txl, "vanilla": van,
+            "interleaved_rounds": rounds,
+            "load_average_1min": [round(load_before, 2),
+                                  round(os.getloadavg()[0], 2)],
         }
         rows.append(row)
         tqdm.write(f"L={length}: Transformer-XL {row['transformer_xl_tokens_per_second']:,} "
@@ -199,6 +246,9 @@ def main(argv=None):
                        "new token, one call per new token of every stream",
             "jit_compile": jit,
             "min_seconds_per_configuration": args.min_seconds,
+            "timing": "interleaved: alternating rounds of about "
+                      f"{args.round_seconds} s of each side until both have "
+                      "run min_seconds, so that both see the same load",
         },
         "speedup_curve": {str(r["attention_length"]): r["speedup"] for r in rows},
         "results": rows,

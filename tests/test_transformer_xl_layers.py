@@ -323,3 +323,28 @@ def test_mixed_precision_per_layer_policy(rng):
         y = block(h, memory=m, training=True)
         assert y.dtype == tf.float16 and y.shape == (2, 3, D_MODEL)
         assert block.compute_new_memory(h, m).shape == (2, 4, D_MODEL)
+
+
+@pytest.mark.parametrize("mem,mem_len,clamp_len", [(40, 24, None), (0, 8, None), (20, 20, 10)])
+def test_same_length_band_equals_dense(rng, mem, mem_len, clamp_len):
+    """The banded same_length path (query chunks against key windows)
+    gives the dense path's output, memory or none, clamped or not."""
+    t_len = 48  # chunks of 16: three windows
+    layer = RelativeMultiHeadAttention(
+        HEADS, 3, same_length=True, mem_len=mem_len, clamp_len=clamp_len)
+    h = rng.normal(size=(2, t_len, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, mem, D_MODEL)).astype("float32")
+    context = np.concatenate([m, h], axis=1)
+    layer(h, context)
+    randomize(layer, rng)
+    assert layer._band_chunk(t_len, mem + t_len) == 16
+    band = np.asarray(layer(h, context))
+    layer.use_band = False
+    dense = np.asarray(layer(h, context))
+    np.testing.assert_allclose(band, dense, atol=1e-5)
+    # Independent reference: numpy scores -> softmax -> values -> W_o.
+    ref_p = softmax(numpy_logits(layer, h, context, True, clamp_len, mem_len))
+    val = np.einsum("btd,dnh->btnh", context, layer.value_kernel.numpy())
+    heads = np.einsum("bnqk,bknh->bqnh", ref_p, val)
+    ref_out = np.einsum("bqnh,nhd->bqd", heads, layer.output_kernel.numpy())
+    np.testing.assert_allclose(band, ref_out, atol=1e-5)

@@ -22,9 +22,10 @@ from keras import ops
 from keras_trm.data.language_modeling import segments
 from keras_trm.layers import _validation as v
 
-# One compiled evaluation step per (model, mem_len): repeated evaluations
-# (e.g. on the validation split during training) reuse the trace. mem_len is
-# part of the key because it is a Python int baked into the trace.
+# One compiled evaluation step per (model, mem_len, static shapes or not):
+# repeated evaluations (e.g. on the validation split during training) reuse
+# the trace. mem_len is part of the key because it is a Python int baked
+# into the trace.
 _EVAL_STEPS = weakref.WeakKeyDictionary()
 
 
@@ -33,18 +34,28 @@ def _summed_nll(targets, logits):
         targets, logits, from_logits=True))
 
 
-def _memory_eval_step(model):
+# Memories grow by seg_len per segment up to mem_len, so an evaluation sees
+# about mem_len / seg_len + 2 shapes. Up to this many segments to fill the
+# memory, each shape gets its own (static-shape) trace: static shapes let
+# RelativeMultiHeadAttention use its banded same_length path. Beyond it one
+# generalized (dynamic-shape) trace serves all.
+_MAX_STATIC_FILL = 4
+
+
+def _memory_eval_step(model, seg_len):
     import tensorflow as tf
 
     steps = _EVAL_STEPS.setdefault(model, {})
-    if model.mem_len not in steps:
-        @tf.function(reduce_retracing=True)
+    static = -(-model.mem_len // seg_len) <= _MAX_STATIC_FILL
+    key = (model.mem_len, static)
+    if key not in steps:
+        @tf.function(reduce_retracing=not static)
         def forward(inputs, targets, memories):
             logits, new_memories = model(inputs, memories, training=False)
             return _summed_nll(targets, logits), new_memories
 
-        steps[model.mem_len] = forward
-    return steps[model.mem_len]
+        steps[key] = forward
+    return steps[key]
 
 
 def evaluate_with_memory(model, streams, seg_len, max_segments=None):
@@ -86,7 +97,7 @@ def evaluate_with_memory(model, streams, seg_len, max_segments=None):
             f"{model.max_segment_len} of model '{model.name}'"
         )
     streams = np.asarray(streams)
-    forward = _memory_eval_step(model)
+    forward = _memory_eval_step(model, seg_len)
     memories = model.init_memories(streams.shape[0])
     total, count = 0.0, 0
     for k, (inputs, targets) in enumerate(segments(streams, seg_len)):
