@@ -470,7 +470,20 @@ class LiteRTTranslator:
             the translator's signatures / metadata.
         FileNotFoundError: ``path`` does not exist.
 
-    Example: see ``export_translator_litert``.
+    Example (a tiny untrained model; ``export_translator_litert`` shows
+    more):
+
+    >>> import tempfile, pathlib
+    >>> from keras_trm.models import transformer
+    >>> from keras_trm.text import RESERVED_TOKENS
+    >>> vocab = list(RESERVED_TOKENS) + ["a", "b"]
+    >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
+    ...                     d_ff=16, max_length=6)
+    >>> path = export_translator_litert(
+    ...     model, pathlib.Path(tempfile.mkdtemp()) / "t.tflite", vocab,
+    ...     batch_size=1)
+    >>> len(LiteRTTranslator(path, beam_size=1).translate_texts(["a b"]))
+    1
     """
 
     def __init__(self, path, num_threads=2, beam_size=4,

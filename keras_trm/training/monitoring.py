@@ -230,6 +230,15 @@ def _scalar(tag, value, step):
 
 
 def tensorboard_writer(log_dir):
-    """A ``tf.summary`` file writer for ``log_dir`` (created)."""
+    """A ``tf.summary`` file writer for ``log_dir`` (created).
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> log_dir = pathlib.Path(tempfile.mkdtemp()) / "tensorboard"
+    >>> writer = tensorboard_writer(log_dir)
+    >>> log_dir.is_dir()
+    True
+    """
     pathlib.Path(log_dir).mkdir(parents=True, exist_ok=True)
     return tf.summary.create_file_writer(str(log_dir))
