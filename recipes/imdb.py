@@ -14,7 +14,9 @@ the same as ``keras-trm train-imdb``.
 
 import sys
 
+from keras_trm._runtime import reexec_with_allocator_tunables
 from keras_trm.cli import train_imdb_main
 
 if __name__ == "__main__":
+    reexec_with_allocator_tunables()  # glibc malloc tunables (keras_trm._runtime)
     sys.exit(train_imdb_main(sys.argv[1:], prog="recipes/imdb.py"))

@@ -15,7 +15,9 @@ the same as ``keras-trm train-mnist``.
 
 import sys
 
+from keras_trm._runtime import reexec_with_allocator_tunables
 from keras_trm.cli import train_mnist_main
 
 if __name__ == "__main__":
+    reexec_with_allocator_tunables()  # glibc malloc tunables (keras_trm._runtime)
     sys.exit(train_mnist_main(sys.argv[1:], prog="recipes/mnist.py"))

@@ -29,6 +29,7 @@ import json
 import pathlib
 import sys
 
+from keras_trm._runtime import reexec_with_allocator_tunables
 from keras_trm.cli_config import add_config_flags, config_from_args
 from keras_trm.data import load_wmt14
 from keras_trm.decoding.bleu import compound_split_bleu
@@ -88,4 +89,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    reexec_with_allocator_tunables()  # glibc malloc tunables (keras_trm._runtime)
     main(sys.argv[1:])
