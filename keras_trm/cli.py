@@ -23,10 +23,13 @@ from keras_trm.cli_config import (
     config_from_args,
 )
 
-SAMPLES = (
-    "A man in a blue shirt is standing on a ladder cleaning windows.",
-    "Two dogs are playing in the snow.",
-)
+# Sentences translated at the end of train-translation, by source language.
+SAMPLES = {
+    "en": ("A man in a blue shirt is standing on a ladder cleaning windows.",
+           "Two dogs are playing in the snow."),
+    "de": ("Ein Mann in einem blauen Hemd steht auf einer Leiter.",
+           "Zwei Hunde spielen im Schnee."),
+}
 
 
 def translate_main(argv):
@@ -52,8 +55,9 @@ def train_translation_main(argv):
 
     parser = argparse.ArgumentParser(
         prog="keras-trm train-translation",
-        description="Train EN->DE on Multi30k, report sacreBLEU, export a "
-        "raw-text SavedModel.")
+        description="Train a Transformer on Multi30k EN->DE (default), "
+        "WMT14 or your own parallel files, either direction; report "
+        "sacreBLEU, export a raw-text SavedModel.")
     parser.add_argument("--data-dir", default=None,
                         help="data folder (else $KERAS_TRM_DATA_DIR, else "
                         "../shared/data beside the checkout)")
@@ -61,8 +65,9 @@ def train_translation_main(argv):
     parser.add_argument("--export-dir", default="export")
     add_config_flags(parser, TranslationConfig)
     args = parser.parse_args(argv)
-    result = run(config_from_args(TranslationConfig, args), args.data_dir,
-                 args.workdir, args.export_dir, samples=SAMPLES)
+    config = config_from_args(TranslationConfig, args)
+    result = run(config, args.data_dir, args.workdir, args.export_dir,
+                 samples=SAMPLES.get(config.source_language, ()))
     summary = {k: result[k] for k in ("test_bleu", "parameters", "epochs",
                                       "train_minutes", "job_minutes", "export")}
     print(json.dumps(summary, indent=1))

@@ -8,6 +8,7 @@ import pytest
 
 from keras_trm.decoding import translator as translator_module
 from keras_trm.jobs import translation
+from keras_trm.data import load_multi30k
 
 
 def test_translation_job_uses_val_for_choices_and_test_once(
@@ -26,8 +27,8 @@ def test_translation_job_uses_val_for_choices_and_test_once(
         average_last=3, limit=240, model_name="tiny_multi30k")
     result = translation.run(config, data_dir, tmp_path / "work",
                              tmp_path / "export")
-    val_src, _ = translation.load_multi30k("val", data_dir)
-    test_src, _ = translation.load_multi30k("test_2016_flickr", data_dir)
+    val_src, _ = load_multi30k("val", data_dir)
+    test_src, _ = load_multi30k("test_2016_flickr", data_dir)
     greedy = [d for d in decoded if d[0] == 1]
     beam = [d for d in decoded if d[0] != 1]
     # Every greedy decode (3 epochs + averages of k = 1..3) is on val ...

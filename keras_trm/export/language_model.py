@@ -118,6 +118,19 @@ def export_language_model(model, vocabulary, export_dir, model_name,
     Raises:
         TypeError: ``model`` is not a ``TransformerXLLM``.
         FileExistsError: the version folder exists.
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_trm.data.language_modeling import Vocabulary
+    >>> from keras_trm.models import TransformerXLLM
+    >>> vocabulary = Vocabulary(["<unk>", "a", "b"])
+    >>> lm = TransformerXLLM(len(vocabulary.tokens), num_layers=1, d_model=8,
+    ...                      num_heads=2, d_ff=16, mem_len=4, max_segment_len=4)
+    >>> path = export_language_model(lm, vocabulary, tempfile.mkdtemp(),
+    ...                              "tiny_lm")
+    >>> path.parent.name, path.name, sorted(p.name for p in (path / "assets.extra").iterdir())
+    ('tiny_lm', '1', ['config.json', 'vocab.json'])
     """
     serving = TransformerXLServing(model)
     config = {

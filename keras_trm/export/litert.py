@@ -44,6 +44,14 @@ def export_litert(model, path, input_signature=None, **converter_kwargs):
             built.
         FileExistsError: ``path`` exists (nothing is overwritten).
         Any converter error; then no file is left at ``path``.
+
+    Example (see ``litert_predict`` to run the file):
+
+    >>> import pathlib, tempfile, keras
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "dense.tflite"
+    >>> export_litert(model, path).name
+    'dense.tflite'
     """
     path = pathlib.Path(path)
     if path.suffix != ".tflite":
@@ -88,6 +96,16 @@ def litert_predict(model_path, inputs, signature_key="serving_default"):
     Raises:
         ValueError: unknown signature, or input names that differ from the
             signature's.
+
+    Example (the LiteRT file answers as the Keras model does):
+
+    >>> import pathlib, tempfile, keras, numpy as np
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> path = export_litert(model, pathlib.Path(tempfile.mkdtemp()) / "d.tflite")
+    >>> x = np.arange(6, dtype="float32").reshape(2, 3)
+    >>> bool(np.allclose(litert_predict(path, x), model.predict(x, verbose=0),
+    ...                  atol=1e-5))
+    True
     """
     interpreter = _interpreter(model_path)
     signatures = interpreter.get_signature_list()

@@ -324,6 +324,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
         epochs=config.epochs,
         steps_per_epoch=steps,
         callbacks=callbacks,
+        shuffle=False,  # the token-count batches are shuffled, seeded, upstream
         verbose=1 if sys.stdout.isatty() else 2,
     )
     train_seconds = budget.elapsed()

@@ -394,6 +394,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             )
         return mask
 
+    def _positions(self, length, dtype):
+        """W_{k,R} R for distances length-1, ..., 0: (length, h, d_head)."""
+        r = relative_position_encoding(length, self._d_pos, self.clamp_len,
+                                       dtype=dtype)
+        d, h, dh = self.position_kernel.shape
+        return ops.reshape(
+            ops.matmul(r, ops.reshape(
+                ops.cast(self.position_kernel, r.dtype), (d, h * dh))),
+            (length, h, dh),
+        )
+
     def _logits(self, query, key, attention_mask, content_bias,
                 position_bias):
         """Scaled, masked A_ij in float32 ``(B, h, T, K)``."""
@@ -410,15 +421,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         q = self._project(query, self.query_kernel, self.query_bias)
         k = self._project(key, self.key_kernel, self.key_bias)
         # W_{k,R} R for distances K-1, ..., 0: (K, h, d_head).
-        r = relative_position_encoding(
-            k_len, self._d_pos, self.clamp_len, dtype=q.dtype
-        )
-        d, h, dh = self.position_kernel.shape
-        r = ops.reshape(
-            ops.matmul(r, ops.reshape(
-                ops.cast(self.position_kernel, r.dtype), (d, h * dh))),
-            (k_len, h, dh),
-        )
+        r = self._positions(k_len, q.dtype)
         # (a) + (c): (q_i + u)ᵀ k_j.
         content = ops.einsum(
             "bqhd,bkhd->bhqk", q + ops.cast(u, q.dtype), k
@@ -509,15 +512,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             return ops.stack([x[:, s:s + win] for s in starts], axis=1)
 
         k = windows(key, self.key_kernel, self.key_bias)
-        r = relative_position_encoding(
-            win, self._d_pos, self.clamp_len, dtype=q.dtype
-        )
-        d = self.position_kernel.shape[0]
-        r = ops.reshape(
-            ops.matmul(r, ops.reshape(
-                ops.cast(self.position_kernel, r.dtype), (d, h * dh))),
-            (win, h, dh),
-        )
+        r = self._positions(win, q.dtype)
         content = ops.einsum(
             "bnqhd,bnkhd->bnhqk", q + ops.cast(u, q.dtype), k
         )

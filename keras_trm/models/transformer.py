@@ -348,14 +348,24 @@ class TransformerParts:
     # cache grows by one position per step (no unwritten positions to copy,
     # reorder or mask). The arithmetic is that of ``decode_step``.
 
+    @staticmethod
+    def _project(mha, x, kernel, bias):
+        """``mha``'s projection of ``x`` computed in ``x``'s dtype. The fast
+        path reads the weights outside the layer's ``__call__``, where a
+        mixed policy (e.g. ``mixed_bfloat16``) would not cast its float32
+        variables to the compute dtype."""
+        return mha._project(x, ops.cast(kernel, x.dtype),
+                            None if bias is None else ops.cast(bias, x.dtype))
+
     def fast_cross_attention_caches(self, encoder_outputs):
         """Per decoder layer ``(keys, values)``, each float ``(batch, h,
         T_src, d_k)``: the encoder output projected once per sentence."""
         caches = []
         for layer in self.decoder_layers:
             mha = layer.cross_attention
-            k = mha._project(encoder_outputs, mha.key_kernel, mha.key_bias)
-            v = mha._project(encoder_outputs, mha.value_kernel, mha.value_bias)
+            k = self._project(mha, encoder_outputs, mha.key_kernel, mha.key_bias)
+            v = self._project(mha, encoder_outputs, mha.value_kernel,
+                              mha.value_bias)
             caches.append((ops.transpose(k, (0, 2, 1, 3)),
                            ops.transpose(v, (0, 2, 1, 3))))
         return caches
@@ -372,7 +382,8 @@ class TransformerParts:
         ``(batch, h, S, d_k)``; ``mask`` bool ``(batch, 1, 1, S)`` or None."""
         import math
 
-        q = mha._project(query, mha.query_kernel, mha.query_bias)
+        q = TransformerParts._project(mha, query, mha.query_kernel,
+                                      mha.query_bias)
         q = ops.transpose(q * ops.cast(1.0 / math.sqrt(mha.key_dim), q.dtype),
                           (0, 2, 1, 3))  # (batch, h, 1, d_k)
         scores = ops.cast(ops.matmul(q, ops.swapaxes(keys, -1, -2)), "float32")
@@ -384,9 +395,10 @@ class TransformerParts:
         d_out = mha.output_kernel.shape[-1]
         lead = tuple(ops.shape(out)[:-2])
         out = ops.reshape(out, lead + (h * dv,))
-        out = ops.matmul(out, ops.reshape(mha.output_kernel, (h * dv, d_out)))
+        out = ops.matmul(out, ops.reshape(
+            ops.cast(mha.output_kernel, out.dtype), (h * dv, d_out)))
         if mha.output_bias is not None:
-            out = out + mha.output_bias
+            out = out + ops.cast(mha.output_bias, out.dtype)
         return out
 
     def fast_output_kernel(self):
@@ -426,8 +438,8 @@ class TransformerParts:
             mha = layer.self_attention
 
             def self_attend(x, mha=mha, past_k=past_k, past_v=past_v):
-                k = mha._project(x, mha.key_kernel, mha.key_bias)
-                v = mha._project(x, mha.value_kernel, mha.value_bias)
+                k = self._project(mha, x, mha.key_kernel, mha.key_bias)
+                v = self._project(mha, x, mha.value_kernel, mha.value_bias)
                 keys = ops.concatenate(
                     [past_k, ops.transpose(k, (0, 2, 1, 3))], axis=2)
                 values = ops.concatenate(

@@ -129,6 +129,19 @@ class TransformerXLLM(keras.Model):
             the wrong rank, batch size, d_model, or unequal lengths (the
             messages name the argument and the shapes).
         TypeError: non-integer ``token_ids``, non-integer sizes.
+
+    Example (two segments, the memory of the first carried into the
+    second):
+
+    >>> import numpy as np
+    >>> lm = TransformerXLLM(11, num_layers=2, d_model=8, num_heads=2,
+    ...                      d_ff=16, mem_len=4, max_segment_len=4)
+    >>> logits, memories = lm(np.ones((2, 3), "int32"))
+    >>> tuple(logits.shape), [tuple(m.shape) for m in memories]
+    ((2, 3, 11), [(2, 3, 8), (2, 3, 8)])
+    >>> logits, memories = lm(np.ones((2, 3), "int32"), memories)
+    >>> [tuple(m.shape) for m in memories]   # min(mem_len, 3 + 3) positions
+    [(2, 4, 8), (2, 4, 8)]
     """
 
     def __init__(
@@ -378,6 +391,14 @@ def vanilla_transformer_lm(
     Raises:
         ValueError: d_model not divisible by num_heads, odd d_model with
             sinusoids, bad sizes or rates.
+
+    Example:
+
+    >>> import numpy as np
+    >>> lm = vanilla_transformer_lm(11, num_layers=1, d_model=8, num_heads=2,
+    ...                             d_ff=16, max_length=6)
+    >>> tuple(lm(np.ones((2, 6), "int32")).shape)
+    (2, 6, 11)
     """
     v.positive_int("vocabulary_size", vocabulary_size)
     v.positive_int("num_layers", num_layers)

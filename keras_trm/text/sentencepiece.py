@@ -24,7 +24,18 @@ import tempfile
 
 import tensorflow as tf
 
-from keras_trm.text.wordpiece import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
+from keras_trm.text.wordpiece import (
+    END,
+    END_ID,
+    PAD,
+    PAD_ID,
+    START,
+    START_ID,
+    UNK,
+    UNK_ID,
+    content_ids,
+    dense_ids,
+)
 
 MODEL_TYPES = ("bpe", "unigram")
 
@@ -165,13 +176,8 @@ class SentencePieceTokenizer(tf.Module):
         return tf.cast(self.tokenizer.tokenize(strings), tf.int32)
 
     def detokenize(self, ids):
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)
-        return self._detokenize(tf.cast(ids, tf.int32))
+        return self._detokenize(dense_ids(ids))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def _detokenize(self, ids):
-        # Keep tokens before the first END, then drop reserved ids.
-        before_end = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) == 0
-        keep = before_end & (ids > END_ID)
-        return self.tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
+        return self.tokenizer.detokenize(content_ids(ids))

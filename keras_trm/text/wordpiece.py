@@ -85,6 +85,21 @@ def load_vocabulary(path):
     return vocab
 
 
+def dense_ids(ids):
+    """int32 ``(batch, T)`` ids from a dense or ragged tensor (0-padded)."""
+    if isinstance(ids, tf.RaggedTensor):
+        ids = ids.to_tensor(default_value=PAD_ID)
+    return tf.cast(ids, tf.int32)
+
+
+def content_ids(ids):
+    """The ids a detokenizer reads: those before each row's first END,
+    reserved ids (PAD, UNK, START, END) dropped; int32 ``(batch, T)`` ->
+    ragged ``(batch, None)``."""
+    before_end = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) == 0
+    return tf.ragged.boolean_mask(ids, before_end & (ids > END_ID))
+
+
 class TextTokenizer(tf.Module):
     """Raw text <-> token ids, all in TensorFlow ops (exportable).
 
@@ -122,17 +137,11 @@ class TextTokenizer(tf.Module):
         return tf.cast(ids, tf.int32)
 
     def detokenize(self, ids):
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)
-        return self._detokenize(tf.cast(ids, tf.int32))
+        return self._detokenize(dense_ids(ids))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def _detokenize(self, ids):
-        # Keep tokens before the first END, then drop reserved ids.
-        before_end = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) == 0
-        keep = before_end & (ids > END_ID)
-        ragged = tf.ragged.boolean_mask(ids, keep)
-        text = self.tokenizer.detokenize(ragged)
+        text = self.tokenizer.detokenize(content_ids(ids))
         for pattern, rewrite in _DETOK_RULES:
             text = tf.strings.regex_replace(text, pattern, rewrite)
         return tf.strings.strip(text)
