@@ -25,6 +25,11 @@ import numpy as np
 from keras_trm.utils.files import atomic_file
 
 
+def _check_int_at_least_1(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be an int >= 1, got {name}={value!r}")
+
+
 def export_litert(model, path, input_signature=None, **converter_kwargs):
     """Writes ``model`` as a LiteRT flatbuffer at ``path`` (``.tflite``).
 
@@ -371,10 +376,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}, got "
                          f"quantize={quantize!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
-            or batch_size < 1:
-        raise ValueError(f"`batch_size` must be an int >= 1, got "
-                         f"batch_size={batch_size!r}")
+    _check_int_at_least_1("batch_size", batch_size)
     parts = TransformerParts(model)
     limit = int(parts.max_length)
     source_length = limit if max_source_length is None else max_source_length
@@ -511,14 +513,8 @@ class LiteRTTranslator:
         path = pathlib.Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"`path` {str(path)!r} does not exist")
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) \
-                or num_threads < 1:
-            raise ValueError(f"`num_threads` must be an int >= 1, got "
-                             f"num_threads={num_threads!r}")
-        if isinstance(beam_size, bool) or not isinstance(beam_size, int) \
-                or beam_size < 1:
-            raise ValueError(f"`beam_size` must be an int >= 1, got "
-                             f"beam_size={beam_size!r}")
+        _check_int_at_least_1("num_threads", num_threads)
+        _check_int_at_least_1("beam_size", beam_size)
         if not float(length_penalty_alpha) >= 0:
             raise ValueError("`length_penalty_alpha` must be >= 0, got "
                              f"length_penalty_alpha={length_penalty_alpha!r}")
