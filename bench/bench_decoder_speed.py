@@ -254,10 +254,9 @@ def main(argv=None):
         report["saved_model"] = sm
     report["machine"]["load_average_at_end"] = os.getloadavg()
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(out)
+    from keras_trm.utils import write_json
+
+    write_json(out, report)
     print(json.dumps(report, indent=1))
 
 

@@ -326,11 +326,9 @@ def main(argv=None):
         "same_output_as_keras_trm (fraction of sentences)": agreement,
     }
     out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, out)
+    from keras_trm.utils import write_json
+
+    write_json(out, report)
     print(json.dumps({"ratios": ratios, "agreement": agreement}, indent=1))
     print(f"wrote {out}")
 

@@ -30,14 +30,7 @@ import sys
 import tempfile
 import time
 
-
-def _write_json(data, path):
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, path)
+from keras_trm.utils import write_json
 
 
 def _merge(paths, out):
@@ -49,7 +42,7 @@ def _merge(paths, out):
                 merged[key].update(value)
             else:
                 merged.setdefault(key, value)
-    _write_json(merged, out)
+    write_json(out, merged)
     print(json.dumps(merged, indent=1, ensure_ascii=False))
 
 
@@ -140,7 +133,7 @@ def main():
                 "sentences_per_second": round(len(sources) / seconds, 2),
                 "seconds": round(seconds, 1)}
             print(name, result["runs"][name], flush=True)
-            _write_json(result, out)
+            write_json(out, result)
 
     if args.agreement_sentences and args.savedmodel:
         n = min(args.agreement_sentences, len(sources))
@@ -167,7 +160,7 @@ def main():
             for name, hyps in texts.items() if name.endswith("beam4")}
         result["savedmodel_agreement"] = agreement
         print(agreement, flush=True)
-    _write_json(result, out)
+    write_json(out, result)
 
 
 if __name__ == "__main__":

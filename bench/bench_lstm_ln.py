@@ -21,7 +21,6 @@ untimed steps (which include tracing / XLA compilation).
 """
 
 import argparse
-import json
 import os
 import pathlib
 import platform
@@ -36,6 +35,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_trm  # noqa: E402,F401
+from keras_trm.utils import write_json  # noqa: E402
 from keras_trm.jobs import imdb  # noqa: E402
 from keras_trm.layers import LSTM_LN  # noqa: E402
 
@@ -133,8 +133,7 @@ def main(argv):
     }
     result["bench_seconds"] = round(time.time() - start, 1)
     out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(out, result)
     print(f"wrote {out}", flush=True)
 
 

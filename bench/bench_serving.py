@@ -323,7 +323,9 @@ def main(argv=None):
         report["targets"]["version_swap_ok"] = bool(
             configs["batching_version_swap"]["swap"]["ok"]
             and configs["batching_version_swap"]["load"]["errors"] == 0)
-    output.write_text(json.dumps(report, indent=1) + "\n")
+    from keras_trm.utils import write_json
+
+    write_json(output, report)
     print(json.dumps({k: report[k] for k in ("batching_speedup", "targets")}, indent=1))
     print(f"wrote {output}")
 

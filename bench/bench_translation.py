@@ -30,7 +30,6 @@
 import argparse
 import json
 import os
-import pathlib
 import platform
 import resource
 import subprocess
@@ -44,6 +43,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_trm  # noqa: E402,F401
+from keras_trm.utils import write_json  # noqa: E402
 from keras_trm.data import load_multi30k, token_bucket_batches  # noqa: E402
 from keras_trm.decoding import beam_search, greedy_search  # noqa: E402
 from keras_trm.models import TransformerParts, transformer  # noqa: E402
@@ -328,11 +328,7 @@ def main(argv=None):
         test_src, _ = load_multi30k("test_2016_flickr")
         report["decoding"] = bench_decoding(
             model, tokenizer, test_src[: args.decode_sentences], args.batch_size)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(out)
+    write_json(args.out, report)
     print(json.dumps(report, indent=1))
 
 

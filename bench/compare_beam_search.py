@@ -17,7 +17,6 @@ differs, and the host CPU.
 """
 import argparse
 import importlib.util
-import json
 import os
 import pathlib
 import platform
@@ -32,6 +31,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_trm  # noqa: E402,F401
+from keras_trm.utils import write_json  # noqa: E402
 from keras_trm.data import load_multi30k, resolve_data_dir  # noqa: E402
 from keras_trm.decoding import Translator, corpus_bleu  # noqa: E402
 from keras_trm.decoding import search as new_search  # noqa: E402
@@ -146,7 +146,7 @@ def main(argv=None):
 
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(out, result)
     print(f"wrote {out}")
     return result
 
