@@ -154,18 +154,21 @@ def main(argv=None):
         batches.append(tf.cast(ids, tf.int32))
 
     fns = {}
+    # One trace per function: batches differ in T_src.
+    signature = [tf.TensorSpec([None, None], tf.int32)]
     for label, mod in (("old", old), ("new", new)):
         fns[label, "greedy"] = tf.function(
-            lambda x, m=mod: m.greedy_search(parts, x))
+            lambda x, m=mod: m.greedy_search(parts, x),
+            input_signature=signature)
         fns[label, "beam4"] = tf.function(
             lambda x, m=mod: m.beam_search(parts, x, beam_size=4,
-                                           length_penalty_alpha=0.6))
+                                           length_penalty_alpha=0.6),
+            input_signature=signature)
     report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "tensorflow": tf.__version__, "threads": 2,
                           "load_average_at_start": os.getloadavg(),
-                          "note": "shared 2-core machine (7 other helpers' jobs "
-                                  "running): compare old/new ratios, not "
-                                  "absolute figures"},
+                          "note": "compare old/new ratios of one run; "
+                                  "absolute figures depend on the load"},
               "sentences": len(src), "batch_size": args.batch_size,
               "old_rev": args.old_rev}
     results = {}

@@ -155,6 +155,7 @@ def measure(systems, sentences, references, batch_size, latency_sentences):
 
 def main(argv=None):
     args = parse_args(argv)
+    load_at_start = os.getloadavg()
     # CTranslate2's OpenMP threads spin while waiting by default; on a
     # machine shared with other jobs that spinning starves them (we saw
     # 2 threads run 20x slower than 1). PASSIVE makes them sleep. Read by
@@ -314,9 +315,10 @@ def main(argv=None):
                        "batches (one untimed warm-up batch each); latency "
                        "likewise sentence by sentence",
         "host": host_info(),
-        "caveat": "the machine was shared with other jobs while this ran: "
-                  "absolute sentences/s and latencies are noisy; compare "
-                  "ratios measured in this one run",
+        "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
+        "caveat": "absolute sentences/s and latencies depend on the host and "
+                  "its load (hosts of one kind differ up to 2.4x); compare "
+                  "the ratios measured in this one run",
         "versions": versions(),
         "rows": rows,
         "skipped": results["skipped"],

@@ -86,60 +86,92 @@ class _Stepper:
     ``static_cache`` they are the ``(batch, 2, steps, h, d_k)`` caches of
     ``decode_step``, whose shapes never change (what XLA needs). Both give
     the same logits.
+
+    What the decoder reads of the source (the cross-attention caches, or the
+    encoder outputs without a cache, and the padding mask) is the
+    ``context``; the searches carry it through the loop with the decoder
+    ``state`` (both have one row per hypothesis), so that rows of finished
+    sentences can be dropped from both (``compact``): except with
+    ``static_cache``, whose shapes must not change.
     """
 
     def __init__(self, parts, encoder_outputs, encoder_mask, steps, use_cache,
                  static_cache=False):
         self.parts = parts
-        self.encoder_outputs = encoder_outputs
-        self.encoder_mask = encoder_mask
         self.use_cache = use_cache
         self.static_cache = static_cache
+        self.compact = not (use_cache and static_cache)
         batch = tf.shape(encoder_outputs)[0]
+        self.output_kernel = None
         if not use_cache:
+            self.context = (encoder_outputs, encoder_mask)
             self.initial_state = []
         elif static_cache:
-            self.cross = parts.cross_attention_caches(encoder_outputs)
+            self.context = (parts.cross_attention_caches(encoder_outputs),
+                            encoder_mask)
             self.initial_state = parts.empty_self_attention_caches(
                 batch, steps, encoder_outputs.dtype
             )
         else:
-            self.cross = parts.fast_cross_attention_caches(encoder_outputs)
+            self.context = (parts.fast_cross_attention_caches(encoder_outputs),
+                            encoder_mask)
             self.initial_state = parts.fast_empty_self_attention_caches(
                 batch, encoder_outputs.dtype
             )
             self.output_kernel = parts.fast_output_kernel()
 
     def shape_invariants(self):
-        if self.static_cache or not self.use_cache:
-            return [tf.TensorShape(c.shape) for c in self.initial_state]
-        return [(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
-                for k, _ in self.initial_state]
+        """For ``tf.while_loop``: (state, context)."""
+        def rows_vary(c):
+            return tf.TensorShape([None]).concatenate(c.shape[1:])
 
-    def __call__(self, sequences, index, state):
+        context = tf.nest.map_structure(rows_vary, self.context)
+        if self.static_cache or not self.use_cache:
+            return [tf.TensorShape(c.shape) for c in self.initial_state], context
+        return ([(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
+                 for k, _ in self.initial_state], context)
+
+    def __call__(self, sequences, index, state, context):
         """sequences: (N, steps+1) ids; returns logits (N, V) at ``index``."""
+        source, encoder_mask = context
         if self.use_cache:
             tokens = sequences[:, index:index + 1]
             if self.static_cache:
                 return self.parts.decode_step(
-                    tokens, index, state, self.cross, self.encoder_mask)
+                    tokens, index, state, source, encoder_mask)
             return self.parts.fast_decode_step(
-                tokens, index, state, self.cross, self.encoder_mask,
-                self.output_kernel)
+                tokens, index, state, source, encoder_mask, self.output_kernel)
         prefix = sequences[:, : index + 1]
-        logits = self.parts.decode_full(
-            prefix, self.encoder_outputs, self.encoder_mask
-        )
+        logits = self.parts.decode_full(prefix, source, encoder_mask)
         return logits[:, -1, :], state
 
-    def reorder(self, state, flat_indices):
-        return tf.nest.map_structure(lambda c: tf.gather(c, flat_indices),
-                                     state)
+    @staticmethod
+    def reorder(structure, rows):
+        return tf.nest.map_structure(lambda c: tf.gather(c, rows), structure)
+
+    def drop_rows(self, context, rows, num_rows):
+        """``context`` at ``rows``, gathered only when some were dropped."""
+        return tf.cond(
+            tf.size(rows) < num_rows,
+            lambda: self.reorder(context, rows),
+            lambda: context,
+        )
+
+
+def _scatter_rows(full, rows, part):
+    """``full`` with its rows ``rows`` replaced by ``part`` (nested)."""
+    return tf.nest.map_structure(
+        lambda f, p: tf.tensor_scatter_nd_update(f, rows[:, None], p),
+        full, part)
 
 
 def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
                   static_cache=False):
     """Greedy decoding: the arg-max token at every step.
+
+    Rows whose sentence has ended are dropped from the decoder's batch
+    (except with ``static_cache``), so a batch costs what its sentences
+    need, not its longest sentence times its size.
 
     Args:
         parts: ``keras_trm.models.TransformerParts`` of a trained model.
@@ -185,26 +217,38 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
     sequences = tf.concat(
         [tf.fill([batch, 1], START_ID), tf.zeros([batch, steps], tf.int32)], 1
     )
+    # Rows still decoded: their sentence, and whether it has ended.
+    active = tf.range(batch)
     finished = tf.zeros([batch], tf.bool)
 
-    def cond(i, sequences, finished, state):
+    def cond(i, sequences, active, finished, state, context):
         return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(finished)))
 
-    def body(i, sequences, finished, state):
-        logits, state = stepper(sequences, i, state)
+    def body(i, sequences, active, finished, state, context):
+        logits, state = stepper(tf.gather(sequences, active), i, state, context)
         token = tf.argmax(logits, axis=-1, output_type=tf.int32)
         token = tf.where(finished, PAD_ID, token)
         sequences = tf.tensor_scatter_nd_update(
-            sequences,
-            tf.stack([tf.range(batch), tf.fill([batch], i + 1)], 1),
+            sequences, tf.stack([active, tf.fill(tf.shape(active), i + 1)], 1),
             token,
         )
-        return i + 1, sequences, finished | tf.equal(token, END_ID), state
+        finished = finished | tf.equal(token, END_ID)
+        if stepper.compact:
+            keep = tf.cast(tf.reshape(tf.where(~finished), [-1]), tf.int32)
+            state, context = stepper.drop_rows(
+                (state, context), keep, tf.size(active))
+            active = tf.gather(active, keep)
+            finished = tf.gather(finished, keep)
+        return i + 1, sequences, active, finished, state, context
 
-    _, sequences, _, _ = tf.while_loop(
-        cond, body, (tf.constant(0), sequences, finished, stepper.initial_state),
+    state_shapes, context_shapes = stepper.shape_invariants()
+    _, sequences, _, _, _, _ = tf.while_loop(
+        cond, body,
+        (tf.constant(0), sequences, active, finished, stepper.initial_state,
+         stepper.context),
         shape_invariants=(tf.TensorShape([]), sequences.shape,
-                          finished.shape, stepper.shape_invariants()),
+                          tf.TensorShape([None]), tf.TensorShape([None]),
+                          state_shapes, context_shapes),
     )
     return sequences[:, 1:]
 
@@ -315,30 +359,43 @@ def beam_search(
         [tf.fill([batch, k, 1], START_ID), tf.zeros([batch, k, steps], tf.int32)],
         2,
     )
-    # Only beam 0 is live at the start (all k beams are the same prefix).
-    alive_logp = tf.tile(
-        tf.constant([[0.0] + [NEG_INF] * (k - 1)], tf.float32), [batch, 1]
+    # Per sentence: the search state. Only beam 0 is live at the start (all k
+    # beams are the same prefix).
+    search = dict(
+        alive_seq=alive_seq,
+        alive_logp=tf.tile(
+            tf.constant([[0.0] + [NEG_INF] * (k - 1)], tf.float32), [batch, 1]),
+        finished_seq=tf.zeros_like(alive_seq),
+        finished_score=tf.fill([batch, k], NEG_INF),  # normalized scores
+        finished_flag=tf.zeros([batch, k], tf.bool),
+        done=tf.zeros([batch], tf.bool),
+        alive_len=tf.zeros([batch], tf.int32),  # tokens of the live ones
     )
-    finished_seq = tf.zeros_like(alive_seq)
-    finished_score = tf.fill([batch, k], NEG_INF)  # normalized scores
-    finished_flag = tf.zeros([batch, k], tf.bool)
-    done = tf.zeros([batch], tf.bool)
-    alive_len = tf.zeros([batch], tf.int32)  # tokens of the live hypotheses
+    search_shapes = dict(
+        alive_seq=tf.TensorShape([None, k, None]),
+        alive_logp=tf.TensorShape([None, k]),
+        finished_seq=tf.TensorShape([None, k, None]),
+        finished_score=tf.TensorShape([None, k]),
+        finished_flag=tf.TensorShape([None, k]),
+        done=tf.TensorShape([None]),
+        alive_len=tf.TensorShape([None]),
+    )
     max_penalty = length_penalty(steps, alpha)
-    batch_offsets = (tf.range(batch) * k)[:, None]
-    keep_order = tf.tile(tf.range(k)[None], [batch, 1])
+    beam_ids = tf.range(k)[None]
 
-    def cond(i, alive_seq, alive_logp, finished_seq, finished_score,
-             finished_flag, done, alive_len, state):
-        return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
+    def cond(i, active, search, results, state, context):
+        return tf.logical_and(i < steps,
+                              tf.logical_not(tf.reduce_all(search["done"])))
 
-    def body(i, alive_seq, alive_logp, finished_seq, finished_score,
-             finished_flag, done, alive_len, state):
-        flat = tf.reshape(alive_seq, [batch * k, -1])
-        logits, state = stepper(flat, i, state)
+    def body(i, active, search, results, state, context):
+        (alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
+         done, alive_len) = (search[key] for key in search_shapes)
+        n = tf.shape(active)[0]  # sentences still searched
+        flat = tf.reshape(alive_seq, [n * k, -1])
+        logits, state = stepper(flat, i, state, context)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
         candidates = alive_logp[:, :, None] + tf.reshape(
-            log_probs, [batch, k, vocab]
+            log_probs, [n, k, vocab]
         )
         # All candidates have i + 1 tokens: rank them by log-prob. The 2k
         # best of the k * V are among the 2k best of each hypothesis, so
@@ -347,11 +404,11 @@ def beam_search(
         # to the lower hypothesis, then the lower token, either way).
         row_logp, row_token = tf.math.top_k(candidates, per_row)
         cand_logp, top = tf.math.top_k(
-            tf.reshape(row_logp, [batch, k * per_row]), num_candidates
+            tf.reshape(row_logp, [n, k * per_row]), num_candidates
         )
         cand_beam = top // per_row
         cand_token = tf.gather(
-            tf.reshape(row_token, [batch, k * per_row]), top, batch_dims=1
+            tf.reshape(row_token, [n, k * per_row]), top, batch_dims=1
         )
         cand_seq = tf.gather(alive_seq, cand_beam, batch_dims=1)
         write = tf.equal(tf.range(tf.shape(alive_seq)[2]), i + 1)
@@ -383,12 +440,12 @@ def beam_search(
         finished_flag = tf.gather(pool_flag, best, batch_dims=1)
         finished_seq = tf.gather(pool_seq, best, batch_dims=1)
 
-        # Sentences already done keep their live hypotheses as they were.
+        # Sentences already done keep their live hypotheses as they were
+        # (only with ``static_cache``: otherwise they have been dropped).
         alive_seq = tf.where(live[:, :, None], new_seq, alive_seq)
         alive_logp = tf.where(live, new_logp, alive_logp)
         alive_len = tf.where(live[:, 0], i + 1, alive_len)
-        parent = tf.where(live, parent, keep_order)
-        state = stepper.reorder(state, tf.reshape(parent + batch_offsets, [-1]))
+        parent = tf.where(live, parent, beam_ids)
 
         if early_stopping:
             # Done when no live hypothesis can still beat the best finished
@@ -400,28 +457,39 @@ def beam_search(
             # Beam 1 is greedy search: its one slot is done at the first END
             # (else, with α > 0, it would search on past greedy's END).
             done = done | finished_flag[:, 0]
-        return (i + 1, alive_seq, alive_logp, finished_seq, finished_score,
-                finished_flag, done, alive_len, state)
+        search = dict(alive_seq=alive_seq, alive_logp=alive_logp,
+                      finished_seq=finished_seq, finished_score=finished_score,
+                      finished_flag=finished_flag, done=done,
+                      alive_len=alive_len)
+        # Rows of the decoder: each live hypothesis continues its parent's.
+        rows = parent + (tf.range(n) * k)[:, None]
+        if stepper.compact:
+            # Done sentences leave the batch: their state goes to
+            # ``results``; the others' rows are kept (and reordered).
+            results = _scatter_rows(results, active, search)
+            kept = tf.cast(tf.reshape(tf.where(~done), [-1]), tf.int32)
+            rows = tf.gather(rows, kept)
+            context = stepper.drop_rows(
+                context, tf.reshape(kept[:, None] * k + beam_ids, [-1]), n * k)
+            search = stepper.reorder(search, kept)
+            active = tf.gather(active, kept)
+        state = stepper.reorder(state, tf.reshape(rows, [-1]))
+        return i + 1, active, search, results, state, context
 
-    loop = tf.while_loop(
+    state_shapes, context_shapes = stepper.shape_invariants()
+    _, _, search, results, _, _ = tf.while_loop(
         cond,
         body,
-        (tf.constant(0), alive_seq, alive_logp, finished_seq, finished_score,
-         finished_flag, done, alive_len, stepper.initial_state),
-        shape_invariants=(
-            tf.TensorShape([]),
-            tf.TensorShape([None, k, None]),
-            tf.TensorShape([None, k]),
-            tf.TensorShape([None, k, None]),
-            tf.TensorShape([None, k]),
-            tf.TensorShape([None, k]),
-            tf.TensorShape([None]),
-            tf.TensorShape([None]),
-            stepper.shape_invariants(),
-        ),
+        (tf.constant(0), tf.range(batch), search, search, stepper.initial_state,
+         stepper.context),
+        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]),
+                          search_shapes, search_shapes, state_shapes,
+                          context_shapes),
     )
-    (_, alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
-     _, alive_len, _) = loop
+    if not stepper.compact:
+        results = search
+    (alive_seq, alive_logp, finished_seq, finished_score, finished_flag, _,
+     alive_len) = (results[key] for key in search_shapes)
     # Live hypotheses that reached max_length are finished; others only fill
     # the slots the finished ones leave.
     alive_score = alive_logp / length_penalty(tf.maximum(alive_len, 1),
