@@ -156,6 +156,7 @@ def epoch_child(vocab_path, policy, max_steps):
                           "idle": round(1 - (user + sys_) / (wall * cpus), 3)},
         "sys_fraction_of_cpu_time": round(sys_ / max(user + sys_, 1e-9), 3),
         "minor_page_faults": r1.ru_minflt - r0.ru_minflt,
+        "max_rss_mib": round(r1.ru_maxrss / 1024),
     }))
 
 

@@ -1,17 +1,21 @@
 """Process-level settings for the command-line entry points.
 
-glibc's malloc hands every block above its mmap threshold (at most 32 MiB,
-adjusted as the program runs) to the kernel with ``mmap`` and gives it back
-with ``munmap`` when freed, and it trims the top of its heaps back to the
-kernel when more than ``trim_threshold`` is free. A training step allocates
-and frees the same large tensors (the (tokens, vocabulary) logits and their
-gradients are ~100 MiB each) over and over, so each step the kernel maps
-fresh zeroed pages and the process takes one page fault per 4 KiB: the
-Multi30k job took ~97 million minor faults and spent ~7-10% of its CPU
-time in the kernel. ``ALLOCATOR_TUNABLES`` raise both thresholds (the mmap
-one to glibc's maximum, 32 MiB) so that freed memory below it stays in the
-process and is reused. Blocks above 32 MiB are still mapped afresh: glibc
-cannot keep them, which is why the gain is modest (about 20% fewer faults).
+glibc's malloc hands every block above its mmap threshold (at most 32 MiB)
+to the kernel with ``mmap`` and gives it back with ``munmap`` when freed,
+and threads other than the main one allocate from extra arenas, each a
+64 MiB mapped heap, which cannot hold a larger block and so map it afresh
+whatever the threshold. A training step allocates and frees the same large
+tensors (the (tokens, vocabulary) logits and their gradients are ~100 MiB
+each) over and over, so each step the kernel maps fresh zeroed pages and
+the process takes one page fault per 4 KiB: the Multi30k job took ~85-97
+million minor faults and spent ~9-11% of its CPU time in the kernel.
+``ALLOCATOR_TUNABLES`` make every thread allocate from the main arena
+(``arena_max=1``), never ``mmap`` a block (``mmap_max=0``: the heap grows
+with ``brk``), and keep freed memory (``trim_threshold`` 4 GiB): the large
+blocks are reused from the heap. Measured on 40 Multi30k training steps
+(``bench/bench_translation.py``, ``epoch_cpu``): 2.6 million minor faults ->
+about 2,000, kernel time 11.5% -> 2.6-3.2% of CPU time, CPU use 180% ->
+193% of the 2 cores, the same peak RSS, 1.26x less wall time.
 
 glibc reads ``GLIBC_TUNABLES`` only when a process starts, so an entry point
 calls :func:`reexec_with_allocator_tunables` first thing: when the variable
@@ -25,13 +29,16 @@ import os
 import platform
 import sys
 
-# Measured with bench/bench_translation.py (epoch_cpu). Not
-# glibc.malloc.hugetlb=1: it cut the page faults 100x (673,562 -> 6,408 in
-# 10 steps) but tripled the kernel time (1.8 -> 6.1 s; transparent huge
-# page compaction), a net loss.
+# Measured with bench/bench_translation.py (epoch_cpu). Neither of the
+# earlier choices: mmap_threshold=32 MiB alone (about 20% fewer faults: the
+# blocks above it, and all blocks of non-main arenas, are still mapped) nor
+# glibc.malloc.hugetlb=1 (100x fewer faults but 3x the kernel time,
+# transparent huge page compaction). mmap_max=0 without arena_max=1 changes
+# nothing: the worker threads' arenas map large blocks regardless.
 ALLOCATOR_TUNABLES = (
-    "glibc.malloc.mmap_threshold=33554432"
-    ":glibc.malloc.trim_threshold=1073741824"
+    "glibc.malloc.arena_max=1"
+    ":glibc.malloc.mmap_max=0"
+    ":glibc.malloc.trim_threshold=4294967296"
     ":glibc.malloc.top_pad=268435456"
 )
 

@@ -207,3 +207,45 @@ def test_allocator_env_only_adds_the_variable_where_absent():
         assert env == {"PATH": "/bin", "GLIBC_TUNABLES": _runtime.ALLOCATOR_TUNABLES}
     env, changed = _runtime.allocator_env({"GLIBC_TUNABLES": ""})
     assert not changed and env == {"GLIBC_TUNABLES": ""}
+
+
+FAULTS_CHILD = """
+import ctypes, resource, threading
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 100 * 2 ** 20          # a logits-sized block, above the 32 MiB cap
+faults = []
+
+def work():                    # on a worker thread, as TensorFlow's ops run
+    for i in range(6):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        block = libc.malloc(size)
+        ctypes.memset(block, 1, size)   # touch every page
+        libc.free(block)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+print(sum(faults[1:]))        # after the first block
+"""
+
+
+@pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
+def test_tunables_keep_large_blocks_instead_of_mapping_them_each_time():
+    """A 100 MiB block freed and allocated again on a worker thread: glibc
+    maps it afresh every time (one fault per 4 KiB page); with
+    ALLOCATOR_TUNABLES it is reused from the heap."""
+    def faults(tunables):
+        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+        if tunables:
+            env["GLIBC_TUNABLES"] = tunables
+        out = subprocess.run([sys.executable, "-c", FAULTS_CHILD], env=env,
+                             capture_output=True, text=True, timeout=60,
+                             check=True)
+        return int(out.stdout.split()[-1])
+
+    pages = 5 * 100 * 2 ** 20 // 4096            # 5 blocks of 25,600 pages
+    assert faults(None) > 0.9 * pages
+    assert faults(_runtime.ALLOCATOR_TUNABLES) < 0.01 * pages
