@@ -160,23 +160,35 @@ def epoch_child(vocab_path, policy, max_steps):
     }))
 
 
-def bench_epoch_cpu(vocab_path, policy, max_steps):
-    """The epoch child without and with the allocator tunables of the entry
-    points (``keras_trm._runtime.ALLOCATOR_TUNABLES``), one after the other."""
+def bench_epoch_cpu(vocab_path, policies, max_steps):
+    """The epoch child for each dtype policy in ``policies``, without and
+    with the allocator tunables of the entry points
+    (``keras_trm._runtime.ALLOCATOR_TUNABLES``), one after the other; with
+    several policies also the wall-time ratio of each to the first, with
+    the tunables."""
     out = {}
-    for label, tunables in (("glibc_default", None),
-                            ("allocator_tunables", _runtime.ALLOCATOR_TUNABLES)):
-        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-        if tunables:
-            env["GLIBC_TUNABLES"] = tunables
-        proc = subprocess.run(
-            [sys.executable, __file__, "--epoch-child", "--vocab", vocab_path,
-             "--precision", policy, "--epoch-steps", str(max_steps)],
-            env=env, capture_output=True, text=True, timeout=1800)
-        if proc.returncode:
-            raise RuntimeError(proc.stderr[-2000:])
-        out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(label, out[label], flush=True)
+    for policy in policies:
+        for label, tunables in (("glibc_default", None),
+                                ("allocator_tunables",
+                                 _runtime.ALLOCATOR_TUNABLES)):
+            env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+            if tunables:
+                env["GLIBC_TUNABLES"] = tunables
+            proc = subprocess.run(
+                [sys.executable, __file__, "--epoch-child", "--vocab",
+                 vocab_path, "--precision", policy, "--epoch-steps",
+                 str(max_steps)],
+                env=env, capture_output=True, text=True, timeout=1800)
+            if proc.returncode:
+                raise RuntimeError(proc.stderr[-2000:])
+            key = label if len(policies) == 1 else f"{policy}/{label}"
+            out[key] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(key, out[key], flush=True)
+    if len(policies) > 1:
+        base = out[f"{policies[0]}/allocator_tunables"]["wall_seconds"]
+        out["speedup_vs_" + policies[0]] = {
+            policy: round(base / out[f"{policy}/allocator_tunables"]
+                          ["wall_seconds"], 2) for policy in policies[1:]}
     return out
 
 
@@ -307,7 +319,8 @@ def main(argv=None):
     parser.add_argument("--epoch-steps", type=int, default=0,
                         help="CPU-share run: batches (0: a full epoch)")
     parser.add_argument("--precision", default="float32",
-                        help="CPU-share run: Keras dtype policy")
+                        help="CPU-share run: Keras dtype policies, comma-"
+                             "separated (e.g. float32,mixed_bfloat16)")
     parser.add_argument("--epoch-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.epoch_child:
@@ -322,8 +335,8 @@ def main(argv=None):
                                             args.warmup_steps, args.rounds)
         print(json.dumps(report["training"], indent=1), flush=True)
     if not args.skip_epoch:
-        report["epoch_cpu"] = bench_epoch_cpu(args.vocab, args.precision,
-                                              args.epoch_steps)
+        report["epoch_cpu"] = bench_epoch_cpu(
+            args.vocab, args.precision.split(","), args.epoch_steps)
     if not args.skip_decoding:
         model = keras.models.load_model(args.model)
         test_src, _ = load_multi30k("test_2016_flickr")

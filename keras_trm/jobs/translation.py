@@ -201,7 +201,18 @@ def prepare_vocabulary(config, sources, targets, workdir):
 
 def run(config=None, data_dir=None, workdir="runs/multi30k",
         export_dir="export", samples=()):
-    """Runs the whole job; returns a dict of the figures it measured."""
+    """Runs the whole job; returns a dict of the figures it measured.
+
+    The job sets Keras' global dtype policy from ``config.precision`` and
+    puts the previous one back when it ends (also on an error)."""
+    previous_policy = keras.config.dtype_policy()
+    try:
+        return _run(config, data_dir, workdir, export_dir, samples)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+
+
+def _run(config, data_dir, workdir, export_dir, samples):
     config = apply_preset(config or TranslationConfig())
     config = dataclasses.replace(config, model_name=_model_name(config))
     job_start = time.time()
