@@ -53,6 +53,7 @@ from keras_trm.training import (
     NoamSchedule,
     apply_precision,
     apply_preset,
+    float32_copy,
     make_strategy,
     paper_adam,
     resolve_jit_compile,
@@ -358,7 +359,11 @@ def _run(config, data_dir, workdir, export_dir, samples):
           + f" -> averaging the last {averaged}", flush=True)
     model.save(workdir / "model.keras")
 
-    translator = Translator(model, tokenizer, beam_size=config.beam_size,
+    # Test decoding and the export compute in float32 whatever the training
+    # precision: the same weights, no per-step casts, portable to CPUs
+    # without native bfloat16.
+    translator = Translator(float32_copy(model), tokenizer,
+                            beam_size=config.beam_size,
                             length_penalty_alpha=config.length_penalty)
     test_name = splits.names["test"]
     bleu = signature = line = None

@@ -16,6 +16,7 @@ from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_trm.training.precision import (
     apply_precision,
     cpu_has_native_bf16,
+    float32_copy,
     resolve_precision,
 )
 from keras_trm.training.presets import PRESETS, apply_preset, preset
@@ -58,6 +59,7 @@ __all__ = [
     "MaskedAccuracy",
     "NoamSchedule",
     "apply_precision",
+    "float32_copy",
     "PRESETS",
     "apply_preset",
     "average_checkpoints",

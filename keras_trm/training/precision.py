@@ -166,3 +166,53 @@ def apply_precision(precision="auto", log=print):
         log(f"precision: {policy} ({reason}; CPU native bfloat16: "
             f"{cpu_has_native_bf16()})")
     return policy
+
+
+def float32_copy(model):
+    """The same functional model computing in float32, with the same weights.
+
+    A model trained under ``mixed_bfloat16`` keeps float32 variables but
+    casts them to bfloat16 at every use; for decoding that means casting
+    every weight at every step, and on a CPU without native bfloat16
+    emulated matmuls. Jobs therefore decode their test set and export with
+    this copy: same float32 variables, float32 compute (portable and fast
+    at any batch size). A model already all float32 is returned as is.
+
+    Args:
+        model: a functional ``keras.Model`` (e.g. from
+            ``keras_trm.models.transformer``).
+
+    Returns:
+        A ``keras.Model``: a new one whose layers all use the ``"float32"``
+        policy (input layers keep their dtypes), or ``model`` itself.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_trm.models import transformer
+    >>> keras.config.set_dtype_policy("mixed_bfloat16")
+    >>> mixed = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                     max_length=8)
+    >>> keras.config.set_dtype_policy("float32")
+    >>> plain = float32_copy(mixed)
+    >>> {layer.dtype_policy.name for layer in plain.layers[2:]}
+    {'float32'}
+    >>> all(np.array_equal(a, b) for a, b in zip(mixed.get_weights(),
+    ...                                          plain.get_weights()))
+    True
+    """
+    def is_input(layer):
+        return isinstance(layer, keras.layers.InputLayer)
+
+    if all(is_input(layer) or layer.dtype_policy.name == "float32"
+           for layer in model.layers):
+        return model
+
+    def clone(layer):
+        config = layer.get_config()
+        if "dtype" in config and not is_input(layer):  # layers, not ops
+            config["dtype"] = "float32"
+        return layer.__class__.from_config(config)
+
+    copy = keras.models.clone_model(model, clone_function=clone)
+    copy.set_weights(model.get_weights())
+    return copy
