@@ -23,6 +23,7 @@ from keras_trm.training import (
     LabelSmoothedCrossEntropy,
     NoamSchedule,
     apply_precision,
+    float32_copy,
     paper_adam,
     precision,
     resolve_precision,
@@ -155,6 +156,35 @@ def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
     out = Translator(model, tokenizer, beam_size=2).translate_texts(pairs[0][:3])
     assert len(out) == 3 and all(isinstance(s, str) for s in out)
     assert any(s.strip() for s in out)
+
+
+def test_float32_copy_of_a_bf16_model_is_the_float32_model():
+    """The copy the jobs decode and export: a mixed_bfloat16 model's float32
+    copy gives exactly the logits and beam-search ids of the same weights
+    in a model built in float32, and leaves the bf16 model as it was."""
+    from keras_trm.decoding import beam_search
+    from keras_trm.models import TransformerParts
+
+    kwargs = dict(num_layers=2, d_model=16, num_heads=2, d_ff=32,
+                  max_length=16, dropout_rate=0.0)
+    keras.utils.set_random_seed(4)
+    reference = transformer(30, **kwargs)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        mixed = transformer(30, **kwargs)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    mixed.set_weights(reference.get_weights())
+    copy = float32_copy(mixed)
+    assert copy is not mixed and float32_copy(reference) is reference
+    inputs = {"encoder_tokens": np.array([[5, 6, 7, 3], [8, 3, 0, 0]]),
+              "decoder_tokens": np.array([[2, 9, 10], [2, 11, 0]])}
+    np.testing.assert_array_equal(copy(inputs), reference(inputs))
+    assert mixed.get_layer("decoder_layer_0").compute_dtype == "bfloat16"
+    ids = [beam_search(TransformerParts(m), inputs["encoder_tokens"],
+                       beam_size=3, max_length=8).numpy()
+           for m in (copy, reference)]
+    np.testing.assert_array_equal(ids[0], ids[1])
 
 
 # -- allocator re-exec --------------------------------------------------------
