@@ -126,6 +126,17 @@ def time_interleaved(models, dataset, steps, warmup, rounds):
             for name, sec in seconds.items()}
 
 
+def _peak_rss_mib():
+    """This process's peak RSS (VmHWM). Not getrusage's ru_maxrss: Linux
+    carries that over from the parent through fork and exec, so a child of
+    a large parent reports the parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024)
+    return None
+
+
 def epoch_child(vocab_path, policy, max_steps):
     """Runs in a child process: one training epoch (or ``max_steps``
     batches) of the Multi30k job's model; prints the CPU use of that epoch
@@ -156,7 +167,7 @@ def epoch_child(vocab_path, policy, max_steps):
                           "idle": round(1 - (user + sys_) / (wall * cpus), 3)},
         "sys_fraction_of_cpu_time": round(sys_ / max(user + sys_, 1e-9), 3),
         "minor_page_faults": r1.ru_minflt - r0.ru_minflt,
-        "max_rss_mib": round(r1.ru_maxrss / 1024),
+        "max_rss_mib": _peak_rss_mib(),
     }))
 
 
