@@ -187,6 +187,39 @@ def test_float32_copy_of_a_bf16_model_is_the_float32_model():
     np.testing.assert_array_equal(ids[0], ids[1])
 
 
+def test_val_bleu_decodes_a_float32_twin_refreshed_from_the_scored_model(
+        restore_policy, multi30k_small, tokenizer):
+    """The job's per-epoch greedy val BLEU of a mixed_bfloat16 model decodes
+    a float32 twin: the same hypotheses as a float32 model with the same
+    weights, refreshed at every call (weights changed after the scorer was
+    built are the ones scored), with one translator kept across calls."""
+    from keras_trm.decoding import corpus_bleu
+    from keras_trm.jobs.translation import GreedyBleu
+
+    kwargs = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                  max_length=64, dropout_rate=0.0)
+    src, tgt = multi30k_small[0][:12], multi30k_small[1][:12]
+    keras.utils.set_random_seed(1)
+    first = transformer(tokenizer.vocabulary_size, **kwargs)
+    second = transformer(tokenizer.vocabulary_size, **kwargs)
+    apply_precision("mixed_bfloat16", log=None)
+    mixed = transformer(tokenizer.vocabulary_size, **kwargs)
+    keras.config.set_dtype_policy("float32")
+    score = GreedyBleu(mixed, tokenizer, src, tgt)
+    assert score.twin is not mixed
+    translator = score.translator
+    for reference in (first, second):
+        mixed.set_weights(reference.get_weights())
+        bleu = score(mixed)
+        assert score.translator is translator
+        expected = Translator(reference, tokenizer, beam_size=1).translate_texts(src)
+        assert translator.translate_texts(src) == expected
+        assert bleu == corpus_bleu(expected, tgt)[0]
+    assert Translator(first, tokenizer, beam_size=1).translate_texts(src) != expected
+    # A float32 model is scored as it is, no twin.
+    assert GreedyBleu(first, tokenizer, src, tgt).twin is first
+
+
 # -- allocator re-exec --------------------------------------------------------
 
 CHILD = """
