@@ -31,6 +31,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -78,17 +79,20 @@ class Server:
     """`keras-trm serve` in a child process on 127.0.0.1."""
 
     def __init__(self, base_path, name, batching_file=None, poll_seconds=1.0,
-                 log_path=None, start_timeout=600):
+                 log_path=None, start_timeout=600, threads=(0, 0)):
         self.rest, self.grpc = free_port(), free_port()
         cmd = [sys.executable, "-m", "keras_trm.cli", "serve",
                "--rest_api_port", str(self.rest), "--port", str(self.grpc),
                "--model_name", name, "--model_base_path", str(base_path),
                "--file_system_poll_wait_seconds", str(poll_seconds),
-               "--rest_api_num_threads", "32"]
+               "--rest_api_num_threads", "32",
+               "--tensorflow_intra_op_parallelism", str(threads[0]),
+               "--tensorflow_inter_op_parallelism", str(threads[1])]
         if batching_file:
             cmd += ["--enable_batching", "--batching_parameters_file", str(batching_file)]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep
                    + os.environ.get("PYTHONPATH", ""))
+        self.log_path = log_path
         self.log = open(log_path or os.devnull, "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log,
                                      text=True, env=env)
@@ -100,6 +104,7 @@ class Server:
         timer.cancel()
         if not line:
             raise RuntimeError(f"the server did not start (see {log_path})")
+        self.started = json.loads(line)
         self.ps = psutil.Process(self.proc.pid)
 
     def rss_mib(self):
@@ -115,6 +120,15 @@ class Server:
                 self.proc.wait(30)
         self.log.close()
         return self.proc.returncode
+
+    def batching_stats(self):
+        """What the server logged about batching when it unloaded (after stop)."""
+        if not self.log_path:
+            return None
+        found = re.findall(r"batching: (\d+) requests in (\d+) batches \(([\d.]+) rows",
+                           pathlib.Path(self.log_path).read_text())
+        return [{"requests": int(r), "batches": int(b), "rows_per_batch": float(m)}
+                for r, b, m in found]
 
 
 def percentiles(values_s):
@@ -179,13 +193,18 @@ def load(server, sentences, total, clients, time_limit, on_progress=None):
         threads[0].join(1.0) if threads[0].is_alive() else time.sleep(1.0)
         rss.append(server.rss_mib())
     elapsed = time.perf_counter() - start
+    # Memory over the run: RSS at each quarter of the samples (taken each
+    # second); stable means the later quarters stop growing.
+    quarters = [round(rss[min(len(rss) - 1, (len(rss) * q) // 4)], 1) for q in (1, 2, 3, 4)]
     return {
         "requests": total, "clients": clients, "completed": state["done"],
         "not_sent": total - state["next"], "errors": len(errors),
         "error_examples": errors[:5], "seconds": round(elapsed, 2),
         "sentences_per_s": round(len(latencies) / elapsed, 2),
         **percentiles(latencies),
-        "server_rss_mib_during": {"min": round(min(rss), 1), "max": round(max(rss), 1)},
+        "server_rss_mib_during": {"min": round(min(rss), 1), "max": round(max(rss), 1),
+                                  "at_quarters": quarters,
+                                  "growth_second_half": round(rss[-1] - rss[len(rss) // 2], 1)},
     }
 
 
@@ -193,8 +212,11 @@ def run_config(label, base_path, name, sentences, args, batching_file=None,
                swap=False, log_dir=None):
     print(f"[{label}] starting the server", flush=True)
     server = Server(base_path, name, batching_file, poll_seconds=1.0,
-                    log_path=log_dir / f"server_{label}.log")
-    result = {"batching": bool(batching_file)}
+                    log_path=log_dir / f"server_{label}.log",
+                    threads=(args.tensorflow_intra_op_parallelism,
+                             args.tensorflow_inter_op_parallelism))
+    result = {"batching": bool(batching_file),
+              "tensorflow_threads": server.started.get("tensorflow_threads")}
     try:
         result["idle_latency"] = idle_latency(server, sentences, args.idle_requests)
         result["server_rss_mib_before"] = round(server.rss_mib(), 1)
@@ -215,6 +237,8 @@ def run_config(label, base_path, name, sentences, args, batching_file=None,
             result["swap"] = check_swap(server, swap_info, sentences)
     finally:
         result["server_exit_code"] = server.stop()
+        if batching_file:
+            result["batches"] = server.batching_stats()
     print(f"[{label}] {json.dumps(result)[:600]}", flush=True)
     return result
 
@@ -260,9 +284,13 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--idle-requests", type=int, default=50)
-    parser.add_argument("--max-batch-size", type=int, default=16)
-    parser.add_argument("--batch-timeout-micros", type=int, default=0)
-    parser.add_argument("--num-batch-threads", type=int, default=1)
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--batch-timeout-micros", type=int, default=10_000)
+    parser.add_argument("--num-batch-threads", type=int, default=2)
+    parser.add_argument("--tensorflow-intra-op-parallelism", type=int, default=1,
+                        help="the server's flag (0: TensorFlow's default, one "
+                        "thread per core)")
+    parser.add_argument("--tensorflow-inter-op-parallelism", type=int, default=0)
     parser.add_argument("--swap-version", action="store_true",
                         help="also run a version change under load (batching on)")
     parser.add_argument("--swap-requests", type=int, default=2000)
@@ -296,6 +324,9 @@ def main(argv=None):
             "transport": "REST over loopback (127.0.0.1), one HTTP keep-alive "
                          "connection per client thread",
             "batching_parameters": batching_file.read_text(),
+            "server_flags": {
+                "tensorflow_intra_op_parallelism": args.tensorflow_intra_op_parallelism,
+                "tensorflow_inter_op_parallelism": args.tensorflow_inter_op_parallelism},
             "configs": {},
         }
         report["configs"]["no_batching"] = run_config(
@@ -318,6 +349,11 @@ def main(argv=None):
         "idle_p50_at_most_100_ms": min(
             c["idle_latency"]["p50_ms"] for c in configs.values()) <= 100,
         "zero_errors": all(c["load"]["errors"] == 0 for c in configs.values()),
+        # Memory stable: no more than 50 MiB added over the second half of
+        # each fixed-model run (the swap run loads a second version).
+        "rss_stable_second_half_at_most_50_mib": all(
+            configs[k]["load"]["server_rss_mib_during"]["growth_second_half"] <= 50
+            for k in ("no_batching", "batching")),
     }
     if args.swap_version:
         report["targets"]["version_swap_ok"] = bool(

@@ -110,6 +110,13 @@ def serve_parser():
          help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
     flag("max_request_bytes", type=int, default=4 * 1024 * 1024,
          help="largest REST body / gRPC message (default 4 MiB; more gets 413)")
+    flag("tensorflow_intra_op_parallelism", type=int, default=0,
+         help="threads within one TensorFlow op (0: one per core); 1 serves "
+         "many concurrent requests faster")
+    flag("tensorflow_inter_op_parallelism", type=int, default=0,
+         help="TensorFlow ops run at once (0: one per core)")
+    flag("tensorflow_session_parallelism", type=int, default=0,
+         help="both pools, where the two flags above are 0")
     flag("shutdown_grace_seconds", type=float, default=30.0,
          help="on SIGTERM, how long in-flight requests may take to finish")
     return parser
@@ -122,9 +129,13 @@ def serve_main(argv):
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from keras_trm.serving import (
-        ModelManager, ModelServer, batching_options, model_server_config)
+        ModelManager, ModelServer, batching_options, configure_tensorflow_threads,
+        model_server_config)
 
     try:
+        threads = configure_tensorflow_threads(
+            args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism,
+            args.tensorflow_session_parallelism)
         config = model_server_config(args.model_name, args.model_base_path,
                                      args.model_config_file)
         batching = (batching_options(args.batching_parameters_file)
@@ -139,7 +150,8 @@ def serve_main(argv):
                          rest_api_num_threads=args.rest_api_num_threads,
                          grpc_max_threads=args.grpc_max_threads,
                          max_request_bytes=args.max_request_bytes)
-    server.serve_forever(grace=args.shutdown_grace_seconds)
+    server.serve_forever(grace=args.shutdown_grace_seconds,
+                         info={"tensorflow_threads": threads})
     return 0
 
 

@@ -463,12 +463,16 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
         [sys.executable, "-m", "keras_trm.cli", "serve", f"--rest_api_port={rest}",
          "--port", str(grpc_port), "--model_name", "shout", "--model-base-path",
          str(tmp_path / "toy"), "--enable_batching", "--batching_parameters_file",
-         str(batching), "--file_system_poll_wait_seconds", "0"],
+         str(batching), "--file_system_poll_wait_seconds", "0",
+         "--tensorflow_intra_op_parallelism=1", "--tensorflow-inter-op-parallelism", "2"],
         stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     try:
         line = proc.stdout.readline()  # printed once listening
         assert line, (tmp_path / "server.log").read_text()[-3000:]
-        assert json.loads(line)["rest_api_port"] == rest
+        started = json.loads(line)
+        assert started["rest_api_port"] == rest
+        # The thread flags reached TensorFlow in the server process.
+        assert started["tensorflow_threads"] == {"intra_op": 1, "inter_op": 2}
         url = f"http://127.0.0.1:{rest}"
         assert requests.get(f"{url}/readyz", timeout=TIMEOUT).status_code == 200
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -485,3 +489,16 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
             proc.kill()
             proc.wait(TIMEOUT)
         log.close()
+    # Unloading logs what batching did: the one request ran in one batch.
+    assert "batching: 1 requests in 1 batches (1.00 rows per batch)" in (
+        tmp_path / "server.log").read_text()
+
+
+def test_cli_refuses_bad_thread_flags_before_touching_tensorflow(tmp_path, capsys):
+    from keras_trm import cli
+
+    code = cli.main(["serve", "--model_base_path", str(tmp_path),
+                     "--tensorflow_intra_op_parallelism", "-1"])
+    assert code == 2
+    assert ("--tensorflow_intra_op_parallelism must be an int >= 0, got -1"
+            in capsys.readouterr().err)

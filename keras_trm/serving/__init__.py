@@ -6,7 +6,8 @@
 """
 
 from keras_trm.serving.batching import BatchingOptions, BatchScheduler
-from keras_trm.serving.config import batching_options, model_server_config
+from keras_trm.serving.config import (
+    batching_options, configure_tensorflow_threads, model_server_config)
 from keras_trm.serving.errors import InvalidArgument, NotFound, ServingError, Unavailable
 from keras_trm.serving.manager import ModelManager, ServableVersion
 from keras_trm.serving.rest import create_app
@@ -15,5 +16,5 @@ from keras_trm.serving.server import ModelServer
 __all__ = [
     "BatchScheduler", "BatchingOptions", "InvalidArgument", "ModelManager",
     "ModelServer", "NotFound", "ServableVersion", "ServingError", "Unavailable",
-    "batching_options", "create_app", "model_server_config",
+    "batching_options", "configure_tensorflow_threads", "create_app", "model_server_config",
 ]

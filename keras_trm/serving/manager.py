@@ -113,6 +113,12 @@ class ServableVersion:
         self.state = "UNLOADING"
         if self._batcher is not None:
             self._batcher.stop()
+            stats = self._batcher.stats
+            if stats["batches"]:
+                log.info("model %r version %d batching: %d requests in %d batches "
+                         "(%.2f rows per batch)", self.name, self.version,
+                         stats["tasks"], stats["batches"],
+                         stats["rows"] / stats["batches"])
             self._batcher = None
         self._signatures = {}
         self._loaded = None

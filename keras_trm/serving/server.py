@@ -154,8 +154,11 @@ class ModelServer:
         self.manager.stop()
         log.info("server stopped")
 
-    def serve_forever(self, grace=30.0):
-        """Starts, then serves until SIGTERM or SIGINT, then ``stop(grace)``."""
+    def serve_forever(self, grace=30.0, info=None):
+        """Starts, then serves until SIGTERM or SIGINT, then ``stop(grace)``.
+
+        Once listening, prints one JSON line to stdout (models, host, ports,
+        pid, plus the ``info`` dict) for scripts that wait for it."""
         stop = threading.Event()
 
         def on_signal(signum, _frame):
@@ -167,7 +170,8 @@ class ModelServer:
             self.start()
             print(json.dumps({"serving": self.manager.model_names, "host": self.host,
                               "rest_api_port": self.rest_api_port,
-                              "grpc_port": self.grpc_port, "pid": os.getpid()}),
+                              "grpc_port": self.grpc_port, "pid": os.getpid(),
+                              **(info or {})}),
                   flush=True)
             while not stop.wait(1.0):
                 pass
