@@ -155,9 +155,14 @@ class GreedyBleu:
         self.translator = Translator(self.twin, tokenizer, beam_size=1)
         self.sources, self.references = sources, references
 
-    def __call__(self, model):
+    def float32_model(self, model):
+        """The twin, holding ``model``'s current weights."""
         if model is not self.twin:
             self.twin.set_weights(model.get_weights())
+        return self.twin
+
+    def __call__(self, model):
+        self.float32_model(model)
         hyps = self.translator.translate_texts(self.sources)
         return corpus_bleu(hyps, self.references)[0]
 
@@ -378,9 +383,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
     # Test decoding and the export compute in float32 whatever the training
     # precision: the same weights, no per-step casts, portable to CPUs
     # without native bfloat16.
-    if val_bleu.twin is not model:
-        val_bleu.twin.set_weights(model.get_weights())
-    translator = Translator(val_bleu.twin, tokenizer,
+    translator = Translator(val_bleu.float32_model(model), tokenizer,
                             beam_size=config.beam_size,
                             length_penalty_alpha=config.length_penalty)
     test_name = splits.names["test"]
