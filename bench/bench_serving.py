@@ -1,17 +1,17 @@
 """Benchmark: `keras-trm serve` under load over loopback (writes JSON).
 
     python bench/bench_serving.py [--model-base-path export/transformer_multi30k_en_de]
-        [--requests 10000] [--clients 16] [--swap-version]
-        [--output bench/results/serving.json]
+        [--requests 10000] [--clients 16] [--transport rest|grpc]
+        [--swap-version] [--output bench/results/serving.json]
 
 For each configuration (without batching, then with `--enable_batching`) a
 server is started as its own process (`python -m keras_trm.cli serve` on
 127.0.0.1), then:
 
-1. idle latency: `--idle-requests` single-sentence REST requests one after
+1. idle latency: `--idle-requests` single-sentence requests one after
    another (p50/p95 in ms);
-2. load: `--clients` threads, each with its own HTTP connection, send
-   `--requests` REST `:predict` requests of one Multi30k test sentence each
+2. load: `--clients` threads, each with its own connection, send
+   `--requests` requests of one Multi30k test sentence each
    (`test_2016_flickr`, cycled), as fast as answers come: sentences/s,
    latency p50/p95/p99, errors, server RSS before, during (min/max, sampled
    each second) and after;
@@ -20,6 +20,14 @@ server is started as its own process (`python -m keras_trm.cli serve` on
    requests a new version is copied in (written beside, renamed into place)
    and the run checks that no request failed and that the new version ends
    up `AVAILABLE` and answering while the old one is `END`.
+
+Requests go over REST (`:predict`, `requests` with keep-alive) or, with
+`--transport grpc`, over gRPC (`PredictionService/Predict` through the
+`tensorflow-serving-api` stubs). Last, without any server, the SavedModel
+is called in process (`--decoder-ceiling-seconds`): `--clients` threads of
+one-sentence calls against `--num-batch-threads` threads of
+`--max-batch-size`-sentence calls, the most that batching can gain with
+this model on this host.
 
 Every run is bounded by `--time-limit` seconds (requests not sent by then
 are counted as `not_sent`), and each server is stopped with SIGTERM.
@@ -106,6 +114,12 @@ class Server:
             raise RuntimeError(f"the server did not start (see {log_path})")
         self.started = json.loads(line)
         self.ps = psutil.Process(self.proc.pid)
+        self.name = name
+        # The translation signature's one input, from TF Serving's metadata.
+        meta = requests.get(self.url + "/metadata", timeout=60).json()
+        inputs = meta["metadata"]["signature_def"]["signature_def"][
+            "serving_default"]["inputs"]
+        (self.input_name,) = inputs
 
     def rss_mib(self):
         return self.ps.memory_info().rss / 2**20
@@ -138,20 +152,68 @@ def percentiles(values_s):
     return {f"p{q}_ms": round(float(np.percentile(ms, q)), 1) for q in (50, 95, 99)}
 
 
-def idle_latency(server, sentences, count):
+def rest_sender(server):
+    """One client's REST connection: ``send(sentence) -> problem or None``."""
     session = requests.Session()
+
+    def send(sentence):
+        reply = session.post(server.url + ":predict", timeout=300,
+                             json={"instances": [sentence]})
+        if reply.status_code == 200 and len(reply.json()["predictions"]) == 1:
+            return None
+        return f"{reply.status_code}: {reply.text[:200]}"
+
+    return send
+
+
+def grpc_sender(server):
+    """One client's gRPC channel: TF Serving's ``PredictionService/Predict``
+    through the ``tensorflow-serving-api`` stubs."""
+    import grpc
+    from tensorflow.core.framework import tensor_pb2, types_pb2
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc}")
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+    def send(sentence):
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = server.name
+        request.model_spec.signature_name = "serving_default"
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING,
+                                        string_val=[sentence.encode("utf-8")])
+        tensor.tensor_shape.dim.add(size=1)
+        request.inputs[server.input_name].CopyFrom(tensor)
+        try:
+            reply = stub.Predict(request, timeout=300)
+        except grpc.RpcError as err:
+            return f"{err.code().name}: {err.details()[:200]}"
+        outputs = list(reply.outputs.values())
+        if len(outputs) == 1 and len(outputs[0].string_val) == 1:
+            return None
+        return f"unexpected reply: {str(reply)[:200]}"
+
+    return send
+
+
+SENDERS = {"rest": rest_sender, "grpc": grpc_sender}
+
+
+def idle_latency(server, sentences, count, transport="rest"):
+    send = SENDERS[transport](server)
     times = []
     for i in range(count + 3):
         start = time.perf_counter()
-        reply = session.post(server.url + ":predict", timeout=120,
-                             json={"instances": [sentences[i % len(sentences)]]})
-        reply.raise_for_status()
+        problem = send(sentences[i % len(sentences)])
+        if problem:
+            raise RuntimeError(f"idle request failed: {problem}")
         if i >= 3:  # the first requests warm the graph up
             times.append(time.perf_counter() - start)
     return {"requests": count, **percentiles(times)}
 
 
-def load(server, sentences, total, clients, time_limit, on_progress=None):
+def load(server, sentences, total, clients, time_limit, on_progress=None,
+         transport="rest"):
     """`clients` threads send `total` one-sentence requests; returns figures."""
     lock = threading.Lock()
     state = {"next": 0, "done": 0}
@@ -159,7 +221,7 @@ def load(server, sentences, total, clients, time_limit, on_progress=None):
     deadline = time.monotonic() + time_limit
 
     def client():
-        session = requests.Session()
+        send = SENDERS[transport](server)
         while True:
             with lock:
                 i = state["next"]
@@ -168,10 +230,7 @@ def load(server, sentences, total, clients, time_limit, on_progress=None):
                 state["next"] += 1
             start = time.perf_counter()
             try:
-                reply = session.post(server.url + ":predict", timeout=300,
-                                     json={"instances": [sentences[i % len(sentences)]]})
-                ok = reply.status_code == 200 and len(reply.json()["predictions"]) == 1
-                problem = None if ok else f"{reply.status_code}: {reply.text[:200]}"
+                problem = send(sentences[i % len(sentences)])
             except Exception as err:  # noqa: BLE001 - counted as an error
                 problem = f"{type(err).__name__}: {err}"
             with lock:
@@ -218,7 +277,8 @@ def run_config(label, base_path, name, sentences, args, batching_file=None,
     result = {"batching": bool(batching_file),
               "tensorflow_threads": server.started.get("tensorflow_threads")}
     try:
-        result["idle_latency"] = idle_latency(server, sentences, args.idle_requests)
+        result["idle_latency"] = idle_latency(server, sentences, args.idle_requests,
+                                              args.transport)
         result["server_rss_mib_before"] = round(server.rss_mib(), 1)
         total = args.swap_requests if swap else args.requests
         swap_info = {}
@@ -231,7 +291,8 @@ def run_config(label, base_path, name, sentences, args, batching_file=None,
 
         print(f"[{label}] {total} requests from {args.clients} clients", flush=True)
         result["load"] = load(server, sentences, total, args.clients, args.time_limit,
-                              on_progress=maybe_swap if swap else None)
+                              on_progress=maybe_swap if swap else None,
+                              transport=args.transport)
         result["server_rss_mib_after"] = round(server.rss_mib(), 1)
         if swap:
             result["swap"] = check_swap(server, swap_info, sentences)
@@ -240,6 +301,98 @@ def run_config(label, base_path, name, sentences, args, batching_file=None,
         if batching_file:
             result["batches"] = server.batching_stats()
     print(f"[{label}] {json.dumps(result)[:600]}", flush=True)
+    return result
+
+
+def decoder_ceiling_child(args):
+    """Runs in a child process: the export's SavedModel called directly, no
+    server. ``clients`` threads each translating 1 sentence per call (what
+    the server without batching can at best do) against
+    ``num_batch_threads`` threads each translating ``max_batch_size``
+    sentences per call (the server with batching, every batch full),
+    alternated in rounds; prints sentences/s of each as JSON."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - the export's tokenizer ops
+
+    from keras_trm.data import load_multi30k
+
+    tf.config.threading.set_intra_op_parallelism_threads(
+        args.tensorflow_intra_op_parallelism)
+    tf.config.threading.set_inter_op_parallelism_threads(
+        args.tensorflow_inter_op_parallelism)
+    base_path = pathlib.Path(args.model_base_path)
+    latest = max(int(p.name) for p in base_path.iterdir() if p.name.isdigit())
+    translate = tf.saved_model.load(str(base_path / str(latest))).signatures[
+        "serving_default"]
+    sentences, _ = load_multi30k("test_2016_flickr", args.data_dir)
+    for size in (1, args.max_batch_size):
+        translate(tf.constant(sentences[:size]))  # warm-up
+    lock = threading.Lock()
+
+    def run(threads, rows, seconds):
+        state = {"next": 0, "sentences": 0}
+        stop = time.monotonic() + seconds
+
+        def worker():
+            while time.monotonic() < stop:
+                with lock:
+                    i = state["next"]
+                    state["next"] = (i + rows) % (len(sentences) - rows)
+                translate(tf.constant(sentences[i:i + rows]))
+                with lock:
+                    state["sentences"] += rows
+
+        pool = [threading.Thread(target=worker) for _ in range(threads)]
+        start = time.perf_counter()
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        return state["sentences"], time.perf_counter() - start
+
+    sides = {"one_sentence_calls": (args.clients, 1),
+             "full_batch_calls": (args.num_batch_threads, args.max_batch_size)}
+    totals = {k: [0, 0.0] for k in sides}
+    for _ in range(2):  # rounds: A B A B, so both see the same load
+        for key, (threads, rows) in sides.items():
+            done, seconds = run(threads, rows, args.decoder_ceiling_seconds / 4)
+            totals[key][0] += done
+            totals[key][1] += seconds
+    out = {key: {"threads": sides[key][0], "sentences_per_call": sides[key][1],
+                 "sentences": n, "seconds": round(sec, 2),
+                 "sentences_per_s": round(n / sec, 2)}
+           for key, (n, sec) in totals.items()}
+    out["full_batch_over_one_sentence"] = round(
+        out["full_batch_calls"]["sentences_per_s"]
+        / out["one_sentence_calls"]["sentences_per_s"], 2)
+    print(json.dumps(out), flush=True)
+
+
+def decoder_ceiling(args):
+    """``decoder_ceiling_child`` in its own process (TensorFlow stays out of
+    the benchmark's process); None when skipped."""
+    if args.decoder_ceiling_seconds <= 0:
+        return None
+    cmd = [sys.executable, __file__, "--ceiling-child",
+           "--model-base-path", str(args.model_base_path),
+           "--clients", str(args.clients),
+           "--max-batch-size", str(args.max_batch_size),
+           "--num-batch-threads", str(args.num_batch_threads),
+           "--tensorflow-intra-op-parallelism", str(args.tensorflow_intra_op_parallelism),
+           "--tensorflow-inter-op-parallelism", str(args.tensorflow_inter_op_parallelism),
+           "--decoder-ceiling-seconds", str(args.decoder_ceiling_seconds)]
+    if args.data_dir:
+        cmd += ["--data-dir", args.data_dir]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    print(f"[decoder_ceiling] the SavedModel in process, {args.decoder_ceiling_seconds} s",
+          flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          timeout=600 + 2 * args.decoder_ceiling_seconds)
+    if proc.returncode:
+        raise RuntimeError(f"decoder ceiling run failed: {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"[decoder_ceiling] {json.dumps(result)}", flush=True)
     return result
 
 
@@ -291,16 +444,27 @@ def main(argv=None):
                         help="the server's flag (0: TensorFlow's default, one "
                         "thread per core)")
     parser.add_argument("--tensorflow-inter-op-parallelism", type=int, default=0)
+    parser.add_argument("--transport", choices=sorted(SENDERS), default="rest",
+                        help="REST (requests, keep-alive) or gRPC (the "
+                        "tensorflow-serving-api stubs), one connection per client")
     parser.add_argument("--swap-version", action="store_true",
                         help="also run a version change under load (batching on)")
     parser.add_argument("--swap-requests", type=int, default=2000)
     parser.add_argument("--time-limit", type=float, default=3600.0,
                         help="seconds each load run may take at most")
+    parser.add_argument("--decoder-ceiling-seconds", type=float, default=40.0,
+                        help="also call the SavedModel in process, without a server, "
+                        "for this long: the batching speedup's upper bound (0: skip)")
+    parser.add_argument("--ceiling-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--output", default=str(ROOT / "bench/results/serving.json"))
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
     from keras_trm.data import load_multi30k
+
+    if args.ceiling_child:
+        decoder_ceiling_child(args)
+        return
 
     base_path = pathlib.Path(args.model_base_path).resolve()
     name = args.model_name or base_path.name
@@ -321,8 +485,12 @@ def main(argv=None):
             "model_base_path": str(base_path),
             "versions": sorted(p.name for p in base_path.iterdir() if p.name.isdigit()),
             "sentences": "Multi30k test_2016_flickr (English), 1 per request, cycled",
-            "transport": "REST over loopback (127.0.0.1), one HTTP keep-alive "
-                         "connection per client thread",
+            "transport": {
+                "rest": "REST over loopback (127.0.0.1), one HTTP keep-alive "
+                        "connection per client thread",
+                "grpc": "gRPC over loopback (127.0.0.1): PredictionService/Predict "
+                        "with tensorflow-serving-api's stub, one channel per client "
+                        "thread"}[args.transport],
             "batching_parameters": batching_file.read_text(),
             "server_flags": {
                 "tensorflow_intra_op_parallelism": args.tensorflow_intra_op_parallelism,
@@ -340,6 +508,7 @@ def main(argv=None):
             report["configs"]["batching_version_swap"] = run_config(
                 "batching_version_swap", copy, name, sentences, args, batching_file,
                 swap=True, log_dir=tmp)
+    report["decoder_ceiling"] = decoder_ceiling(args)
     configs = report["configs"]
     plain = configs["no_batching"]["load"]["sentences_per_s"]
     batched = configs["batching"]["load"]["sentences_per_s"]
