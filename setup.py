@@ -21,6 +21,7 @@ setup(
         "tqdm>=4.66",
         "flask>=3.0",
         "waitress>=3.0",
+        "prometheus-client>=0.20",  # keras-trm serve --monitoring_config_file
         "grpcio>=1.60",
         "tensorflow-serving-api>=2.21,<2.22",
         "ai-edge-litert>=2.0",

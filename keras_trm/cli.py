@@ -117,6 +117,10 @@ def serve_parser():
          help="TensorFlow ops run at once (0: one per core)")
     flag("tensorflow_session_parallelism", type=int, default=0,
          help="both pools, where the two flags above are 0")
+    flag("monitoring_config_file", default=None,
+         help="text MonitoringConfig: prometheus_config { enable: true path: "
+         "\"/monitoring/prometheus/metrics\" } serves TF Serving's metrics on "
+         "the REST port")
     flag("shutdown_grace_seconds", type=float, default=30.0,
          help="on SIGTERM, how long in-flight requests may take to finish")
     return parser
@@ -130,7 +134,7 @@ def serve_main(argv):
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from keras_trm.serving import (
         ModelManager, ModelServer, batching_options, configure_tensorflow_threads,
-        model_server_config)
+        model_server_config, monitoring_path)
 
     try:
         threads = configure_tensorflow_threads(
@@ -140,6 +144,10 @@ def serve_main(argv):
                                      args.model_config_file)
         batching = (batching_options(args.batching_parameters_file)
                     if args.enable_batching else None)
+        metrics_path = monitoring_path(args.monitoring_config_file)
+        if metrics_path is not None and not args.rest_api_port:
+            raise ValueError("--monitoring_config_file serves metrics on the REST "
+                             "port; --rest_api_port is 0")
     except ValueError as err:
         print(f"keras-trm serve: {err}", file=sys.stderr)
         return 2
@@ -149,7 +157,8 @@ def serve_main(argv):
                          rest_api_port=args.rest_api_port or None, grpc_port=args.port,
                          rest_api_num_threads=args.rest_api_num_threads,
                          grpc_max_threads=args.grpc_max_threads,
-                         max_request_bytes=args.max_request_bytes)
+                         max_request_bytes=args.max_request_bytes,
+                         monitoring_path=metrics_path)
     server.serve_forever(grace=args.shutdown_grace_seconds,
                          info={"tensorflow_threads": threads})
     return 0

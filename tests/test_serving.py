@@ -456,6 +456,8 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
     export_module(toy, tmp_path, "toy", {"serving_default": toy.shout})
     batching = tmp_path / "batching.txt"
     batching.write_text("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 1500000 }\n")
+    monitoring = tmp_path / "monitoring.txt"
+    monitoring.write_text('prometheus_config { enable: true path: "/metrics" }\n')
     rest, grpc_port = _free_port(), _free_port()
     log = open(tmp_path / "server.log", "w")
     env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[1]))
@@ -464,7 +466,8 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
          "--port", str(grpc_port), "--model_name", "shout", "--model-base-path",
          str(tmp_path / "toy"), "--enable_batching", "--batching_parameters_file",
          str(batching), "--file_system_poll_wait_seconds", "0",
-         "--tensorflow_intra_op_parallelism=1", "--tensorflow-inter-op-parallelism", "2"],
+         "--tensorflow_intra_op_parallelism=1", "--tensorflow-inter-op-parallelism", "2",
+         "--monitoring_config_file", str(monitoring)],
         stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     try:
         line = proc.stdout.readline()  # printed once listening
@@ -475,6 +478,13 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
         assert started["tensorflow_threads"] == {"intra_op": 1, "inter_op": 2}
         url = f"http://127.0.0.1:{rest}"
         assert requests.get(f"{url}/readyz", timeout=TIMEOUT).status_code == 200
+        # --monitoring_config_file: TF Serving's metrics at the file's path.
+        assert requests.post(f"{url}/v1/models/shout/versions/7:predict",
+                             json={"instances": ["x"]}, timeout=TIMEOUT).status_code == 404
+        metrics = requests.get(f"{url}/metrics", timeout=TIMEOUT)
+        assert metrics.headers["Content-Type"].startswith("text/plain")
+        assert (':tensorflow:serving:request_count_total{model_name="shout",'
+                'status="NOT_FOUND"} 1.0') in metrics.text
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             # batch_timeout_micros 1.5 s keeps this request in flight.
             pending = pool.submit(requests.post, f"{url}/v1/models/shout:predict",
@@ -502,3 +512,83 @@ def test_cli_refuses_bad_thread_flags_before_touching_tensorflow(tmp_path, capsy
     assert code == 2
     assert ("--tensorflow_intra_op_parallelism must be an int >= 0, got -1"
             in capsys.readouterr().err)
+
+
+# -- Prometheus metrics (--monitoring_config_file) -----------------------------------
+def test_prometheus_metrics_count_rest_and_grpc_requests_as_tf_serving(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _export(tmp_path)
+    manager = ModelManager(model_server_config([], [tmp_path / "toy"]),
+                           file_system_poll_wait_seconds=-1)
+    server = ModelServer(manager, rest_api_port=0, grpc_port=0,
+                         monitoring_path="/monitoring/prometheus/metrics").start()
+    url = f"http://127.0.0.1:{server.rest_api_port}"
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    try:
+        for body, code in (({"instances": ["a"]}, 200), ({"instances": ["b"]}, 200),
+                           ({"instances": [1.5]}, 400)):
+            reply = requests.post(f"{url}/v1/models/toy:predict", json=body,
+                                  timeout=TIMEOUT)
+            assert reply.status_code == code
+        assert requests.get(f"{url}/v1/models/nope", timeout=TIMEOUT).status_code == 404
+        assert requests.get(f"{url}/v1/models/toy/metadata", timeout=TIMEOUT).ok
+        assert requests.get(f"{url}/healthz", timeout=TIMEOUT).ok  # names no model
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "toy"
+        request.inputs["text"].CopyFrom(tf.make_tensor_proto(["c"]))
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        assert stub.Predict(request, timeout=TIMEOUT).outputs["loud"].string_val == [b"C!"]
+        request.model_spec.signature_name = "nope"
+        with pytest.raises(grpc.RpcError):
+            stub.Predict(request, timeout=TIMEOUT)
+        status_request = get_model_status_pb2.GetModelStatusRequest()
+        status_request.model_spec.name = "toy"
+        model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+            status_request, timeout=TIMEOUT)
+        reply = requests.get(f"{url}/monitoring/prometheus/metrics", timeout=TIMEOUT)
+        assert reply.status_code == 200
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        families = {f.name: f for f in text_string_to_metric_families(reply.text)}
+    finally:
+        channel.close()
+        server.stop(grace=5)
+
+    counts = {(s.labels["model_name"], s.labels["status"]): s.value
+              for s in families[":tensorflow:serving:request_count"].samples
+              if s.name.endswith("_total")}
+    assert counts == {("toy", "OK"): 5.0, ("toy", "INVALID_ARGUMENT"): 1.0,
+                      ("nope", "NOT_FOUND"): 1.0, ("toy", "NOT_FOUND"): 1.0}
+    latency = families[":tensorflow:serving:request_latency"].samples
+    calls = {(s.labels["model_name"], s.labels["API"], s.labels["entrypoint"]): s.value
+             for s in latency if s.name.endswith("_count")}
+    assert calls == {("toy", "Predict", "REST"): 3.0, ("nope", "GetModelStatus", "REST"): 1.0,
+                     ("toy", "GetModelMetadata", "REST"): 1.0,
+                     ("toy", "Predict", "GRPC"): 2.0, ("toy", "GetModelStatus", "GRPC"): 1.0}
+    # Microseconds, as TF Serving: 3 REST predictions took between 1 µs and 1 min.
+    total = [s.value for s in latency if s.name.endswith("_sum")
+             and s.labels["API"] == "Predict" and s.labels["entrypoint"] == "REST"]
+    assert 3 <= total[0] <= 3 * 60e6
+
+
+def test_monitoring_config_file_as_tf_serving_reads_it(tmp_path):
+    from keras_trm.serving import monitoring_path
+
+    def config(text):
+        path = tmp_path / "monitoring.txt"
+        path.write_text(text)
+        return str(path)
+
+    assert monitoring_path(None) is None
+    assert monitoring_path(config("prometheus_config { enable: true }")) == (
+        "/monitoring/prometheus/metrics")
+    assert monitoring_path(config('prometheus_config { enable: true path: "/m" }')) == "/m"
+    assert monitoring_path(config('prometheus_config { path: "/m" }')) is None
+    with pytest.raises(ValueError, match="monitoring_config_file.*must start with '/'"):
+        monitoring_path(config('prometheus_config { enable: true path: "m" }'))
+    with pytest.raises(ValueError, match="monitoring_config_file.*MonitoringConfig"):
+        monitoring_path(config("prometheus_config { enabled: true }"))
+    with pytest.raises(ValueError, match="monitoring_config_file"):
+        monitoring_path(tmp_path / "missing.txt")
+    with pytest.raises(ValueError, match="rest_api_port=None"):
+        ModelServer(None, rest_api_port=None, monitoring_path="/m")

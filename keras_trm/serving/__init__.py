@@ -10,11 +10,13 @@ from keras_trm.serving.config import (
     batching_options, configure_tensorflow_threads, model_server_config)
 from keras_trm.serving.errors import InvalidArgument, NotFound, ServingError, Unavailable
 from keras_trm.serving.manager import ModelManager, ServableVersion
+from keras_trm.serving.monitoring import Metrics, monitoring_path
 from keras_trm.serving.rest import create_app
 from keras_trm.serving.server import ModelServer
 
 __all__ = [
-    "BatchScheduler", "BatchingOptions", "InvalidArgument", "ModelManager",
+    "BatchScheduler", "BatchingOptions", "InvalidArgument", "Metrics", "ModelManager",
     "ModelServer", "NotFound", "ServableVersion", "ServingError", "Unavailable",
     "batching_options", "configure_tensorflow_threads", "create_app", "model_server_config",
+    "monitoring_path",
 ]

@@ -14,6 +14,7 @@ exception.
 """
 
 import logging
+import time
 
 import grpc
 from tensorflow_serving.apis import (
@@ -33,15 +34,23 @@ def _spec_args(model_spec):
 
 
 def _guard(method):
-    """Turns errors into gRPC statuses (never an unhandled exception)."""
+    """Turns errors into gRPC statuses (never an unhandled exception) and
+    records each call in ``self.metrics`` where there is one."""
     def wrapper(self, request, context):
+        start = time.perf_counter()
         try:
-            return method(self, request, context)
+            response = method(self, request, context)
+            status, message = grpc.StatusCode.OK, ""
         except ServingError as err:
             status, message = grpc.StatusCode[err.code], str(err)
         except Exception as err:  # noqa: BLE001 - answered, never raised
             log.exception("gRPC %s failed", method.__name__)
             status, message = grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}"
+        if self.metrics is not None and request.model_spec.name:
+            self.metrics.record(request.model_spec.name, method.__name__, "GRPC",
+                                status.name, time.perf_counter() - start)
+        if status is grpc.StatusCode.OK:
+            return response
         context.abort(status, message)
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
@@ -49,10 +58,12 @@ def _guard(method):
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``Predict`` and ``GetModelMetadata`` over a ``ModelManager``."""
+    """``Predict`` and ``GetModelMetadata`` over a ``ModelManager``
+    (``metrics``: an optional ``monitoring.Metrics`` recording each call)."""
 
-    def __init__(self, manager):
+    def __init__(self, manager, metrics=None):
         self.manager = manager
+        self.metrics = metrics
 
     @_guard
     def Predict(self, request, context):  # noqa: N802 - gRPC method name
@@ -97,10 +108,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    """``GetModelStatus`` over a ``ModelManager``."""
+    """``GetModelStatus`` over a ``ModelManager`` (``metrics`` as above)."""
 
-    def __init__(self, manager):
+    def __init__(self, manager, metrics=None):
         self.manager = manager
+        self.metrics = metrics
 
     @_guard
     def GetModelStatus(self, request, context):  # noqa: N802
@@ -118,8 +130,10 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-def add_services(server, manager):
-    """Registers both services of ``manager`` on a ``grpc.Server``."""
+def add_services(server, manager, metrics=None):
+    """Registers both services of ``manager`` on a ``grpc.Server``; calls
+    are recorded in ``metrics`` (a ``monitoring.Metrics``) where given."""
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionService(manager), server)
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)
+        PredictionService(manager, metrics), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(
+        ModelService(manager, metrics), server)

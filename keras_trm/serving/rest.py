@@ -19,6 +19,8 @@ Routes (``<v>`` a version number; ``/labels/<label>`` may stand for
   not valid UTF-8.
 - ``GET /healthz`` (the process answers) and ``GET /readyz`` (every model
   has an available version and the server is not shutting down; else 503).
+- ``GET <metrics_path>`` where given: TF Serving's Prometheus metrics
+  (``keras_trm.serving.monitoring``).
 
 Every error is JSON ``{"error": "..."}``: 400 for a malformed request, 404
 for an unknown model, version, label or signature (and unknown routes),
@@ -31,6 +33,7 @@ import base64
 import binascii
 import json
 import threading
+import time
 
 import numpy as np
 
@@ -38,6 +41,9 @@ from keras_trm.serving.errors import (
     InvalidArgument, ServingError, Unavailable, check_input_names)
 
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# TF Serving's status code name of a REST answer, where no ServingError named it.
+_STATUS_CODE = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
+                413: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
 
 
 # -- JSON <-> arrays ---------------------------------------------------------------
@@ -228,7 +234,8 @@ class _InFlight:
             return self.cond.wait_for(lambda: self.count == 0, timeout)
 
 
-def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES):
+def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
+               metrics=None, metrics_path=None):
     """A Flask WSGI app answering TF Serving's REST API.
 
     Args:
@@ -237,6 +244,10 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
         model_name: URL name when ``manager`` is a path (default: the
             folder's name).
         max_request_bytes: int, larger bodies get 413.
+        metrics: optional ``keras_trm.serving.monitoring.Metrics``; every
+            request naming a model is recorded in it.
+        metrics_path: URL path answering ``GET`` with ``metrics`` in the
+            Prometheus text format (e.g. ``"/monitoring/prometheus/metrics"``).
 
     Returns:
         ``flask.Flask``; ``app.in_flight`` counts requests being answered
@@ -283,6 +294,7 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
 
     @app.errorhandler(ServingError)
     def serving_error(err):
+        flask.g.status_code = err.code
         return error(str(err), err.http_status)
 
     @app.errorhandler(werkzeug.exceptions.HTTPException)
@@ -299,11 +311,34 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
 
     @app.before_request
     def count_in():
+        flask.g.start = time.perf_counter()
         with in_flight.cond:
             in_flight.count += 1
         flask.g.counted = True
         if in_flight.draining and flask.request.path != "/healthz":
             raise Unavailable("the server is shutting down")
+
+    if metrics is not None:
+        apis = {"predict_route": "Predict", "metadata": "GetModelMetadata",
+                "status": "GetModelStatus"}
+
+        @app.after_request
+        def record(response):
+            name = (flask.request.view_args or {}).get("name")
+            api = apis.get(flask.request.endpoint)
+            if name is not None and api is not None:
+                code = flask.g.get("status_code") or _STATUS_CODE.get(
+                    response.status_code, "UNKNOWN")
+                metrics.record(name, api, "REST", code,
+                               time.perf_counter() - flask.g.start)
+            return response
+
+        if metrics_path:
+            @app.get(metrics_path)
+            def prometheus_metrics():
+                from prometheus_client import CONTENT_TYPE_LATEST
+
+                return flask.Response(metrics.text(), mimetype=CONTENT_TYPE_LATEST)
 
     @app.teardown_request
     def count_out(_exc):

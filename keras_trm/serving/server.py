@@ -54,9 +54,17 @@ class ModelServer:
             once; more wait in its queue).
         grpc_max_threads: gRPC worker threads.
         max_request_bytes: largest REST body / gRPC message accepted.
+        monitoring_path: URL path on the REST port answering TF Serving's
+            Prometheus metrics (``keras_trm.serving.monitoring``), e.g.
+            ``"/monitoring/prometheus/metrics"``; None: no metrics.
 
     Attributes:
         rest_api_port, grpc_port: the bound ports once started.
+        metrics: the ``monitoring.Metrics`` recorded, or None.
+
+    Raises:
+        ValueError: a thread count or ``max_request_bytes`` below 1, or a
+            ``monitoring_path`` without REST (``rest_api_port=None``).
 
     Example:
         >>> server = ModelServer(manager, rest_api_port=0, grpc_port=0).start()
@@ -66,12 +74,22 @@ class ModelServer:
 
     def __init__(self, manager, host="127.0.0.1", rest_api_port=8501, grpc_port=8500,
                  rest_api_num_threads=16, grpc_max_threads=16,
-                 max_request_bytes=DEFAULT_MAX_REQUEST_BYTES):
+                 max_request_bytes=DEFAULT_MAX_REQUEST_BYTES, monitoring_path=None):
         for name, value in (("rest_api_num_threads", rest_api_num_threads),
                             ("grpc_max_threads", grpc_max_threads),
                             ("max_request_bytes", max_request_bytes)):
             if int(value) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {name}={value}")
+        if monitoring_path is not None and rest_api_port is None:
+            raise ValueError(
+                f"`monitoring_path` {monitoring_path!r} is served on the REST port, "
+                "but rest_api_port=None serves no REST")
+        self.monitoring_path = monitoring_path
+        self.metrics = None
+        if monitoring_path is not None:
+            from keras_trm.serving.monitoring import Metrics
+
+            self.metrics = Metrics()
         self.manager = manager
         self.host = host
         self.rest_api_port = rest_api_port
@@ -101,13 +119,14 @@ class ModelServer:
                 concurrent.futures.ThreadPoolExecutor(
                     self.grpc_max_threads, thread_name_prefix="grpc"),
                 options=options, maximum_concurrent_rpcs=4 * self.grpc_max_threads)
-            add_services(self._grpc, self.manager)
+            add_services(self._grpc, self.manager, self.metrics)
             self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
             self._grpc.start()
         if self.rest_api_port is not None:
             import waitress
 
-            self.app = create_app(self.manager, max_request_bytes=self.max_request_bytes)
+            self.app = create_app(self.manager, max_request_bytes=self.max_request_bytes,
+                                  metrics=self.metrics, metrics_path=self.monitoring_path)
             self._rest = waitress.create_server(
                 self.app, host=self.host, port=self.rest_api_port,
                 threads=self.rest_api_num_threads,
