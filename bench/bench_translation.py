@@ -167,6 +167,8 @@ def epoch_child(vocab_path, policy, max_steps):
                           "idle": round(1 - (user + sys_) / (wall * cpus), 3)},
         "sys_fraction_of_cpu_time": round(sys_ / max(user + sys_, 1e-9), 3),
         "minor_page_faults": r1.ru_minflt - r0.ru_minflt,
+        "voluntary_context_switches": r1.ru_nvcsw - r0.ru_nvcsw,
+        "involuntary_context_switches": r1.ru_nivcsw - r0.ru_nivcsw,
         "max_rss_mib": _peak_rss_mib(),
     }))
 

@@ -38,8 +38,81 @@ def test_noam_values_at_chosen_steps():
 
 
 def test_paper_adam_settings():
+    from keras_trm.training import FusedAdam
+
     opt = paper_adam(1e-3)
     assert (opt.beta_1, opt.beta_2, opt.epsilon) == (0.9, 0.98, 1e-9)
+    assert isinstance(opt, FusedAdam)
+
+
+def _adam_updates(optimizer, weights, grads_per_step):
+    variables = [keras.Variable(w) for w in weights]
+
+    @tf.function
+    def step(grads):
+        optimizer.apply_gradients(zip(grads, variables))
+
+    for grads in grads_per_step:
+        step(grads)
+    return [v.numpy() for v in variables], step
+
+
+def test_fused_adam_matches_keras_adam_and_runs_one_kernel(rng):
+    """Same trajectory as Keras' op-by-op Adam over 30 steps: to float
+    rounding for dense gradients, which run as ResourceApplyAdam, exactly
+    for a sparse (IndexedSlices) one, which falls back to Keras' update."""
+    from keras_trm.training import FusedAdam
+
+    weights = [rng.normal(size=s).astype("float32") for s in [(50, 40), (40,)]]
+    steps = []
+    for _ in range(30):
+        rows = tf.constant(rng.integers(0, 50, size=6), tf.int64)
+        steps.append([tf.IndexedSlices(
+                          tf.constant(rng.normal(size=(6, 40)), tf.float32),
+                          rows, tf.constant([50, 40], tf.int64)),
+                      tf.constant(rng.normal(size=(40,)), tf.float32)])
+    kw = dict(learning_rate=3e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    ours, step = _adam_updates(FusedAdam(**kw), weights, steps)
+    keras_, _ = _adam_updates(keras.optimizers.Adam(**kw), weights, steps)
+    for a, b, w in zip(ours, keras_, weights):
+        assert np.abs(a - w).max() > 0.1            # the weights moved
+    np.testing.assert_array_equal(ours[0], keras_[0])
+    np.testing.assert_allclose(ours[1], keras_[1], rtol=0, atol=2e-6)
+    dense = [[tf.convert_to_tensor(g) for g in grads] for grads in steps]
+    ours, step = _adam_updates(FusedAdam(**kw), weights, dense)
+    keras_, keras_step = _adam_updates(keras.optimizers.Adam(**kw), weights, dense)
+    for a, b in zip(ours, keras_):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+    def op_types(fn):
+        graph = fn.get_concrete_function(dense[0]).graph
+        types = {op.type for op in graph.get_operations()}
+        for f in graph._functions.values():
+            types |= {n.op for n in f.definition.node_def}
+        return types
+
+    assert "ResourceApplyAdam" in op_types(step)
+    assert "ResourceApplyAdam" not in op_types(keras_step)
+    # amsgrad has no fused kernel: Keras' own update, same result.
+    ams = dict(kw, amsgrad=True)
+    a, _ = _adam_updates(FusedAdam(**ams), weights, steps[:5])
+    b, _ = _adam_updates(keras.optimizers.Adam(**ams), weights, steps[:5])
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_fused_adam_saves_and_loads_with_the_model(tmp_path):
+    from keras_trm.training import FusedAdam
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=paper_adam(NoamSchedule(8, 4)), loss="mse")
+    x = np.ones((4, 3), "float32")
+    model.fit(x, np.zeros((4, 2), "float32"), epochs=2, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded.optimizer, FusedAdam)
+    assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    for a, b in zip(loaded.optimizer.variables, model.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("bad", [dict(d_model=0), dict(warmup_steps=-5),

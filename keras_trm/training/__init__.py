@@ -20,6 +20,7 @@ from keras_trm.training.precision import (
     resolve_precision,
 )
 from keras_trm.training.presets import PRESETS, apply_preset, preset
+from keras_trm.training.optimizers import FusedAdam
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 # Per-step logs, language-model steps (keras_trm.jobs use them).
@@ -67,6 +68,7 @@ __all__ = [
     "select_checkpoint_average",
     "make_strategy",
     "paper_adam",
+    "FusedAdam",
     "preset",
     "resolve_jit_compile",
     "resolve_precision",

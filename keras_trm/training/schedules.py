@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_trm.layers import _validation as v
+from keras_trm.training.optimizers import FusedAdam
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
@@ -53,7 +54,9 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def paper_adam(learning_rate, **kwargs):
-    """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3).
+    """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3): a
+    ``keras_trm.training.FusedAdam`` (Keras' Adam, one fused kernel per
+    variable under TensorFlow); ``kwargs`` go to it.
 
     Example:
 
@@ -61,7 +64,7 @@ def paper_adam(learning_rate, **kwargs):
     >>> optimizer.beta_1, optimizer.beta_2, optimizer.epsilon
     (0.9, 0.98, 1e-09)
     """
-    return keras.optimizers.Adam(
+    return FusedAdam(
         learning_rate=learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
         **kwargs,
     )
