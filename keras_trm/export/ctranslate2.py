@@ -50,8 +50,10 @@ has no penalty and gave the same output on all 1,000 sentences
 """
 
 import json
+import logging
 import os
 import pathlib
+import platform
 
 import numpy as np
 
@@ -65,6 +67,8 @@ from keras_trm.text.wordpiece import (
     UNK,
     load_vocabulary,
 )
+
+_LOG = logging.getLogger(__name__)
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16",
                  "bfloat16", "int8_float16", "int8_bfloat16")
@@ -235,6 +239,75 @@ def _set_embedding_and_positions(stack_spec, embeddings_spec, embedding):
     else:
         table = _numpy(embedding.position_embeddings)
     stack_spec.position_encodings.encodings = table
+
+
+# Instruction-set levels (as the two libraries spell them) below which
+# CTranslate2's int8 GEMM has no VNNI dot product: MKL's
+# MKL_ENABLE_INSTRUCTIONS and oneDNN's ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA.
+_NO_VNNI_LEVELS = {"SSE4_2", "SSE41", "AVX", "AVX2", "AVX512", "AVX512_CORE",
+                   "AVX512_MIC", "AVX512_MIC_4OPS"}
+_VNNI_CPU_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
+    """Whether CTranslate2's int8 matrix products are exact on this CPU.
+
+    On x86, CTranslate2 multiplies int8 weights by activations shifted to
+    uint8 (MKL's ``cblas_gemm_s8u8s32`` or oneDNN). With VNNI (AVX512_VNNI,
+    AVX-VNNI) or AMX the products are summed in int32. Without it (AVX2,
+    or AVX-512 without VNNI) pairs of products are first summed in int16
+    with saturation (``vpmaddubsw``): 2 x 255 x 127 overflows 32,767, so
+    large activations are clipped and most greedy outputs of a small
+    Multi30k model change (``tests/test_ctranslate2.py`` measures it).
+
+    The answer honours the variables that cap what MKL and oneDNN may use
+    (``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``,
+    ``DNNL_MAX_CPU_ISA``), so ``MKL_ENABLE_INSTRUCTIONS=AVX2`` makes any
+    host behave, and answer, as an AVX2 host.
+
+    Args:
+        cpuinfo: path of the Linux CPU description to read the flags from.
+
+    Returns:
+        bool. ``True`` off x86 (ARM builds use Ruy, which has no such
+        saturation) and when the flags cannot be read.
+    """
+    for var in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
+                "DNNL_MAX_CPU_ISA"):
+        if os.environ.get(var, "").strip().upper() in _NO_VNNI_LEVELS:
+            return False
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    try:
+        text = pathlib.Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return bool(_VNNI_CPU_FLAGS & set(line.split(":", 1)[-1].split()))
+    return True
+
+
+def default_compute_type(quantization, device="cpu"):
+    """The compute type ``CTranslate2Translator`` uses for ``"default"``.
+
+    The type the weights were saved in, except for int8 weights on an x86
+    CPU without an int8 dot product (``cpu_has_int8_dot_product``), where
+    CTranslate2's int8 GEMM saturates: those run as ``"int16"`` (the int8
+    weights widened at load), which keeps the small file and gives
+    float32's output within quantization error.
+
+    Args:
+        quantization: the export's ``quantization`` (``keras_trm.json``).
+        device: ``"cpu"`` or ``"cuda"``.
+
+    Returns:
+        str, a CTranslate2 compute type.
+    """
+    if (device == "cpu" and str(quantization).startswith("int8")
+            and not cpu_has_int8_dot_product()):
+        return "int16"
+    return "default"
 
 
 def build_spec(model, vocabulary):
@@ -498,8 +571,12 @@ class CTranslate2Translator:
         num_threads: int >= 1, CTranslate2 ``intra_threads`` (one
             translation at a time, ``inter_threads=1``).
         device: ``"cpu"`` or ``"cuda"``.
-        compute_type: CTranslate2 compute type (``"default"``: the type the
-            weights were saved in).
+        compute_type: CTranslate2 compute type. ``"default"``: the type
+            the weights were saved in, except int8 weights on an x86 CPU
+            without VNNI, which run as ``"int16"`` because CTranslate2's
+            int8 GEMM saturates there (see ``default_compute_type``; the
+            choice is logged and kept in ``self.compute_type``). Any other
+            value is passed to CTranslate2 as it is.
 
     ``translate_texts(sentences, beam_size=4, length_penalty=0.6,
     max_batch_size=100)``: list of str -> list of str. ``length_penalty``
@@ -551,6 +628,14 @@ class CTranslate2Translator:
         self.max_length = int(self.metadata["max_length"])
         self.source_max_length = int(self.metadata.get("source_max_length",
                                                        self.max_length))
+        if compute_type == "default":
+            compute_type = default_compute_type(
+                self.metadata.get("quantization", "float32"), device)
+            if compute_type != "default":
+                _LOG.info("%s: int8 weights run as %s on this CPU (no VNNI: "
+                          "CTranslate2's int8 GEMM would saturate)",
+                          self.model_dir, compute_type)
+        self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, compute_type=compute_type,
             inter_threads=1, intra_threads=int(num_threads),
