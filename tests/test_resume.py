@@ -32,6 +32,7 @@ SCRIPT = textwrap.dedent("""
         NoamSchedule, TimeBudget, TrainingBackup, paper_adam)
 
     work = pathlib.Path(sys.argv[1]); save_freq = int(sys.argv[2])
+    pause_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     src = [list(rng.integers(3, 50, rng.integers(3, 15))) + [2] for _ in range(100)]
@@ -49,9 +50,11 @@ SCRIPT = textwrap.dedent("""
 
     class StepLog(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
+            step = int(self.model.optimizer.iterations.numpy())
             with open(work / "steps.log", "a") as f:
-                f.write(f"{int(self.model.optimizer.iterations.numpy())}\\n")
-            time.sleep(0.03)  # leaves the test time to kill mid-epoch
+                f.write(f"{step}\\n")
+            if step == pause_at:  # waits here for the test's SIGKILL
+                time.sleep(600)
 
     budget = TimeBudget(3600)
     checkpoints = EpochCheckpoints(work / "checkpoints", keep=2)
@@ -105,7 +108,8 @@ def test_sigkill_mid_epoch_then_same_command_matches_uninterrupted(tmp_path):
     killed.mkdir()
     # Kill inside the second epoch, between two backups.
     target = per_epoch + SAVE_FREQ + 2
-    child = subprocess.Popen(cmd + [str(killed), str(SAVE_FREQ)], env=_env(),
+    child = subprocess.Popen(cmd + [str(killed), str(SAVE_FREQ), str(target)],
+                             env=_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 120
@@ -119,8 +123,9 @@ def test_sigkill_mid_epoch_then_same_command_matches_uninterrupted(tmp_path):
         if child.poll() is None:
             child.kill()
             child.wait()
+        child.stderr.close()
     before = len(_steps(killed))
-    assert per_epoch < before < 2 * per_epoch, "not killed mid-epoch"
+    assert before == target and per_epoch < before < 2 * per_epoch
     assert not (killed / "final.npz").exists()
 
     proc = subprocess.run(cmd + [str(killed), str(SAVE_FREQ)], env=_env(),

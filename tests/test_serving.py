@@ -94,7 +94,8 @@ def test_rest_status_and_metadata_in_tf_serving_form(server):
     assert sigs["serving_default"]["outputs"]["loud"]["dtype"] == "DT_STRING"
     assert sigs["serving_default"]["method_name"] == "tensorflow/serving/predict"
     assert requests.get(f"{url}/healthz", timeout=TIMEOUT).status_code == 200
-    assert requests.get(f"{url}/readyz", timeout=TIMEOUT).json()["models"] == ["toy"]
+    ready = requests.get(f"{url}/readyz", timeout=TIMEOUT).json()
+    assert ready["models"] == ["toy"] and ready["requests_in_flight"] == 0
 
 
 def test_rest_row_columnar_and_b64(server):
@@ -290,24 +291,66 @@ def test_grpc_errors_carry_tf_serving_codes(server, change, code):
 
 
 # -- batching -------------------------------------------------------------------------
+def _wait_for(predicate, what):
+    """Polls ``predicate`` until it holds; fails after TIMEOUT seconds. The
+    wait only bounds the test: what it waits for is certain to happen."""
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def test_concurrent_requests_are_merged_and_split_back(server):
-    _, url, _, _ = server
+    """While the only batch thread is busy, concurrent requests queue up and
+    are merged into batches; each gets its own rows back."""
+    srv, url, _, _ = server
+    with srv.manager.acquire("toy") as servable:
+        batcher = servable._batcher
+        before = servable.batch_stats
+        run, entered, gate = batcher._run, threading.Event(), threading.Event()
 
-    def one(i):
-        reply = requests.post(f"{url}/v1/models/toy:predict",
-                              json={"instances": [f"s{i}"] * (1 + i % 3)}, timeout=TIMEOUT)
-        return reply.json()["predictions"]
+        def held_run(signature, inputs):  # the first batch waits for the gate
+            entered.set()
+            gate.wait(TIMEOUT)
+            return run(signature, inputs)
 
-    with concurrent.futures.ThreadPoolExecutor(12) as pool:
-        answers = list(pool.map(one, range(48)))
+        def one(i):
+            reply = requests.post(f"{url}/v1/models/toy:predict",
+                                  json={"instances": [f"s{i}"] * (1 + i % 3)},
+                                  timeout=TIMEOUT)
+            return reply.json()["predictions"]
+
+        batcher._run = held_run
+        try:
+            with concurrent.futures.ThreadPoolExecutor(12) as pool:
+                futures = [pool.submit(one, i) for i in range(48)]
+                _wait_for(entered.is_set, "the first batch")
+                # every client's request is now in the held batch or queued
+                _wait_for(lambda: batcher.queued_tasks() + batcher.stats["tasks"]
+                          - before.get("tasks", 0) == 12, "12 requests in")
+                gate.set()
+                answers = [f.result(TIMEOUT) for f in futures]
+        finally:
+            batcher._run = run
+            gate.set()
+        after = servable.batch_stats
     assert answers == [[f"S{i}!"] * (1 + i % 3) for i in range(48)]
+    tasks = after["tasks"] - before.get("tasks", 0)
+    batches = after["batches"] - before.get("batches", 0)
+    assert tasks == 48
+    assert after["rows"] - before.get("rows", 0) == sum(1 + i % 3 for i in range(48))
+    # A batch closed because the next task did not fit holds >= 6 of its 8
+    # rows, so >= 2 tasks of 1-3 rows: the 11-12 requests queued or held
+    # while the gate was shut took at most 7 batches.
+    assert batches <= 48 - 5, (tasks, batches)
 
 
 def test_batch_scheduler_semantics():
     calls = []
-    gate = threading.Event()
+    entered, gate = threading.Event(), threading.Event()
 
     def run(signature, inputs):
+        entered.set()
         gate.wait(TIMEOUT)
         calls.append(len(inputs["x"]))
         return {"y": inputs["x"] * 2}
@@ -318,10 +361,11 @@ def test_batch_scheduler_semantics():
     try:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             first = pool.submit(scheduler.schedule, "s", {"x": np.array([0.0])})
-            time.sleep(0.2)  # the only batch thread is now busy with it
+            _wait_for(entered.is_set, "the batch thread to take the first task")
             more = [pool.submit(scheduler.schedule, "s", {"x": np.array([i, i], float)})
                     for i in range(1, 5)]
-            time.sleep(0.3)  # 2 batches of 2 tasks wait: the queue is full
+            _wait_for(lambda: scheduler.queued_tasks("s") == 4, "4 queued tasks")
+            # 2 batches of 2 tasks wait: the queue is full
             with pytest.raises(Unavailable, match="queue"):
                 scheduler.schedule("s", {"x": np.array([9.0])})
             with pytest.raises(InvalidArgument, match="larger than maximum"):
@@ -331,6 +375,7 @@ def test_batch_scheduler_semantics():
             assert [m.result(TIMEOUT)["y"].tolist() for m in more] == [
                 [2 * i, 2 * i] for i in range(1, 5)]
         assert calls == [2, 4, 4]  # 1 row padded to 2; then two full batches
+        assert scheduler.queued_tasks() == 0
     finally:
         gate.set()
         scheduler.stop()
@@ -419,13 +464,14 @@ def test_new_version_loads_before_the_old_one_unloads(tmp_path):
     try:
         for thread in threads:
             thread.start()
-        time.sleep(0.5)
+        _wait_for(lambda: len(results) >= 4, "answers from version 1")
         _export(tmp_path, "toy", bias=1.0)  # version 2, renamed into place
         deadline = time.monotonic() + 60
         while _states(manager, "toy") != {2: "AVAILABLE", 1: "END"}:
             assert time.monotonic() < deadline, _states(manager, "toy")
             time.sleep(0.1)
-        time.sleep(0.5)
+        swapped = len(results)
+        _wait_for(lambda: len(results) >= swapped + 8, "answers after the swap")
     finally:
         stop.set()
         for thread in threads:
@@ -489,7 +535,9 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
             # batch_timeout_micros 1.5 s keeps this request in flight.
             pending = pool.submit(requests.post, f"{url}/v1/models/shout:predict",
                                   json={"instances": ["bye"]}, timeout=TIMEOUT)
-            time.sleep(0.5)
+            _wait_for(lambda: requests.get(f"{url}/readyz", timeout=TIMEOUT).json()[
+                "requests_in_flight"] == 1, "the request to reach the server")
+            assert not pending.done()
             proc.send_signal(signal.SIGTERM)
             reply = pending.result(TIMEOUT)
         assert reply.status_code == 200 and reply.json() == {"predictions": ["BYE!"]}
@@ -498,6 +546,7 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(TIMEOUT)
+        proc.stdout.close()
         log.close()
     # Unloading logs what batching did: the one request ran in one batch.
     assert "batching: 1 requests in 1 batches (1.00 rows per batch)" in (

@@ -179,6 +179,20 @@ class BatchScheduler:
             self._cond.notify()
         return task.future.result()
 
+    def queued_tasks(self, signature=None):
+        """Tasks waiting in batches that have not started running.
+
+        Args:
+            signature: count only this signature's queue; None: all.
+
+        Returns:
+            int.
+        """
+        with self._cond:
+            queues = (self._queues.values() if signature is None
+                      else [self._queues.get(signature, ())])
+            return sum(len(batch.tasks) for queue in queues for batch in queue)
+
     # -- batch threads ----------------------------------------------------------
     def _next_batch(self):
         """The oldest ready batch, waiting for one; None once stopped and empty."""

@@ -18,7 +18,9 @@ Routes (``<v>`` a version number; ``/labels/<label>`` may stand for
   string outputs come back as UTF-8 text, or ``{"b64": ...}`` where they are
   not valid UTF-8.
 - ``GET /healthz`` (the process answers) and ``GET /readyz`` (every model
-  has an available version and the server is not shutting down; else 503).
+  has an available version and the server is not shutting down; else 503;
+  its JSON also gives ``requests_in_flight``, the other REST requests being
+  answered).
 - ``GET <metrics_path>`` where given: TF Serving's Prometheus metrics
   (``keras_trm.serving.monitoring``).
 
@@ -355,7 +357,10 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
     def readyz():
         if in_flight.draining or not manager.ready():
             return error("not ready: a model has no available version yet", 503)
-        return reply({"status": "ready", "models": manager.model_names})
+        with in_flight.cond:
+            others = in_flight.count - 1  # this request is counted too
+        return reply({"status": "ready", "models": manager.model_names,
+                      "requests_in_flight": others})
 
     @app.get("/v1/models/<name>")
     @app.get("/v1/models/<name>/versions/<int:version>")
