@@ -268,6 +268,29 @@ def test_new_memory_keeps_last_mem_len(rng):
     np.testing.assert_allclose(block(h, memory=empty), block(h), atol=1e-6)
 
 
+def test_assigning_mem_len_moves_the_same_length_window(rng):
+    """``block.mem_len = n`` after build gives the outputs and memories of
+    a block built with ``mem_len=n`` (the window of ``same_length`` included)."""
+    h = rng.normal(size=(2, 4, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, 6, D_MODEL)).astype("float32")
+    changed = TransformerXLBlock(HEADS, 16, mem_len=2, same_length=True,
+                                 dropout_rate=0.0)
+    built = TransformerXLBlock(HEADS, 16, mem_len=5, same_length=True,
+                               dropout_rate=0.0)
+    old = changed(h, memory=m)
+    built(h, memory=m)
+    built.set_weights(changed.get_weights())
+    changed.mem_len = 5
+    np.testing.assert_allclose(changed(h, memory=m), built(h, memory=m),
+                               atol=1e-6)
+    assert not np.allclose(old, built(h, memory=m), atol=1e-3)
+    np.testing.assert_array_equal(changed.compute_new_memory(h, m),
+                                  built.compute_new_memory(h, m))
+    assert changed.get_config()["mem_len"] == 5
+    with pytest.raises(ValueError, match="mem_len=0"):
+        changed.mem_len = 0
+
+
 def test_keras_round_trip(rng, tmp_path):
     x_in = keras.Input((None, D_MODEL))
     m_in = keras.Input((None, D_MODEL))

@@ -184,10 +184,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             tril(-mask_shift_len)``): the window is bounded by the
             configured ``mem_len``, not by the memory length M of the call,
             so a stream's first segment also sees up to ``mem_len`` keys.
-        mem_len: int > 0, the window of ``same_length`` (required with it;
-            ``TransformerXLBlock`` passes its own ``mem_len``).
+        mem_len: int > 0, the window of ``same_length`` (required with it).
+            Inside a ``TransformerXLBlock`` the block owns it: assign
+            ``block.mem_len``, which sets this one.
         clamp_len: optional int >= 0; relative distances above it use
-            R_{clamp_len}.
+            R_{clamp_len}. ``clamp_len=0`` clamps every distance to 0; the
+            reference code reads ``clamp_len <= 0`` as "off" (here: None).
         untie_biases: bool; if True (default) the layer owns its u and v. If
             False it creates none and they must be passed to ``call``
             (``content_bias``/``position_bias``), e.g. one pair shared by

@@ -41,7 +41,10 @@ class TransformerXLBlock(_BlockBase):
         num_heads: int > 0.
         d_ff: int > 0, inner size of the FFN.
         mem_len: int >= 0, the number of past positions kept by
-            ``compute_new_memory`` (0 = no memory).
+            ``compute_new_memory`` (0 = no memory), and the window of
+            ``same_length``. Assigning ``block.mem_len`` changes both (the
+            block is the one place it is stored: it sets its attention's
+            window), as ``reset_length`` of the reference code.
         key_dim: optional int > 0, d_head (default d_model // num_heads,
             which then must divide d_model).
         dropout_rate: float in [0, 1), on each sub-layer output.
@@ -50,6 +53,9 @@ class TransformerXLBlock(_BlockBase):
             recent positions, itself included (the reference PyTorch code's
             ``same_length``; needs ``mem_len > 0``).
         clamp_len: optional int >= 0, relative distances are clamped to it.
+            Note: ``clamp_len=0`` clamps every distance to 0 (all positions
+            use R_0), whereas the reference code treats ``clamp_len <= 0``
+            as no clamping; pass ``None`` for no clamping.
         untie_biases: bool; False = u and v are not owned by the layer and
             must be passed to ``call`` (one pair shared by all layers).
         use_bias: bool, biases on the attention projections (reference: no).
@@ -119,16 +125,11 @@ class TransformerXLBlock(_BlockBase):
             kernel_initializer=kernel_initializer,
             **kwargs,
         )
-        self.mem_len = v.non_negative_int("mem_len", mem_len)
         self.key_dim = None if key_dim is None else v.positive_int(
             "key_dim", key_dim
         )
         self.same_length = bool(same_length)
-        if self.same_length and self.mem_len == 0:
-            raise ValueError(
-                "`same_length=True` bounds each query's window by `mem_len` "
-                "keys, so it needs mem_len > 0, got mem_len=0"
-            )
+        self.mem_len = mem_len
         if clamp_len is not None:
             clamp_len = v.non_negative_int("clamp_len", clamp_len)
         self.clamp_len = clamp_len
@@ -225,6 +226,24 @@ class TransformerXLBlock(_BlockBase):
         if self.mem_len == 0:
             return ops.stop_gradient(history[:, :0])
         return ops.stop_gradient(history[:, -self.mem_len:])
+
+    @property
+    def mem_len(self):
+        """int >= 0: positions of memory kept, and ``same_length``'s window."""
+        return self._mem_len
+
+    @mem_len.setter
+    def mem_len(self, mem_len):
+        mem_len = v.non_negative_int("mem_len", mem_len)
+        if self.same_length and mem_len == 0:
+            raise ValueError(
+                "`same_length=True` bounds each query's window by `mem_len` "
+                "keys, so it needs mem_len > 0, got mem_len=0"
+            )
+        self._mem_len = mem_len
+        attention = getattr(self, "self_attention", None)
+        if attention is not None and self.same_length:
+            attention.mem_len = mem_len
 
     def compute_output_shape(self, inputs_shape, memory_shape=None):
         return tuple(inputs_shape)

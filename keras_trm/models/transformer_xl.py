@@ -166,7 +166,7 @@ class TransformerXLLM(keras.Model):
             )
         self.num_heads = v.positive_int("num_heads", num_heads)
         self.d_ff = v.positive_int("d_ff", d_ff)
-        self.mem_len = v.non_negative_int("mem_len", mem_len)
+        self._mem_len = v.non_negative_int("mem_len", mem_len)
         self.max_segment_len = v.positive_int(
             "max_segment_len", max_segment_len
         )
@@ -259,12 +259,27 @@ class TransformerXLLM(keras.Model):
             for _ in range(self.num_layers)
         ]
 
+    @property
+    def mem_len(self):
+        """int >= 0, the blocks' ``mem_len`` (change it with ``set_mem_len``)."""
+        return self._mem_len
+
     def set_mem_len(self, mem_len):
-        """Changes how many positions new memories keep (e.g. longer at
-        evaluation, as ``reset_length`` of the reference code)."""
-        self.mem_len = v.non_negative_int("mem_len", mem_len)
+        """Changes ``mem_len`` everywhere it is used: how many positions new
+        memories keep and, with ``same_length``, each query's window (e.g.
+        longer at evaluation, as ``reset_length`` of the reference code).
+        Functions compiled by ``predict``/``evaluate``/``fit`` are dropped,
+        so they are traced again with the new length.
+
+        Raises:
+            ValueError: ``mem_len`` < 0, or 0 with ``same_length``.
+            TypeError: ``mem_len`` not an int.
+        """
+        mem_len = v.non_negative_int("mem_len", mem_len)
         for block in self.blocks:
-            block.mem_len = self.mem_len
+            block.mem_len = mem_len
+        self._mem_len = mem_len
+        self.predict_function = self.test_function = self.train_function = None
 
     def _check_memories(self, memories, token_ids):
         if not isinstance(memories, (list, tuple)) or (
