@@ -81,7 +81,8 @@ def load_imdb(split="train", data_dir=None, download=False,
         raise FileNotFoundError(
             f"IMDB split {split!r} not found: expected {name} in {directory} "
             "(gzip JSON Lines with fields 'text' and 'label'; pass "
-            "download=True to use tfds 'imdb_reviews' when online)"
+            "download=True, or --download true to keras-trm train-imdb, to use "
+            "tfds 'imdb_reviews' when online)"
         )
     texts, labels = [], []
     with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -34,7 +34,6 @@ row continue each other, which is what segment-level recurrence needs.
 
 import collections
 import gzip
-import os
 import tarfile
 import tempfile
 
@@ -42,6 +41,7 @@ import pathlib
 
 import numpy as np
 
+from keras_trm.data.download import fetch
 from keras_trm.data.paths import resolve_data_dir
 from keras_trm.utils.files import atomic_write
 
@@ -55,42 +55,25 @@ SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/"
                    "master/data/tinyshakespeare/input.txt")
 
 
-def _fetch(origin, directory):
-    """Downloads ``origin`` into a temporary file in ``directory`` (Keras'
-    ``get_file``) and returns its path; the caller moves what it needs into
-    place and removes the rest."""
-    import keras
-
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=directory, prefix=".download-")
-    name = origin.rstrip("/").rsplit("/", 1)[-1]
-    return pathlib.Path(keras.utils.get_file(
-        name, origin, cache_dir=tmp, cache_subdir=""))
+# SHA-256 of the official Tiny Shakespeare file (karpathy/char-rnn).
+SHAKESPEARE_SHA256 = (
+    "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed")
 
 
 def _download_ptb(directory):
     """Extracts ``data/ptb.{train,valid,test}.txt`` of ``PTB_URL`` into
     ``directory`` (each file written whole, then renamed into place)."""
-    archive = _fetch(PTB_URL, directory)
-    try:
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as tmp:
+        archive = fetch(PTB_URL, pathlib.Path(tmp) / "simple-examples.tgz")
         with tarfile.open(archive, "r:gz") as tar:
             for split in PTB_SPLITS:
                 member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
                 atomic_write(directory / f"ptb.{split}.txt", member.read())
-    finally:
-        _remove_download(archive)
 
 
 def _download_shakespeare(directory):
-    path = _fetch(SHAKESPEARE_URL, directory)
-    os.replace(path, directory / "input.txt")
-    _remove_download(path)
-
-
-def _remove_download(path):
-    import shutil
-
-    shutil.rmtree(pathlib.Path(path).parent, ignore_errors=True)
+    fetch(SHAKESPEARE_URL, directory / "input.txt", sha256=SHAKESPEARE_SHA256)
 
 
 def _split_arg(split, allowed):
@@ -136,8 +119,8 @@ def load_ptb(split="train", data_dir=None, download=False):
     if path is None:
         raise FileNotFoundError(
             f"Penn Treebank split {split!r} not found: expected {stem} or "
-            f"{stem}.gz in {directory} (pass download=True to fetch "
-            f"{PTB_URL} when online)"
+            f"{stem}.gz in {directory} (pass download=True, or --download "
+            f"true to keras-trm train-lm, to fetch {PTB_URL} when online)"
         )
     opener = gzip.open if path.suffix == ".gz" else open
     tokens = []
@@ -185,7 +168,8 @@ def load_tiny_shakespeare(split="train", data_dir=None, download=False):
     if not path.is_file():
         raise FileNotFoundError(
             f"Tiny Shakespeare not found: expected input.txt at {path} (pass "
-            f"download=True to fetch {SHAKESPEARE_URL} when online)"
+            f"download=True, or --download true to keras-trm train-lm, to "
+            f"fetch {SHAKESPEARE_URL} when online)"
         )
     with open(path, "r", encoding="utf-8") as f:
         text = f.read()

@@ -105,7 +105,8 @@ def load_mnist(split="train", data_dir=None, download=False):
         raise FileNotFoundError(
             f"MNIST split {split!r} not found: expected {names[0]} and "
             f"{names[1]} in {directory} (missing: {', '.join(missing)}; "
-            "pass download=True to use tfds 'mnist' when online)"
+            "pass download=True, or --download true to keras-trm train-mnist, to "
+            "use tfds 'mnist' when online)"
         )
     images_path, labels_path = (directory / n for n in names)
     images = _read_idx(images_path, IMAGES_MAGIC, 3)

@@ -3,20 +3,38 @@ files, in either direction.
 
 Local files are read from ``<data_dir>/multi30k`` and
 ``<data_dir>/wmt14_en_de`` (see ``keras_trm.data.paths``); online, Multi30k
-comes from its official repository and WMT14 from tfds
-(``wmt14_translate/de-en``). ``load_translation_splits`` resolves a dataset
+is downloaded from its official repository (``download=True``: the six
+gzip files, 1.3 MB, checked against ``MULTI30K_SHA256``, into
+``<data_dir>/multi30k``, by default ``~/keras_trm_data``) and WMT14 read
+from tfds (``wmt14_translate/de-en``). ``load_translation_splits`` resolves a dataset
 name, split files and a direction into (train, validation, test) pairs.
 """
 
 import dataclasses
 import gzip
+import os
 import pathlib
 
+from keras_trm.data.download import fetch
 from keras_trm.data.paths import resolve_data_dir
 
+# The official files (multi30k/dataset, data/task1/raw/); the environment
+# variable replaces this base URL (a mirror, or a test's local server).
 MULTI30K_URL = (
     "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 )
+MULTI30K_URL_ENV = "KERAS_TRM_MULTI30K_URL"
+# SHA-256 of the official files (repository commit a3d2e0d).
+MULTI30K_SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "test_2016_flickr.en.gz":
+        "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz":
+        "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+}
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 # Local WMT14 files: the split name, or its role (tfds names), -> file stem.
 WMT14_SPLITS = {"newstest2013": "newstest2013", "newstest2014": "newstest2014"}
@@ -103,19 +121,21 @@ def _find(directory, stem):
     return None
 
 
-def _download_multi30k(directory, files):
-    import keras
+def multi30k_url():
+    """The base URL Multi30k is downloaded from: ``$KERAS_TRM_MULTI30K_URL``
+    if set, else ``MULTI30K_URL``."""
+    url = os.environ.get(MULTI30K_URL_ENV) or MULTI30K_URL
+    return url if url.endswith("/") else url + "/"
 
-    directory.mkdir(parents=True, exist_ok=True)
+
+def _download_multi30k(directory, files, url=None):
     for name in files:
-        keras.utils.get_file(
-            fname=name, origin=MULTI30K_URL + name,
-            cache_dir=str(directory), cache_subdir="",
-        )
+        fetch((url or multi30k_url()) + name, directory / name,
+              sha256=MULTI30K_SHA256.get(name))
 
 
 def load_multi30k(split="train", data_dir=None, source="en", target="de",
-                  download=False):
+                  download=False, url=None):
     """Loads one split of Multi30k task 1 as (source, target) string lists.
 
     Args:
@@ -126,7 +146,11 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
         source, target: language codes (``"en"``, ``"de"``; ``"de"``,
             ``"en"`` for the reverse direction).
         download: if the files are missing, fetch them from the official
-            repository (needs internet) into ``<data_dir>/multi30k``.
+            repository (needs internet) into ``<data_dir>/multi30k``
+            (``~/keras_trm_data/multi30k`` when no data folder exists),
+            checking each file's SHA-256 (``MULTI30K_SHA256``); a file is
+            written only once complete and verified.
+        url: base URL to download from (default ``multi30k_url()``).
 
     Returns:
         ``(sources, targets)``: two lists of raw (cased, untokenized) str.
@@ -135,6 +159,8 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
         ValueError: unknown ``split`` or language; line counts differ.
         FileNotFoundError: files missing (and not downloaded); the message
             names the files expected and the directory searched.
+        OSError, ValueError: the download failed or a file's checksum did
+            not match (see ``keras_trm.data.download.fetch``).
 
     Example:
         >>> src, tgt = load_multi30k("val", source="de", target="en")  # doctest: +SKIP
@@ -152,13 +178,17 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
     directory = root / "multi30k"
     paths = [_find(directory, f"{split}.{lang}") for lang in (source, target)]
     if None in paths and download:
-        _download_multi30k(directory, [f"{split}.{lang}.gz" for lang in (source, target)])
+        missing = [f"{split}.{lang}.gz" for lang, p in
+                   zip((source, target), paths) if p is None]
+        _download_multi30k(directory, missing, url)
         paths = [_find(directory, f"{split}.{lang}") for lang in (source, target)]
     if None in paths:
         raise FileNotFoundError(
             f"Multi30k split {split!r} not found: expected "
             f"{split}.{source}[.gz] and {split}.{target}[.gz] in "
-            f"{directory} (pass download=True / --download when online)"
+            f"{directory} (when online, load_multi30k(download=True) or "
+            f"`keras-trm train-translation --download true` fetches it from "
+            f"{multi30k_url()})"
         )
     return load_parallel(*paths)
 
@@ -222,8 +252,9 @@ def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de",
     if None in paths:
         raise FileNotFoundError(
             f"WMT14 {split!r} not found: expected {stem}.{source}[.gz] and "
-            f"{stem}.{target}[.gz] in {directory} (online: online=True / "
-            "--dataset-online reads tfds wmt14_translate/de-en)"
+            f"{stem}.{target}[.gz] in {directory} (online: online=True, or "
+            "`keras-trm train-translation --dataset wmt14_tfds`, reads tfds "
+            "wmt14_translate/de-en)"
         )
     return load_parallel(*paths)
 
@@ -251,7 +282,7 @@ class TranslationSplits:
 
 def load_translation_splits(dataset="multi30k", data_dir=None,
                             source_language="en", target_language="de",
-                            files=None, online=False):
+                            files=None, online=False, download=False):
     """Resolves a corpus name and direction into train / validation / test.
 
     Args:
@@ -268,8 +299,12 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
             ``test_source``, ``test_target`` (paths; plain or ``.gz``).
             ``test_*`` may be empty: then there is no test split
             (``test == ([], [])``).
-        online: ``multi30k`` is downloaded if missing (``wmt14`` reads tfds
-            when online, as ``"wmt14_tfds"`` does).
+        online: ``wmt14`` reads tfds, as ``"wmt14_tfds"`` does (and
+            ``multi30k`` is downloaded if missing).
+        download: ``multi30k`` files that are missing are downloaded (see
+            ``load_multi30k``). Local ``wmt14`` is never replaced by the
+            4.5M-pair tfds corpus behind the user's back: that is
+            ``"wmt14_tfds"``.
 
     Returns:
         ``TranslationSplits``.
@@ -302,7 +337,8 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
     pair = dict(source=source_language, target=target_language)
     if dataset == "multi30k":
         roles = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-        loaded = {role: load_multi30k(split, data_dir, download=online, **pair)
+        loaded = {role: load_multi30k(split, data_dir,
+                                      download=download or online, **pair)
                   for role, split in roles.items()}
         return TranslationSplits(**loaded, names=roles)
     if dataset == "wmt14_tfds":

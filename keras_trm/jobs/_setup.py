@@ -12,12 +12,13 @@ JobStart = collections.namedtuple(
     "JobStart", ["start_time", "workdir", "data_dir", "verbose"])
 
 
-def start_job(workdir, data_dir=None, verbose=None, note=""):
+def start_job(workdir, data_dir=None, verbose=None, note="", download=False):
     """Returns ``JobStart(start_time, workdir, data_dir, verbose)``.
 
     ``workdir`` is created (``pathlib.Path``); ``data_dir`` goes through
     ``resolve_data_dir`` (``FileNotFoundError`` naming the folders tried if
-    there is none); ``verbose`` None becomes 1 (progress bar) on a terminal
+    there is none, unless ``download``: then the download cache
+    ``~/keras_trm_data`` is used); ``verbose`` None becomes 1 (progress bar) on a terminal
     and 2 (one line per epoch) otherwise. Prints the data folder (and
     ``note``).
     """
@@ -26,6 +27,6 @@ def start_job(workdir, data_dir=None, verbose=None, note=""):
         verbose = 1 if sys.stdout.isatty() else 2
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    data_dir = resolve_data_dir(data_dir)
+    data_dir = resolve_data_dir(data_dir, must_exist=not download)
     print(f"data: {data_dir}{note}", flush=True)
     return JobStart(start_time, workdir, data_dir, verbose)

@@ -108,6 +108,7 @@ class ImdbConfig:
     print_every: int = 50
     jit_compile: str = "auto"
     seed: int = 0
+    download: bool = True  # fetch data missing from the data folder (online)
 
 
 # --- preprocessing (in the graph) ---------------------------------------------
@@ -406,10 +407,12 @@ def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
     config = config or ImdbConfig()
     for kind in config.models:
         v.one_of("models", kind, set(MODEL_KINDS))
-    job_start, workdir, data_dir, verbose = start_job(workdir, data_dir,
-                                                      verbose)
-    train_texts, train_labels = load_imdb("train", data_dir)
-    test_texts, test_labels = load_imdb("test", data_dir)
+    job_start, workdir, data_dir, verbose = start_job(
+        workdir, data_dir, verbose, download=config.download)
+    train_texts, train_labels = load_imdb("train", data_dir,
+                                          download=config.download)
+    test_texts, test_labels = load_imdb("test", data_dir,
+                                        download=config.download)
     train_labels = check_labels(train_labels, 2, "train_labels")
     test_labels = check_labels(test_labels, 2, "test_labels")
     if config.limit:

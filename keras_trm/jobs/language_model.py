@@ -94,6 +94,7 @@ class LanguageModelConfig:
     eval_tokens: int = 0  # 0 = whole split
     seed: int = 0
     model_name: str = ""  # "" = transformer_xl_<corpus>
+    download: bool = True  # fetch data missing from the data folder (online)
 
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field."""
@@ -232,14 +233,18 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
     ``<results_dir>/result.json``)."""
     config = (config or LanguageModelConfig()).validate()
     job_start, workdir, data_dir, verbose = start_job(
-        workdir, data_dir, verbose, note=f"; corpus: {config.corpus}")
+        workdir, data_dir, verbose, note=f"; corpus: {config.corpus}",
+        download=config.download)
     results_dir = pathlib.Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
 
     train_ids, vocab = lm.load_lm_corpus(config.corpus, "train",
-                                         data_dir=data_dir)
-    valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir)
-    test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir)
+                                         data_dir=data_dir,
+                                         download=config.download)
+    valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
+                                     download=config.download)
+    test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir,
+                                    download=config.download)
     if config.train_tokens:
         train_ids = train_ids[:config.train_tokens]
     if config.eval_tokens:

@@ -74,6 +74,7 @@ class MnistConfig:
     seed: int = 0
     jit_compile: bool = True
     bin_examples: int = 1024
+    download: bool = True  # fetch data missing from the data folder (online)
 
 
 def check_dataset(images, labels, images_name="images", labels_name="labels"):
@@ -313,14 +314,14 @@ def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
     for b in config.batch_sizes:
         v.positive_int("batch_sizes", b)
     v.positive_int("epochs", config.epochs)
-    job_start, workdir, data_dir, verbose = start_job(workdir, data_dir,
-                                                      verbose)
-    images, labels = load_mnist("train", data_dir)
+    job_start, workdir, data_dir, verbose = start_job(
+        workdir, data_dir, verbose, download=config.download)
+    images, labels = load_mnist("train", data_dir, download=config.download)
     train_index, val_index = validation_split(
         len(labels), config.validation_fraction, config.seed)
     train = (images[train_index], labels[train_index])
     validation = (images[val_index], labels[val_index])
-    test = load_mnist("test", data_dir)
+    test = load_mnist("test", data_dir, download=config.download)
     print(f"{len(train_index):,} training / {len(val_index):,} validation "
           f"digits (seeded split of the 60,000), {len(test[1]):,} test digits "
           "(scored once per run, after training)", flush=True)

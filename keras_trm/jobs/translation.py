@@ -137,6 +137,7 @@ class TranslationConfig:
     save_freq: int = 100  # steps between resume backups (workdir/backup)
     tensorboard: str = "on"  # "on" | "off": scalars in workdir/tensorboard
     tensorboard_every_steps: int = 50
+    download: bool = True  # fetch data missing from the data folder (online)
 
 
 class GreedyBleu:
@@ -244,13 +245,14 @@ def _run(config, data_dir, workdir, export_dir, samples):
     strategy = make_strategy(config.strategy)
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    data_dir = resolve_data_dir(data_dir)
+    data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
     files = {name: getattr(config, name) for name in (
         "train_source", "train_target", "validation_source",
         "validation_target", "test_source", "test_target")}
     splits = load_translation_splits(
         config.dataset, data_dir if config.dataset != "files" else None,
-        config.source_language, config.target_language, files=files)
+        config.source_language, config.target_language, files=files,
+        download=config.download)
     print(f"data: {config.dataset} {config.source_language}->"
           f"{config.target_language} ({data_dir if config.dataset != 'files' else 'files'}); "
           + ", ".join(f"{role} {splits.names[role]}: {len(getattr(splits, role)[0]):,}"
