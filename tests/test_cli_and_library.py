@@ -59,6 +59,51 @@ def test_models_and_layers_import_no_data_jobs_or_serving():
     assert offences == []
 
 
+LIBRARY = ("layers", "models", "training", "decoding", "export", "data",
+           "text", "utils")
+
+
+def _module_name(path):
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph():
+    """``{module: set of keras_trm modules it imports}`` (any depth, each
+    name cut back to the module that defines it)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imported_modules(path):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def test_library_packages_import_no_job_cli_or_server():
+    forbidden = ("keras_trm.jobs", "keras_trm.cli", "keras_trm.cli_config",
+                 "keras_trm.serving")
+    graph = _import_graph()
+    library = [m for m in graph if m.split(".")[1:2] and m.split(".")[1] in LIBRARY]
+    assert len(library) >= 40
+    offences = [f"{m} imports {t}" for m in library for t in sorted(graph[m])
+                if any(t == f or t.startswith(f + ".") for f in forbidden)]
+    assert offences == []
+
+
+def test_no_two_modules_import_each_other():
+    """A package and its own submodules aside (``__init__`` re-exports)."""
+    graph = _import_graph()
+    mutual = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a]
+                     if a in graph.get(b, ())
+                     and not (a.startswith(b + ".") or b.startswith(a + "."))})
+    assert mutual == []
+
+
 def test_import_scan_sees_every_import_form(tmp_path):
     # The scan itself must catch each way of importing a data loader.
     probe = tmp_path / "probe.py"

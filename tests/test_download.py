@@ -147,8 +147,8 @@ def test_jobs_resolve_the_download_cache_when_no_data_folder_exists(
 
     monkeypatch.delenv(paths.ENV_VAR, raising=False)
     cache = tmp_path / "home" / "keras_trm_data"
-    monkeypatch.setattr(paths, "DEFAULT_CANDIDATES",
-                        (tmp_path / "nowhere", cache))
+    monkeypatch.setattr(paths, "default_candidates",
+                        lambda: (tmp_path / "nowhere", cache))
     with pytest.raises(FileNotFoundError, match="No data directory"):
         start_job(tmp_path / "work", verbose=2)
     assert start_job(tmp_path / "work", verbose=2, download=True).data_dir == cache

@@ -19,8 +19,16 @@ def test_data_dir_order(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_VAR)
     default = tmp_path / "default"
     default.mkdir()
-    monkeypatch.setattr(paths_module, "DEFAULT_CANDIDATES", (tmp_path / "no", default))
+    monkeypatch.setattr(paths_module, "default_candidates",
+                        lambda: (tmp_path / "no", default))
     assert resolve_data_dir() == default           # 3. first existing default
+
+
+def test_the_working_directory_is_read_at_each_call(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert paths_module.default_candidates()[1] == tmp_path / "data"
+    monkeypatch.chdir(tmp_path.parent)
+    assert paths_module.default_candidates()[1] == tmp_path.parent / "data"
 
 
 def test_missing_data_dir_names_the_paths(tmp_path, monkeypatch):
@@ -31,7 +39,8 @@ def test_missing_data_dir_names_the_paths(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=f"{ENV_VAR}=.*nowhere"):
         resolve_data_dir()
     monkeypatch.delenv(ENV_VAR)
-    monkeypatch.setattr(paths_module, "DEFAULT_CANDIDATES", (tmp_path / "a", tmp_path / "b"))
+    monkeypatch.setattr(paths_module, "default_candidates",
+                        lambda: (tmp_path / "a", tmp_path / "b"))
     with pytest.raises(FileNotFoundError, match="No data directory found.*/a, .*/b"):
         resolve_data_dir()
 

@@ -9,6 +9,8 @@
 
 The first candidate that exists wins for 1 and 2 (an explicit choice that
 does not exist is an error); for 3 and 4 the first existing one is used.
+The candidates of 3 and 4 are worked out at each call
+(``default_candidates``), so ``./data`` is the current directory's.
 """
 
 import os
@@ -16,11 +18,22 @@ import pathlib
 
 ENV_VAR = "KERAS_TRM_DATA_DIR"
 _CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
-DEFAULT_CANDIDATES = (
-    _CHECKOUT.parent / "shared" / "data",
-    pathlib.Path.cwd() / "data",
-    pathlib.Path.home() / "keras_trm_data",
-)
+
+
+def default_candidates():
+    """The folders tried when neither ``data_dir`` nor the environment
+    variable names one, in order: ``../shared/data`` beside the checkout,
+    ``./data``, then ``~/keras_trm_data`` (the download cache, returned
+    by ``resolve_data_dir(must_exist=False)`` when none exists).
+
+    Returns:
+        tuple of ``pathlib.Path``.
+    """
+    return (
+        _CHECKOUT.parent / "shared" / "data",
+        pathlib.Path.cwd() / "data",
+        pathlib.Path.home() / "keras_trm_data",
+    )
 
 
 def resolve_data_dir(data_dir=None, must_exist=True):
@@ -50,13 +63,14 @@ def resolve_data_dir(data_dir=None, must_exist=True):
                 f"{ENV_VAR}={env!r} does not exist or is not a directory"
             )
         return path
-    for path in DEFAULT_CANDIDATES:
+    candidates = default_candidates()
+    for path in candidates:
         if path.is_dir():
             return path
     if must_exist:
-        tried = ", ".join(str(p) for p in DEFAULT_CANDIDATES)
+        tried = ", ".join(str(p) for p in candidates)
         raise FileNotFoundError(
             f"No data directory found: pass data_dir / --data-dir, set "
             f"{ENV_VAR}, or create one of: {tried}"
         )
-    return DEFAULT_CANDIDATES[-1]
+    return candidates[-1]

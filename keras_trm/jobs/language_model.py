@@ -35,7 +35,6 @@ import dataclasses
 import math
 import os
 import pathlib
-import sys
 import time
 
 import keras
@@ -370,12 +369,3 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
     write_json(results_dir / "result.json", result)
     atomic_write(results_dir / "report.md", _report_markdown(result))
     return result
-
-
-def main(argv=None):
-    """Command line of ``recipes/language_model.py`` (the same as
-    ``keras-trm train-lm``)."""
-    from keras_trm.cli import train_lm_main
-
-    argv = sys.argv[1:] if argv is None else argv
-    return train_lm_main(argv, prog="recipes/language_model.py")

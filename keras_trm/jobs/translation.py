@@ -48,12 +48,12 @@ from keras_trm.text import (
 )
 from keras_trm.training import (
     EpochCheckpoints,
+    GreedyBleu,
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
     NoamSchedule,
     apply_precision,
     apply_preset,
-    float32_copy,
     make_strategy,
     paper_adam,
     resolve_jit_compile,
@@ -138,34 +138,6 @@ class TranslationConfig:
     tensorboard: str = "on"  # "on" | "off": scalars in workdir/tensorboard
     tensorboard_every_steps: int = 50
     download: bool = True  # fetch data missing from the data folder (online)
-
-
-class GreedyBleu:
-    """``score(model) -> float``: greedy-decoding sacreBLEU on one split.
-
-    Decodes a float32 twin of the training model (``float32_copy``, built
-    once; the model itself when it is already float32), whose weights are
-    refreshed from the scored model at each call, through one
-    ``Translator`` kept across calls (traced once). A mixed_bfloat16
-    model decoded as it is would cast every weight at every step: ~11 s
-    per Multi30k val pass against ~3 s in float32.
-    """
-
-    def __init__(self, model, tokenizer, sources, references):
-        self.twin = float32_copy(model)
-        self.translator = Translator(self.twin, tokenizer, beam_size=1)
-        self.sources, self.references = sources, references
-
-    def float32_model(self, model):
-        """The twin, holding ``model``'s current weights."""
-        if model is not self.twin:
-            self.twin.set_weights(model.get_weights())
-        return self.twin
-
-    def __call__(self, model):
-        self.float32_model(model)
-        hyps = self.translator.translate_texts(self.sources)
-        return corpus_bleu(hyps, self.references)[0]
 
 
 def _encode(tokenizer, sentences, prefix, chunk=50_000):

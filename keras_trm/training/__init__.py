@@ -47,6 +47,7 @@ from keras_trm.training.distribute import (
 )
 from keras_trm.training.monitoring import (
     BleuLog,
+    GreedyBleu,
     TensorBoardScalars,
     TimeBudget,
     TokenCount,
@@ -55,6 +56,7 @@ from keras_trm.training.monitoring import (
 from keras_trm.training.resume import DataPosition, TrainingBackup
 
 __all__ = [
+    "GreedyBleu",
     "EpochCheckpoints",
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",
