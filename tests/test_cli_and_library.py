@@ -95,6 +95,16 @@ def test_library_packages_import_no_job_cli_or_server():
     assert offences == []
 
 
+def test_export_modules_import_no_data_loader():
+    """What an export serves is the model's contract (models, text), not a
+    loader's: the export package imports nothing from keras_trm.data."""
+    graph = _import_graph()
+    export = [m for m in graph if m.startswith("keras_trm.export")]
+    assert len(export) >= 5
+    assert [f"{m} imports {t}" for m in export for t in sorted(graph[m])
+            if t.startswith("keras_trm.data")] == []
+
+
 def test_no_two_modules_import_each_other():
     """A package and its own submodules aside (``__init__`` re-exports)."""
     graph = _import_graph()

@@ -18,13 +18,8 @@ import pytest
 import tensorflow as tf
 
 from keras_trm.cli_config import add_config_flags, config_from_args
-from keras_trm.data import (
-    check_labels,
-    load_imdb,
-    load_mnist,
-    truncate_head_tail,
-    validation_split,
-)
+from keras_trm.data import check_labels, load_imdb, load_mnist, validation_split
+from keras_trm.text import truncate_head_tail
 from keras_trm.data.batching import (
     bucket_widths,
     labelled_bucket_batches,

@@ -1,7 +1,7 @@
 """Data sets (tfds online, local files offline) and batching."""
 
 from keras_trm.data.batching import token_bucket_batches
-from keras_trm.data.imdb import load_imdb, truncate_head_tail
+from keras_trm.data.imdb import load_imdb
 from keras_trm.data.language_modeling import (
     Vocabulary,
     batchify,
@@ -21,11 +21,7 @@ from keras_trm.data.translation import (
 )
 
 # Example checks and the seeded validation split of the classification jobs.
-from keras_trm.data.validation import (
-    check_images,
-    check_labels,
-    validation_split,
-)
+from keras_trm.data.validation import check_labels, validation_split
 
 __all__ = [
     "ENV_VAR",
@@ -44,9 +40,7 @@ __all__ = [
     "resolve_data_dir",
     "segments",
     "token_bucket_batches",
-    # Example checks, validation split, IMDB truncation.
-    "check_images",
+    # Label checks and the seeded validation split.
     "check_labels",
-    "truncate_head_tail",
     "validation_split",
 ]

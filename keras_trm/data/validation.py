@@ -5,9 +5,6 @@ import numpy as np
 
 from keras_trm.layers import _validation as v
 
-MNIST_IMAGE_SHAPE = (28, 28)
-
-
 def check_labels(labels, num_classes, name="labels", count=None):
     """Validates class ids; returns them as an ``int32`` array ``(N,)``.
 
@@ -46,34 +43,6 @@ def check_labels(labels, num_classes, name="labels", count=None):
             f"{name}[{i}]={array[i]} ({bad.size} out of range)"
         )
     return array.astype(np.int32)
-
-
-def check_images(images, name="images"):
-    """Validates MNIST images; returns them as ``np.uint8 (N, 28, 28)``.
-
-    Raises:
-        TypeError: a dtype other than uint8 (the message names the argument
-            and the dtype; convert with ``np.uint8`` only if values are
-            0-255 pixel intensities).
-        ValueError: a shape other than ``(N, 28, 28)``.
-
-    Example:
-
-    >>> check_images(np.zeros((2, 28, 28), np.uint8)).shape
-    (2, 28, 28)
-    """
-    array = np.asarray(images)
-    if array.dtype != np.uint8:
-        raise TypeError(
-            f"`{name}` must be uint8 pixel values 0-255, got dtype "
-            f"{array.dtype}"
-        )
-    if array.ndim != 3 or array.shape[1:] != MNIST_IMAGE_SHAPE:
-        raise ValueError(
-            f"`{name}` must have shape (N, 28, 28), got {name}.shape="
-            f"{array.shape}"
-        )
-    return array
 
 
 def validation_split(count, fraction, seed):

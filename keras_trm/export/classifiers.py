@@ -12,10 +12,9 @@ name, signatures={"serving_default": wrapper.classify})``.
 
 import tensorflow as tf
 
-from keras_trm.data.imdb import truncate_head_tail
-from keras_trm.data.validation import check_images
 from keras_trm.layers import _validation as v
-from keras_trm.text import TextTokenizer
+from keras_trm.models.classifiers import check_images
+from keras_trm.text import TextTokenizer, truncate_head_tail
 
 
 class ReviewClassifier(tf.Module):

@@ -40,12 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_trm.data import (
-    check_labels,
-    load_imdb,
-    truncate_head_tail,
-    validation_split,
-)
+from keras_trm.data import check_labels, load_imdb, validation_split
 from keras_trm.data.batching import (
     labelled_bucket_batches,
     labelled_bucket_steps,
@@ -54,7 +49,7 @@ from keras_trm.export import ReviewClassifier, export_module
 from keras_trm.jobs._setup import start_job
 from keras_trm.layers import _validation as v
 from keras_trm.models import encoder_classifier, lstm_classifier
-from keras_trm.text import learn_vocabulary, load_vocabulary
+from keras_trm.text import learn_vocabulary, load_vocabulary, truncate_head_tail
 from keras_trm.training import (
     BatchLoss,
     StepLog,

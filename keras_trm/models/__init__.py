@@ -2,6 +2,7 @@
 
 from keras_trm.models.classifiers import (
     ClassifierModel,
+    check_images,
     encoder_classifier,
     lenet_cnn,
     lstm_classifier,
@@ -19,6 +20,7 @@ from keras_trm.models.transformer_xl import (
 )
 
 __all__ = [
+    "check_images",
     "ClassifierModel",
     "TransformerParts",
     "TransformerXLLM",

@@ -249,6 +249,41 @@ def encoder_classifier(
     return ClassifierModel(token_ids, outputs, name=name)
 
 
+MNIST_IMAGE_SHAPE = (28, 28)
+
+
+def check_images(images, name="images"):
+    """Validates MNIST images, the input ``lenet_cnn`` is built for;
+    returns them as ``np.uint8 (N, 28, 28)``.
+
+    Raises:
+        TypeError: a dtype other than uint8 (the message names the argument
+            and the dtype; convert with ``np.uint8`` only if values are
+            0-255 pixel intensities).
+        ValueError: a shape other than ``(N, 28, 28)``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> check_images(np.zeros((2, 28, 28), np.uint8)).shape
+    (2, 28, 28)
+    """
+    import numpy as np
+
+    array = np.asarray(images)
+    if array.dtype != np.uint8:
+        raise TypeError(
+            f"`{name}` must be uint8 pixel values 0-255, got dtype "
+            f"{array.dtype}"
+        )
+    if array.ndim != 3 or array.shape[1:] != MNIST_IMAGE_SHAPE:
+        raise ValueError(
+            f"`{name}` must have shape (N, 28, 28), got {name}.shape="
+            f"{array.shape}"
+        )
+    return array
+
+
 def lenet_cnn(norm=None, num_classes=10, name="lenet_cnn"):
     """Builds a LeNet-5-style CNN for 28x28 grey images (MNIST).
 

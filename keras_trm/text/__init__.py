@@ -4,6 +4,7 @@ from keras_trm.text.sentencepiece import (
     SentencePieceTokenizer,
     learn_sentencepiece,
 )
+from keras_trm.text.truncation import truncate_head_tail
 from keras_trm.text.wordpiece import (
     END_ID,
     PAD_ID,
@@ -28,4 +29,5 @@ __all__ = [
     "learn_vocabulary",
     "load_vocabulary",
     "save_vocabulary",
+    "truncate_head_tail",
 ]
