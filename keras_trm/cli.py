@@ -15,6 +15,7 @@ true|false``), so ``keras-trm train-mnist --help`` lists them all. The
 
 import argparse
 import json
+import pathlib
 import sys
 
 from keras_trm.cli_config import (
@@ -172,7 +173,10 @@ def _recipe_parser(prog, description, name, config_cls, report_only=False):
                              "../shared/data beside the checkout)")
     parser.add_argument("--workdir", default=f"runs/{name}")
     parser.add_argument("--export-dir", default="export")
-    parser.add_argument("--results-dir", default=f"docs/results/{name}")
+    parser.add_argument(
+        "--results-dir", default=None,
+        help=f"report folder (default: <workdir>/results; pass "
+             f"docs/results/{name} to update the report kept in the repository)")
     if report_only:
         parser.add_argument(
             "--report-only", action="store_true",
@@ -187,7 +191,8 @@ def _classification_main(argv, job, config_cls, name, prog, description):
     args = parser.parse_args(argv)
     config = config_from_args(config_cls, args)
     if args.report_only:
-        job.write_report(args.workdir, args.results_dir, config)
+        results_dir = args.results_dir or pathlib.Path(args.workdir) / "results"
+        job.write_report(args.workdir, results_dir, config)
         return 0
     job.run(config, data_dir=args.data_dir, workdir=args.workdir,
             export_dir=args.export_dir, results_dir=args.results_dir)

@@ -188,7 +188,7 @@ def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
     assert config == mnist.MnistConfig(jit_compile=False, epochs=1,
                                        norms=("layer",))
     assert kw["workdir"] == str(tmp_path)
-    assert kw["results_dir"] == "docs/results/mnist"
+    assert kw["results_dir"] is None  # the job's <workdir>/results
     assert cli.main(["train-imdb", "--models", "lstm", "--limit", "10"]) == 0
     assert seen["imdb"][0] == imdb.ImdbConfig(models=("lstm",), limit=10)
     with pytest.raises(RuntimeError, match="stop"):
@@ -197,8 +197,7 @@ def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
     config, args = seen["lm"]
     assert config == language_model.LanguageModelConfig(
         match_parameters=False, steps=7, corpus="ptb")
-    assert args[1:] == ("runs/language_model", "export",
-                        "docs/results/language_model")
+    assert args[1:] == ("runs/language_model", "export", None)
 
 
 def test_train_translation_flags_follow_the_config(capsys):

@@ -52,14 +52,15 @@ FRESH = textwrap.dedent("""
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm_job")
     config = job.LanguageModelConfig(**TINY)
+    # results_dir left at its default: <workdir>/results
     result = job.run(config, workdir=root / "work", export_dir=root / "export",
-                     results_dir=root / "results", verbose=0)
+                     verbose=0)
     return root, result
 
 
 def test_tiny_run_writes_results_and_export(tiny_run):
     root, result = tiny_run
-    results = root / "results"
+    results = root / "work" / "results"
     assert json.loads((results / "result.json").read_text()) == result
     report = (results / "report.md").read_text()
     assert "Transformer-XL" in report and str(

@@ -395,15 +395,18 @@ def write_report(workdir, results_dir, config, extra=None):
 
 
 def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
-        results_dir="docs/results/imdb", verbose=None):
+        results_dir=None, verbose=None):
     """Runs the whole job; returns ``{kind: result dict}`` of the models
     trained in this call (results of earlier calls in ``workdir`` are kept
-    and enter the report)."""
+    and enter the report). The report goes to ``results_dir`` (None:
+    ``<workdir>/results``; ``""``: no report)."""
     config = config or ImdbConfig()
     for kind in config.models:
         v.one_of("models", kind, set(MODEL_KINDS))
     job_start, workdir, data_dir, verbose = start_job(
         workdir, data_dir, verbose, download=config.download)
+    if results_dir is None:
+        results_dir = workdir / "results"
     train_texts, train_labels = load_imdb("train", data_dir,
                                           download=config.download)
     test_texts, test_labels = load_imdb("test", data_dir,

@@ -225,16 +225,17 @@ def _machine():
 
 # -- the job ---------------------------------------------------------------------
 def run(config=None, data_dir=None, workdir="runs/language_model",
-        export_dir="export", results_dir="docs/results/language_model",
+        export_dir="export", results_dir=None,
         verbose=None, command=None):
     """Trains both models, scores the test split, exports Transformer-XL and
     writes the result files. Returns the result dict (also written to
-    ``<results_dir>/result.json``)."""
+    ``<results_dir>/result.json``; ``results_dir`` None is
+    ``<workdir>/results``)."""
     config = (config or LanguageModelConfig()).validate()
     job_start, workdir, data_dir, verbose = start_job(
         workdir, data_dir, verbose, note=f"; corpus: {config.corpus}",
         download=config.download)
-    results_dir = pathlib.Path(results_dir)
+    results_dir = pathlib.Path(results_dir or workdir / "results")
     results_dir.mkdir(parents=True, exist_ok=True)
 
     train_ids, vocab = lm.load_lm_corpus(config.corpus, "train",

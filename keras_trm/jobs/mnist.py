@@ -301,8 +301,9 @@ def write_report(workdir, results_dir, config, extra=None):
 
 
 def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
-        results_dir="docs/results/mnist", verbose=None):
-    """Runs the whole job; returns ``{run name: result dict}``."""
+        results_dir=None, verbose=None):
+    """Runs the whole job; returns ``{run name: result dict}``. The report
+    goes to ``results_dir`` (None: ``<workdir>/results``; ``""``: none)."""
     config = config or MnistConfig()
     for norm in config.norms:
         v.one_of("norms", norm, set(NORMS))
@@ -311,6 +312,8 @@ def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
     v.positive_int("epochs", config.epochs)
     job_start, workdir, data_dir, verbose = start_job(
         workdir, data_dir, verbose, download=config.download)
+    if results_dir is None:
+        results_dir = workdir / "results"
     images, labels = load_mnist("train", data_dir, download=config.download)
     train_index, val_index = validation_split(
         len(labels), config.validation_fraction, config.seed)
