@@ -84,11 +84,50 @@ def test_same_length_mask_is_the_reference_codes(q_len, m_len, mem_len):
     assert mask.sum(1).max() == min(mem_len, m_len + q_len)
 
 
-def test_same_length_needs_mem_len():
+def test_same_length_needs_mem_len(rng):
     with pytest.raises(ValueError, match="mem_len"):
-        RelativeMultiHeadAttention(HEADS, 3, same_length=True)
+        RelativeMultiHeadAttention(HEADS, 3, same_length=True, mem_len=0)
     with pytest.raises(ValueError, match="mem_len"):
         TransformerXLBlock(HEADS, 8, mem_len=0, same_length=True)
+    # Without a mem_len of its own the window must come with the call.
+    layer = RelativeMultiHeadAttention(HEADS, 3, same_length=True)
+    h = rng.normal(size=(1, 4, D_MODEL)).astype("float32")
+    with pytest.raises(ValueError, match="mem_len=None"):
+        layer(h, h)
+    with pytest.raises(ValueError, match="mem_len=0"):
+        layer(h, h, mem_len=0)
+    assert layer(h, h, mem_len=2).shape == (1, 4, D_MODEL)
+
+
+@pytest.mark.parametrize("t_len,mem", [(4, 3), (32, 24)])
+def test_mem_len_call_argument_is_the_window(rng, t_len, mem):
+    """The ``mem_len`` call argument sets the window of ``same_length``
+    (the mask and the banded path) as the constructor's does, and
+    overrides it."""
+    h = rng.normal(size=(2, t_len, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, mem, D_MODEL)).astype("float32")
+    context = np.concatenate([m, h], axis=1)
+    passed = RelativeMultiHeadAttention(HEADS, 3, same_length=True,
+                                        mem_len=2)
+    built = RelativeMultiHeadAttention(HEADS, 3, same_length=True,
+                                       mem_len=5)
+    passed(h, context)
+    randomize(passed, rng)
+    built(h, context)
+    built.set_weights(passed.get_weights())
+    # (32, 24): chunks of 16 against windows of 5 + 15 < 56 keys (band).
+    assert (built._band_chunk(t_len, mem + t_len, 5) is None) == (t_len == 4)
+    expected = np.asarray(built(h, context))
+    np.testing.assert_allclose(passed(h, context, mem_len=5), expected,
+                               atol=1e-6)
+    np.testing.assert_allclose(
+        passed.attention_logits(h, context, mem_len=5),
+        built.attention_logits(h, context), atol=1e-6)
+    k_len = mem + t_len
+    np.testing.assert_array_equal(passed.attention_mask_for(t_len, k_len, 5),
+                                  built.attention_mask_for(t_len, k_len))
+    assert not np.allclose(passed(h, context), expected, atol=1e-3)
+    assert passed.mem_len == 2  # a call's window is not stored
 
 
 def softmax(x):
@@ -268,27 +307,40 @@ def test_new_memory_keeps_last_mem_len(rng):
     np.testing.assert_allclose(block(h, memory=empty), block(h), atol=1e-6)
 
 
-def test_assigning_mem_len_moves_the_same_length_window(rng):
+@pytest.mark.parametrize("t_len,mem", [(4, 6), (16, 8)])
+def test_assigning_mem_len_moves_the_same_length_window(rng, t_len, mem):
     """``block.mem_len = n`` after build gives the outputs and memories of
-    a block built with ``mem_len=n`` (the window of ``same_length`` included)."""
-    h = rng.normal(size=(2, 4, D_MODEL)).astype("float32")
-    m = rng.normal(size=(2, 6, D_MODEL)).astype("float32")
+    a block built with ``mem_len=n``: the window of ``same_length`` moves
+    too, in the dense path (T=4) and the banded one (T=16, K=24), also in
+    a function traced after the assignment. The block stores mem_len; its
+    attention holds no copy."""
+    h = rng.normal(size=(2, t_len, D_MODEL)).astype("float32")
+    m = rng.normal(size=(2, mem, D_MODEL)).astype("float32")
     changed = TransformerXLBlock(HEADS, 16, mem_len=2, same_length=True,
                                  dropout_rate=0.0)
     built = TransformerXLBlock(HEADS, 16, mem_len=5, same_length=True,
                                dropout_rate=0.0)
+    changed(h, memory=m)
+    randomize(changed, rng)
     old = changed(h, memory=m)
     built(h, memory=m)
     built.set_weights(changed.get_weights())
     changed.mem_len = 5
-    np.testing.assert_allclose(changed(h, memory=m), built(h, memory=m),
-                               atol=1e-6)
-    assert not np.allclose(old, built(h, memory=m), atol=1e-3)
+    expected = np.asarray(built(h, memory=m))
+    np.testing.assert_allclose(changed(h, memory=m), expected, atol=1e-6)
+    traced = tf.function(lambda x, y: changed(x, memory=y))
+    np.testing.assert_allclose(traced(h, m), expected, atol=1e-6)
+    assert not np.allclose(old, expected, atol=1e-3)
     np.testing.assert_array_equal(changed.compute_new_memory(h, m),
                                   built.compute_new_memory(h, m))
     assert changed.get_config()["mem_len"] == 5
+    assert changed.self_attention.mem_len is None
     with pytest.raises(ValueError, match="mem_len=0"):
         changed.mem_len = 0
+    assert changed.mem_len == 5
+    # Which path ran: dense for T=4, windows of 5 + 15 < 24 keys for T=16.
+    band = changed.self_attention._band_chunk(t_len, mem + t_len, 5)
+    assert (band is None) == (t_len == 4)
 
 
 def test_keras_round_trip(rng, tmp_path):
@@ -360,7 +412,7 @@ def test_same_length_band_equals_dense(rng, mem, mem_len, clamp_len):
     context = np.concatenate([m, h], axis=1)
     layer(h, context)
     randomize(layer, rng)
-    assert layer._band_chunk(t_len, mem + t_len) == 16
+    assert layer._band_chunk(t_len, mem + t_len, mem_len) == 16
     band = np.asarray(layer(h, context))
     layer.use_band = False
     dense = np.asarray(layer(h, context))

@@ -116,35 +116,52 @@ def test_segments_with_memory_equal_full_pass(kwargs):
     assert np.abs(np.concatenate(pieces, 1)[:, seg:] - full[:, seg:]).max() > 1e-3
 
 
-@pytest.mark.parametrize("clamp_len", [None, 3])
-def test_set_mem_len_equals_a_model_built_with_it(clamp_len):
+# clamp_len=2 < mem_len - 1: the distances 2 and 3 of the window share R_2.
+@pytest.mark.parametrize("clamp_len", [None, 2])
+def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
     """``set_mem_len`` changes every use of mem_len: the memories kept and
     the window of ``same_length`` (the mask and the banded path), as
     ``reset_length`` of the reference code. Three segments with carried
-    memory give the logits of a model built with the new mem_len."""
+    memory give the logits of a model built with the new mem_len (before
+    the fix the window stayed at 2 in the attention: off by ~1.5), and so
+    do predict(), evaluate_with_memory and a .keras round trip, each
+    traced with mem_len=2 first."""
     kwargs = dict(same_length=True, clamp_len=clamp_len)
     changed = tiny_xl(mem_len=2, **kwargs)
     built = tiny_xl(mem_len=4, **kwargs)
     built.set_weights(changed.get_weights())
     streams = random_ids((2, 3 * 16), 5)
-    before = changed(streams[:, :16])[0]  # traced with mem_len=2
+    # Traced with mem_len=2: eager call, predict() and the evaluation step.
+    before = changed(streams[:, :16])[0]
+    changed.predict(streams[:, :16], verbose=0)
+    evaluate_with_memory(changed, streams, 16)
     changed.set_mem_len(4)
     mems_a, mems_b = changed.init_memories(2), built.init_memories(2)
     for start in range(0, streams.shape[1], 16):
+        # segment 1: dense scores (K=16); 2 and 3: key windows (K=20)
         segment = streams[:, start:start + 16]
         logits_a, mems_a = changed(segment, mems_a)
         logits_b, mems_b = built(segment, mems_b)
         np.testing.assert_allclose(logits_a, logits_b, atol=1e-5)
         assert [m.shape[1] for m in mems_a] == [m.shape[1] for m in mems_b]
-    # the window really changed: mem_len 2 and 4 differ on the first segment
-    assert not np.allclose(before, built(streams[:, :16])[0], atol=1e-3)
-    assert changed.mem_len == 4
-    assert all(b.mem_len == 4 and b.self_attention.mem_len == 4
-               for b in changed.blocks)
-    # compiled predict() follows too
     np.testing.assert_allclose(
         changed.predict(streams[:, :16], verbose=0)[0],
         built.predict(streams[:, :16], verbose=0)[0], atol=1e-5)
+    np.testing.assert_allclose(evaluate_with_memory(changed, streams, 16),
+                               evaluate_with_memory(built, streams, 16),
+                               rtol=1e-6)
+    # the window really changed: mem_len 2 and 4 differ on the first segment
+    assert not np.allclose(before, built(streams[:, :16])[0], atol=1e-3)
+    # One store: the blocks; the model reads it, the attentions hold none.
+    assert changed.mem_len == 4 and changed.get_config()["mem_len"] == 4
+    assert all(b.mem_len == 4 and b.self_attention.mem_len is None
+               for b in changed.blocks)
+    path = str(tmp_path / "changed.keras")
+    changed.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.mem_len == 4
+    np.testing.assert_allclose(loaded(streams[:, 16:32], mems_b)[0],
+                               built(streams[:, 16:32], mems_b)[0], atol=1e-5)
 
 
 def test_evaluate_with_memory_matches_manual_loop():

@@ -23,7 +23,9 @@ row. This is O(T·K) work with no gather.
 With ``same_length`` every query sees only ``mem_len`` keys, a band of the
 (T, K) score matrix; ``call`` then computes the scores of chunks of
 queries against their window of ``mem_len + chunk - 1`` keys only (same
-values, about 40% fewer scores at T = mem_len = M = 512).
+values, about 40% fewer scores at T = mem_len = M = 512). The window is
+read when ``call`` runs (the layer's ``mem_len``, or the ``mem_len`` call
+argument, which ``TransformerXLBlock`` passes from its own ``mem_len``).
 """
 
 import math
@@ -56,7 +58,10 @@ def relative_position_encoding(length, d_model, clamp_len=None,
         length: int >= 0 (may be a scalar tensor), number of distances.
         d_model: even int > 0, number of channels D.
         clamp_len: optional int >= 0; distances larger than it use
-            ``R_{clamp_len}``.
+            ``R_{clamp_len}``. ``clamp_len=0`` clamps every distance to 0
+            (every row is R_0), whereas the reference code
+            (kimiyoung/transformer-xl) treats ``clamp_len <= 0`` as no
+            clamping; pass None for no clamping.
         dtype: dtype of the result.
 
     Returns:
@@ -184,12 +189,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             tril(-mask_shift_len)``): the window is bounded by the
             configured ``mem_len``, not by the memory length M of the call,
             so a stream's first segment also sees up to ``mem_len`` keys.
-        mem_len: int > 0, the window of ``same_length`` (required with it).
-            Inside a ``TransformerXLBlock`` the block owns it: assign
-            ``block.mem_len``, which sets this one.
+        mem_len: optional int > 0, the window of ``same_length``. With
+            ``same_length`` it is needed here or as the ``mem_len`` call
+            argument (which overrides it). A ``TransformerXLBlock`` creates
+            its attention without one and passes its own ``mem_len`` to
+            every call, so the block's is the only stored value (as the one
+            ``mem_len`` that ``reset_length`` of the reference code sets).
         clamp_len: optional int >= 0; relative distances above it use
-            R_{clamp_len}. ``clamp_len=0`` clamps every distance to 0; the
-            reference code reads ``clamp_len <= 0`` as "off" (here: None).
+            R_{clamp_len}. ``clamp_len=0`` clamps every distance to 0 (all
+            positions use R_0), whereas the reference code treats
+            ``clamp_len <= 0`` as no clamping; pass None for no clamping.
         untie_biases: bool; if True (default) the layer owns its u and v. If
             False it creates none and they must be passed to ``call``
             (``content_bias``/``position_bias``), e.g. one pair shared by
@@ -210,6 +219,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         training: bool, enables attention dropout.
         return_attention_scores: bool, also return the probabilities
             ``(batch, num_heads, T, K)`` (float32 before dropout).
+        mem_len: optional int > 0, the window of ``same_length`` for this
+            call (default: the layer's ``mem_len``); unused without
+            ``same_length``. A Python int, read when the call is traced: a
+            ``tf.function`` traced around the call keeps that value.
 
     Returns:
         ``(batch, T, output_shape)`` in the compute dtype, or a tuple
@@ -218,7 +231,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     Raises:
         ValueError: bad constructor arguments, an odd key ``d_model`` (the
             sinusoids need an even size), ``key`` shorter than ``query``,
-            missing or mis-shaped u/v.
+            missing or mis-shaped u/v, ``same_length`` without a
+            ``mem_len`` > 0 (neither the layer's nor the call's).
+        TypeError: a non-integer ``mem_len``.
 
     Example:
 
@@ -259,14 +274,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             output_shape = v.positive_int("output_shape", output_shape)
         self._output_shape = output_shape
         self.same_length = bool(same_length)
-        if mem_len is not None:
-            mem_len = v.non_negative_int("mem_len", mem_len)
-        if self.same_length and not mem_len:
-            raise ValueError(
-                "`same_length=True` bounds each query's window by `mem_len` "
-                f"keys, so it needs mem_len > 0, got mem_len={mem_len!r}"
-            )
-        self.mem_len = mem_len
+        self.mem_len = None if mem_len is None else self._checked_window(
+            mem_len
+        )
         if clamp_len is not None:
             clamp_len = v.non_negative_int("clamp_len", clamp_len)
         self.clamp_len = clamp_len
@@ -380,20 +390,45 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             )
         return bias
 
-    def attention_mask_for(self, q_len, k_len):
+    def _checked_window(self, mem_len):
+        """``mem_len`` validated as the window of ``same_length``."""
+        mem_len = v.non_negative_int("mem_len", mem_len)
+        if self.same_length and mem_len == 0:
+            raise ValueError(
+                "`same_length=True` bounds each query's window by `mem_len` "
+                "keys, so it needs mem_len > 0, got mem_len=0"
+            )
+        return mem_len
+
+    def _window(self, mem_len):
+        """The ``same_length`` window of a call: ``mem_len`` if given, else
+        the layer's; None without ``same_length``."""
+        if not self.same_length:
+            return None
+        if mem_len is None:
+            mem_len = self.mem_len
+        if mem_len is None:
+            raise ValueError(
+                "`same_length=True` bounds each query's window by `mem_len` "
+                f"keys: layer '{self.name}' has mem_len=None, so pass "
+                "mem_len > 0 to its constructor or to the call"
+            )
+        return self._checked_window(mem_len)
+
+    def attention_mask_for(self, q_len, k_len, mem_len=None):
         """Bool ``(T, K)``: True where query i may see key j.
 
         Causal over memory and segment: ``j <= p`` with ``p = M + i`` and
         ``M = K - T``; with ``same_length`` also ``j > p - mem_len`` (the
-        reference code's window of ``mem_len`` keys, itself included).
+        reference code's window of ``mem_len`` keys, itself included;
+        ``mem_len`` defaults to the layer's).
         """
+        window = self._window(mem_len)
         p = ops.arange(q_len)[:, None] + (k_len - q_len)
         j = ops.arange(k_len)[None, :]
         mask = ops.less_equal(j, p)
-        if self.same_length:
-            mask = ops.logical_and(
-                mask, ops.greater(j, p - self.mem_len)
-            )
+        if window is not None:
+            mask = ops.logical_and(mask, ops.greater(j, p - window))
         return mask
 
     def _positions(self, length, dtype):
@@ -408,7 +443,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )
 
     def _logits(self, query, key, attention_mask, content_bias,
-                position_bias):
+                position_bias, mem_len):
         """Scaled, masked A_ij in float32 ``(B, h, T, K)``."""
         u = self._bias("content_bias", content_bias, self.content_bias)
         rv = self._bias("position_bias", position_bias, self.position_bias)
@@ -435,7 +470,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         position = rel_shift(position)
         scale = 1.0 / math.sqrt(self.key_dim)
         logits = ops.cast(content + position, "float32") * scale
-        mask = self.attention_mask_for(q_len, k_len)[None, None]
+        mask = self.attention_mask_for(q_len, k_len, mem_len)[None, None]
         if attention_mask is not None:
             extra = ops.cast(attention_mask, "bool")
             if len(extra.shape) == 3:
@@ -444,7 +479,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return ops.where(mask, logits, ops.cast(-1e9, "float32"))
 
     def attention_logits(self, query, value, key=None, attention_mask=None,
-                         content_bias=None, position_bias=None):
+                         content_bias=None, position_bias=None,
+                         mem_len=None):
         """The pre-softmax scores A_ij / sqrt(d_head), float32.
 
         Same arguments as ``call``. Returns ``(batch, num_heads, T, K)``
@@ -456,40 +492,40 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             self.build(tuple(query.shape), tuple(value.shape),
                        tuple(key.shape))
         return self._logits(query, key, attention_mask, content_bias,
-                            position_bias)
+                            position_bias, mem_len)
 
     # -- same_length in bands ----------------------------------------------
     # Candidate query-chunk sizes of the banded path, most preferred first.
     # 128 measured fastest at T = mem_len = 512 (bench_transformer_xl.py).
     _BAND_CHUNKS = (128, 64, 32, 16)
 
-    def _band_chunk(self, q_len, k_len):
+    def _band_chunk(self, q_len, k_len, window):
         """Query-chunk size c of the banded path, or None for the dense one.
 
-        With ``same_length`` query p sees only the ``mem_len`` keys
-        ``p - mem_len < j <= p``: a band. A chunk of c consecutive queries
-        then needs only a window of ``mem_len + c - 1`` keys instead of all
-        K. The band is used when the shapes are static, c divides T and the
+        With ``same_length`` query p sees only the ``window`` (``mem_len``)
+        keys ``p - window < j <= p``: a band. A chunk of c consecutive
+        queries then needs only ``window + c - 1`` keys instead of all K.
+        The band is used when the shapes are static, c divides T and the
         windows are shorter than K (so that fewer scores are computed).
         """
-        if not self.same_length or not (
+        if window is None or not (
             isinstance(q_len, int) and isinstance(k_len, int)
         ):
             return None
         for c in self._BAND_CHUNKS:
-            if q_len % c == 0 and self.mem_len + c - 1 < k_len:
+            if q_len % c == 0 and window + c - 1 < k_len:
                 return c
         return None
 
-    def _band_attention(self, query, key, value, chunk, content_bias,
-                        position_bias, training):
+    def _band_attention(self, query, key, value, chunk, window,
+                        content_bias, position_bias, training):
         """``softmax(A) V`` per head, ``(B, T, h, d_head)``, in key windows.
 
         Exactly the scores of ``_logits`` restricted to the band of
         ``same_length``: queries are cut into ``n = T / c`` chunks; chunk a
         (queries ``a·c .. a·c + c - 1``, absolute positions ``M + a·c + i``)
         attends to the ``W + c - 1`` keys ending at its last query (W =
-        ``mem_len``; keys before position 0 are zero padding, masked). In
+        ``window``; keys before position 0 are zero padding, masked). In
         each window the chunk is a segment of c queries with ``W - 1``
         memory positions, so (b)+(d) is the same ``rel_shift`` against
         distances ``W + c - 2, ..., 0``. Masked scores (-1e9) have zero
@@ -498,7 +534,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         u = self._bias("content_bias", content_bias, self.content_bias)
         rv = self._bias("position_bias", position_bias, self.position_bias)
         q_len, k_len = query.shape[1], key.shape[1]
-        m_len, width = k_len - q_len, self.mem_len
+        m_len, width = k_len - q_len, window
         n, win = q_len // chunk, width + chunk - 1
         h, dh = self.num_heads, self.key_dim
         q = self._project(query, self.query_kernel, self.query_bias)
@@ -544,21 +580,22 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, value, key=None, attention_mask=None,
              content_bias=None, position_bias=None, training=None,
-             return_attention_scores=False):
+             return_attention_scores=False, mem_len=None):
         key = value if key is None else key
+        window = self._window(mem_len)
         chunk = None
         if attention_mask is None and not return_attention_scores and (
             self.use_band
         ):
-            chunk = self._band_chunk(query.shape[1], key.shape[1])
+            chunk = self._band_chunk(query.shape[1], key.shape[1], window)
             if key.shape[1] != value.shape[1]:
                 chunk = None
         if chunk is not None:
-            out = self._band_attention(query, key, value, chunk,
+            out = self._band_attention(query, key, value, chunk, window,
                                        content_bias, position_bias, training)
         else:
             logits = self._logits(query, key, attention_mask, content_bias,
-                                  position_bias)
+                                  position_bias, window)
             probs = ops.softmax(logits, axis=-1)
             dropped = self._dropout_layer(
                 ops.cast(probs, self.compute_dtype), training=training

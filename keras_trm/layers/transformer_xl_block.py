@@ -42,9 +42,12 @@ class TransformerXLBlock(_BlockBase):
         d_ff: int > 0, inner size of the FFN.
         mem_len: int >= 0, the number of past positions kept by
             ``compute_new_memory`` (0 = no memory), and the window of
-            ``same_length``. Assigning ``block.mem_len`` changes both (the
-            block is the one place it is stored: it sets its attention's
-            window), as ``reset_length`` of the reference code.
+            ``same_length``. The block is the one place it is stored: its
+            attention holds no copy but receives it with every call, so
+            assigning ``block.mem_len`` changes both uses (as
+            ``reset_length`` of the reference code). It is read when a call
+            is traced: re-trace ``tf.function``s that call the block after
+            assigning it.
         key_dim: optional int > 0, d_head (default d_model // num_heads,
             which then must divide d_model).
         dropout_rate: float in [0, 1), on each sub-layer output.
@@ -149,7 +152,6 @@ class TransformerXLBlock(_BlockBase):
             dropout=self.attention_dropout_rate,
             use_bias=self.use_bias,
             same_length=self.same_length,
-            mem_len=self.mem_len if self.same_length else None,
             clamp_len=self.clamp_len,
             untie_biases=self.untie_biases,
             kernel_initializer=self._initializer(),
@@ -191,6 +193,7 @@ class TransformerXLBlock(_BlockBase):
             return self.self_attention(
                 y, context, content_bias=content_bias,
                 position_bias=position_bias, training=training,
+                mem_len=self.mem_len,
             )
 
         x = self._residual(inputs, self.self_attention_norm, attend, training)
@@ -229,7 +232,12 @@ class TransformerXLBlock(_BlockBase):
 
     @property
     def mem_len(self):
-        """int >= 0: positions of memory kept, and ``same_length``'s window."""
+        """int >= 0: positions of memory kept, and ``same_length``'s window.
+
+        Raises (on assignment):
+            ValueError: a negative value, or 0 with ``same_length``.
+            TypeError: a non-integer.
+        """
         return self._mem_len
 
     @mem_len.setter
@@ -241,9 +249,6 @@ class TransformerXLBlock(_BlockBase):
                 "keys, so it needs mem_len > 0, got mem_len=0"
             )
         self._mem_len = mem_len
-        attention = getattr(self, "self_attention", None)
-        if attention is not None and self.same_length:
-            attention.mem_len = mem_len
 
     def compute_output_shape(self, inputs_shape, memory_shape=None):
         return tuple(inputs_shape)

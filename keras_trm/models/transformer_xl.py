@@ -57,11 +57,12 @@ def _check_token_ids(token_ids, max_segment_len, model_name):
         )
 
 
-# The model's arguments that every TransformerXLBlock receives unchanged.
+# The model's arguments that every TransformerXLBlock receives unchanged
+# (besides mem_len, which the blocks store: see TransformerXLLM.mem_len).
 _BLOCK_ARGUMENTS = (
-    "num_heads", "d_ff", "mem_len", "key_dim", "dropout_rate",
-    "attention_dropout_rate", "same_length", "clamp_len", "untie_biases",
-    "norm_first", "layer_norm_epsilon",
+    "num_heads", "d_ff", "key_dim", "dropout_rate", "attention_dropout_rate",
+    "same_length", "clamp_len", "untie_biases", "norm_first",
+    "layer_norm_epsilon",
 )
 
 
@@ -94,7 +95,9 @@ class TransformerXLLM(keras.Model):
         d_model: even int > 0.
         num_heads: int > 0.
         d_ff: int > 0, FFN inner width.
-        mem_len: int >= 0, positions of memory kept per layer (0 = none).
+        mem_len: int >= 0, positions of memory kept per layer (0 = none),
+            and the window of ``same_length``; change it with
+            ``set_mem_len``.
         max_segment_len: int > 0, the longest segment T accepted by ``call``
             (the memory length is separate and may be anything).
         key_dim: optional d_head (default d_model // num_heads).
@@ -166,7 +169,7 @@ class TransformerXLLM(keras.Model):
             )
         self.num_heads = v.positive_int("num_heads", num_heads)
         self.d_ff = v.positive_int("d_ff", d_ff)
-        self._mem_len = v.non_negative_int("mem_len", mem_len)
+        mem_len = v.non_negative_int("mem_len", mem_len)
         self.max_segment_len = v.positive_int(
             "max_segment_len", max_segment_len
         )
@@ -194,6 +197,31 @@ class TransformerXLLM(keras.Model):
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer
         )
+        # The sub-layers; their weights and the model's are made by build().
+        # mem_len is stored by the blocks only (the ``mem_len`` property).
+        self.embedding = keras.layers.Embedding(
+            self.vocabulary_size, self.d_model,
+            embeddings_initializer=clone_initializer(
+                self.embeddings_initializer
+            ),
+            dtype=self.dtype_policy, name="embedding",
+        )
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout_rate, dtype=self.dtype_policy, name="dropout"
+        )
+        self.blocks = [
+            TransformerXLBlock(
+                **{name: getattr(self, name) for name in _BLOCK_ARGUMENTS},
+                mem_len=mem_len, dtype=self.dtype_policy, name=f"layer_{i}",
+            )
+            for i in range(self.num_layers)
+        ]
+        self.final_norm = None
+        if self.norm_first:
+            self.final_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+                name="final_norm",
+            )
         self.build()
 
     # -- construction --------------------------------------------------------
@@ -201,31 +229,10 @@ class TransformerXLLM(keras.Model):
         if self.built:
             return
         d = self.d_model
-        self.embedding = keras.layers.Embedding(
-            self.vocabulary_size, d,
-            embeddings_initializer=clone_initializer(
-                self.embeddings_initializer
-            ),
-            dtype=self.dtype_policy, name="embedding",
-        )
         self.embedding.build((None, None))
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout_rate, dtype=self.dtype_policy, name="dropout"
-        )
-        self.blocks = []
-        for i in range(self.num_layers):
-            block = TransformerXLBlock(
-                **{name: getattr(self, name) for name in _BLOCK_ARGUMENTS},
-                dtype=self.dtype_policy, name=f"layer_{i}",
-            )
+        for block in self.blocks:
             block.build((None, None, d))
-            self.blocks.append(block)
-        self.final_norm = None
-        if self.norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-                name="final_norm",
-            )
+        if self.final_norm is not None:
             self.final_norm.build((None, None, d))
         self.content_bias = self.position_bias = None
         if not self.untie_biases:
@@ -261,15 +268,26 @@ class TransformerXLLM(keras.Model):
 
     @property
     def mem_len(self):
-        """int >= 0, the blocks' ``mem_len`` (change it with ``set_mem_len``)."""
-        return self._mem_len
+        """int >= 0, the blocks' ``mem_len`` (change it with ``set_mem_len``).
+
+        Read from the blocks, which store it (the model keeps no copy)."""
+        return self.blocks[0].mem_len
 
     def set_mem_len(self, mem_len):
         """Changes ``mem_len`` everywhere it is used: how many positions new
         memories keep and, with ``same_length``, each query's window (e.g.
         longer at evaluation, as ``reset_length`` of the reference code).
-        Functions compiled by ``predict``/``evaluate``/``fit`` are dropped,
-        so they are traced again with the new length.
+
+        Every block stores the new value (and passes it to its attention
+        at every call). ``mem_len`` is a Python int fixed in a trace:
+        the functions compiled by ``predict``/``evaluate``/``fit`` are
+        dropped, so they are traced again with the new length
+        (``keras_trm.decoding.evaluate_with_memory`` keys its traces by
+        ``mem_len``); a ``tf.function`` of your own that calls the model
+        keeps the length it was traced with.
+
+        Args:
+            mem_len: int >= 0 (> 0 with ``same_length``).
 
         Raises:
             ValueError: ``mem_len`` < 0, or 0 with ``same_length``.
@@ -278,7 +296,6 @@ class TransformerXLLM(keras.Model):
         mem_len = v.non_negative_int("mem_len", mem_len)
         for block in self.blocks:
             block.mem_len = mem_len
-        self._mem_len = mem_len
         self.predict_function = self.test_function = self.train_function = None
 
     def _check_memories(self, memories, token_ids):
@@ -363,8 +380,8 @@ class TransformerXLLM(keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update({name: getattr(self, name) for name in (
-            "vocabulary_size", "num_layers", "d_model", "max_segment_len",
-            "use_output_bias", *_BLOCK_ARGUMENTS)})
+            "vocabulary_size", "num_layers", "d_model", "mem_len",
+            "max_segment_len", "use_output_bias", *_BLOCK_ARGUMENTS)})
         config["embeddings_initializer"] = keras.initializers.serialize(
             self.embeddings_initializer)
         return config
