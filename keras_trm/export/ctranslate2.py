@@ -247,6 +247,11 @@ def _set_embedding_and_positions(stack_spec, embeddings_spec, embedding):
 _NO_VNNI_LEVELS = {"SSE4_2", "SSE41", "AVX", "AVX2", "AVX512", "AVX512_CORE",
                    "AVX512_MIC", "AVX512_MIC_4OPS"}
 _VNNI_CPU_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
+# The variables that cap the instruction set of the GEMM libraries and of
+# CTranslate2's own kernels (CTranslate2 runs MKL on Intel CPUs and oneDNN
+# elsewhere; CT2_FORCE_CPU_ISA is CTranslate2's own switch).
+_ISA_CAP_VARIABLES = ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
+                      "DNNL_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
 
 
 def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
@@ -260,10 +265,11 @@ def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
     large activations are clipped and most greedy outputs of a small
     Multi30k model change (``tests/test_ctranslate2.py`` measures it).
 
-    The answer honours the variables that cap what MKL and oneDNN may use
-    (``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``,
-    ``DNNL_MAX_CPU_ISA``), so ``MKL_ENABLE_INSTRUCTIONS=AVX2`` makes any
-    host behave, and answer, as an AVX2 host.
+    The answer honours the variables that cap what MKL, oneDNN and
+    CTranslate2 may use (``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``,
+    ``DNNL_MAX_CPU_ISA``, ``CT2_FORCE_CPU_ISA``): any of them set to
+    ``AVX2`` makes the answer that of an AVX2 host (the GEMM libraries
+    themselves follow only their own variable).
 
     Args:
         cpuinfo: path of the Linux CPU description to read the flags from.
@@ -272,8 +278,7 @@ def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
         bool. ``True`` off x86 (ARM builds use Ruy, which has no such
         saturation) and when the flags cannot be read.
     """
-    for var in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
-                "DNNL_MAX_CPU_ISA"):
+    for var in _ISA_CAP_VARIABLES:
         if os.environ.get(var, "").strip().upper() in _NO_VNNI_LEVELS:
             return False
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
@@ -288,25 +293,42 @@ def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
     return True
 
 
-def default_compute_type(quantization, device="cpu"):
+def default_compute_type(quantization, device="cpu", supported=None):
     """The compute type ``CTranslate2Translator`` uses for ``"default"``.
 
     The type the weights were saved in, except for int8 weights on an x86
     CPU without an int8 dot product (``cpu_has_int8_dot_product``), where
-    CTranslate2's int8 GEMM saturates: those run as ``"int16"`` (the int8
-    weights widened at load), which keeps the small file and gives
-    float32's output within quantization error.
+    CTranslate2's int8 GEMM saturates (most greedy outputs of a small
+    Multi30k model change). Those run as:
+
+    * ``"int16"`` where CTranslate2 offers it (its MKL backend, which it
+      uses on Intel CPUs): the int8 weights widened at load;
+    * ``"float32"`` otherwise (oneDNN, which CTranslate2 uses on AMD and
+      other CPUs, has no int16 GEMM): the int8 weights dequantized at load,
+      so outputs are float32's within quantization error.
 
     Args:
         quantization: the export's ``quantization`` (``keras_trm.json``).
         device: ``"cpu"`` or ``"cuda"``.
+        supported: the compute types CTranslate2 offers on ``device``
+            (default: ``ctranslate2.get_supported_compute_types(device)``,
+            asked only when needed).
 
     Returns:
         str, a CTranslate2 compute type.
+
+    Example:
+
+    >>> default_compute_type("float32")
+    'default'
+    >>> default_compute_type("int8", device="cuda")
+    'default'
     """
     if (device == "cpu" and str(quantization).startswith("int8")
             and not cpu_has_int8_dot_product()):
-        return "int16"
+        if supported is None:
+            supported = _import_ctranslate2().get_supported_compute_types(device)
+        return "int16" if "int16" in supported else "float32"
     return "default"
 
 
@@ -573,8 +595,9 @@ class CTranslate2Translator:
         device: ``"cpu"`` or ``"cuda"``.
         compute_type: CTranslate2 compute type. ``"default"``: the type
             the weights were saved in, except int8 weights on an x86 CPU
-            without VNNI, which run as ``"int16"`` because CTranslate2's
-            int8 GEMM saturates there (see ``default_compute_type``; the
+            without VNNI, which run as ``"int16"`` (or ``"float32"`` where
+            CTranslate2 has no int16 GEMM) because CTranslate2's int8 GEMM
+            saturates there (see ``default_compute_type``; the
             choice is logged and kept in ``self.compute_type``). Any other
             value is passed to CTranslate2 as it is.
 
@@ -632,8 +655,8 @@ class CTranslate2Translator:
             compute_type = default_compute_type(
                 self.metadata.get("quantization", "float32"), device)
             if compute_type != "default":
-                _LOG.info("%s: int8 weights run as %s on this CPU (no VNNI: "
-                          "CTranslate2's int8 GEMM would saturate)",
+                _LOG.info("%s: int8 weights run as %s on this CPU (no int8 "
+                          "dot product: CTranslate2's int8 GEMM would saturate)",
                           self.model_dir, compute_type)
         self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
