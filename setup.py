@@ -33,6 +33,9 @@ setup(
                 # notebooks/ executed by tests/test_notebooks.py
                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],
         "ctranslate2": ["ctranslate2>=4.0"],
+        # mkdocs.yml: the docs site, built by .ci/run with --strict
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10",
+                 "mkdocstrings[python]>=0.26,<2"],
     },
     entry_points={"console_scripts": ["keras-trm=keras_trm.cli:main"]},
 )

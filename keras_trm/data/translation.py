@@ -217,8 +217,9 @@ def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de",
         ``(sources, targets)`` lists of raw str.
 
     Raises:
-        ValueError: unknown split or language. FileNotFoundError: missing
-        local files (the message names the folder and the files expected).
+        ValueError: unknown split or language.
+        FileNotFoundError: missing local files (the message names the
+            folder and the files expected).
 
     Example:
         >>> src, tgt = load_wmt14("test", source="de", target="en")  # doctest: +SKIP
@@ -311,8 +312,9 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
 
     Raises:
         ValueError: unknown ``dataset``, a missing path for ``files``, a
-        same-language direction, or the reader's errors (mismatched line
-        counts, empty corpus). FileNotFoundError: a missing file.
+            same-language direction, or the reader's errors (mismatched
+            line counts, empty corpus).
+        FileNotFoundError: a missing file.
 
     Example:
         >>> import tempfile, pathlib

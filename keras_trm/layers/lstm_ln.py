@@ -271,10 +271,12 @@ class LSTM_LN(keras.layers.RNN):
 
     Args:
         units: int > 0, the size of the hidden and cell states.
-        kernel_initializer, recurrent_initializer, bias_initializer,
-        unit_forget_bias, kernel_regularizer, recurrent_regularizer,
-        bias_regularizer, dropout, recurrent_dropout, epsilon, seed:
-            passed to ``LSTMLNCell`` (dropout rates in [0, 1), epsilon > 0).
+        kernel_initializer: passed to ``LSTMLNCell``, as are
+            ``recurrent_initializer``, ``bias_initializer``,
+            ``unit_forget_bias``, ``kernel_regularizer``,
+            ``recurrent_regularizer``, ``bias_regularizer``, ``dropout``,
+            ``recurrent_dropout``, ``epsilon`` and ``seed`` (dropout rates
+            in [0, 1), epsilon > 0).
         return_sequences: bool, return every h_t instead of the last one.
         return_state: bool, also return the final ``h_T`` and ``c_T``.
         go_backwards: bool, process the sequence in reverse.

@@ -410,9 +410,10 @@ def vanilla_transformer_lm(
     the per-layer W_{k,R}, u, v of Transformer-XL.
 
     Args:
-        vocabulary_size, num_layers, d_model, num_heads, d_ff, dropout_rate,
-        attention_dropout_rate, norm_first, layer_norm_epsilon: as
-            ``TransformerXLLM``.
+        vocabulary_size: as ``TransformerXLLM``, and so are ``num_layers``,
+            ``d_model``, ``num_heads``, ``d_ff``, ``dropout_rate``,
+            ``attention_dropout_rate``, ``norm_first`` and
+            ``layer_norm_epsilon``.
         max_length: int, the longest segment (and evaluation context).
         position: ``"sinusoidal"`` (default) or ``"learned"``.
 

@@ -1,0 +1,228 @@
+"""The figures in README.md and docs/*.md are the ones the JSON files hold.
+
+A results table is a Markdown table that has a ``source`` column. In each
+row the source cell names a JSON file (a code span ending in ``.json``,
+relative to the repository root) followed by one key path per figure, for
+example `` `bench/results/serving.json` `configs.batching.load.sentences_per_s` ``.
+Key paths are dotted, with ``[i]`` for list items. A key path followed by
+``×100`` is scaled by 100 (fractions printed as percentages). A later
+``.json`` span switches the file for the key paths after it.
+
+The ``value`` cell holds the figures and nothing else with digits (labels
+such as "bf16" or "p50" belong in the first column). Its i-th number must
+equal the i-th key's value rounded as printed: ``37.84`` matches
+37.8400..37.8449, ``88.07%`` matches ``0.88072 ×100``. Where the JSON
+records a date (on the key's path or at the top level), the row's ``date``
+must be that date; where it names the CPU (AMD EPYC, Xeon), the row's
+``host`` must name it too.
+"""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Pages whose figures come from JSON; each must hold at least one results
+# table (so that dropping the source column cannot silently skip a page).
+PAGES = [
+    "README.md",
+    "docs/measurements.md",
+    "docs/recipes/multi30k.md",
+    "docs/recipes/imdb.md",
+    "docs/recipes/mnist.md",
+    "docs/recipes/language-model.md",
+    "docs/serving.md",
+    "docs/export.md",
+]
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_SPAN = re.compile(r"`([^`]+)`(\s*×\s*100)?")
+_KEY = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def results_tables(text):
+    """Yields ``(line_number, {column: cell})`` for each row of each table
+    whose header has a ``source`` column."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if (line.lstrip().startswith("|") and i + 1 < len(lines)
+                and re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", lines[i + 1])
+                and "-" in lines[i + 1]):
+            header = [c.lower() for c in _cells(line)]
+            i += 2
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                if "source" in header:
+                    cells = _cells(lines[i])
+                    yield i + 1, dict(zip(header, cells))
+                i += 1
+            continue
+        i += 1
+
+
+def resolve(data, key_path):
+    """``data`` at ``key_path`` ("a.b[2].c"); KeyError naming the path."""
+    value = data
+    for name, index in _KEY.findall(key_path):
+        try:
+            value = value[int(index)] if index else value[name]
+        except (KeyError, IndexError, TypeError):
+            raise KeyError(f"no {key_path!r} ({name or index!r} missing)")
+    return value
+
+
+def _context(data, key_path, names):
+    """Strings under ``names`` on the key's path, nearest first, then at the
+    top level."""
+    found = []
+    value = data
+    stack = [data]
+    for name, index in _KEY.findall(key_path):
+        try:
+            value = value[int(index)] if index else value[name]
+        except (KeyError, IndexError, TypeError):
+            break
+        stack.append(value)
+    for node in reversed(stack):
+        if isinstance(node, dict):
+            for name in names:
+                item = node.get(name)
+                if isinstance(item, str):
+                    found.append(item)
+                elif isinstance(item, dict):
+                    found.extend(v for k, v in item.items()
+                                 if isinstance(v, str) and "cpu" in k)
+    return found
+
+
+def check_row(row, root=ROOT):
+    """Problems with one results-table row (an empty list when it agrees)."""
+    problems = []
+    value_cell = row.get("value", "")
+    printed = _NUMBER.findall(value_cell)
+    sources = []  # (file, key path, scale)
+    current = None
+    for span, times_100 in _SPAN.findall(row.get("source", "")):
+        if span.endswith(".json"):
+            current = span
+            continue
+        if current is None:
+            problems.append(f"key {span!r} comes before any .json file")
+            continue
+        sources.append((current, span, 100 if times_100 else 1))
+    if not sources:
+        return problems + [f"no key path in source cell {row.get('source')!r}"]
+    if len(printed) != len(sources):
+        return problems + [
+            f"value {value_cell!r} has {len(printed)} numbers but the source "
+            f"names {len(sources)} keys"]
+    loaded = {}
+    for text, (file, key, scale) in zip(printed, sources):
+        path = root / file
+        if file not in loaded:
+            try:
+                loaded[file] = json.loads(path.read_text(encoding="utf-8"))
+            except OSError as err:
+                problems.append(f"{file}: {err}")
+                continue
+        data = loaded[file]
+        try:
+            value = resolve(data, key)
+        except KeyError as err:
+            problems.append(f"{file}: {err.args[0]}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{file} {key} is {value!r}, not a number")
+            continue
+        shown = float(text.replace(",", ""))
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        if abs(value * scale - shown) > 0.5 * 10 ** -decimals + 1e-9:
+            problems.append(
+                f"{text} disagrees with {file} {key} = {value}"
+                + (" ×100" if scale != 1 else ""))
+            continue
+        date = row.get("date")
+        for recorded in _context(data, key, ("date",))[:1]:
+            if date is not None and not recorded.startswith(date):
+                problems.append(
+                    f"date {date!r} but {file} records {recorded!r}")
+        host = row.get("host")
+        if host is not None:
+            for recorded in _context(data, key, ("host", "cpu", "machine")):
+                for cpu in ("EPYC", "Xeon"):
+                    if cpu in recorded and cpu not in host:
+                        problems.append(
+                            f"host {host!r} but {file} records {recorded!r}")
+    return sorted(set(problems))
+
+
+def check_text(text, root=ROOT):
+    """``(rows checked, problems)`` for every results table of ``text``."""
+    problems, rows = [], 0
+    for line, row in results_tables(text):
+        rows += 1
+        problems += [f"line {line}: {p}" for p in check_row(row, root)]
+    return rows, problems
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_figures_match_their_json(page):
+    rows, problems = check_text((ROOT / page).read_text(encoding="utf-8"))
+    assert rows, f"{page} has no results table (a table with a source column)"
+    assert not problems, f"{page}:\n" + "\n".join(problems)
+
+
+def test_docs_pages_with_figures_are_all_checked():
+    """A docs page with a results table must be in PAGES."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    with_tables = {
+        str(p.relative_to(ROOT)) for p in pages
+        if next(results_tables(p.read_text(encoding="utf-8")), None)}
+    assert with_tables <= set(PAGES), sorted(with_tables - set(PAGES))
+
+
+_TABLE = """\
+| result | value | split | host | date | source |
+| --- | --- | --- | --- | --- | --- |
+| REST with batching | {value} | test_2016_flickr | AMD EPYC | {date} | `bench/results/serving.json` `configs.batching.load.sentences_per_s` |
+"""
+
+
+def test_checker_accepts_a_right_row():
+    assert check_text(_TABLE.format(value="135.8 sent/s",
+                                    date="2026-11-24")) == (1, [])
+
+
+@pytest.mark.parametrize("value,date,expected", [
+    ("144.1 sent/s", "2026-11-24", "disagrees"),        # another run's figure
+    ("135.7 sent/s", "2026-11-24", "disagrees"),        # off by one digit
+    ("135.8 sent/s, p50 112", "2026-11-24", "numbers"),  # a figure with no key
+    ("135.8 sent/s", "2026-11-23", "date"),             # wrong date
+])
+def test_checker_rejects_a_wrong_row(value, date, expected):
+    rows, problems = check_text(_TABLE.format(value=value, date=date))
+    assert rows == 1 and problems and expected in problems[0], problems
+
+
+def test_checker_rejects_a_wrong_host_scale_and_key():
+    table = _TABLE.format(value="135.8", date="2026-11-24")
+    assert "host" in check_text(table.replace("AMD EPYC", "Intel Xeon"))[1][0]
+    assert "disagrees" in check_text(table.replace(
+        "sentences_per_s`", "sentences_per_s` ×100"))[1][0]
+    assert "missing" in check_text(table.replace(
+        "configs.batching", "configs.batched"))[1][0]
+
+
+def test_an_edited_readme_figure_fails():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "| 37.84 BLEU, 13.8 min |" in readme
+    edited = readme.replace("| 37.84 BLEU, 13.8 min |",
+                            "| 37.80 BLEU, 13.8 min |")
+    assert any("37.80 disagrees" in p for p in check_text(edited)[1])
