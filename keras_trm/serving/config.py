@@ -214,9 +214,8 @@ def configure_tensorflow_threads(intra_op=0, inter_op=0, session=0):
     With many concurrent requests of small ops (a beam search step is
     hundreds of them), one thread per op (``intra_op=1``) and the requests
     spread over ``inter_op`` threads keep the cores busier than splitting
-    each small op across all cores: on the 2-core AVX-512 host, the
-    Multi30k export answered 16 concurrent clients 1.85x faster without
-    batching and 1.43x faster with it (``bench/bench_serving.py``).
+    each small op across all cores (``bench/bench_serving.py`` measures
+    it; figures in docs/measurements.md).
 
     Args:
         intra_op, inter_op, session: ints >= 0, threads.

@@ -31,13 +31,10 @@ POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 CHOICES = ("auto",) + POLICIES
 
 # "auto" turns bfloat16 on only where it was measured to pay: >= 1.3x the
-# float32 real target tokens/s AND Multi30k BLEU within 0.5 of float32.
-# Measured on an AMD EPYC with avx512_bf16 (no AMX), 2 cores, 2026-11-24:
-# a full Multi30k epoch in fresh processes, one run (bench_translation.py,
-# epoch_cpu): 67.4 s mixed_bfloat16 vs 93.5 s float32, 1.39x; the full job
-# (12 epochs, same config, seed and vocabulary): test_2016_flickr beam-4
-# BLEU 37.80 in mixed_bfloat16 vs 37.79 in float32, chosen val average
-# 37.86 vs 37.86.
+# float32 real target tokens/s AND Multi30k BLEU within 0.5 of float32, on
+# a CPU with native bfloat16 (the measurements, their host and command:
+# docs/measurements.md, bench/results/multi30k_bf16_vs_float32.json and
+# translation_cpu_epoch.json).
 AUTO_BF16_ON_NATIVE_CPU = True
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
