@@ -26,6 +26,8 @@ setup(
         "tensorflow-serving-api>=2.21,<2.22",
         "ai-edge-litert>=2.0",
         "matplotlib>=3.8",  # the recipes' report plots (keras_trm.training.plots)
+        # keras-trm train-* flags and --config YAML from the config dataclasses
+        "jsonargparse[signatures]>=4.40,<5",
         "numpy",
     ],
     extras_require={

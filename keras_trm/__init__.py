@@ -1,16 +1,12 @@
 """keras_trm: the original Transformer family for Keras 3.
 
 The package runs on Keras 3 with the TensorFlow backend (tf.data, tf.distribute,
-SavedModel and tensorflow-text are part of the design). Importing it selects
-that backend unless ``KERAS_BACKEND`` is already set.
+SavedModel and tensorflow-text are part of the design), Keras 3's default:
+importing it changes no environment variable, and raises ``ImportError``
+when another backend is selected (``KERAS_BACKEND``, ``~/.keras/keras.json``).
 """
 
-import os
-
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
+import keras
 
 if keras.backend.backend() != "tensorflow":
     raise ImportError(

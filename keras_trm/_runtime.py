@@ -25,6 +25,7 @@ left alone; ``KERAS_TRM_NO_REEXEC=1`` turns the re-exec off. Not for library
 code: it replaces the running process (a notebook kernel would restart).
 """
 
+import glob
 import os
 import platform
 import sys
@@ -104,3 +105,66 @@ def reexec_with_allocator_tunables(argv=None):
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable] + argv[1:], env)
+
+
+def set_log_level_default(environ=None):
+    """Sets ``TF_CPP_MIN_LOG_LEVEL=2`` (TensorFlow's C++ warnings and info
+    lines off, errors on) in ``environ`` (default ``os.environ``) unless the
+    user set it. TensorFlow reads the variable once, when it is imported, so
+    it only takes effect in a process that imports TensorFlow afterwards
+    (the re-executed training process, a subprocess).
+
+    Example:
+    >>> env = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    >>> set_log_level_default(env)["TF_CPP_MIN_LOG_LEVEL"]
+    '0'
+    """
+    environ = os.environ if environ is None else environ
+    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return environ
+
+
+def has_nvidia_driver():
+    """Whether an NVIDIA driver is loaded (``/proc/driver/nvidia``, a
+    ``/dev/nvidia*`` device).
+
+    Example:
+    >>> isinstance(has_nvidia_driver(), bool)
+    True
+    """
+    return (os.path.exists("/proc/driver/nvidia")
+            or bool(glob.glob("/dev/nvidia*")))
+
+
+def quiet_cuda_probe():
+    """Lets TensorFlow look for GPUs with stderr silenced, where there is no
+    NVIDIA driver; does nothing where there is one.
+
+    TensorFlow's CUDA build calls ``cuInit`` the first time it lists its
+    devices; without a driver that fails and logs, at ERROR level (which
+    ``TF_CPP_MIN_LOG_LEVEL=2`` keeps),
+    ``E0000 ... cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA
+    error: Failed call to cuInit: UNKNOWN ERROR (303)``, then runs on the CPU.
+    Neither ``CUDA_VISIBLE_DEVICES=""`` nor the log level set after import
+    removes the line (checked with TensorFlow 2.21), so an entry point calls
+    this first: the device list is made once with file descriptor 2 pointed
+    at ``/dev/null``, and TensorFlow keeps it, so the
+    later device queries log nothing. With a driver present a failure is
+    news, so nothing is hidden.
+
+    Example:
+    >>> quiet_cuda_probe()  # the first device list, silently on a CPU host
+    """
+    if has_nvidia_driver():
+        return
+    import tensorflow as tf
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

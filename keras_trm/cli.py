@@ -8,20 +8,27 @@
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
 
 Every ``train-*`` subcommand has one flag per field of its job's config
-dataclass (``keras_trm.cli_config``: ``--flag VALUE``, booleans ``--flag
-true|false``), so ``keras-trm train-mnist --help`` lists them all. The
-``recipes/*.py`` scripts call the same functions.
+dataclass, parsed by jsonargparse (``config_parser``): the help line of a
+flag is the field's docstring, its choices come from the field's
+``typing.Literal`` annotation. ``--config FILE.yaml`` reads the same fields
+from YAML (flags override it), and every run writes its resolved config to
+``<workdir>/config.yaml``, so ``keras-trm train-translation --config
+runs/multi30k/config.yaml`` runs it again. The ``recipes/*.py`` scripts call
+the same functions.
 """
 
 import argparse
+import dataclasses
 import json
+import os
 import pathlib
 import sys
+import typing
 
-from keras_trm.cli_config import (
-    add_bool_flag,
-    add_config_flags,
-    config_from_args,
+from keras_trm._runtime import (
+    quiet_cuda_probe,
+    reexec_with_allocator_tunables,
+    set_log_level_default,
 )
 
 # Sentences translated at the end of train-translation, by source language.
@@ -33,13 +40,194 @@ SAMPLES = {
 }
 
 
+# --- train-* flags: one per config field (jsonargparse) ------------------------
+
+FLAG_RULES = (
+    "Flags: dashes and underscores are the same (--data-dir = --data_dir); "
+    "booleans take true|false (a bare flag means true); lists are "
+    "comma-separated (--batch-sizes 128,8) or YAML ([128, 8]). --config "
+    "FILE.yaml reads the same keys (e.g. a run's <workdir>/config.yaml); "
+    "flags on the command line override it.")
+
+
+def config_parser(prog, description, config_cls, workdir, results_dir=True,
+                  report_only=False):
+    """The ``jsonargparse`` parser of a ``train-*`` command: ``--config``,
+    ``--data_dir``, ``--workdir``, ``--export_dir`` (and ``--results_dir``,
+    ``--report_only``), then one flag per field of the dataclass
+    ``config_cls`` with the field's docstring as help and its ``Literal``
+    values as choices. Parse with :func:`parse_config`.
+
+    Example:
+
+    >>> import dataclasses, typing
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     epochs: int = 2
+    ...     \"\"\"Training epochs.\"\"\"
+    ...     sizes: tuple[int, ...] = (8, 16)
+    ...     norm: typing.Literal["batch", "layer"] = "layer"
+    >>> parser = config_parser("demo", "A demo.", Config, "runs/demo")
+    >>> parse_config(parser, Config, ["--sizes", "4,5", "--norm", "batch"])[0]
+    Config(epochs=2, sizes=(4, 5), norm='batch')
+    """
+    from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
+
+    # The help line of a field is its attribute docstring.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = ArgumentParser(prog=prog, description=f"{description} {FLAG_RULES}")
+    parser.add_argument(
+        "--config", action=ActionConfigFile,
+        help="YAML file of these flags (a run's <workdir>/config.yaml re-runs "
+             "it); flags on the command line override it")
+    parser.add_argument(
+        "--data_dir", type=typing.Optional[str], default=None,
+        help="data folder (default: $KERAS_TRM_DATA_DIR, then ../shared/data "
+             "beside the checkout, then the download cache ~/keras_trm_data)")
+    parser.add_argument(
+        "--workdir", type=str, default=workdir,
+        help="run folder: vocabulary, checkpoints, logs, config.yaml")
+    parser.add_argument("--export_dir", type=str, default="export",
+                        help="SavedModels go to <export_dir>/<model>/<version>/")
+    if results_dir:
+        parser.add_argument(
+            "--results_dir", type=typing.Optional[str], default=None,
+            help="report folder (default: <workdir>/results; pass "
+                 f"docs/results/{pathlib.Path(workdir).name} to update the "
+                 "report kept in the repository)")
+    if report_only:
+        parser.add_argument(
+            "--report_only", action="store_true",
+            help="only rewrite the report and plots from the results already "
+                 "in --workdir")
+    parser.add_class_arguments(config_cls, nested_key=None, as_group=True)
+    return parser
+
+
+def _field_kinds(parser, config_cls):
+    """``{option name: kind}`` for ``normalize_argv``: ``"bool"``,
+    ``"tuple"`` or ``"value"`` per field; ``"flag"`` or ``"value"`` for the
+    parser's other options."""
+    kinds = {}
+    for action in parser._actions:  # argparse's list of every option
+        for option in action.option_strings:
+            if option.startswith("--"):
+                kinds[option[2:]] = "flag" if action.nargs == 0 else "value"
+    for field in dataclasses.fields(config_cls):
+        kind = typing.get_origin(field.type) or field.type
+        kinds[field.name] = {bool: "bool", tuple: "tuple"}.get(kind, "value")
+    return kinds
+
+
+def normalize_argv(argv, kinds):
+    """The command line ``argv`` in the spelling ``config_parser`` parses.
+
+    ``kinds`` maps option names (underscores) to ``"bool"``, ``"tuple"``,
+    ``"flag"`` (no value) or ``"value"``. Dashed names of known options
+    become underscored (``--data-dir`` -> ``--data_dir``); a bare boolean
+    flag gets ``true``, ``1``/``0`` become ``true``/``false``; a comma list
+    of a tuple field becomes a YAML list (``4,5,`` -> ``[4,5]``); every
+    ``--config FILE`` moves to the front, so the other flags override it.
+
+    Example:
+
+    >>> normalize_argv(["--batch-sizes", "128, 8", "--jit-compile",
+    ...                 "--config=c.yaml"],
+    ...                {"batch_sizes": "tuple", "jit_compile": "bool",
+    ...                 "config": "value"})
+    ['--config=c.yaml', '--batch_sizes', '[128,8]', '--jit_compile', 'true']
+    """
+    front, out, pending = [], [], None
+    for token in list(argv) + [None]:
+        if pending is not None:  # the option before takes this token
+            option, kind = pending
+            pending = None
+            if kind == "bool" and (token is None or token.startswith("--")):
+                out.append("true")  # a bare boolean flag
+            elif token is not None:
+                out.append(_value(kind, token))
+                if option == "--config":
+                    front += out[-2:]
+                    del out[-2:]
+                continue
+        if token is None:
+            break
+        name, eq, value = token.partition("=")
+        key = name[2:].replace("-", "_")
+        if not token.startswith("--") or key not in kinds:
+            out.append(token)
+            continue
+        option = "--" + key
+        if kinds[key] == "flag" or eq:
+            out.append(option + (eq + _value(kinds[key], value) if eq else ""))
+            if option == "--config":
+                front.append(out.pop())
+        else:
+            out.append(option)
+            pending = (option, kinds[key])
+    return front + out
+
+
+def _value(kind, text):
+    if kind == "bool":
+        return {"1": "true", "0": "false"}.get(text.strip(), text)
+    if kind == "tuple" and not text.lstrip().startswith("["):
+        return "[" + ",".join(x.strip() for x in text.split(",") if x.strip()) + "]"
+    return text
+
+
+def parse_config(parser, config_cls, argv):
+    """Parses ``argv`` with a ``config_parser``; returns ``(config,
+    namespace)``: the ``config_cls`` instance and jsonargparse's namespace
+    (``data_dir``, ``workdir``, ... and every field).
+
+    A bad flag or value exits with status 2 and a usage message naming it
+    (``SystemExit``), so does a config whose ``validate()`` method raises
+    ``ValueError``/``TypeError``.
+    """
+    namespace = parser.parse_args(normalize_argv(argv, _field_kinds(parser, config_cls)))
+    config = config_cls(**{f.name: namespace[f.name]
+                           for f in dataclasses.fields(config_cls)})
+    if hasattr(config, "validate"):
+        try:
+            config.validate()
+        except (ValueError, TypeError) as err:
+            parser.error(str(err))
+    return config, namespace
+
+
+def write_run_config(parser, namespace, workdir=None):
+    """Writes the resolved ``namespace`` (every field, and ``data_dir``
+    resolved to a folder) as YAML to ``<workdir>/config.yaml`` (atomically);
+    returns the path. ``--config`` on that file runs the same job again."""
+    from keras_trm.data import resolve_data_dir
+    from keras_trm.utils import atomic_write
+
+    namespace = namespace.clone()
+    namespace.data_dir = str(resolve_data_dir(namespace.data_dir, must_exist=False))
+    for key in ("config", "report_only"):
+        namespace.pop(key, None)
+    path = pathlib.Path(workdir or namespace.workdir) / "config.yaml"
+    atomic_write(path, parser.dump(namespace))
+    print(f"config: {path}", flush=True)
+    return path
+
+
+# --- the subcommands -------------------------------------------------------------
+
+
 def translate_main(argv):
-    parser = argparse.ArgumentParser(prog="keras-trm translate")
+    """Translate sentences with an exported translation SavedModel."""
+    parser = argparse.ArgumentParser(
+        prog="keras-trm translate",
+        description="Translate sentences with a raw-text SavedModel exported "
+        "by train-translation.")
     parser.add_argument("--model", required=True,
                         help="SavedModel folder export/<name>/<version>")
     parser.add_argument("sentences", nargs="*",
-                        help="English sentences (default: read stdin lines)")
+                        help="source sentences (default: read stdin lines)")
     args = parser.parse_args(argv)
+    quiet_cuda_probe()
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
@@ -51,27 +239,45 @@ def translate_main(argv):
         print(line.decode("utf-8"))
 
 
-def train_translation_main(argv):
+def train_translation_main(argv, prog="keras-trm train-translation"):
+    """Train a Transformer translator, report sacreBLEU, export it."""
     from keras_trm.jobs.translation import TranslationConfig, run
 
-    parser = argparse.ArgumentParser(
-        prog="keras-trm train-translation",
-        description="Train a Transformer on Multi30k EN->DE (default), "
-        "WMT14 or your own parallel files, either direction; report "
-        "sacreBLEU, export a raw-text SavedModel.")
-    parser.add_argument("--data-dir", default=None,
-                        help="data folder (else $KERAS_TRM_DATA_DIR, else "
-                        "../shared/data beside the checkout)")
-    parser.add_argument("--workdir", default="runs/multi30k")
-    parser.add_argument("--export-dir", default="export")
-    add_config_flags(parser, TranslationConfig)
-    args = parser.parse_args(argv)
-    config = config_from_args(TranslationConfig, args)
+    parser = config_parser(
+        prog, "Train a Transformer on Multi30k EN->DE (default), WMT14 or "
+        "your own parallel files, either direction; report sacreBLEU, export "
+        "a raw-text SavedModel.", TranslationConfig, "runs/multi30k",
+        results_dir=False)
+    config, args = parse_config(parser, TranslationConfig, argv)
+    quiet_cuda_probe()
+    write_run_config(parser, args)
     result = run(config, args.data_dir, args.workdir, args.export_dir,
                  samples=SAMPLES.get(config.source_language, ()))
     summary = {k: result[k] for k in ("test_bleu", "parameters", "epochs",
                                       "train_minutes", "job_minutes", "export")}
     print(json.dumps(summary, indent=1))
+    return 0
+
+
+def parse_bool(text):
+    """``"true"``/``"false"`` (and 1/0, yes/no, on/off, any case) -> bool;
+    ``serve``'s boolean flags.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse turns it into a
+            usage error naming the flag).
+
+    Example:
+
+    >>> parse_bool("True"), parse_bool("off")
+    (True, False)
+    """
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def serve_parser():
@@ -96,9 +302,10 @@ def serve_parser():
          help="folder of <version>/ SavedModels; repeatable")
     flag("model_config_file", default=None,
          help="text ModelServerConfig (several models, version policies, labels)")
-    add_bool_flag(parser, "--enable_batching", "--enable-batching",
-                  dest="enable_batching", default=False,
-                  help="merge concurrent requests into batched calls")
+    parser.add_argument("--enable_batching", "--enable-batching",
+                        dest="enable_batching", type=parse_bool, nargs="?",
+                        const=True, default=False, metavar="{true,false}",
+                        help="merge concurrent requests into batched calls")
     flag("batching_parameters_file", default=None,
          help="text BatchingParameters (max_batch_size, batch_timeout_micros, "
          "num_batch_threads, max_enqueued_batches, allowed_batch_sizes)")
@@ -128,9 +335,11 @@ def serve_parser():
 
 
 def serve_main(argv):
+    """Serve SavedModels on TF Serving's REST and gRPC APIs."""
     import logging
 
     args = serve_parser().parse_args(argv)
+    quiet_cuda_probe()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from keras_trm.serving import (
@@ -165,43 +374,23 @@ def serve_main(argv):
     return 0
 
 
-def _recipe_parser(prog, description, name, config_cls, report_only=False):
-    """The flags every ``train-*`` recipe shares, then one per config field."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--data-dir", default=None,
-                        help="data folder (default: $KERAS_TRM_DATA_DIR, then "
-                             "../shared/data beside the checkout)")
-    parser.add_argument("--workdir", default=f"runs/{name}")
-    parser.add_argument("--export-dir", default="export")
-    parser.add_argument(
-        "--results-dir", default=None,
-        help=f"report folder (default: <workdir>/results; pass "
-             f"docs/results/{name} to update the report kept in the repository)")
-    if report_only:
-        parser.add_argument(
-            "--report-only", action="store_true",
-            help="only rewrite the report and plots from the results already "
-                 "in --workdir")
-    return add_config_flags(parser, config_cls)
-
-
 def _classification_main(argv, job, config_cls, name, prog, description):
-    parser = _recipe_parser(prog, description, name, config_cls,
-                            report_only=True)
-    args = parser.parse_args(argv)
-    config = config_from_args(config_cls, args)
+    parser = config_parser(prog, description, config_cls, f"runs/{name}",
+                           report_only=True)
+    config, args = parse_config(parser, config_cls, argv)
     if args.report_only:
         results_dir = args.results_dir or pathlib.Path(args.workdir) / "results"
         job.write_report(args.workdir, results_dir, config)
         return 0
+    quiet_cuda_probe()
+    write_run_config(parser, args)
     job.run(config, data_dir=args.data_dir, workdir=args.workdir,
             export_dir=args.export_dir, results_dir=args.results_dir)
     return 0
 
 
 def train_imdb_main(argv, prog="keras-trm train-imdb"):
-    """IMDB sentiment: Transformer encoder, LSTM_LN and LSTM classifiers
-    (``keras_trm.jobs.imdb``)."""
+    """IMDB sentiment: Transformer encoder, LSTM_LN and LSTM classifiers."""
     from keras_trm.jobs import imdb
 
     return _classification_main(
@@ -212,8 +401,7 @@ def train_imdb_main(argv, prog="keras-trm train-imdb"):
 
 
 def train_mnist_main(argv, prog="keras-trm train-mnist"):
-    """MNIST LeNet without / with BatchNorm / with LayerNorm
-    (``keras_trm.jobs.mnist``)."""
+    """MNIST LeNet without / with BatchNorm / with LayerNorm."""
     from keras_trm.jobs import mnist
 
     return _classification_main(
@@ -223,20 +411,20 @@ def train_mnist_main(argv, prog="keras-trm train-mnist"):
 
 
 def train_lm_main(argv, prog="keras-trm train-lm"):
-    """Transformer-XL vs a vanilla Transformer LM
-    (``keras_trm.jobs.language_model``); prints a JSON summary."""
+    """Transformer-XL vs a vanilla Transformer language model."""
     from keras_trm.jobs.language_model import LanguageModelConfig, run
 
-    parser = _recipe_parser(
+    parser = config_parser(
         prog, "Train Transformer-XL and a vanilla Transformer LM on the same "
         "segments, report test bpc/perplexity, export Transformer-XL.",
-        "language_model", LanguageModelConfig)
-    args = parser.parse_args(argv)
+        LanguageModelConfig, "runs/language_model")
+    config, args = parse_config(parser, LanguageModelConfig, argv)
+    quiet_cuda_probe()
+    write_run_config(parser, args)
     command = ("python " if prog.endswith(".py") else "") + " ".join(
         [prog, *argv])
-    result = run(config_from_args(LanguageModelConfig, args), args.data_dir,
-                 args.workdir, args.export_dir, args.results_dir,
-                 command=command.strip())
+    result = run(config, args.data_dir, args.workdir, args.export_dir,
+                 args.results_dir, command=command.strip())
     summary = {
         "transformer_xl_test": result["transformer_xl"]["test"],
         "vanilla_test_sliding_window": result["vanilla"]["test_sliding_window"],
@@ -259,20 +447,35 @@ COMMANDS = {
 }
 
 
+def usage():
+    """``keras-trm --help``: the subcommands, one line each (the first line
+    of each function's docstring)."""
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: keras-trm {{{','.join(COMMANDS)}}} [--help] ...", "",
+             "The original Transformer family for Keras 3: train, translate, "
+             "serve.", "", "commands:"]
+    lines += [f"  {name:<{width}}  {function.__doc__.strip().splitlines()[0]}"
+              for name, function in COMMANDS.items()]
+    lines += ["", "keras-trm <command> --help lists the command's flags."]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     if argv is None and sys.argv[1:2] and sys.argv[1].startswith("train"):
-        # Training commands re-run themselves once with glibc malloc
-        # tunables (fewer page faults, less kernel time); see _runtime.
-        from keras_trm._runtime import reexec_with_allocator_tunables
-
+        # The training process runs again once, with glibc malloc tunables
+        # (fewer page faults, less kernel time) and TensorFlow's C++ log
+        # level 2 (no info lines) set before it imports TensorFlow.
+        set_log_level_default()
         reexec_with_allocator_tunables()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
-        print("usage: keras-trm {" + ",".join(COMMANDS) + "} ...\n\n"
-              + __doc__)
+        print(usage())
         return 0
     if not argv or argv[0] not in COMMANDS:
-        print("usage: keras-trm {" + ",".join(COMMANDS) + "} ...", file=sys.stderr)
+        print(usage(), file=sys.stderr)
+        if argv:
+            print(f"\nkeras-trm: error: unknown command {argv[0]!r}",
+                  file=sys.stderr)
         return 2
     return COMMANDS[argv[0]](argv[1:]) or 0
 

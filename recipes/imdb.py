@@ -14,9 +14,10 @@ the same as ``keras-trm train-imdb``.
 
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables
+from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
 from keras_trm.cli import train_imdb_main
 
 if __name__ == "__main__":
-    reexec_with_allocator_tunables()  # glibc malloc tunables (keras_trm._runtime)
+    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
+    reexec_with_allocator_tunables()  # glibc malloc tunables
     sys.exit(train_imdb_main(sys.argv[1:], prog="recipes/imdb.py"))

@@ -24,13 +24,16 @@ changes the defaults (``--dataset wmt14``, ``--preset transformer_base``,
 ``--workdir runs/wmt14``).
 """
 
-import argparse
 import json
 import pathlib
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables
-from keras_trm.cli_config import add_config_flags, config_from_args
+from keras_trm._runtime import (
+    quiet_cuda_probe,
+    reexec_with_allocator_tunables,
+    set_log_level_default,
+)
+from keras_trm.cli import config_parser, parse_config, write_run_config
 from keras_trm.data import load_wmt14
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.jobs.translation import TranslationConfig, run
@@ -45,23 +48,22 @@ SAMPLES = {
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(
-        prog="translate_wmt14.py",
-        description="WMT14 EN-DE (either direction): vocabulary, training, "
-        "averaging, beam search on newstest2014, sacreBLEU + tokenized BLEU, "
-        "export.")
+    parser = config_parser(
+        "translate_wmt14.py", "WMT14 EN-DE (either direction): vocabulary, "
+        "training, averaging, beam search on newstest2014, sacreBLEU + "
+        "tokenized BLEU, export.", TranslationConfig, "runs/wmt14",
+        results_dir=False)
     parser.add_argument("--online", action="store_true",
                         help="full WMT14 training data from tfds (else the "
-                        "local Europarl slice)")
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--workdir", default="runs/wmt14")
-    parser.add_argument("--export-dir", default="export")
-    add_config_flags(parser, TranslationConfig)
+                        "local Europarl slice): the same as --dataset "
+                        "wmt14_tfds")
     parser.set_defaults(dataset="wmt14", preset="transformer_base")
-    args = parser.parse_args(argv)
-    config = config_from_args(TranslationConfig, args)
+    config, args = parse_config(parser, TranslationConfig, argv)
     if args.online:
-        config.dataset = "wmt14_tfds"
+        config.dataset = args.dataset = "wmt14_tfds"
+    args.online = online = config.dataset == "wmt14_tfds"
+    quiet_cuda_probe()
+    write_run_config(parser, args)
     result = run(config, args.data_dir, args.workdir, args.export_dir,
                  samples=SAMPLES.get(config.source_language, ()))
 
@@ -71,7 +73,7 @@ def main(argv):
     hyp_path = workdir / f"{result['test_split']}.hyp.{config.target_language}"
     hyps = hyp_path.read_text(encoding="utf-8").split("\n")[:-1]
     _, refs = load_wmt14("test", args.data_dir, config.source_language,
-                         config.target_language, online=args.online)
+                         config.target_language, online=online)
     refs = refs[: len(hyps)]  # --limit smoke runs decode a prefix
     tok_bleu, tok_line = compound_split_bleu(hyps, refs, config.target_language)
     result["test_tokenized_compound_split_bleu"] = round(tok_bleu, 2)
@@ -89,5 +91,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    reexec_with_allocator_tunables()  # glibc malloc tunables (keras_trm._runtime)
+    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
+    reexec_with_allocator_tunables()  # glibc malloc tunables
     main(sys.argv[1:])

@@ -1,6 +1,6 @@
 """IMDB / MNIST loaders and the classifiers built on them (real data)."""
 
-import keras_trm  # noqa: F401, I001  (sets KERAS_BACKEND=tensorflow first)
+import keras_trm  # noqa: F401, I001  (checks the TensorFlow backend first)
 
 import keras
 import numpy as np

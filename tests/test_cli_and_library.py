@@ -9,13 +9,15 @@ import os
 import pathlib
 import subprocess
 import sys
+import typing
 
 import numpy as np
 import pytest
+import yaml
 
-import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow first)
+import keras_trm
 from keras_trm import cli
-from keras_trm.cli_config import add_config_flags, config_from_args, parse_bool
+from keras_trm.cli import config_parser, parse_bool, parse_config
 from keras_trm.layers import _validation as v
 from keras_trm.utils import atomic_directory, atomic_write, write_json
 
@@ -61,6 +63,7 @@ def test_models_and_layers_import_no_data_jobs_or_serving():
 
 LIBRARY = ("layers", "models", "training", "decoding", "export", "data",
            "text", "utils")
+APPLICATIONS = ("jobs", "serving")  # use the library; the library uses neither
 
 
 def _module_name(path):
@@ -84,12 +87,18 @@ def _import_graph():
     return graph
 
 
+def test_every_package_is_library_or_application():
+    # A new package must be put on one side of the rule below.
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert packages == set(LIBRARY) | set(APPLICATIONS)
+
+
 def test_library_packages_import_no_job_cli_or_server():
-    forbidden = ("keras_trm.jobs", "keras_trm.cli", "keras_trm.cli_config",
-                 "keras_trm.serving")
+    forbidden = ("keras_trm.jobs", "keras_trm.cli", "keras_trm.serving")
     graph = _import_graph()
     library = [m for m in graph if m.split(".")[1:2] and m.split(".")[1] in LIBRARY]
-    assert len(library) >= 40
+    library += ["keras_trm", "keras_trm._runtime"]  # the package, entry-point setup
+    assert len(library) >= 50
     offences = [f"{m} imports {t}" for m in library for t in sorted(graph[m])
                 if any(t == f or t.startswith(f + ".") for f in forbidden)]
     assert offences == []
@@ -135,42 +144,61 @@ def test_matplotlib_only_in_the_plot_module():
     assert users == ["keras_trm/training/plots.py"]
 
 
-# --- one boolean rule, lists, every field a flag -----------------------------------
+# --- train-* flags: one per config field, help, choices, YAML -------------------
 
 
 @dataclasses.dataclass
 class _Config:
     epochs: int = 2
+    """Training epochs."""
     rate: float = 0.5
     name: str = "x"
-    sizes: tuple = (8, 16)
+    sizes: tuple[int, ...] = (8, 16)
     jit: bool = True
     other: bool = False
+    norm: typing.Literal["batch", "layer"] = "layer"
+
+
+def _parser(config_cls=_Config):
+    return config_parser("demo", "A demo.", config_cls, "runs/demo")
 
 
 def test_config_flags_types_and_booleans():
-    parser = add_config_flags(argparse.ArgumentParser(), _Config)
-    assert config_from_args(_Config, parser.parse_args([])) == _Config()
-    args = parser.parse_args(["--epochs", "3", "--rate", "0.25", "--name", "y",
-                              "--sizes", "4, 5,", "--jit", "false", "--other"])
-    assert config_from_args(_Config, args) == _Config(3, 0.25, "y", (4, 5),
-                                                      False, True)
+    parser = _parser()
+    assert parse_config(parser, _Config, [])[0] == _Config()
+    config, args = parse_config(parser, _Config, [
+        "--epochs", "3", "--rate", "0.25", "--name", "y", "--sizes", "4, 5,",
+        "--jit", "false", "--other", "--norm", "batch", "--data-dir", "d"])
+    assert config == _Config(3, 0.25, "y", (4, 5), False, True, "batch")
+    assert (args.data_dir, args.workdir, args.export_dir) == ("d", "runs/demo",
+                                                              "export")
     for text, value in (("TRUE", True), ("1", True), ("yes", True),
                         ("off", False), ("No", False), ("0", False)):
-        args = parser.parse_args(["--jit", text])
-        assert args.jit is value
-    for bad in (["--jit", "maybe"], ["--epochs", "2.5"], ["--sizes", "a,b"]):
+        assert parse_config(parser, _Config, ["--jit", text])[0].jit is value
+    assert parse_config(parser, _Config, ["--sizes=[1, 2]"])[0].sizes == (1, 2)
+    for bad in (["--jit", "maybe"], ["--epochs", "2.5"], ["--sizes", "a,b"],
+                ["--norm", "group"], ["--no-such-flag", "1"]):
         with pytest.raises(SystemExit):
-            parser.parse_args(bad)
+            parse_config(parser, _Config, bad)
     with pytest.raises(argparse.ArgumentTypeError, match="'maybe'"):
         parse_bool("maybe")
-    with pytest.raises(TypeError, match="dataclass"):
-        add_config_flags(argparse.ArgumentParser(), dict)
+
+
+def test_config_validate_errors_are_usage_errors(capsys):
+    from keras_trm.jobs.language_model import LanguageModelConfig
+
+    parser = _parser(LanguageModelConfig)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(parser, LanguageModelConfig,
+                     ["--steps", "10", "--warmup-steps", "20"])
+    assert exit_info.value.code == 2
+    assert "warmup_steps" in capsys.readouterr().err
 
 
 def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
     from keras_trm.jobs import imdb, language_model, mnist
 
+    monkeypatch.chdir(tmp_path)  # the runs write runs/<name>/config.yaml
     seen = {}
     monkeypatch.setattr(mnist, "run", lambda config, **kw: seen.update(
         mnist=(config, kw)))
@@ -182,33 +210,112 @@ def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
         raise RuntimeError("stop")  # the summary needs a real result
 
     monkeypatch.setattr(language_model, "run", fake_lm_run)
+    workdir = str(tmp_path / "mnist_run")
     assert cli.main(["train-mnist", "--jit-compile", "false", "--epochs", "1",
-                     "--norms", "layer", "--workdir", str(tmp_path)]) == 0
+                     "--norms", "layer", "--workdir", workdir]) == 0
     config, kw = seen["mnist"]
     assert config == mnist.MnistConfig(jit_compile=False, epochs=1,
                                        norms=("layer",))
-    assert kw["workdir"] == str(tmp_path)
+    assert kw["workdir"] == workdir
     assert kw["results_dir"] is None  # the job's <workdir>/results
+    written = yaml.safe_load((tmp_path / "mnist_run" / "config.yaml").read_text())
+    assert written["norms"] == ["layer"] and written["jit_compile"] is False
     assert cli.main(["train-imdb", "--models", "lstm", "--limit", "10"]) == 0
     assert seen["imdb"][0] == imdb.ImdbConfig(models=("lstm",), limit=10)
+    assert (tmp_path / "runs" / "imdb" / "config.yaml").is_file()
     with pytest.raises(RuntimeError, match="stop"):
         cli.main(["train-lm", "--match-parameters", "false", "--steps", "7",
-                  "--corpus", "ptb"])
+                  "--warmup-steps", "2", "--corpus", "ptb"])
     config, args = seen["lm"]
     assert config == language_model.LanguageModelConfig(
-        match_parameters=False, steps=7, corpus="ptb")
+        match_parameters=False, steps=7, warmup_steps=2, corpus="ptb")
     assert args[1:] == ("runs/language_model", "export", None)
 
 
-def test_train_translation_flags_follow_the_config(capsys):
+def test_train_translation_help_explains_every_flag(capsys):
     from keras_trm.jobs.translation import TranslationConfig
 
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train-translation", "--help"])
     assert exit_info.value.code == 0
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())  # unwrapped
     for field in dataclasses.fields(TranslationConfig):
-        assert "--" + field.name.replace("_", "-") in text, field.name
+        assert f"--{field.name} " in text, field.name
+    assert "{multi30k,wmt14,wmt14_tfds,files}" in text
+    assert "{auto,float32,mixed_bfloat16,mixed_float16}" in text
+    assert "Dtype policy: ``auto`` picks mixed_bfloat16" in text  # field docs
+    assert "Longest sentence kept for training, per side (tokens)." in text
+    assert "default: multi30k" in text and "default: 12" in text
+
+
+@pytest.mark.parametrize("command", ["train-translation", "train-imdb",
+                                     "train-mnist", "train-lm"])
+def test_every_flag_has_a_help_line(command, monkeypatch):
+    from keras_trm.jobs import imdb, language_model, mnist, translation
+
+    config_cls = {"train-translation": translation.TranslationConfig,
+                  "train-imdb": imdb.ImdbConfig, "train-mnist": mnist.MnistConfig,
+                  "train-lm": language_model.LanguageModelConfig}[command]
+    parser = _parser(config_cls)
+    monkeypatch.setenv("COLUMNS", "10000")  # no line wrapping
+    text = " ".join(parser.format_help().split())
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    assert all(a.help for a in actions.values())
+    for field in dataclasses.fields(config_cls):
+        # The field's docstring, then jsonargparse's type and default.
+        doc = " ".join(actions[field.name].help.split())
+        assert len(doc) > 10 and doc in text, field.name
+        after = text[text.index(doc) + len(doc):].split(" --")[0]
+        assert "default:" in after, (field.name, after)
+        if typing.get_origin(field.type) is typing.Literal:
+            assert "Literal[" in after, field.name
+
+
+def test_yaml_config_equals_flags_and_round_trips(tmp_path):
+    from keras_trm.jobs.translation import TranslationConfig
+
+    parser = _parser(TranslationConfig)
+    flags = ["--dataset", "files", "--train-source", "a.en", "--preset", "tiny",
+             "--precision", "float32", "--epochs", "3", "--download", "false",
+             "--workdir", str(tmp_path / "run"), "--data-dir", str(tmp_path)]
+    from_flags, args = parse_config(parser, TranslationConfig, flags)
+    (tmp_path / "c.yaml").write_text(
+        "dataset: files\ntrain_source: a.en\npreset: tiny\nprecision: float32\n"
+        f"epochs: 3\ndownload: false\nworkdir: {tmp_path / 'run'}\n"
+        f"data_dir: {tmp_path}\n")
+    from_yaml, yaml_args = parse_config(parser, TranslationConfig,
+                                        ["--config", str(tmp_path / "c.yaml")])
+    assert from_yaml == from_flags
+    assert (yaml_args.workdir, yaml_args.data_dir) == (args.workdir, args.data_dir)
+    # The run's resolved config re-loads to the same config and run folders.
+    path = cli.write_run_config(parser, args)
+    assert path == tmp_path / "run" / "config.yaml"
+    written = yaml.safe_load(path.read_text())
+    assert set(written) >= {f.name for f in dataclasses.fields(TranslationConfig)}
+    assert written["data_dir"] == str(tmp_path)
+    again, again_args = parse_config(parser, TranslationConfig,
+                                     ["--config", str(path)])
+    assert again == from_flags
+    assert parser.dump(again_args) == path.read_text()
+    # Flags override the file, wherever --config stands.
+    assert parse_config(parser, TranslationConfig,
+                        ["--epochs", "5", "--config", str(path)])[0].epochs == 5
+
+
+def test_bad_choice_is_a_usage_error_naming_flag_and_value(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train-translation", "--precision", "float8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "precision" in err and "float8" in err and "Traceback" not in err
+
+
+def test_top_level_help_lists_the_subcommands(capsys):
+    assert cli.main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for command in cli.COMMANDS:
+        line = next(x for x in lines if x.startswith(f"  {command} "))
+        assert len(line.split()) > 3, line  # a description follows
 
 
 def test_serve_batching_flag_uses_the_boolean_rule():
@@ -237,8 +344,30 @@ def test_entry_point_and_recipe_scripts_run_help():
         proc = subprocess.run(argv, capture_output=True, text=True, env=env,
                               timeout=300, cwd=REPO)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "--data-dir" in proc.stdout and "--workdir" in proc.stdout
+        assert "--data_dir" in proc.stdout and "--workdir" in proc.stdout
     assert cli.main(["no-such-command"]) == 2
+
+
+def test_no_cuda_error_lines_on_a_cpu_only_machine(tmp_path):
+    # A CPU-only run: TensorFlow lists its devices (apply_precision does)
+    # before the missing training file stops the job.
+    from keras_trm._runtime import has_nvidia_driver
+
+    if has_nvidia_driver():
+        pytest.skip("an NVIDIA driver is present")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env.update(PYTHONPATH=str(REPO), KERAS_TRM_NO_REEXEC="1")
+    missing = tmp_path / "missing"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_trm.cli", "train-translation",
+         "--dataset", "files", "--train-source", f"{missing}.en",
+         "--train-target", f"{missing}.de", "--validation-source", f"{missing}.en",
+         "--validation-target", f"{missing}.de", "--download", "false",
+         "--data-dir", str(tmp_path), "--workdir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode != 0 and "missing.en" in proc.stderr, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "config.yaml").is_file()
+    assert "cuInit" not in proc.stderr and "CUDA error" not in proc.stderr
 
 
 # --- atomic writes ----------------------------------------------------------------

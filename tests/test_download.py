@@ -127,17 +127,15 @@ def test_fetch_replaces_a_file_only_with_a_verified_one(server, tmp_path):
 
 
 def test_without_download_the_error_names_the_flag_that_exists(tmp_path):
-    import argparse
-
-    from keras_trm.cli_config import add_config_flags, config_from_args
+    from keras_trm.cli import config_parser, parse_config
     from keras_trm.jobs.translation import TranslationConfig
 
     with pytest.raises(FileNotFoundError, match="--download true"):
         load_multi30k("val", tmp_path)
-    parser = add_config_flags(argparse.ArgumentParser(), TranslationConfig)
-    assert config_from_args(TranslationConfig, parser.parse_args([])).download
-    args = parser.parse_args(["--download", "false"])
-    assert config_from_args(TranslationConfig, args).download is False
+    parser = config_parser("t", "T.", TranslationConfig, "runs/t")
+    assert parse_config(parser, TranslationConfig, [])[0].download
+    config, _ = parse_config(parser, TranslationConfig, ["--download", "false"])
+    assert config.download is False
 
 
 def test_jobs_resolve_the_download_cache_when_no_data_folder_exists(

@@ -2,9 +2,8 @@
 reports, and their SavedModels reloaded in a fresh process without
 keras_trm (tiny models trained for a few steps on real data)."""
 
-import keras_trm  # noqa: F401, I001  (sets KERAS_BACKEND=tensorflow first)
+import keras_trm  # noqa: F401, I001  (checks the TensorFlow backend first)
 
-import argparse
 import collections
 import json
 import re
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_trm.cli_config import add_config_flags, config_from_args
+from keras_trm.cli import config_parser, parse_config
 from keras_trm.data import check_labels, load_imdb, load_mnist, validation_split
 from keras_trm.text import truncate_head_tail
 from keras_trm.data.batching import (
@@ -303,11 +302,9 @@ def test_mnist_findings_state_what_the_losses_show():
 
 
 def test_config_flags_parse_lists_and_bools():
-    parser = argparse.ArgumentParser()
-    add_config_flags(parser, mnist.MnistConfig)
-    args = parser.parse_args(["--batch-sizes", "32,4", "--jit-compile", "off",
-                              "--norms", "layer"])
-    config = config_from_args(mnist.MnistConfig, args)
+    parser = config_parser("mnist", "MNIST.", mnist.MnistConfig, "runs/mnist")
+    config, _ = parse_config(parser, mnist.MnistConfig, [
+        "--batch-sizes", "32,4", "--jit-compile", "off", "--norms", "layer"])
     assert config.batch_sizes == (32, 4) and config.jit_compile is False
     assert config.norms == ("layer",) and config.epochs == 8
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow)
+import keras_trm  # noqa: F401  (checks the TensorFlow backend first)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

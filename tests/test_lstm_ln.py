@@ -1,6 +1,6 @@
 """LSTM_LN: the LN-LSTM equations of Ba et al. (2016), masks, serialization."""
 
-import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow first)
+import keras_trm  # noqa: F401  (checks the TensorFlow backend first)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

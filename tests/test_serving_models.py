@@ -4,7 +4,7 @@ language model, served together with batching on. Each answer, through REST
 (``requests``) and gRPC (``tensorflow-serving-api``'s stubs), concurrent
 or not, equals the SavedModel called directly."""
 
-import keras_trm  # noqa: F401, I001  (sets KERAS_BACKEND=tensorflow first)
+import keras_trm  # noqa: F401, I001  (checks the TensorFlow backend first)
 
 import concurrent.futures
 import re

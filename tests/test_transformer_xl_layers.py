@@ -1,7 +1,7 @@
 """Transformer-XL layers: relative attention (Dai et al. 2019 §3.3), rel_shift,
 segment-level recurrence (§3.2), serialization and argument errors."""
 
-import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow)
+import keras_trm  # noqa: F401  (checks the TensorFlow backend first)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

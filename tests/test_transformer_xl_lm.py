@@ -3,7 +3,7 @@ gradient, segment-by-segment = full pass, .keras round trip, the vanilla
 baseline and its sliding-window evaluation, PTB / Tiny Shakespeare data
 helpers, a short real-data training run and argument errors."""
 
-import keras_trm  # noqa: F401  (sets KERAS_BACKEND=tensorflow)
+import keras_trm  # noqa: F401  (checks the TensorFlow backend first)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -36,6 +36,7 @@ import math
 import os
 import pathlib
 import time
+from typing import Literal, get_args
 
 import keras
 import tensorflow as tf
@@ -58,7 +59,8 @@ from keras_trm.training import (
 from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
 
-CORPORA = ("tinyshakespeare", "ptb")
+Corpus = Literal["tinyshakespeare", "ptb"]
+CORPORA = get_args(Corpus)
 
 
 @dataclasses.dataclass
@@ -67,33 +69,61 @@ class LanguageModelConfig:
 
     Defaults: the CPU run the README reports (char-level Tiny Shakespeare,
     4 layers, d_model 128, segments of 64 characters, 64 of memory).
-    ``train_tokens`` / ``eval_tokens`` cut the splits (None = whole split;
+    ``train_tokens`` / ``eval_tokens`` cut the splits (0 = whole split;
     the tests use them for a tiny run).
     """
 
-    corpus: str = "tinyshakespeare"
+    corpus: Corpus = "tinyshakespeare"
+    """Corpus: char-level Tiny Shakespeare or word-level PTB."""
     num_layers: int = 4
+    """Transformer blocks (both models)."""
     d_model: int = 128
+    """Model width (units)."""
     num_heads: int = 4
+    """Attention heads (divides d_model)."""
     d_ff: int = 512
+    """Feed-forward inner width of Transformer-XL (units; the vanilla
+    model's is raised to match parameters)."""
     dropout_rate: float = 0.1
+    """Dropout rate (fraction, 0-1)."""
     seg_len: int = 64
+    """Segment length: tokens per training step and stream (tokens)."""
     mem_len: int = 64
-    eval_mem_len: int = 0  # 0 = mem_len
+    """Transformer-XL memory carried between segments (tokens)."""
+    eval_mem_len: int = 0
+    """Memory at evaluation (tokens; 0 = mem_len)."""
     batch_size: int = 32
+    """Contiguous training streams per step (sequences)."""
     steps: int = 1500
+    """Training steps, the same for both models (steps)."""
     learning_rate: float = 1e-3
+    """Peak learning rate (Adam)."""
     warmup_steps: int = 100
+    """Linear warm-up before the cosine decay (steps; < steps)."""
     min_learning_rate_ratio: float = 0.0
+    """Learning rate at the end of the cosine decay, as a fraction of the
+    peak (0-1)."""
     clip_norm: float = 0.25
+    """Gradient clipping by global norm."""
     eval_every: int = 250
+    """Validation every n training steps (steps)."""
     eval_batch_size: int = 16
+    """Contiguous evaluation streams (sequences)."""
     match_parameters: bool = True
-    train_tokens: int = 0  # 0 = whole split
-    eval_tokens: int = 0  # 0 = whole split
+    """Widen the vanilla model's feed-forward layer to Transformer-XL's
+    parameter count."""
+    train_tokens: int = 0
+    """> 0: only the first n training tokens (tokens; 0 = whole split)."""
+    eval_tokens: int = 0
+    """> 0: only the first n validation and test tokens (tokens; 0 = whole
+    split)."""
     seed: int = 0
-    model_name: str = ""  # "" = transformer_xl_<corpus>
-    download: bool = True  # fetch data missing from the data folder (online)
+    """Random seed (initialization, dropout)."""
+    model_name: str = ""
+    """Export folder name under export_dir (``""`` =
+    transformer_xl_<corpus>)."""
+    download: bool = True
+    """Fetch data missing from the data folder (online)."""
 
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field."""

@@ -32,6 +32,7 @@ import json
 import os
 import pathlib
 import time
+from typing import Literal, get_args
 
 import keras
 import numpy as np
@@ -51,7 +52,8 @@ from keras_trm.training import (
 from keras_trm.training.plots import binned, plot_runs
 from keras_trm.utils import atomic_write, write_json
 
-NORMS = ("none", "batch", "layer")
+Norm = Literal["none", "batch", "layer"]
+NORMS = get_args(Norm)
 NORM_LABELS = {"none": "no norm", "batch": "BatchNorm", "layer": "LayerNorm"}
 NUM_CLASSES = 10
 
@@ -61,15 +63,29 @@ class MnistConfig:
     """Hyper-parameters of the MNIST recipe (defaults: the CPU run that
     ``docs/results/mnist/report.md`` reports)."""
 
-    norms: tuple = NORMS
-    batch_sizes: tuple = (128, 8)
+    norms: tuple[Norm, ...] = NORMS
+    """Normalizations to compare (comma-separated list): ``none``,
+    ``batch`` (BatchNorm), ``layer`` (LayerNorm)."""
+    batch_sizes: tuple[int, ...] = (128, 8)
+    """Batch sizes to train each normalization at (comma-separated list of
+    images per batch)."""
     epochs: int = 8
-    learning_rate: float = 1e-3  # peak; cosine decay to 0 over the run
-    validation_fraction: float = 0.1  # of the 60,000 training digits
+    """Training epochs per run (the same examples seen at every batch
+    size)."""
+    learning_rate: float = 1e-3
+    """Peak learning rate (Adam), cosine decay to 0 over the run."""
+    validation_fraction: float = 0.1
+    """Share of the 60,000 training digits held out for validation
+    (fraction, seeded)."""
     seed: int = 0
+    """Random seed (split, initialization, data order)."""
     jit_compile: bool = True
+    """XLA for the training step."""
     bin_examples: int = 1024
-    download: bool = True  # fetch data missing from the data folder (online)
+    """The reported per-step loss is averaged over windows of this many
+    examples (examples)."""
+    download: bool = True
+    """Fetch data missing from the data folder (online)."""
 
 
 def check_dataset(images, labels, images_name="images", labels_name="labels"):

@@ -24,6 +24,7 @@ import json
 import pathlib
 import sys
 import time
+from typing import Literal, get_args
 
 import keras
 import tensorflow as tf
@@ -76,7 +77,15 @@ from keras_trm.training import (  # long runs (issue #11)
 from keras_trm.utils import atomic_write, write_json
 
 
-VOCABULARIES = ("auto", "wordpiece", "sentencepiece_bpe", "sentencepiece_unigram")
+Dataset = Literal["multi30k", "wmt14", "wmt14_tfds", "files"]
+Vocabulary = Literal["auto", "wordpiece", "sentencepiece_bpe",
+                     "sentencepiece_unigram"]
+Preset = Literal["", "cpu_small", "tiny", "transformer_base", "transformer_big"]
+Strategy = Literal["default", "mirrored", "multi_worker"]
+Precision = Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"]
+OnOff = Literal["on", "off"]
+OnOffAuto = Literal["auto", "on", "off"]
+VOCABULARIES = get_args(Vocabulary)
 DEFAULT_MODEL_NAME = "transformer_multi30k_en_de"
 
 
@@ -93,51 +102,112 @@ class TranslationConfig:
     it.
     """
 
-    dataset: str = "multi30k"  # multi30k | wmt14 | wmt14_tfds | files
+    dataset: Dataset = "multi30k"
+    """Corpus: ``multi30k`` (EN-DE, in the data folder), ``wmt14`` (local
+    Europarl slice + newstest2013/2014), ``wmt14_tfds`` (the full WMT14 from
+    tensorflow-datasets, online) or ``files`` (``train_source`` ...)."""
     source_language: str = "en"
+    """Source language code (``en`` or ``de`` for Multi30k and WMT14)."""
     target_language: str = "de"
-    train_source: str = ""  # dataset="files": one sentence per line, plain or .gz
+    """Target language code (must differ from ``source_language``)."""
+    train_source: str = ""
+    """``dataset=files``: training source sentences, one per line (plain
+    text or .gz)."""
     train_target: str = ""
+    """``dataset=files``: training target sentences, line-aligned."""
     validation_source: str = ""
+    """``dataset=files``: validation source sentences, one per line."""
     validation_target: str = ""
-    test_source: str = ""  # optional: no test split when empty
+    """``dataset=files``: validation target sentences, line-aligned."""
+    test_source: str = ""
+    """``dataset=files``: test source sentences (optional: no test split
+    when empty)."""
     test_target: str = ""
-    vocabulary: str = "auto"  # auto | wordpiece | sentencepiece_bpe | sentencepiece_unigram
+    """``dataset=files``: test target sentences, line-aligned."""
+    vocabulary: Vocabulary = "auto"
+    """Subword vocabulary: ``auto`` is WordPiece for Multi30k and a
+    SentencePiece BPE otherwise."""
     vocabulary_sample: int = 1_000_000
-    validation_limit: int = 0  # > 0: greedy val BLEU on the first n pairs only
-    preset: str = ""  # "" = these defaults (cpu_small)
+    """The most training sentences the vocabulary is learned from
+    (sentences)."""
+    validation_limit: int = 0
+    """> 0: the greedy validation BLEU of each epoch uses the first n
+    pairs only (pairs; 0 = all)."""
+    preset: Preset = ""
+    """Hyper-parameter preset (``keras_trm.training.presets``): fills the
+    fields left at their defaults; ``""`` = these defaults (``cpu_small``)."""
 
     vocabulary_size: int = 8000
+    """Subword vocabulary size (tokens, shared by both languages)."""
     num_layers: int = 3
+    """Encoder and decoder blocks (N)."""
     d_model: int = 256
+    """Model width (units)."""
     num_heads: int = 4
+    """Attention heads (h; divides d_model)."""
     d_ff: int = 1024
+    """Feed-forward inner width (units)."""
     dropout_rate: float = 0.1
+    """Dropout rate (fraction, 0-1)."""
     max_length: int = 128
+    """Longest sentence kept for training, per side (tokens)."""
     label_smoothing: float = 0.1
+    """Label smoothing (epsilon_ls, fraction)."""
     warmup_steps: int = 400
+    """Noam schedule warm-up (updates)."""
     lr_scale: float = 0.6
+    """Factor on the Noam learning rate d_model^-0.5 * min(...)."""
     tokens_per_batch: int = 4096
+    """Batch size in padded tokens per side (tokens)."""
     epochs: int = 12
-    time_budget_minutes: float = 53.0  # job (vocabulary + training + beam search + export) < 1 h
-    average_last: int = 5  # the most epoch checkpoints averaged (chosen on val)
+    """The most training epochs (the time budget may stop earlier)."""
+    time_budget_minutes: float = 53.0
+    """Training time budget (minutes): stops after the epoch that another
+    epoch would overrun; 53 keeps the whole job under 1 h on 2 cores."""
+    average_last: int = 5
+    """The most epoch checkpoints averaged (the number chosen by
+    validation BLEU)."""
     beam_size: int = 4
+    """Beam width of the final test decoding (beams)."""
     length_penalty: float = 0.6
+    """Beam search length penalty (alpha)."""
     eval_every_epochs: int = 1
-    strategy: str = "default"
-    jit_compile: str = "off"
-    precision: str = "auto"  # "auto" | "float32" | "mixed_bfloat16" | "mixed_float16"
+    """Greedy validation BLEU every n epochs (epochs)."""
+    strategy: Strategy = "default"
+    """Distribution: ``default`` (one device), ``mirrored`` (local GPUs, or
+    2 logical CPU devices), ``multi_worker`` (cluster from TF_CONFIG)."""
+    jit_compile: OnOffAuto = "off"
+    """XLA for the training step: ``on``, ``off`` or ``auto`` (off for
+    several CPU replicas, on otherwise)."""
+    precision: Precision = "auto"
+    """Dtype policy: ``auto`` picks mixed_bfloat16 only on CPUs where it was
+    measured faster, else float32."""
     seed: int = 0
-    limit: int = 0  # > 0: only the first `limit` pairs of each split (smoke runs)
+    """Random seed (data order, initialization, vocabulary sample)."""
+    limit: int = 0
+    """> 0: only the first n pairs of each split, for smoke runs (pairs;
+    0 = all)."""
     model_name: str = DEFAULT_MODEL_NAME
+    """Export folder name under export_dir (the default becomes
+    transformer_<dataset>_<src>_<tgt> off Multi30k EN->DE)."""
     # Long runs (issue #11): gradient accumulation, checkpoints, resume, logs.
-    tokens_per_step: int = 0  # > 0: accumulate micro-batches to this many tokens per update
-    checkpoint_every_steps: int = 0  # 0 (and minutes 0): one checkpoint per epoch
-    checkpoint_every_minutes: float = 0.0  # the paper: 10
-    save_freq: int = 100  # steps between resume backups (workdir/backup)
-    tensorboard: str = "on"  # "on" | "off": scalars in workdir/tensorboard
+    tokens_per_step: int = 0
+    """> 0: accumulate micro-batches up to this many tokens per update
+    (tokens; 0 = one batch per update)."""
+    checkpoint_every_steps: int = 0
+    """Also write a checkpoint every n updates (steps; 0 with
+    checkpoint_every_minutes 0 = one per epoch)."""
+    checkpoint_every_minutes: float = 0.0
+    """Also write a checkpoint every m minutes of training (minutes; the
+    paper used 10)."""
+    save_freq: int = 100
+    """Training steps between resume backups in workdir/backup (steps)."""
+    tensorboard: OnOff = "on"
+    """Write training scalars to workdir/tensorboard."""
     tensorboard_every_steps: int = 50
-    download: bool = True  # fetch data missing from the data folder (online)
+    """Steps between TensorBoard scalar writes (steps)."""
+    download: bool = True
+    """Fetch data missing from the data folder (online)."""
 
 
 def _encode(tokenizer, sentences, prefix, chunk=50_000):
