@@ -36,8 +36,10 @@ import tensorflow as tf  # noqa: E402
 
 import keras_trm  # noqa: E402,F401
 from keras_trm.utils import write_json  # noqa: E402
-from keras_trm.jobs import imdb  # noqa: E402
+from keras_trm.jobs import imdb  # noqa: E402  (the recipe's config)
 from keras_trm.layers import LSTM_LN  # noqa: E402
+from keras_trm.models import text_classifier  # noqa: E402
+from keras_trm.training import compile_classifier  # noqa: E402
 
 BATCH, T, D_IN, UNITS = 64, 256, 64, 128
 
@@ -91,8 +93,9 @@ def bench_imdb(steps, warmup):
     out = {}
     for kind in imdb.MODEL_KINDS:
         keras.utils.set_random_seed(0)
-        model = imdb.build_model(kind, config, config.vocabulary_size)
-        imdb.compile_model(model, kind, config, total_steps=1000)
+        model = text_classifier(kind, config.vocabulary_size,
+                                **imdb.classifier_options(kind, config))
+        compile_classifier(model, **imdb.compile_options(kind, config, 1000))
         seconds = median_step_seconds(model, x, y, steps, warmup)
         out[kind] = {
             "parameters": int(model.count_params()),

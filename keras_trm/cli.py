@@ -20,7 +20,6 @@ the same functions.
 import argparse
 import dataclasses
 import json
-import os
 import pathlib
 import sys
 import typing

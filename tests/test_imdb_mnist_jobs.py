@@ -26,9 +26,9 @@ from keras_trm.data.batching import (
 )
 from keras_trm.export import DigitClassifier, ReviewClassifier, export_module
 from keras_trm.jobs import imdb, mnist
-from keras_trm.training import BatchLoss, StepLog, restore_best_epoch
-from keras_trm.models import lenet_cnn
-from keras_trm.text import RESERVED_TOKENS
+from keras_trm.training import BatchLoss, StepLog, compile_classifier, restore_best_epoch
+from keras_trm.models import lenet_cnn, text_classifier
+from keras_trm.text import RESERVED_TOKENS, encode_lowercase, lowercase
 
 MAX_LENGTH = 24
 REVIEWS = [
@@ -68,7 +68,7 @@ def review_vocab(reviews):
     character and its ``##`` continuation (built directly: the learner is
     slow and tested elsewhere)."""
     words = collections.Counter(
-        w for text in imdb.lowercase(reviews[0])
+        w for text in lowercase(reviews[0])
         for w in re.findall(r"\w+|[^\w\s]", text))
     chars = sorted({c for w in words for c in w})
     common = [w for w, _ in words.most_common(300) if len(w) > 1]
@@ -95,10 +95,11 @@ def review_classifier(reviews, review_vocab):
     """An LSTM_LN classifier trained for a few steps on 300 real reviews."""
     keras.utils.set_random_seed(0)
     config = _tiny_imdb_config()
-    model = imdb.build_model("lstm_ln", config, len(review_vocab))
+    model = text_classifier("lstm_ln", len(review_vocab),
+                            **imdb.classifier_options("lstm_ln", config))
     classifier = ReviewClassifier(model, review_vocab, MAX_LENGTH)
-    ids = imdb.encode_all(classifier, reviews[0])
-    imdb.compile_model(model, "lstm_ln", config, total_steps=10)
+    ids = encode_lowercase(classifier.tokenizer, reviews[0], MAX_LENGTH)
+    compile_classifier(model, **imdb.compile_options("lstm_ln", config, 10))
     model.fit(labelled_bucket_batches(ids, reviews[1], 16, MAX_LENGTH, shuffle=True,
                                 drop_remainder=True), epochs=1, steps_per_epoch=10,
               verbose=0)
@@ -138,7 +139,8 @@ def test_empty_and_overlong_reviews_give_defined_probabilities(
     # A batch holding only empty reviews still has one (padding) column.
     assert review_classifier.encode(tf.constant(["", " "])).shape == (2, 1)
     # The encoder classifier pools nothing for an empty review: no NaN either.
-    model = imdb.build_model("encoder", _tiny_imdb_config(), len(review_vocab))
+    model = text_classifier("encoder", len(review_vocab), d_model=16,
+                            num_heads=2, d_ff=32)
     enc = ReviewClassifier(model, review_vocab, MAX_LENGTH)
     assert np.isfinite(enc.classify_texts(REVIEWS)).all()
 
@@ -152,7 +154,7 @@ def test_review_classifier_rejects_non_strings(review_classifier):
 
 def test_bucketed_batches_have_static_widths_and_counted_steps(
         reviews, review_classifier):
-    ids = imdb.encode_all(review_classifier, reviews[0])
+    ids = encode_lowercase(review_classifier.tokenizer, reviews[0], MAX_LENGTH)
     lengths = ids.row_lengths().numpy()
     ds = labelled_bucket_batches(ids, reviews[1], 16, MAX_LENGTH,
                            drop_remainder=True)

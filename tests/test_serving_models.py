@@ -19,8 +19,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from keras_trm.decoding import Translator
 from keras_trm.export import ReviewClassifier, TransformerXLServing, export_module
-from keras_trm.jobs import imdb
-from keras_trm.models import transformer
+from keras_trm.models import text_classifier, transformer
 from keras_trm.models.transformer_xl import TransformerXLLM
 from keras_trm.serving import BatchingOptions, ModelManager, ModelServer, model_server_config
 from keras_trm.text import RESERVED_TOKENS, TextTokenizer
@@ -55,10 +54,9 @@ def exports(tmp_path_factory):
                     max_length=32), TextTokenizer(vocab), beam_size=2)
     export_module(translator, root, "translator",
                   {"serving_default": translator.translate})
-    config = imdb.ImdbConfig(max_length=24, encoder_max_length=32, d_model=16, num_heads=2,
-                             d_ff=32, embedding_dim=16, units=8, jit_compile="off")
     classifier = ReviewClassifier(
-        imdb.build_model("encoder", config, len(vocab)), vocab, 24)
+        text_classifier("encoder", len(vocab), max_length=32, d_model=16,
+                        num_heads=2, d_ff=32, name="imdb_encoder"), vocab, 24)
     export_module(classifier, root, "classifier",
                   {"serving_default": classifier.classify})
     lm = TransformerXLServing(TransformerXLLM(37, **XL))

@@ -39,7 +39,6 @@ from typing import Literal, get_args
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_trm.data import check_labels, load_imdb, validation_split
 from keras_trm.data.batching import (
@@ -49,15 +48,21 @@ from keras_trm.data.batching import (
 from keras_trm.export import ReviewClassifier, export_module
 from keras_trm.jobs._setup import start_job
 from keras_trm.layers import _validation as v
-from keras_trm.models import encoder_classifier, lstm_classifier
-from keras_trm.text import learn_vocabulary, load_vocabulary, truncate_head_tail
+from keras_trm.models import text_classifier
+from keras_trm.text import (
+    TextTokenizer,
+    encode_lowercase,
+    learn_vocabulary,
+    load_vocabulary,
+    lowercase,
+    truncate_head_tail,
+)
 from keras_trm.training import (
-    BatchLoss,
     StepLog,
+    compile_classifier,
     describe_fit,
     fit_summary,
     restore_best_epoch,
-    warmup_cosine_decay,
 )
 from keras_trm.training.plots import plot_runs, smooth
 from keras_trm.utils import atomic_write, write_json
@@ -142,12 +147,6 @@ class ImdbConfig:
 # --- preprocessing (in the graph) ---------------------------------------------
 
 
-def lowercase(texts):
-    """The same lowercasing as the graph (``tf.strings.lower``, UTF-8)."""
-    lowered = tf.strings.lower(tf.constant(texts), encoding="utf-8").numpy()
-    return [t.decode("utf-8") for t in lowered]
-
-
 def prepare_vocabulary(config, texts, workdir):
     """Loads ``<workdir>/vocab_lower_<size>_train<n>.txt`` (learned from the
     ``n`` training reviews ``texts``) or learns and writes it."""
@@ -160,20 +159,6 @@ def prepare_vocabulary(config, texts, workdir):
     return learn_vocabulary(lowercase(texts), config.vocabulary_size, path)
 
 
-def encode_all(encoder, texts, chunk=2000, truncate=True):
-    """Token ids of every text (ragged int32 ``(N, None)``), in chunks,
-    truncated like ``encoder.encode`` (or not, ``truncate=False``)."""
-    if truncate:
-        fn = encoder.encode_ragged
-    else:
-        def fn(strings):
-            return encoder.tokenizer.tokenize(
-                tf.strings.lower(strings, encoding="utf-8"))
-    parts = [fn(tf.constant(texts[i:i + chunk]))
-             for i in range(0, len(texts), chunk)]
-    return tf.concat(parts, axis=0)
-
-
 # --- models ---------------------------------------------------------------------
 
 
@@ -183,41 +168,33 @@ def model_max_length(kind, config):
     return config.encoder_max_length if kind == "encoder" else config.max_length
 
 
-def build_model(kind, config, vocabulary_size):
-    """The classifier ``kind`` (``"encoder"``, ``"lstm_ln"``, ``"lstm"``)."""
+def classifier_options(kind, config):
+    """``config``'s keyword arguments of ``keras_trm.models.text_classifier``
+    for ``kind`` (the model is named ``imdb_<kind>``, its export folder)."""
     v.one_of("kind", kind, set(MODEL_KINDS))
-    if kind == "encoder":
-        return encoder_classifier(
-            vocabulary_size, num_layers=config.num_layers,
-            d_model=config.d_model, num_heads=config.num_heads,
-            d_ff=config.d_ff, max_length=config.encoder_max_length,
-            dropout_rate=config.encoder_dropout_rate, pooling="mean",
-            name="imdb_encoder",
-        )
-    return lstm_classifier(
-        vocabulary_size, embedding_dim=config.embedding_dim,
-        units=config.units, layer_norm=kind == "lstm_ln",
-        dropout_rate=config.lstm_dropout_rate, name=f"imdb_{kind}",
-    )
+    return dict(
+        max_length=config.encoder_max_length, num_layers=config.num_layers,
+        d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+        embedding_dim=config.embedding_dim, units=config.units,
+        dropout_rate=(config.encoder_dropout_rate if kind == "encoder"
+                      else config.lstm_dropout_rate),
+        name=f"imdb_{kind}")
 
 
-def compile_model(model, kind, config, total_steps):
-    """Adam (clipnorm), warm-up + cosine decay, loss / accuracy /
-    ``BatchLoss`` metrics; XLA for the LSTMs when ``jit_compile="auto"``
-    (on this CPU XLA ran the LSTM steps ~1.7x faster and the encoder ~15%
-    slower)."""
-    lr = (config.encoder_learning_rate if kind == "encoder"
-          else config.lstm_learning_rate)
-    warmup = min(config.warmup_steps, max(total_steps // 10, 1))
-    schedule = warmup_cosine_decay(lr, total_steps, warmup)
-    jit = {"on": True, "off": False}.get(config.jit_compile, kind != "encoder")
-    model.compile(
-        optimizer=keras.optimizers.Adam(schedule, clipnorm=config.clipnorm),
-        loss=keras.losses.SparseCategoricalCrossentropy(),
-        metrics=["accuracy", BatchLoss()],
-        jit_compile=jit,
-    )
-    return model
+def compile_options(kind, config, total_steps):
+    """``config``'s keyword arguments of
+    ``keras_trm.training.compile_classifier`` for ``kind``: its learning
+    rate, a warm-up of at most a tenth of ``total_steps``, and XLA for the
+    LSTMs only when ``jit_compile="auto"`` (on this CPU XLA ran the LSTM
+    steps ~1.7x faster and the encoder ~15% slower)."""
+    return dict(
+        learning_rate=(config.encoder_learning_rate if kind == "encoder"
+                       else config.lstm_learning_rate),
+        total_steps=total_steps,
+        warmup_steps=min(config.warmup_steps, max(total_steps // 10, 1)),
+        clipnorm=config.clipnorm,
+        jit_compile={"on": True, "off": False}.get(config.jit_compile,
+                                                   kind != "encoder"))
 
 
 def _epochs(kind, config):
@@ -241,8 +218,9 @@ def train_and_evaluate(kind, config, train, validation, test,
     lengths = train[0].row_lengths().numpy()
     steps = labelled_bucket_steps(lengths, config.batch_size, max_length)
     epochs = _epochs(kind, config)
-    model = build_model(kind, config, vocabulary_size)
-    compile_model(model, kind, config, steps * epochs)
+    model = text_classifier(kind, vocabulary_size,
+                            **classifier_options(kind, config))
+    compile_classifier(model, **compile_options(kind, config, steps * epochs))
     train_ds = labelled_bucket_batches(
         *train, config.batch_size, max_length, shuffle=True,
         drop_remainder=True, seed=config.seed)
@@ -466,11 +444,11 @@ def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
     t0 = time.time()
     vocab = prepare_vocabulary(config, train_texts, workdir)
     vocab_seconds = time.time() - t0
-    encoder = ReviewClassifier(None, vocab, config.max_length)
+    tokenizer = TextTokenizer(vocab)
     t0 = time.time()
-    train_ids = encode_all(encoder, train_texts, truncate=False)
-    val_ids = encode_all(encoder, val_texts, truncate=False)
-    test_ids = encode_all(encoder, test_texts, truncate=False)
+    train_ids = encode_lowercase(tokenizer, train_texts)
+    val_ids = encode_lowercase(tokenizer, val_texts)
+    test_ids = encode_lowercase(tokenizer, test_texts)
     full = train_ids.row_lengths().numpy()
     print(f"vocabulary {len(vocab):,} ({vocab_seconds:.0f} s); tokenized "
           f"{len(train_texts) + len(val_texts) + len(test_texts):,} reviews in "

@@ -6,6 +6,7 @@ from keras_trm.models.classifiers import (
     encoder_classifier,
     lenet_cnn,
     lstm_classifier,
+    text_classifier,
 )
 from keras_trm.models.transformer import (
     TransformerParts,
@@ -27,6 +28,7 @@ __all__ = [
     "encoder_classifier",
     "lenet_cnn",
     "lstm_classifier",
+    "text_classifier",
     "transformer",
     "transformer_base",
     "transformer_big",

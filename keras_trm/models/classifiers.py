@@ -252,6 +252,61 @@ def encoder_classifier(
 MNIST_IMAGE_SHAPE = (28, 28)
 
 
+TEXT_CLASSIFIER_KINDS = ("encoder", "lstm_ln", "lstm")
+
+
+def text_classifier(kind, vocabulary_size, max_length=512, num_layers=1,
+                    d_model=128, num_heads=4, d_ff=256, embedding_dim=64,
+                    units=128, dropout_rate=0.2, num_classes=2, name=None):
+    """One of three token-id text classifiers, by name, so that a recipe
+    can train them on the same data and compare them.
+
+    * ``"encoder"``: ``encoder_classifier`` (``num_layers``, ``d_model``,
+      ``num_heads``, ``d_ff``, ``max_length``; mean pooling);
+    * ``"lstm_ln"``: ``lstm_classifier`` with ``LSTM_LN`` (Ba et al. 2016,
+      §3.1; ``embedding_dim``, ``units``);
+    * ``"lstm"``: the same with ``keras.layers.LSTM``.
+
+    The arguments of the other kinds are ignored.
+
+    Args:
+        kind: ``"encoder"``, ``"lstm_ln"`` or ``"lstm"``.
+        vocabulary_size: int > 0; id 0 is padding.
+        max_length: int > 0, the encoder's longest input (tokens); the
+            LSTMs take any length.
+        dropout_rate: float in [0, 1), the kind's dropout.
+        num_classes: int >= 2.
+        name: the model's name (default ``"<kind>_classifier"``).
+
+    Returns:
+        a ``keras.Model``: int32 token ids ``(batch, T)`` (0 = padding) ->
+        float probabilities ``(batch, num_classes)``.
+
+    Raises:
+        ValueError: ``kind`` not one of ``TEXT_CLASSIFIER_KINDS``; the
+            builders' own errors for bad sizes.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = text_classifier("lstm_ln", 50, embedding_dim=8, units=4)
+    >>> model.name, tuple(model(np.ones((3, 7), "int32")).shape)
+    ('lstm_ln_classifier', (3, 2))
+    """
+    v.one_of("kind", kind, set(TEXT_CLASSIFIER_KINDS))
+    name = name or f"{kind}_classifier"
+    if kind == "encoder":
+        return encoder_classifier(
+            vocabulary_size, num_layers=num_layers, d_model=d_model,
+            num_heads=num_heads, d_ff=d_ff, max_length=max_length,
+            dropout_rate=dropout_rate, pooling="mean", num_classes=num_classes,
+            name=name)
+    return lstm_classifier(
+        vocabulary_size, embedding_dim=embedding_dim, units=units,
+        num_classes=num_classes, layer_norm=kind == "lstm_ln",
+        dropout_rate=dropout_rate, name=name)
+
+
 def check_images(images, name="images"):
     """Validates MNIST images, the input ``lenet_cnn`` is built for;
     returns them as ``np.uint8 (N, 28, 28)``.

@@ -1,5 +1,6 @@
 """Subword vocabularies and in-graph tokenization."""
 
+from keras_trm.text.encoding import encode_lowercase, lowercase
 from keras_trm.text.sentencepiece import (
     SentencePieceTokenizer,
     learn_sentencepiece,
@@ -25,9 +26,11 @@ __all__ = [
     "UNK_ID",
     "SentencePieceTokenizer",
     "TextTokenizer",
+    "encode_lowercase",
     "learn_sentencepiece",
     "learn_vocabulary",
     "load_vocabulary",
+    "lowercase",
     "save_vocabulary",
     "truncate_head_tail",
 ]

@@ -24,6 +24,7 @@ from keras_trm.training.optimizers import FusedAdam
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
 # Per-step logs, language-model steps (keras_trm.jobs use them).
+from keras_trm.training.classification import compile_classifier
 from keras_trm.training.history import (
     BatchLoss,
     StepLog,
@@ -78,6 +79,7 @@ __all__ = [
     "split_cpu",
     # Per-step logs, language-model steps.
     "BatchLoss",
+    "compile_classifier",
     "StepLog",
     "describe_fit",
     "fit_summary",
