@@ -111,6 +111,43 @@ def test_cache_incremental_equals_full(rng):
     np.testing.assert_allclose(out, layer(x, mem), atol=1e-5)
 
 
+def test_head_major_cache_matches_numpy_and_masks(layer_and_inputs, rng):
+    """``call_with_cache``: self-attention one position at a time equals
+    Eq. (1) with a causal mask in NumPy; cross-attention over the
+    pre-projected keys/values equals Eq. (1) with the padding mask, and a
+    padded key gets no weight (changing it changes nothing)."""
+    layer, q, kv = layer_and_inputs
+    causal = np.tril(np.ones((5, 5), bool))[None].repeat(2, 0)
+    expected, _ = numpy_mha(layer, q, q, causal)
+    cache = layer.key_value_heads(q[:, :0])
+    for t in range(5):
+        out, cache = layer.call_with_cache(q[:, t:t + 1], cache,
+                                           new_key_value=q[:, t:t + 1])
+        np.testing.assert_allclose(out[:, 0], expected[:, t], atol=1e-5)
+    assert tuple(cache[0].shape) == tuple(cache[1].shape) == (2, 4, 5, 6)
+
+    padding = np.ones((2, 7), bool)
+    padding[1, 4:] = False
+    expected, _ = numpy_mha(layer, q, kv, padding[:, None, :].repeat(5, 1))
+    mask = padding[:, None, None, :]
+    out, _ = layer.call_with_cache(q, layer.key_value_heads(kv),
+                                   attention_mask=mask)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    changed = kv.copy()
+    changed[1, 4:] = rng.normal(size=changed[1, 4:].shape)
+    out2, _ = layer.call_with_cache(q, layer.key_value_heads(changed),
+                                    attention_mask=mask)
+    np.testing.assert_allclose(out2, out, atol=1e-6)
+
+
+def test_head_major_cache_needs_equal_head_sizes():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)
+    x = tf.zeros((1, 2, 8))
+    layer(x, x)
+    with pytest.raises(ValueError, match="value_dim=3"):
+        layer.call_with_cache(x, (tf.zeros((1, 2, 0, 4)),) * 2, new_key_value=x)
+
+
 def test_cache_shape_is_checked():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     x = tf.zeros((1, 1, 8))

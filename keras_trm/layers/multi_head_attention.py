@@ -392,6 +392,126 @@ class MultiHeadAttention(keras.layers.Layer):
         val = self._project(value, self.value_kernel, self.value_bias)
         return ops.stack([k, val], axis=1)
 
+    # -- incremental decoding on head-major caches -------------------------
+    # The layer's cached step for autoregressive decoding (what the searches
+    # and the exports use). Keys and values are kept head-major, each
+    # ``(batch, num_heads, S, key_dim)``, so one step's attention is two
+    # batched matmuls with no transpose or slice of the cache, and a
+    # self-attention cache grows by one position per step (nothing unwritten
+    # to copy, reorder or mask). These methods run outside ``__call__``, so
+    # they cast the float32 variables of a mixed policy to the inputs' dtype
+    # themselves. Eq. (1) and the weights are those of ``call``.
+
+    def _project_as(self, x, kernel, bias):
+        return self._project(
+            x, ops.cast(kernel, x.dtype),
+            None if bias is None else ops.cast(bias, x.dtype))
+
+    def key_value_heads(self, key, value=None):
+        """Projects an attended sequence into a head-major cache.
+
+        Args:
+            key: float ``(batch, S, d_key)``.
+            value: float ``(batch, S, d_value)``; default ``key``.
+
+        Returns:
+            ``(keys, values)``, each ``(batch, num_heads, S, key_dim)`` in
+            ``key``'s dtype: a cross-attention cache (computed once per
+            source sentence), or one step's entries of a self-attention
+            cache.
+
+        Example:
+
+        >>> import numpy as np
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = np.zeros((3, 5, 8), "float32")
+        >>> _ = mha(x, x)   # builds the weights
+        >>> keys, values = mha.key_value_heads(x)
+        >>> tuple(keys.shape), tuple(values.shape)
+        ((3, 2, 5, 4), (3, 2, 5, 4))
+        """
+        value = key if value is None else value
+        k = self._project_as(key, self.key_kernel, self.key_bias)
+        v = self._project_as(value, self.value_kernel, self.value_bias)
+        return ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
+
+    def call_with_cache(self, query, cache, new_key_value=None,
+                        attention_mask=None):
+        """Attention of ``query`` over a head-major key/value cache.
+
+        Eq. (1) of Vaswani et al. (2017) for incremental decoding: the
+        cached keys/values were projected once (``key_value_heads``).
+        Dropout is off (inference).
+
+        Args:
+            query: float ``(batch, T_q, d_query)``, the new positions.
+            cache: ``(keys, values)``, each float ``(batch, num_heads, S,
+                key_dim)``.
+            new_key_value: optional float ``(batch, T_q, d)``: the sequence
+                whose keys/values are appended to ``cache`` before attending
+                (self-attention over the positions decoded so far plus these;
+                the caller decodes left to right, so no causal mask is
+                needed for ``T_q == 1``). ``None``: ``cache`` is used as is
+                (cross-attention over the encoder output).
+            attention_mask: optional bool, broadcastable to ``(batch,
+                num_heads, T_q, S')`` with ``S'`` the keys attended; True =
+                may attend (e.g. the source padding mask as ``(batch, 1, 1,
+                S)``).
+
+        Returns:
+            ``(output, cache)``: float ``(batch, T_q, *output_shape)`` in
+            ``query``'s dtype, and the cache attended (with ``T_q`` more
+            positions when ``new_key_value`` is given).
+
+        Raises:
+            ValueError: ``value_dim != key_dim`` (a cache holds both with
+                one head size).
+
+        Example:
+
+        >>> import numpy as np
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = np.random.default_rng(0).normal(size=(1, 3, 8)).astype("float32")
+        >>> full = mha(x, x, use_causal_mask=True)
+        >>> cache = mha.key_value_heads(x[:, :0])   # 0 positions
+        >>> for t in range(3):   # one position at a time, same outputs
+        ...     out, cache = mha.call_with_cache(x[:, t:t + 1], cache,
+        ...                                      new_key_value=x[:, t:t + 1])
+        ...     assert np.allclose(out[0, 0], full[0, t], atol=1e-5)
+        >>> tuple(cache[0].shape)
+        (1, 2, 3, 4)
+        """
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value_dim == key_dim, got "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
+        keys, values = cache
+        if new_key_value is not None:
+            new_keys, new_values = self.key_value_heads(new_key_value)
+            keys = ops.concatenate([keys, new_keys], axis=2)
+            values = ops.concatenate([values, new_values], axis=2)
+        q = self._project_as(query, self.query_kernel, self.query_bias)
+        q = ops.transpose(q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype),
+                          (0, 2, 1, 3))  # (batch, h, T_q, d_k)
+        scores = ops.cast(ops.matmul(q, ops.swapaxes(keys, -1, -2)), "float32")
+        if attention_mask is not None:
+            scores = ops.where(ops.cast(attention_mask, "bool"), scores,
+                               ops.cast(-1e9, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), query.dtype)
+        out = ops.transpose(ops.matmul(probs, values), (0, 2, 1, 3))
+        h, dv = self.output_kernel.shape[:2]
+        out_shape = tuple(self.output_kernel.shape[2:])
+        lead = tuple(ops.shape(out)[:-2])
+        out = ops.matmul(ops.reshape(out, lead + (h * dv,)), ops.reshape(
+            ops.cast(self.output_kernel, out.dtype),
+            (h * dv, math.prod(out_shape))))
+        if len(out_shape) > 1:
+            out = ops.reshape(out, lead + out_shape)
+        if self.output_bias is not None:
+            out = out + ops.cast(self.output_bias, out.dtype)
+        return out, (keys, values)
+
     def _add_activity_losses(self, *tensors):
         if self._activity_regularizer is None:
             return

@@ -83,6 +83,76 @@ class TransformerDecoderBlock(_BlockBase):
             encoder_outputs, encoder_outputs
         )
 
+    def cross_attention_key_value_heads(self, encoder_outputs):
+        """Encoder keys/values for ``call_with_cache``, projected once.
+
+        Args:
+            encoder_outputs: float ``(batch, T_enc, d_model)``.
+
+        Returns:
+            ``(keys, values)``, each ``(batch, num_heads, T_enc, d_model //
+            num_heads)`` (``MultiHeadAttention.key_value_heads``).
+        """
+        return self.cross_attention.key_value_heads(encoder_outputs)
+
+    def call_with_cache(self, inputs, self_attention_cache,
+                        cross_attention_cache, encoder_padding_mask=None):
+        """One incremental decoding step of this layer (inference).
+
+        The arithmetic of ``call`` for the new position(s) ``inputs``, with
+        head-major caches: the self-attention cache holds the keys/values of
+        the positions decoded so far and grows by ``T`` positions; the
+        cross-attention cache is ``cross_attention_key_value_heads``'s.
+
+        Args:
+            inputs: float ``(batch, T, d_model)``, the embedded new
+                position(s) (``T == 1`` when decoding token by token).
+            self_attention_cache: ``(keys, values)``, each float ``(batch,
+                num_heads, S, d_k)``; ``S`` may be 0.
+            cross_attention_cache: ``(keys, values)``, each float ``(batch,
+                num_heads, T_enc, d_k)``.
+            encoder_padding_mask: optional bool ``(batch, T_enc)``, True at
+                real source tokens.
+
+        Returns:
+            ``(outputs (batch, T, d_model), self_attention_cache with S + T
+            positions)``.
+
+        Example:
+
+        >>> import numpy as np
+        >>> block = TransformerDecoderBlock(num_heads=2, d_ff=16)
+        >>> rng = np.random.default_rng(0)
+        >>> y = rng.normal(size=(1, 3, 8)).astype("float32")
+        >>> enc = rng.normal(size=(1, 5, 8)).astype("float32")
+        >>> full = block(y, enc)
+        >>> cross = block.cross_attention_key_value_heads(enc)
+        >>> cache = block.self_attention.key_value_heads(y[:, :0])
+        >>> for t in range(3):
+        ...     out, cache = block.call_with_cache(y[:, t:t + 1], cache, cross)
+        ...     assert np.allclose(out[0, 0], full[0, t], atol=1e-5)
+        """
+        cross_mask = None
+        if encoder_padding_mask is not None:
+            cross_mask = ops.expand_dims(ops.expand_dims(
+                ops.cast(encoder_padding_mask, "bool"), 1), 1)
+        new_cache = None
+
+        def self_attend(y):
+            nonlocal new_cache
+            out, new_cache = self.self_attention.call_with_cache(
+                y, self_attention_cache, new_key_value=y)
+            return out
+
+        def cross_attend(y):
+            out, _ = self.cross_attention.call_with_cache(
+                y, cross_attention_cache, attention_mask=cross_mask)
+            return out
+
+        x = self._residual(inputs, self.self_attention_norm, self_attend, False)
+        x = self._residual(x, self.cross_attention_norm, cross_attend, False)
+        return self._ffn(x, False), new_cache
+
     def call(
         self,
         inputs,

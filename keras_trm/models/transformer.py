@@ -342,64 +342,21 @@ class TransformerParts:
         return self.logits(y)[:, 0, :], new_caches
 
     # -- fast incremental decoding (what the searches use) -----------------
-    # Head-major caches: keys and values of each layer as two tensors
-    # (batch, h, positions, d_k), so attention is two batched matmuls with
-    # no per-step transpose or slice of the cache, and the self-attention
-    # cache grows by one position per step (no unwritten positions to copy,
-    # reorder or mask). The arithmetic is that of ``decode_step``.
-
-    @staticmethod
-    def _project(mha, x, kernel, bias):
-        """``mha``'s projection of ``x`` computed in ``x``'s dtype. The fast
-        path reads the weights outside the layer's ``__call__``, where a
-        mixed policy (e.g. ``mixed_bfloat16``) would not cast its float32
-        variables to the compute dtype."""
-        return mha._project(x, ops.cast(kernel, x.dtype),
-                            None if bias is None else ops.cast(bias, x.dtype))
+    # Head-major caches that grow one position per step: each decoder
+    # layer's ``call_with_cache`` (``MultiHeadAttention.call_with_cache``
+    # inside). The arithmetic is that of ``decode_step``.
 
     def fast_cross_attention_caches(self, encoder_outputs):
         """Per decoder layer ``(keys, values)``, each float ``(batch, h,
         T_src, d_k)``: the encoder output projected once per sentence."""
-        caches = []
-        for layer in self.decoder_layers:
-            mha = layer.cross_attention
-            k = self._project(mha, encoder_outputs, mha.key_kernel, mha.key_bias)
-            v = self._project(mha, encoder_outputs, mha.value_kernel,
-                              mha.value_bias)
-            caches.append((ops.transpose(k, (0, 2, 1, 3)),
-                           ops.transpose(v, (0, 2, 1, 3))))
-        return caches
+        return [layer.cross_attention_key_value_heads(encoder_outputs)
+                for layer in self.decoder_layers]
 
     def fast_empty_self_attention_caches(self, batch_size, dtype):
         """Per decoder layer ``(keys, values)`` of 0 positions: float
         ``(batch, h, 0, d_k)``."""
         empty = ops.zeros((batch_size, self.num_heads, 0, self.key_dim), dtype)
         return [(empty, empty) for _ in self.decoder_layers]
-
-    @staticmethod
-    def _fast_attend(mha, query, keys, values, mask):
-        """``mha`` on a ``(batch, 1, d)`` query over head-major keys/values
-        ``(batch, h, S, d_k)``; ``mask`` bool ``(batch, 1, 1, S)`` or None."""
-        import math
-
-        q = TransformerParts._project(mha, query, mha.query_kernel,
-                                      mha.query_bias)
-        q = ops.transpose(q * ops.cast(1.0 / math.sqrt(mha.key_dim), q.dtype),
-                          (0, 2, 1, 3))  # (batch, h, 1, d_k)
-        scores = ops.cast(ops.matmul(q, ops.swapaxes(keys, -1, -2)), "float32")
-        if mask is not None:
-            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
-        probs = ops.cast(ops.softmax(scores, axis=-1), mha.compute_dtype)
-        out = ops.transpose(ops.matmul(probs, values), (0, 2, 1, 3))
-        h, dv = mha.output_kernel.shape[:2]
-        d_out = mha.output_kernel.shape[-1]
-        lead = tuple(ops.shape(out)[:-2])
-        out = ops.reshape(out, lead + (h * dv,))
-        out = ops.matmul(out, ops.reshape(
-            ops.cast(mha.output_kernel, out.dtype), (h * dv, d_out)))
-        if mha.output_bias is not None:
-            out = out + ops.cast(mha.output_bias, out.dtype)
-        return out
 
     def fast_output_kernel(self):
         """``(d_model, vocab)``: the tied output projection (the transposed
@@ -429,33 +386,12 @@ class TransformerParts:
             positions)``.
         """
         y = self.target_embedding(tokens, start_index=index)
-        cross_mask = ops.expand_dims(ops.expand_dims(
-            ops.cast(encoder_padding_mask, "bool"), 1), 1)
         new_caches = []
-        for layer, (past_k, past_v), (cross_k, cross_v) in zip(
-            self.decoder_layers, self_caches, cross_caches
-        ):
-            mha = layer.self_attention
-
-            def self_attend(x, mha=mha, past_k=past_k, past_v=past_v):
-                k = self._project(mha, x, mha.key_kernel, mha.key_bias)
-                v = self._project(mha, x, mha.value_kernel, mha.value_bias)
-                keys = ops.concatenate(
-                    [past_k, ops.transpose(k, (0, 2, 1, 3))], axis=2)
-                values = ops.concatenate(
-                    [past_v, ops.transpose(v, (0, 2, 1, 3))], axis=2)
-                new_caches.append((keys, values))
-                return self._fast_attend(mha, x, keys, values, None)
-
-            def cross_attend(x, mha=layer.cross_attention, k=cross_k,
-                             v=cross_v):
-                return self._fast_attend(mha, x, k, v, cross_mask)
-
-            y = layer._residual(y, layer.self_attention_norm, self_attend,
-                                False)
-            y = layer._residual(y, layer.cross_attention_norm, cross_attend,
-                                False)
-            y = layer._ffn(y, False)
+        for layer, cache, cross in zip(self.decoder_layers, self_caches,
+                                       cross_caches):
+            y, cache = layer.call_with_cache(y, cache, cross,
+                                             encoder_padding_mask)
+            new_caches.append(cache)
         if self.decoder_final_norm is not None:
             y = self.decoder_final_norm(y)
         if output_kernel is not None:
