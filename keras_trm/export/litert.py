@@ -524,6 +524,16 @@ class LiteRTTranslator:
                              "export_translator_litert (no translator metadata)")
         self.config = json.loads(metadata[_CONFIG_KEY].decode("utf-8"))
         self.vocabulary = metadata[_VOCABULARY_KEY].decode("utf-8").split("\n")[:-1]
+        # The special ids, from the file's own vocabulary (the tokenizer's
+        # [START] / [END]); padding is id 0, the model's mask convention.
+        from keras_trm.text.wordpiece import END, START
+
+        missing = [t for t in (START, END) if t not in self.vocabulary]
+        if missing:
+            raise ValueError(f"{str(path)!r}: the vocabulary in the file has no "
+                             f"{' / '.join(missing)} token")
+        self.start_id = self.vocabulary.index(START)
+        self.end_id = self.vocabulary.index(END)
         self.batch_size = int(self.config["batch_size"])
         if self.batch_size % beam_size:
             raise ValueError(f"`beam_size` must divide the file's batch_size "
@@ -579,7 +589,7 @@ class LiteRTTranslator:
         batch = source.shape[0]
         cross, caches = self._start(source)
         out = np.zeros((batch, int(steps.max())), np.int32)
-        token = np.full(batch, 2, np.int32)  # START_ID
+        token = np.full(batch, self.start_id, np.int32)
         finished = steps <= 0
         for i in range(int(steps.max())):
             if finished.all():
@@ -588,7 +598,7 @@ class LiteRTTranslator:
             token = np.argmax(logits, -1).astype(np.int32)
             token = np.where(finished, 0, token)
             out[:, i] = token
-            finished = finished | (token == 3) | (i + 1 >= steps)
+            finished = finished | (token == self.end_id) | (i + 1 >= steps)
         return out
 
     def _beam(self, source):
@@ -601,7 +611,7 @@ class LiteRTTranslator:
         vocab = None
         num_candidates = None
         alive_seq = np.zeros((n, k, max_steps + 1), np.int32)
-        alive_seq[:, :, 0] = 2  # START_ID
+        alive_seq[:, :, 0] = self.start_id
         alive_logp = np.tile(np.array([[0.0] + [_NEG_INF] * (k - 1)],
                                       np.float32), (n, 1))
         finished_seq = np.zeros_like(alive_seq)
@@ -629,7 +639,7 @@ class LiteRTTranslator:
             cand_beam, cand_token = top // vocab, (top % vocab).astype(np.int32)
             cand_seq = alive_seq[rows, cand_beam]
             cand_seq[:, :, i + 1] = cand_token
-            ended = cand_token == 3  # END_ID
+            ended = cand_token == self.end_id
             live = ~done[:, None]
 
             keep = np.argsort(ended, axis=1, kind="stable")[:, :k]
@@ -688,12 +698,13 @@ class LiteRTTranslator:
             real = len(block)
             if real < per_call:  # fill with one-token sources ([END])
                 filler = np.zeros((per_call - real, padded.shape[1]), np.int32)
-                filler[:, 0] = 3
+                filler[:, 0] = self.end_id
                 block = np.concatenate([block, filler])
             ids = self._greedy(block) if self.beam_size == 1 else self._beam(block)
             for row in ids[:real]:
                 row = row.tolist()
-                results.append(row[:row.index(3)] if 3 in row else
+                results.append(row[:row.index(self.end_id)]
+                               if self.end_id in row else
                                [t for t in row if t != 0])
         return results
 
@@ -711,7 +722,7 @@ class LiteRTTranslator:
         """list of str -> int32 (n, T) ids + END, 0-padded (as
         ``decoding.Translator.encode_text``)."""
         ids = self.tokenizer.tokenize(list(sentences)).to_list()
-        ids = [row[:self.max_source_length - 1] + [3] for row in ids]
+        ids = [row[:self.max_source_length - 1] + [self.end_id] for row in ids]
         out = np.zeros((len(ids), max(map(len, ids), default=1)), np.int32)
         for i, row in enumerate(ids):
             out[i, :len(row)] = row
