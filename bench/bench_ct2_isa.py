@@ -14,7 +14,8 @@ in fresh processes, each with its own instruction-set cap:
   CTranslate2's GEMM libraries go.
 
 For int8 weights each setting runs ``CTranslate2Translator``'s default
-compute type (int16 where there is no VNNI) and, for the record,
+compute type (where there is no VNNI: int16 where CTranslate2 offers it,
+its MKL backend on Intel CPUs, else float32) and, for the record,
 CTranslate2's own int8 GEMM (``compute_type="int8_float32"``). sacreBLEU
 and the share of outputs identical to float32 greedy / beam.
 """
@@ -26,6 +27,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -43,7 +45,9 @@ from keras_trm.export.ctranslate2 import CTranslate2Translator, cpu_has_int8_dot
 from keras_trm.decoding import corpus_bleu
 args = json.loads(open(sys.argv[1], encoding="utf-8").read())
 sources = args["sources"]; references = args["references"]
-out = {"vnni": cpu_has_int8_dot_product()}
+import ctranslate2
+out = {"vnni": cpu_has_int8_dot_product(),
+       "supported_compute_types": sorted(ctranslate2.get_supported_compute_types("cpu"))}
 for name, path, compute_type in args["runs"]:
     translator = CTranslate2Translator(path, num_threads=args["threads"],
                                        compute_type=compute_type)
@@ -110,7 +114,7 @@ def main(argv=None):
         keys = ("beam1", f"beam{args.beam_size}")
         reference = {k: out["float32"][k]["hypotheses"] for k in keys}
         for name, row in out.items():
-            if name == "vnni":
+            if name in ("vnni", "supported_compute_types"):
                 continue
             for key in keys:
                 hyps = row[key].pop("hypotheses")
@@ -122,6 +126,7 @@ def main(argv=None):
         "what": "CTranslate2 export of one model: int8 quality with and without "
                 "VNNI (caps set per child process)",
         "command": "python bench/bench_ct2_isa.py " + " ".join(argv or sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
         "split": args.split, "sentences": len(sources), "host": host_info(),
         "results": results})
 
