@@ -93,6 +93,33 @@ def test_every_package_is_library_or_application():
     assert packages == set(LIBRARY) | set(APPLICATIONS)
 
 
+def _private_attribute_uses(path):
+    """``(line, expression)`` of each ``obj._name`` in a file whose ``obj``
+    is not ``self``/``cls`` (a reach into another object's internals)."""
+    uses = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name)
+                         and node.value.id in ("self", "cls"))):
+            uses.append((node.lineno, ast.unparse(node)))
+    return uses
+
+
+def test_models_call_no_private_layer_method(tmp_path):
+    """Model code builds on the layers' public API (issue #24): the cached
+    decoding step is the layers' ``call_with_cache``, not a copy reaching
+    into ``_project`` / ``_residual`` / ``_ffn``."""
+    offences = [f"{path.relative_to(REPO)}:{line} {expr}"
+                for path in sorted((PACKAGE / "models").glob("*.py"))
+                for line, expr in _private_attribute_uses(path)]
+    assert offences == []
+    # The scan sees such a reach.
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(layer, x):\n    return layer._ffn(x, False)\n")
+    assert _private_attribute_uses(probe) == [(2, "layer._ffn")]
+
+
 def test_library_packages_import_no_job_cli_or_server():
     forbidden = ("keras_trm.jobs", "keras_trm.cli", "keras_trm.serving")
     graph = _import_graph()
