@@ -10,6 +10,14 @@ from keras_trm.data.language_modeling import (
     segments,
 )
 from keras_trm.data.mnist import load_mnist
+# Streaming translation data: prepared TFRecord shards, token-count batches.
+from keras_trm.data.shards import (
+    mix_batches,
+    prepare_shards,
+    read_manifest,
+    stream_batches,
+    stream_steps,
+)
 from keras_trm.data.paths import ENV_VAR, resolve_data_dir
 from keras_trm.data.translation import (
     TranslationSplits,
@@ -36,9 +44,14 @@ __all__ = [
     "load_tiny_shakespeare",
     "load_translation_splits",
     "load_wmt14",
+    "mix_batches",
+    "prepare_shards",
+    "read_manifest",
     "read_lines",
     "resolve_data_dir",
     "segments",
+    "stream_batches",
+    "stream_steps",
     "token_bucket_batches",
     # Label checks and the seeded validation split.
     "check_labels",

@@ -1,0 +1,320 @@
+"""Benchmark: the translation job's in-memory data path vs the streaming
+shards of ``keras_trm.data.shards``, at growing corpus sizes.
+
+    python bench/bench_data_pipeline.py --sizes 200000 1000000 [5000000]
+        [--workdir /tmp/keras_trm_bench_data] [--batches 2000] [--warmup 200]
+        [--skip-old-above 1000000]
+        [--vocabulary sentencepiece_bpe] [--out bench/results/data_pipeline.json]
+
+Corpora: ``n`` real sentence pairs drawn with replacement (seeded) from the
+pairs of ``<data_dir>``: Multi30k train (29,000), the Europarl v7 slice
+(20,000) and the 2008-2022 news pool (36,826) of ``wmt14_en_de/``, blank
+pairs left out; written as ``.gz`` under ``--workdir`` (never into the
+repository). One joint vocabulary (SentencePiece BPE 8,000, the job's
+default for WMT and user files, or WordPiece) is learned once from the
+pool.
+
+Each configuration runs in a fresh child process (``ru_maxrss`` of that
+process is its peak RSS):
+
+- ``old``: what ``jobs/translation.py`` does today: ``load_parallel`` (all
+  lines as Python str), blank pairs dropped, the job's ``_encode``
+  (tokenize in chunks of 50,000 into Python lists + START/END), pairs over
+  ``max_length`` dropped, ``token_bucket_batches(repeat=True)``.
+- ``prepare``: ``prepare_shards`` (streaming read + tokenize + TFRecord
+  write), timed once per size; not part of the time to first batch.
+- ``new``: ``stream_batches(repeat=True)`` over the prepared shards.
+
+Figures: ``rss_mb`` (peak, ``ru_maxrss``), ``rss_now_mb`` (VmRSS at the
+end), ``rss_after_imports_mb`` (peak of the same process after importing
+TensorFlow and building the tokenizer, before touching data), ``first_batch_s`` (from building the input --
+reading files for ``old`` -- to the first batch in hand), ``batches_per_s``
+over ``--batches`` batches after ``--warmup`` untimed ones (the pipeline
+alone, no model: steady state; both pipelines ramp up), pairs.
+Job settings: tokens_per_batch 4096, max_length 128, the job's boundaries.
+
+The machine may be shared with other jobs; the host line names the CPU.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import pathlib
+import platform
+import random
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Measure this checkout, whatever keras_trm is installed elsewhere.
+sys.path.insert(0, str(ROOT))
+BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
+MAX_LENGTH = 128
+TOKENS_PER_BATCH = 4096
+
+
+def _rss_mb():
+    """Peak RSS of this process so far (MB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _rss_now_mb():
+    """Current RSS of this process (MB), from /proc (None elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+
+
+def _pool(data_dir):
+    from keras_trm.data import load_multi30k, read_lines
+
+    src, tgt = load_multi30k("train", data_dir)
+    pairs = list(zip(src, tgt))
+    wmt = pathlib.Path(data_dir) / "wmt14_en_de"
+    for stem in ("europarl-v7.de-en.first20000", "newstest2008-2022-pool"):
+        pairs += list(zip(read_lines(wmt / f"{stem}.en.gz"),
+                          read_lines(wmt / f"{stem}.de.gz")))
+    return [(s, t) for s, t in pairs if s.strip() and t.strip()]
+
+
+def build_corpus(pool, n, folder, seed=0):
+    folder.mkdir(parents=True, exist_ok=True)
+    src, tgt = folder / f"corpus_{n}.en.gz", folder / f"corpus_{n}.de.gz"
+    if src.is_file() and tgt.is_file():
+        return src, tgt
+    rng = random.Random(seed)
+    tmp_s, tmp_t = src.with_suffix(".tmp"), tgt.with_suffix(".tmp")
+    with gzip.open(tmp_s, "wt", encoding="utf-8", compresslevel=1) as fs, \
+            gzip.open(tmp_t, "wt", encoding="utf-8", compresslevel=1) as ft:
+        for i in range(0, n, 10_000):
+            block = [pool[rng.randrange(len(pool))]
+                     for _ in range(min(10_000, n - i))]
+            fs.write("".join(s + "\n" for s, _ in block))
+            ft.write("".join(t + "\n" for _, t in block))
+    os.replace(tmp_s, src)
+    os.replace(tmp_t, tgt)
+    return src, tgt
+
+
+def _tokenizer(kind, path):
+    from keras_trm.text import (SentencePieceTokenizer, TextTokenizer,
+                                load_vocabulary)
+
+    if kind == "wordpiece":
+        return TextTokenizer(load_vocabulary(path))
+    return SentencePieceTokenizer(path)
+
+
+def learn_tokenizer(kind, pool, folder, size=8000):
+    from keras_trm.text import learn_sentencepiece, learn_vocabulary
+
+    path = folder / (f"vocab_{size}.txt" if kind == "wordpiece"
+                     else f"spm_bpe_{size}.model")
+    if not path.is_file():
+        sentences = [s for p in pool for s in p]
+        if kind == "wordpiece":
+            learn_vocabulary(sentences, size, path)
+        else:
+            learn_sentencepiece(sentences, size, path, model_type="bpe",
+                                sample_size=200_000, num_threads=2)
+    return path
+
+
+def _time_batches(ds, batches):
+    it = iter(ds)
+    next(it)
+    first = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    return batches / (time.perf_counter() - first)
+
+
+def child(args):
+    import tensorflow as tf
+
+    tok = _tokenizer(args.vocabulary, args.tokenizer_path)
+    tok.tokenize(tf.constant(["warm up"]))  # trace outside the timings
+    import keras_trm
+
+    out = {"mode": args.child, "rss_after_imports_mb": _rss_mb(),
+           "keras_trm": str(pathlib.Path(keras_trm.__file__).parent)}
+    start = time.perf_counter()
+    if args.child == "old":
+        from keras_trm.data import load_parallel, token_bucket_batches
+        from keras_trm.text import START_ID
+
+        try:
+            from keras_trm.jobs.translation import _encode
+        except ImportError:  # the job's function, as of this benchmark
+            from keras_trm.text import END_ID
+
+            def _encode(tokenizer, sentences, prefix, chunk=50_000):
+                res = []
+                for i in range(0, len(sentences), chunk):
+                    ids = tokenizer.tokenize(
+                        tf.constant(sentences[i:i + chunk])).to_list()
+                    res.extend(prefix + row + [END_ID] for row in ids)
+                return res
+        src, tgt = load_parallel(args.source, args.target)
+        pairs = [(s, t) for s, t in zip(src, tgt) if s.strip() and t.strip()]
+        src, tgt = [p[0] for p in pairs], [p[1] for p in pairs]
+        del pairs
+        src_ids = _encode(tok, src, [])
+        tgt_ids = _encode(tok, tgt, [START_ID])
+        keep = [i for i in range(len(src_ids))
+                if len(src_ids[i]) <= MAX_LENGTH and len(tgt_ids[i]) <= MAX_LENGTH]
+        src_ids = [src_ids[i] for i in keep]
+        tgt_ids = [tgt_ids[i] for i in keep]
+        out["pairs"] = len(src_ids)
+        ds = token_bucket_batches(src_ids, tgt_ids, TOKENS_PER_BATCH,
+                                  BOUNDARIES, seed=0, repeat=True)
+    elif args.child == "prepare":
+        from keras_trm.data import prepare_shards
+
+        manifest = prepare_shards(args.source, args.target, tok, args.shards,
+                                  max_length=MAX_LENGTH)
+        out.update(prepare_s=time.perf_counter() - start,
+                   pairs=manifest["pairs"], shards=len(manifest["shards"]),
+                   reused=manifest["reused"],
+                   shard_bytes=sum(s["bytes"] for s in manifest["shards"]))
+        out["rss_mb"], out["rss_now_mb"] = _rss_mb(), _rss_now_mb()
+        return out
+    else:
+        from keras_trm.data import read_manifest, stream_batches
+
+        manifest = read_manifest(args.shards)
+        out["pairs"] = manifest["pairs"]
+        ds = stream_batches(args.shards, TOKENS_PER_BATCH, BOUNDARIES, seed=0,
+                            repeat=True)
+    it = iter(ds)
+    next(it)
+    out["first_batch_s"] = time.perf_counter() - start
+    for _ in range(args.warmup):  # untimed: pipelines ramp up
+        next(it)
+    t0 = time.perf_counter()
+    for _ in range(args.batches):
+        next(it)
+    out["batches_per_s"] = args.batches / (time.perf_counter() - t0)
+    out["rss_mb"], out["rss_now_mb"] = _rss_mb(), _rss_now_mb()
+    return out
+
+
+def _run_child(mode, extra):
+    cmd = [sys.executable, __file__, "--child", mode] + extra
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(
+                   [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"{mode} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result.get("keras_trm") != str(ROOT / "keras_trm"):
+        raise RuntimeError(f"{mode} measured {result.get('keras_trm')}, not {ROOT}")
+    result["process_wall_s"] = time.perf_counter() - t0
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def _host():
+    info = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in text.splitlines():
+            if line.startswith("Model name:"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("Flags:"):
+                info["avx512"] = sorted(f for f in line.split() if f.startswith("avx512"))
+    except OSError:
+        pass
+    try:
+        import tensorflow as tf
+
+        info["tensorflow"] = tf.__version__
+    except ImportError:
+        pass
+    info["load_average_at_start"] = os.getloadavg()
+    return info
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+",
+                        default=[200_000, 1_000_000])
+    parser.add_argument("--workdir", type=pathlib.Path,
+                        default=pathlib.Path("/tmp/keras_trm_bench_data"))
+    parser.add_argument("--batches", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--vocabulary", default="sentencepiece_bpe",
+                        choices=("sentencepiece_bpe", "wordpiece"))
+    parser.add_argument("--skip-old-above", type=int, default=0,
+                        help="skip the old path for sizes above this (0: never)")
+    parser.add_argument("--out", type=pathlib.Path,
+                        default=ROOT / "bench" / "results" / "data_pipeline.json")
+    parser.add_argument("--data-dir", default=None)
+    # child mode (internal)
+    parser.add_argument("--child", choices=("old", "prepare", "new"))
+    parser.add_argument("--source"), parser.add_argument("--target")
+    parser.add_argument("--shards"), parser.add_argument("--tokenizer-path")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+
+    from keras_trm.data import resolve_data_dir
+
+    data_dir = resolve_data_dir(args.data_dir)
+    started = time.time()
+    pool = _pool(data_dir)
+    tok_path = learn_tokenizer(args.vocabulary, pool, args.workdir)
+    result = {
+        "command": "python bench/bench_data_pipeline.py " + " ".join(sys.argv[1:]),
+        "host": _host(),
+        "settings": {"tokens_per_batch": TOKENS_PER_BATCH,
+                     "max_length": MAX_LENGTH, "boundaries": list(BOUNDARIES),
+                     "vocabulary": f"{args.vocabulary} {tok_path.name}",
+                     "pool_pairs": len(pool), "timed_batches": args.batches,
+                     "untimed_warmup_batches": args.warmup},
+        "sizes": {},
+    }
+    for n in args.sizes:
+        src, tgt = build_corpus(pool, n, args.workdir)
+        shards = args.workdir / f"shards_{n}"
+        common = ["--source", str(src), "--target", str(tgt),
+                  "--shards", str(shards), "--tokenizer-path", str(tok_path),
+                  "--vocabulary", args.vocabulary, "--batches", str(args.batches),
+                  "--warmup", str(args.warmup)]
+        row = {"corpus_gz_mb": (src.stat().st_size + tgt.stat().st_size) / 2**20}
+        row["prepare"] = _run_child("prepare", common)
+        row["new"] = _run_child("new", common)
+        if not args.skip_old_above or n <= args.skip_old_above:
+            row["old"] = _run_child("old", common)
+        result["sizes"][str(n)] = row
+    sizes = [str(n) for n in args.sizes]
+    summary = {}
+    for mode in ("new", "old", "prepare"):
+        have = [n for n in sizes if mode in result["sizes"][n]]
+        for key in ("rss_mb", "first_batch_s", "batches_per_s", "prepare_s"):
+            values = {n: result["sizes"][n][mode].get(key) for n in have}
+            if any(v is not None for v in values.values()):
+                summary[f"{mode}_{key}"] = values
+        if len(have) > 1:
+            summary[f"{mode}_rss_growth_mb_{have[0]}_to_{have[-1]}"] = (
+                result["sizes"][have[-1]][mode]["rss_mb"]
+                - result["sizes"][have[0]][mode]["rss_mb"])
+    result["summary"] = summary
+    result["wall_minutes"] = (time.time() - started) / 60
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
