@@ -371,6 +371,20 @@ class MultiHeadAttention(keras.layers.Layer):
             y = y + bias
         return y
 
+    @staticmethod
+    def _project_output(heads, kernel, bias):
+        """W^O: (B, ..., T, h, d_v) x (h, d_v, *output_shape) as one matmul."""
+        h, dv = kernel.shape[:2]
+        out_shape = tuple(kernel.shape[2:])
+        lead = tuple(ops.shape(heads)[:-2])
+        out = ops.matmul(ops.reshape(heads, lead + (h * dv,)),
+                         ops.reshape(kernel, (h * dv, math.prod(out_shape))))
+        if len(out_shape) > 1:
+            out = ops.reshape(out, lead + out_shape)
+        if bias is not None:
+            out = out + bias
+        return out
+
     def project_key_value(self, key, value):
         """Projects an attended sequence once, for a cross-attention cache.
 
@@ -500,16 +514,10 @@ class MultiHeadAttention(keras.layers.Layer):
                                ops.cast(-1e9, "float32"))
         probs = ops.cast(ops.softmax(scores, axis=-1), query.dtype)
         out = ops.transpose(ops.matmul(probs, values), (0, 2, 1, 3))
-        h, dv = self.output_kernel.shape[:2]
-        out_shape = tuple(self.output_kernel.shape[2:])
-        lead = tuple(ops.shape(out)[:-2])
-        out = ops.matmul(ops.reshape(out, lead + (h * dv,)), ops.reshape(
-            ops.cast(self.output_kernel, out.dtype),
-            (h * dv, math.prod(out_shape))))
-        if len(out_shape) > 1:
-            out = ops.reshape(out, lead + out_shape)
-        if self.output_bias is not None:
-            out = out + ops.cast(self.output_bias, out.dtype)
+        bias = self.output_bias
+        out = self._project_output(
+            out, ops.cast(self.output_kernel, out.dtype),
+            None if bias is None else ops.cast(bias, out.dtype))
         return out, (keys, values)
 
     def _add_activity_losses(self, *tensors):
@@ -652,17 +660,7 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = causal if mask is None else ops.logical_and(mask, causal)
 
         out, probs = self._attend(q, k, val, mask, training)
-        # Output projection: (B, ..., T, h, d_v) x (h, d_v, *output_shape).
-        h, dv = self.output_kernel.shape[:2]
-        out_shape = tuple(self.output_kernel.shape[2:])
-        d_out = math.prod(out_shape)
-        lead = tuple(ops.shape(out)[:-2])
-        out = ops.reshape(out, lead + (h * dv,))
-        out = ops.matmul(out, ops.reshape(self.output_kernel, (h * dv, d_out)))
-        if len(out_shape) > 1:
-            out = ops.reshape(out, lead + out_shape)
-        if self.output_bias is not None:
-            out = out + self.output_bias
+        out = self._project_output(out, self.output_kernel, self.output_bias)
         self._add_activity_losses(out)
 
         result = (out,)
