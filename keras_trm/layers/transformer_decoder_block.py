@@ -112,7 +112,9 @@ class TransformerDecoderBlock(_BlockBase):
             cross_attention_cache: ``(keys, values)``, each float ``(batch,
                 num_heads, T_enc, d_k)``.
             encoder_padding_mask: optional bool ``(batch, T_enc)``, True at
-                real source tokens.
+                real source tokens, or the same already broadcast to
+                ``(batch, 1, 1, T_enc)`` (what a decoding loop computes once
+                per step for all layers).
 
         Returns:
             ``(outputs (batch, T, d_model), self_attention_cache with S + T
@@ -132,10 +134,10 @@ class TransformerDecoderBlock(_BlockBase):
         ...     out, cache = block.call_with_cache(y[:, t:t + 1], cache, cross)
         ...     assert np.allclose(out[0, 0], full[0, t], atol=1e-5)
         """
-        cross_mask = None
-        if encoder_padding_mask is not None:
+        cross_mask = encoder_padding_mask
+        if cross_mask is not None and len(cross_mask.shape) == 2:
             cross_mask = ops.expand_dims(ops.expand_dims(
-                ops.cast(encoder_padding_mask, "bool"), 1), 1)
+                ops.cast(cross_mask, "bool"), 1), 1)
         new_cache = None
 
         def self_attend(y):

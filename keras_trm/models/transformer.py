@@ -386,11 +386,13 @@ class TransformerParts:
             positions)``.
         """
         y = self.target_embedding(tokens, start_index=index)
+        # (batch, 1, 1, T_src): broadcast once for every layer's attention.
+        cross_mask = ops.expand_dims(ops.expand_dims(
+            ops.cast(encoder_padding_mask, "bool"), 1), 1)
         new_caches = []
         for layer, cache, cross in zip(self.decoder_layers, self_caches,
                                        cross_caches):
-            y, cache = layer.call_with_cache(y, cache, cross,
-                                             encoder_padding_mask)
+            y, cache = layer.call_with_cache(y, cache, cross, cross_mask)
             new_caches.append(cache)
         if self.decoder_final_norm is not None:
             y = self.decoder_final_norm(y)
