@@ -7,15 +7,14 @@ and threads other than the main one allocate from extra arenas, each a
 whatever the threshold. A training step allocates and frees the same large
 tensors (the (tokens, vocabulary) logits and their gradients are ~100 MiB
 each) over and over, so each step the kernel maps fresh zeroed pages and
-the process takes one page fault per 4 KiB: the Multi30k job took ~85-97
-million minor faults and spent ~9-11% of its CPU time in the kernel.
+the process takes one page fault per 4 KiB, and a training job spends a
+good share of its CPU time in the kernel.
 ``ALLOCATOR_TUNABLES`` make every thread allocate from the main arena
 (``arena_max=1``), never ``mmap`` a block (``mmap_max=0``: the heap grows
 with ``brk``), and keep freed memory (``trim_threshold`` 4 GiB): the large
-blocks are reused from the heap. Measured on 40 Multi30k training steps
-(``bench/bench_translation.py``, ``epoch_cpu``): 2.6 million minor faults ->
-about 2,000, kernel time 11.5% -> 2.6-3.2% of CPU time, CPU use 180% ->
-193% of the 2 cores, the same peak RSS, 1.26x less wall time.
+blocks are reused from the heap. ``bench/bench_translation.py``
+(``epoch_cpu``) measures the effect on page faults, kernel time and epoch
+time (``bench/results/translation_cpu_epoch.json``, docs/measurements.md).
 
 glibc reads ``GLIBC_TUNABLES`` only when a process starts, so an entry point
 calls :func:`reexec_with_allocator_tunables` first thing: when the variable

@@ -4,7 +4,7 @@ Keras mixed precision (``keras.mixed_precision``, Micikevicius et al. 2018)
 keeps the variables in float32 and computes the layers in a 16-bit type.
 On CPUs, bfloat16 only pays where the CPU has native bfloat16 dot products
 (x86 ``avx512_bf16`` or ``amx_bf16``): oneDNN then runs bfloat16 matmuls
-2-3x faster than float32, and ``"auto"`` picks ``"mixed_bfloat16"``.
+faster than float32, and ``"auto"`` picks ``"mixed_bfloat16"``.
 Elsewhere bfloat16 is emulated and slower, so ``"auto"`` stays in float32.
 ``"mixed_float16"`` is meant for GPUs and is only ever used when asked for
 explicitly.
