@@ -482,6 +482,30 @@ def test_new_version_loads_before_the_old_one_unloads(tmp_path):
     assert biases[0] == 0.0 and biases[-1] == 2.0  # bias 1 on both outputs of y
 
 
+def test_stop_closes_the_rest_port_even_when_waitress_wake_up_pipe_is_gone(
+        tmp_path, monkeypatch):
+    """CI once saw EBADF from the pipe ``stop()`` uses to wake waitress' loop;
+    ``stop()`` must still close the port and end the loop thread."""
+    import errno
+
+    _export(tmp_path, "toy")
+    manager = ModelManager(model_server_config([], [tmp_path / "toy"]),
+                           BatchingOptions(max_batch_size=4),
+                           file_system_poll_wait_seconds=-1)
+    server = ModelServer(manager, rest_api_port=0, grpc_port=None).start()
+    url = f"http://127.0.0.1:{server.rest_api_port}/v1/models/toy"
+    assert requests.get(url, timeout=TIMEOUT).status_code == 200
+
+    def broken_pipe():
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(server._rest.trigger, "_physical_pull", broken_pipe)
+    server.stop(grace=5)
+    assert not server._rest_thread.is_alive()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url, timeout=TIMEOUT)
+
+
 def test_missing_export_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="model_base_path"):
         create_app(tmp_path / "nothing")

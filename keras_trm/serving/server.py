@@ -134,13 +134,21 @@ class ModelServer:
                 connection_limit=1000, channel_timeout=120, ident="keras-trm")
             self._rest.channel_class = _json_error_channel(self.max_request_bytes)
             self.rest_api_port = int(self._rest.effective_port)
-            self._rest_thread = threading.Thread(target=self._rest.run, name="rest",
+            self._rest_thread = threading.Thread(target=self._run_rest, name="rest",
                                                  daemon=True)
             self._rest_thread.start()
         log.info("serving %s: REST on %s:%s, gRPC on %s:%s (pid %d)",
                  self.manager.model_names, self.host, self.rest_api_port, self.host,
                  self.grpc_port, os.getpid())
         return self
+
+    def _run_rest(self):
+        try:
+            self._rest.run()
+        except (OSError, ValueError):
+            # select() on a socket closed by stop()'s fallback path below.
+            if not self._stopped.is_set():
+                raise
 
     def stop(self, grace=30.0):
         """Graceful shutdown: refuse new requests (503 / ``readyz`` fails),
@@ -165,7 +173,15 @@ class ModelServer:
                     for channel in list(server._map.values())
                     if isinstance(channel, HTTPChannel)):
                 time.sleep(0.02)
-            server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+            try:
+                # Close every socket from waitress' own loop thread.
+                server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+            except OSError as err:
+                # Its wake-up pipe is gone (seen once in CI after a version swap:
+                # EBADF, closed under waitress); close them from here instead.
+                log.warning("REST loop's wake-up pipe is unusable (%s); closing its "
+                            "sockets from the stopping thread", err)
+                wasyncore.close_all(server._map, ignore_all=True)
             self._rest_thread.join(timeout=10)
             server.task_dispatcher.shutdown(timeout=grace)
         if grpc_done is not None:
