@@ -13,6 +13,7 @@ from keras_trm.data.mnist import load_mnist
 # Streaming translation data: prepared TFRecord shards, token-count batches.
 from keras_trm.data.shards import (
     mix_batches,
+    mix_steps,
     prepare_shards,
     read_manifest,
     stream_batches,
@@ -25,7 +26,10 @@ from keras_trm.data.translation import (
     load_parallel,
     load_translation_splits,
     load_wmt14,
+    iter_lines,
     read_lines,
+    sample_lines,
+    translation_train_files,
 )
 
 # Example checks and the seeded validation split of the classification jobs.
@@ -44,15 +48,19 @@ __all__ = [
     "load_tiny_shakespeare",
     "load_translation_splits",
     "load_wmt14",
+    "iter_lines",
     "mix_batches",
+    "mix_steps",
     "prepare_shards",
     "read_manifest",
     "read_lines",
     "resolve_data_dir",
+    "sample_lines",
     "segments",
     "stream_batches",
     "stream_steps",
     "token_bucket_batches",
+    "translation_train_files",
     # Label checks and the seeded validation split.
     "check_labels",
     "validation_split",

@@ -713,7 +713,8 @@ def stream_steps(prepared, tokens_per_batch=4096,
 def mix_batches(prepared, weights, tokens_per_batch=4096,
                 boundaries=DEFAULT_BOUNDARIES, seed=0, repeat=True,
                 pairs_per_epoch=None, worker_index=0, num_workers=1,
-                shuffle_buffer=16_384, cycle_length=4, skip_batches=0):
+                shuffle_buffer=16_384, cycle_length=4, skip_batches=0,
+                position=None, batches_per_epoch=None):
     """Token-count batches of several prepared corpora sampled with
     weights: each pair is drawn from corpus ``i`` with probability
     ``weights[i] / sum(weights)`` (seeded, stateless), then batched as in
@@ -739,6 +740,12 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
         skip_batches: leave out the first batches (resume without an
             iterator checkpoint; an iterator of this dataset can also be
             saved with ``tf.train.Checkpoint``).
+        position, batches_per_epoch: optional object with int ``epoch``
+            and ``skip`` (``keras_trm.training.DataPosition``), read when
+            iteration starts: the stream starts after its first
+            ``epoch * batches_per_epoch + skip`` batches (the job's resume;
+            replaces ``skip_batches``; those batches are computed and
+            dropped).
 
     Returns:
         ``tf.data.Dataset`` with the element structure of
@@ -802,11 +809,72 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
             logits, 1, seed=tf.stack([tf.constant(mixed_seed, tf.int64), i]))
         return tf.cast(draw[0, 0], tf.int64)
 
-    selector = tf.data.Dataset.range(tf.int64.max).map(choose)
-    pairs = tf.data.Dataset.choose_from_datasets(streams, selector)
-    if not repeat:
-        pairs = pairs.take(int(pairs_per_epoch))
-    blocks = pairs.batch(block).enumerate()  # already permuted per corpus
-    ds = _bucket(blocks, boundaries, int(tokens_per_batch), int(seed) + 1,
-                 0).skip(int(skip_batches))
-    return _finish(ds)
+    def batches(skip):
+        selector = tf.data.Dataset.range(tf.int64.max).map(choose)
+        pairs = tf.data.Dataset.choose_from_datasets(streams, selector)
+        if not repeat:
+            pairs = pairs.take(int(pairs_per_epoch))
+        blocks = pairs.batch(block).enumerate()  # already permuted per corpus
+        return _bucket(blocks, boundaries, int(tokens_per_batch), int(seed) + 1,
+                       0).skip(skip)
+
+    if position is None:
+        return _finish(batches(int(skip_batches)))
+    if not batches_per_epoch or int(batches_per_epoch) < 1:
+        raise ValueError(f"`position` needs `batches_per_epoch` >= 1, got "
+                         f"batches_per_epoch={batches_per_epoch!r}")
+
+    def read_skip():
+        return tf.constant(int(position.epoch) * int(batches_per_epoch)
+                           + int(position.skip), tf.int64)
+
+    start = tf.data.Dataset.from_tensors(0).map(
+        lambda _: tf.py_function(read_skip, [], tf.int64))
+    return _finish(start.flat_map(batches))
+
+
+def mix_steps(prepared, weights, tokens_per_batch=4096,
+              boundaries=DEFAULT_BOUNDARIES, pairs_per_epoch=None,
+              worker_index=0, num_workers=1):
+    """Expected batches in ``pairs_per_epoch`` pairs of ``mix_batches``
+    (what the job calls an epoch of a weighted mixture): corpus ``i``
+    gives ``pairs_per_epoch * w_i / sum(w)`` pairs with its own length
+    distribution (the manifests' length counts), batched per bucket.
+
+    Args:
+        as for ``mix_batches``.
+
+    Returns:
+        int >= 1.
+
+    Raises:
+        ValueError: as ``mix_batches``.
+
+    Example:
+
+    >>> m = {"max_pair_length": 5, "directory": "-", "pairs": 4,
+    ...      "shards": [{"length_counts": [0, 0, 3, 0, 0, 1]}]}
+    >>> mix_steps([m, m], [1, 1], tokens_per_batch=8, boundaries=(4, 8))
+    5
+    """
+    manifests = [_as_manifest(p) for p in prepared]
+    weights = np.asarray(weights, np.float64)
+    if len(manifests) != len(weights) or (weights < 0).any() or weights.sum() <= 0:
+        raise ValueError(f"{len(manifests)} corpora need as many weights >= 0 with a "
+                         f"positive sum, got {weights.tolist()}")
+    boundaries = _check(boundaries, tokens_per_batch, manifests)
+    if pairs_per_epoch is None:
+        pairs_per_epoch = sum(m["pairs"] for m in manifests)
+    counts = np.zeros(boundaries[-1] + 1, np.float64)
+    for manifest, weight in zip(manifests, weights / weights.sum()):
+        own = np.zeros_like(counts)
+        for shard in _worker_shards(manifest, worker_index, num_workers):
+            c = np.asarray(shard["length_counts"], np.float64)
+            own[: len(c)] += c
+        if own.sum():
+            counts += own / own.sum() * weight * float(pairs_per_epoch) / num_workers
+    which = np.searchsorted(boundaries, np.arange(len(counts)), side="left")
+    steps = 0
+    for b, boundary in enumerate(boundaries):
+        steps += int(np.ceil(counts[which == b].sum() / (int(tokens_per_batch) // boundary)))
+    return max(1, steps)

@@ -39,6 +39,7 @@ MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 # Local WMT14 files: the split name, or its role (tfds names), -> file stem.
 WMT14_SPLITS = {"newstest2013": "newstest2013", "newstest2014": "newstest2014"}
 WMT14_TRAIN_STEM = "europarl-v7.de-en.first20000"
+WMT14_POOL_STEM = "newstest2008-2022-pool"  # extra in-domain training text
 WMT14_ROLES = {"train": "train", "validation": "newstest2013",
                "test": "newstest2014"}
 DATASETS = ("multi30k", "wmt14", "wmt14_tfds", "files")
@@ -64,12 +65,7 @@ def read_lines(path):
         >>> read_lines(p)
         ['Hallo', 'Welt']
     """
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="\n") as f:
-        return [line.rstrip("\r\n") for line in f]
+    return list(iter_lines(path))
 
 
 def load_parallel(source_path, target_path):
@@ -260,6 +256,149 @@ def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de",
     return load_parallel(*paths)
 
 
+def iter_lines(path):
+    """Yields the lines of a UTF-8 text file (plain or ``.gz``) one at a
+    time, without their trailing newline (``read_lines`` streaming).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file (the message names it).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = p.write_text("Hallo\\nWelt\\n")
+        >>> list(iter_lines(p))
+        ['Hallo', 'Welt']
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="\n") as f:
+        for line in f:
+            yield line.rstrip("\r\n")
+
+
+def sample_lines(paths, sample_size, seed=0):
+    """At most ``sample_size`` non-blank lines drawn uniformly at random
+    (seeded reservoir sampling, Vitter's algorithm R) from the files
+    ``paths`` read one after another, returned in file order; memory is
+    bounded by the sample, not the files (what a vocabulary is learned
+    from).
+
+    Args:
+        paths: list of text files (plain or ``.gz``).
+        sample_size: int > 0, the most lines returned; 0: all lines.
+        seed: int, the sampling seed.
+
+    Returns:
+        list of str; all non-blank lines, in order, when there are no more
+        than ``sample_size``.
+
+    Raises:
+        FileNotFoundError: a missing file.
+        ValueError: ``sample_size`` < 0.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = p.write_text("a\\n\\nb\\nc\\n")
+        >>> sample_lines([p], 5), len(sample_lines([p, p], 4))
+        (['a', 'b', 'c'], 4)
+    """
+    import random
+
+    sample_size = int(sample_size)
+    if sample_size < 0:
+        raise ValueError(f"`sample_size` must be >= 0, got sample_size={sample_size}")
+    rng = random.Random(seed)
+    kept = []  # (index, line)
+    seen = 0
+    for path in paths:
+        for line in iter_lines(path):
+            if not line.strip():
+                continue
+            if not sample_size or len(kept) < sample_size:
+                kept.append((seen, line))
+            else:
+                j = rng.randrange(seen + 1)
+                if j < sample_size:
+                    kept[j] = (seen, line)
+            seen += 1
+    return [line for _, line in sorted(kept)]
+
+
+def translation_train_files(dataset="multi30k", data_dir=None,
+                            source_language="en", target_language="de",
+                            files=None, download=False):
+    """The training corpora of a dataset as files, for streaming
+    (``keras_trm.data.prepare_shards``): nothing is read here.
+
+    Args:
+        dataset: ``"multi30k"`` (train), ``"wmt14"`` (the local Europarl
+            slice and, if present, the newstest2008-2022 pool) or
+            ``"files"`` (``files["train_source"]`` / ``["train_target"]``,
+            comma-separated lists for several corpora). ``"wmt14_tfds"``
+            is not file-based (see the translation job).
+        data_dir, download: as for ``load_translation_splits``.
+        source_language, target_language: the direction.
+        files: for ``"files"``, a dict with ``train_source`` and
+            ``train_target``.
+
+    Returns:
+        list of ``(name, source_path, target_path)``, one per corpus.
+
+    Raises:
+        ValueError: unknown dataset, or source and target lists of
+            different lengths.
+        FileNotFoundError: a missing file.
+
+    Example:
+        >>> [n for n, _, _ in translation_train_files("wmt14")]  # doctest: +SKIP
+        ['europarl_v7_first20000', 'newstest2008-2022-pool']
+    """
+    src, tgt = source_language, target_language
+    if dataset == "multi30k":
+        root = resolve_data_dir(data_dir, must_exist=not download)
+        directory = root / "multi30k"
+        paths = [_find(directory, f"train.{lang}") for lang in (src, tgt)]
+        if None in paths:
+            load_multi30k("train", data_dir, src, tgt, download=download)
+            paths = [_find(directory, f"train.{lang}") for lang in (src, tgt)]
+        return [("train", *paths)]
+    if dataset == "wmt14":
+        if {src, tgt} != {"en", "de"}:
+            load_wmt14("train", data_dir, src, tgt)  # raises the language error
+        directory = resolve_data_dir(data_dir) / "wmt14_en_de"
+        out = []
+        for name, stem in (("europarl_v7_first20000", WMT14_TRAIN_STEM),
+                           (WMT14_POOL_STEM, WMT14_POOL_STEM)):
+            paths = [_find(directory, f"{stem}.{lang}") for lang in (src, tgt)]
+            if None not in paths:
+                out.append((name, *paths))
+            elif stem == WMT14_TRAIN_STEM:
+                load_wmt14("train", data_dir, src, tgt)  # raises FileNotFoundError
+        return out
+    if dataset != "files":
+        raise ValueError(f"`dataset` must be 'multi30k', 'wmt14' or 'files' for "
+                         f"file-based training data, got dataset={dataset!r}")
+    files = files or {}
+    sources = [x for x in str(files.get("train_source") or "").split(",") if x]
+    targets = [x for x in str(files.get("train_target") or "").split(",") if x]
+    if not sources or len(sources) != len(targets):
+        raise ValueError(
+            f"dataset='files' needs as many --train-source as --train-target "
+            f"files (comma-separated), got train_source={files.get('train_source')!r}, "
+            f"train_target={files.get('train_target')!r}")
+    out = []
+    for s, t in zip(sources, targets):
+        for path in (s, t):
+            if not pathlib.Path(path).is_file():
+                raise FileNotFoundError(f"corpus file {path!r} does not exist")
+        out.append((_split_name(s, src), pathlib.Path(s), pathlib.Path(t)))
+    return out
+
+
 def _split_name(path, language):
     """``dir/newstest2014.de.gz`` -> ``newstest2014`` (the name reported)."""
     name = pathlib.Path(path).name
@@ -283,7 +422,8 @@ class TranslationSplits:
 
 def load_translation_splits(dataset="multi30k", data_dir=None,
                             source_language="en", target_language="de",
-                            files=None, online=False, download=False):
+                            files=None, online=False, download=False,
+                            include_train=True):
     """Resolves a corpus name and direction into train / validation / test.
 
     Args:
@@ -302,6 +442,8 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
             (``test == ([], [])``).
         online: ``wmt14`` reads tfds, as ``"wmt14_tfds"`` does (and
             ``multi30k`` is downloaded if missing).
+        include_train: False: ``train`` is ``([], [])`` and nothing of it
+            is read (a job streaming it, ``translation_train_files``).
         download: ``multi30k`` files that are missing are downloaded (see
             ``load_multi30k``). Local ``wmt14`` is never replaced by the
             4.5M-pair tfds corpus behind the user's back: that is
@@ -341,6 +483,7 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
         roles = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
         loaded = {role: load_multi30k(split, data_dir,
                                       download=download or online, **pair)
+                  if include_train or role != "train" else ([], [])
                   for role, split in roles.items()}
         return TranslationSplits(**loaded, names=roles)
     if dataset == "wmt14_tfds":
@@ -349,6 +492,7 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
         names = {"train": "europarl_v7_first20000" if not online else "wmt14_train",
                  "validation": "newstest2013", "test": "newstest2014"}
         loaded = {role: load_wmt14(role, data_dir, online=online, **pair)
+                  if include_train or role != "train" else ([], [])
                   for role in names}
         return TranslationSplits(**loaded, names=names)
     files = {k: str(v) if v else "" for k, v in (files or {}).items()}
@@ -357,6 +501,10 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
         src, tgt = files.get(f"{role}_source", ""), files.get(f"{role}_target", "")
         if role == "test" and not src and not tgt:
             loaded[role], names[role] = ([], []), ""
+            continue
+        if role == "train" and not include_train:
+            loaded[role], names[role] = ([], []), _split_name(src.split(",")[0],
+                                                               source_language)
             continue
         if not src or not tgt:
             raise ValueError(

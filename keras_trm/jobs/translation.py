@@ -30,17 +30,22 @@ import keras
 import tensorflow as tf
 
 from keras_trm.data import (
+    iter_lines,
     load_translation_splits,
+    mix_batches,
+    mix_steps,
+    prepare_shards,
     resolve_data_dir,
-    token_bucket_batches,
+    sample_lines,
+    stream_batches,
+    stream_steps,
+    translation_train_files,
 )
-from keras_trm.data.batching import steps_per_epoch
 from keras_trm.decoding import Translator, corpus_bleu
+from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.export.saved_model import export_module
 from keras_trm.models import transformer
 from keras_trm.text import (
-    END_ID,
-    START_ID,
     SentencePieceTokenizer,
     TextTokenizer,
     learn_sentencepiece,
@@ -70,11 +75,11 @@ from keras_trm.training import (  # long runs (issue #11)
     TrainingBackup,
     accumulation_steps,
     build_for_distributed_fit,
-    shard_batches,
     tensorboard_writer,
     worker_info,
 )
 from keras_trm.utils import atomic_write, write_json
+from keras_trm.utils.files import atomic_file
 
 
 Dataset = Literal["multi30k", "wmt14", "wmt14_tfds", "files"]
@@ -112,9 +117,16 @@ class TranslationConfig:
     """Target language code (must differ from ``source_language``)."""
     train_source: str = ""
     """``dataset=files``: training source sentences, one per line (plain
-    text or .gz)."""
+    text or .gz); several corpora comma-separated (``a.en,b.en``)."""
     train_target: str = ""
-    """``dataset=files``: training target sentences, line-aligned."""
+    """``dataset=files``: training target sentences, line-aligned (as many
+    files as ``train_source``)."""
+    train_weights: str = ""
+    """Sampling weights of the training corpora, comma-separated, one per
+    corpus (``1,3``: a pair comes from the second corpus three times as
+    often as from the first); empty: proportional to the corpora's sizes.
+    ``wmt14`` has two corpora when the newstest2008-2022 pool is in the data
+    folder: the Europarl slice, then the pool."""
     validation_source: str = ""
     """``dataset=files``: validation source sentences, one per line."""
     validation_target: str = ""
@@ -208,14 +220,10 @@ class TranslationConfig:
     """Steps between TensorBoard scalar writes (steps)."""
     download: bool = True
     """Fetch data missing from the data folder (online)."""
-
-
-def _encode(tokenizer, sentences, prefix, chunk=50_000):
-    out = []
-    for start in range(0, len(sentences), chunk):
-        ids = tokenizer.tokenize(tf.constant(sentences[start:start + chunk])).to_list()
-        out.extend(prefix + row + [END_ID] for row in ids)
-    return out
+    pairs_per_shard: int = 100_000
+    """Training pairs per prepared TFRecord shard (pairs;
+    ``keras_trm.data.prepare_shards``); with several workers each corpus is
+    cut into at least 4 shards per worker."""
 
 
 def vocabulary_kind(config):
@@ -228,23 +236,30 @@ def vocabulary_kind(config):
     return config.vocabulary
 
 
-def prepare_tokenizer(config, sources, targets, workdir):
+def prepare_tokenizer(config, corpora, workdir):
     """A joint source+target tokenizer: WordPiece (``TextTokenizer``) or
-    SentencePiece (``SentencePieceTokenizer``), learned from the training
-    sentences once and cached in ``workdir``."""
+    SentencePiece (``SentencePieceTokenizer``), learned once from at most
+    ``config.vocabulary_sample`` training sentences (a seeded sample of the
+    source files, then the target files, of ``corpora``: ``(name,
+    source_path, target_path)`` tuples) and cached in ``workdir``."""
     kind = vocabulary_kind(config)
     if kind == "wordpiece":
-        return TextTokenizer(prepare_vocabulary(config, sources, targets, workdir))
+        return TextTokenizer(prepare_vocabulary(config, corpora, workdir))
     model_type = kind.split("_", 1)[1]
     path = pathlib.Path(workdir) / f"spm_{model_type}_{config.vocabulary_size}.model"
     if not path.is_file():
         print(f"learning a joint SentencePiece {model_type} vocabulary "
               f"({config.vocabulary_size}) from at most {config.vocabulary_sample:,} "
-              f"of {len(sources) + len(targets):,} sentences ...", flush=True)
-        learn_sentencepiece(sources + targets, config.vocabulary_size, path,
-                            model_type=model_type,
+              "sentences ...", flush=True)
+        learn_sentencepiece(_vocabulary_sample(config, corpora), config.vocabulary_size,
+                            path, model_type=model_type,
                             sample_size=config.vocabulary_sample, seed=config.seed)
     return SentencePieceTokenizer(path)
+
+
+def _vocabulary_sample(config, corpora):
+    paths = [c[1] for c in corpora] + [c[2] for c in corpora]
+    return sample_lines(paths, config.vocabulary_sample, seed=config.seed)
 
 
 def _model_name(config):
@@ -256,13 +271,116 @@ def _model_name(config):
     return f"transformer_{dataset}_{config.source_language}_{config.target_language}"
 
 
-def prepare_vocabulary(config, sources, targets, workdir):
+def prepare_vocabulary(config, corpora, workdir):
     path = pathlib.Path(workdir) / f"vocab_{config.vocabulary_size}.txt"
     if path.is_file():
         return load_vocabulary(path)
     print(f"learning a joint WordPiece vocabulary ({config.vocabulary_size}) ...",
           flush=True)
-    return learn_vocabulary(sources + targets, config.vocabulary_size, path)
+    return learn_vocabulary(_vocabulary_sample(config, corpora),
+                            config.vocabulary_size, path)
+
+
+def _tfds_train_files(workdir, source_language, target_language):
+    """tfds ``wmt14_translate/de-en`` train written once, streaming, to
+    ``workdir/wmt14_train.{src,tgt}.gz`` (what the shards are prepared from)."""
+    import gzip
+
+    import tensorflow_datasets as tfds
+
+    paths = [pathlib.Path(workdir) / f"wmt14_train.{lang}.gz"
+             for lang in (source_language, target_language)]
+    if not all(p.is_file() for p in paths):
+        ds = tfds.load("wmt14_translate/de-en", split="train")
+        with atomic_file(paths[0]) as tmp_src, atomic_file(paths[1]) as tmp_tgt:
+            with gzip.open(tmp_src, "wt", encoding="utf-8") as fs, \
+                    gzip.open(tmp_tgt, "wt", encoding="utf-8") as ft:
+                for ex in tfds.as_numpy(ds):
+                    fs.write(ex[source_language].decode("utf-8").replace("\n", " ") + "\n")
+                    ft.write(ex[target_language].decode("utf-8").replace("\n", " ") + "\n")
+    return [("wmt14_train", *paths)]
+
+
+def _weights(config, corpora):
+    if not config.train_weights.strip():
+        return None
+    try:
+        weights = [float(w) for w in config.train_weights.split(",")]
+    except ValueError:
+        weights = []
+    if len(weights) != len(corpora) or min(weights) < 0 or sum(weights) <= 0:
+        raise ValueError(
+            f"`train_weights` must give one number >= 0 per training corpus "
+            f"({len(corpora)}: {', '.join(c[0] for c in corpora)}) with a positive sum, "
+            f"got train_weights={config.train_weights!r}")
+    return weights
+
+
+def _count_lines(path):
+    return sum(1 for _ in iter_lines(path))
+
+
+def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
+                            position, num_workers=1, worker_index=0):
+    """Prepares each corpus' shards (``keras_trm.data.prepare_shards``,
+    reused when unchanged) and returns the training stream.
+
+    Returns:
+        dict: ``dataset`` (endless ``tf.data`` stream of token-count
+        batches, resuming from ``position``), ``batches_per_epoch`` (this
+        worker's), ``steps_per_epoch`` (the minimum over workers),
+        ``manifests``, ``weights`` (None: one corpus, exact epochs).
+    """
+    weights = _weights(config, corpora)
+    manifests = []
+    for name, source_path, target_path in corpora:
+        per_shard = int(config.pairs_per_shard)
+        if num_workers > 1:
+            lines = _count_lines(source_path)
+            per_shard = max(1, min(per_shard, lines // (4 * num_workers)))
+        manifests.append(prepare_shards(
+            source_path, target_path, tokenizer, pathlib.Path(shard_root) / name,
+            max_length=config.max_length, pairs_per_shard=per_shard))
+    common = dict(tokens_per_batch=config.tokens_per_batch, boundaries=boundaries)
+    if len(manifests) == 1 and weights is None:
+        counts = [stream_steps(manifests[0], worker_index=w, num_workers=num_workers,
+                               **common) for w in range(num_workers)]
+        dataset = stream_batches(manifests[0], seed=config.seed, repeat=True,
+                                 worker_index=worker_index, num_workers=num_workers,
+                                 position=position, **common)
+    else:
+        if weights is None:  # each pair equally likely
+            weights = [m["pairs"] for m in manifests]
+        counts = [mix_steps(manifests, weights, worker_index=w,
+                            num_workers=num_workers, **common)
+                  for w in range(num_workers)]
+        dataset = mix_batches(manifests, weights, seed=config.seed, repeat=True,
+                              worker_index=worker_index, num_workers=num_workers,
+                              position=position, batches_per_epoch=counts[worker_index],
+                              **common)
+    return {"dataset": dataset, "batches_per_epoch": counts[worker_index],
+            "steps_per_epoch": max(1, min(counts)), "manifests": manifests,
+            "weights": weights}
+
+
+def _first_lines(corpora, n, workdir):
+    """Smoke runs (``limit``): the first ``n`` lines of each corpus, written
+    to ``workdir/limit_<n>/`` (the vocabulary and the shards use them)."""
+    import gzip
+    import itertools
+
+    out = []
+    for name, *paths in corpora:
+        copies = []
+        for path in paths:
+            copy = pathlib.Path(workdir) / f"limit_{n}" / f"{name}.{len(copies)}.gz"
+            if not copy.is_file():
+                with atomic_file(copy) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
+                    for line in itertools.islice(iter_lines(path), n):
+                        f.write(line + "\n")
+            copies.append(copy)
+        out.append((name, *copies))
+    return out
 
 
 def run(config=None, data_dir=None, workdir="runs/multi30k",
@@ -294,50 +412,56 @@ def _run(config, data_dir, workdir, export_dir, samples):
     splits = load_translation_splits(
         config.dataset, data_dir if config.dataset != "files" else None,
         config.source_language, config.target_language, files=files,
-        download=config.download)
+        download=config.download, include_train=False)
+    if config.dataset == "wmt14_tfds":
+        corpora = _tfds_train_files(workdir, config.source_language,
+                                    config.target_language)
+    else:
+        corpora = translation_train_files(
+            config.dataset, data_dir if config.dataset != "files" else None,
+            config.source_language, config.target_language, files=files,
+            download=config.download)
     print(f"data: {config.dataset} {config.source_language}->"
           f"{config.target_language} ({data_dir if config.dataset != 'files' else 'files'}); "
+          f"train {' + '.join(c[0] for c in corpora)}; "
           + ", ".join(f"{role} {splits.names[role]}: {len(getattr(splits, role)[0]):,}"
-                      for role in ("train", "validation", "test")), flush=True)
-    (train_src, train_tgt), (val_src, val_tgt), (test_src, test_tgt) = (
-        splits.train, splits.validation, splits.test)
+                      for role in ("validation", "test")), flush=True)
+    (val_src, val_tgt), (test_src, test_tgt) = splits.validation, splits.test
     if config.limit:
         n = config.limit
-        train_src, train_tgt = train_src[:n], train_tgt[:n]
         val_src, val_tgt = val_src[:n], val_tgt[:n]
         test_src, test_tgt = test_src[:n], test_tgt[:n]
         print(f"smoke run: the first {n} pairs of each split", flush=True)
     if config.validation_limit:
         val_src = val_src[:config.validation_limit]
         val_tgt = val_tgt[:config.validation_limit]
-    # Pairs blank on either side teach nothing (Europarl has some).
-    pairs = [(s, t) for s, t in zip(train_src, train_tgt) if s.strip() and t.strip()]
-    train_src, train_tgt = [p[0] for p in pairs], [p[1] for p in pairs]
+    if config.limit:  # the vocabulary too is learned from the first n pairs
+        corpora = _first_lines(corpora, config.limit, workdir)
 
-    tokenizer = prepare_tokenizer(config, train_src, train_tgt, workdir)
+    tokenizer = prepare_tokenizer(config, corpora, workdir)
     vocab = tokenizer.vocabulary
-    src_ids = _encode(tokenizer, train_src, [])
-    tgt_ids = _encode(tokenizer, train_tgt, [START_ID])
-    keep = [i for i in range(len(src_ids))
-            if len(src_ids[i]) <= config.max_length
-            and len(tgt_ids[i]) <= config.max_length]
-    print(f"{len(keep)} of {len(src_ids)} training pairs within "
-          f"{config.max_length} tokens; vocabulary {len(vocab)}", flush=True)
-    src_ids = [src_ids[i] for i in keep]
-    tgt_ids = [tgt_ids[i] for i in keep]
+    num_workers, worker_index, is_chief = worker_info(strategy)
     boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
                        if b < config.max_length) + (config.max_length,)
     position = DataPosition()  # where a resumed run re-enters the stream
-    train = token_bucket_batches(
-        src_ids, tgt_ids, config.tokens_per_batch, boundaries, seed=config.seed,
-        repeat=True, position=position,
-    )
-    batches_per_epoch = steps_per_epoch(
-        [max(len(s), len(t) - 1) for s, t in zip(src_ids, tgt_ids)],
-        config.tokens_per_batch, boundaries)
-    real_tokens = sum(len(t) - 1 for t in tgt_ids)
+    # Two processes must not write one folder: workers prepare their own.
+    shard_root = workdir / ("shards" if is_chief else f"shards_worker{worker_index}")
+    stream = prepare_training_stream(config, corpora, tokenizer, shard_root,
+                                     boundaries, position, num_workers, worker_index)
+    train = stream["dataset"]
+    batches_per_epoch = stream["batches_per_epoch"]
+    steps = stream["steps_per_epoch"]
+    real_tokens = sum(m["target_tokens"] for m in stream["manifests"])
+    for (name, _, _), m in zip(corpora, stream["manifests"]):
+        print(f"{name}: {m['pairs']:,} of {m['lines']:,} pairs kept ({m['blank']:,} "
+              f"blank, {m['too_long']:,} over {config.max_length} tokens), "
+              f"{len(m['shards'])} shard(s){' (reused)' if m.get('reused') else ''}",
+              flush=True)
+    if stream["weights"] is not None:
+        print("sampling weights: " + ", ".join(
+            f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
+    print(f"{batches_per_epoch} batches per epoch; vocabulary {len(vocab)}", flush=True)
 
-    num_workers, worker_index, is_chief = worker_info(strategy)
     accumulate = accumulation_steps(config.tokens_per_step,
                                     config.tokens_per_batch,
                                     strategy.num_replicas_in_sync)
@@ -369,12 +493,11 @@ def _run(config, data_dir, workdir, export_dir, samples):
               f"{strategy.num_replicas_in_sync} replica(s) per update "
               f"(tokens_per_step={config.tokens_per_step})", flush=True)
 
-    # One global step = one batch per worker of the same seeded stream.
+    # One global step = one batch of each worker's own shards.
     if num_workers > 1:
         local_train = train
-        train = shard_batches(train, strategy)
+        train = strategy.distribute_datasets_from_function(lambda _: local_train)
         build_for_distributed_fit(model, strategy, local_train)
-    steps = max(1, batches_per_epoch // num_workers)
     budget = TimeBudget(config.time_budget_minutes * 60)
     checkpoints = EpochCheckpoints(
         workdir / "checkpoints", keep=config.average_last,
@@ -392,7 +515,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
     backup = TrainingBackup(
         workdir / ("backup" if is_chief else f"backup_worker{worker_index}"),
         save_freq=config.save_freq, position=position, steps_per_epoch=steps,
-        batches_per_epoch=batches_per_epoch, num_workers=num_workers,
+        batches_per_epoch=batches_per_epoch, num_workers=1,  # own stream
         stateful={"time_budget": budget, "bleu_log": bleu_log,
                   "checkpoints": checkpoints})
     callbacks = [backup, checkpoints, bleu_log, budget]
@@ -431,7 +554,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
                             beam_size=config.beam_size,
                             length_penalty_alpha=config.length_penalty)
     test_name = splits.names["test"]
-    bleu = signature = line = None
+    bleu = signature = line = tok_bleu = tok_line = None
     decode_seconds = 0.0
     if test_src:
         t0 = time.time()
@@ -439,6 +562,11 @@ def _run(config, data_dir, workdir, export_dir, samples):
         decode_seconds = time.time() - t0
         bleu, signature, line = corpus_bleu(hyps, test_tgt)
         print(f"{test_name}: {line}\nsacreBLEU signature: {signature}", flush=True)
+        # The paper's figure (t2t's get_ende_bleu.sh): tokenized BLEU with
+        # compound splitting, on the same outputs.
+        tok_bleu, tok_line = compound_split_bleu(hyps, test_tgt, config.target_language)
+        print(f"{test_name}: tokenized BLEU with compound splitting {tok_bleu:.2f} "
+              f"({tok_line})", flush=True)
         atomic_write(workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
 
@@ -457,9 +585,14 @@ def _run(config, data_dir, workdir, export_dir, samples):
     result = {
         "test_bleu": None if bleu is None else round(bleu, 2),
         "test_bleu_line": line,
+        "test_tokenized_compound_split_bleu": (
+            None if tok_bleu is None else round(tok_bleu, 2)),
+        "test_tokenized_compound_split_bleu_line": tok_line,
         "test_split": test_name,
         "validation_split": splits.names["validation"],
-        "train_split": splits.names["train"],
+        "train_split": "+".join(c[0] for c in corpora),
+        "train_pairs": {c[0]: m["pairs"] for c, m in zip(corpora, stream["manifests"])},
+        "train_weights": stream["weights"],
         "direction": f"{config.source_language}-{config.target_language}",
         "vocabulary": vocabulary_kind(config),
         "vocabulary_size": len(vocab),
