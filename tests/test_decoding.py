@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from conftest import random_ids
 from keras_trm.decoding import beam_search, corpus_bleu, greedy_search, length_penalty
+from keras_trm.decoding.search import top_k_rows
 from keras_trm.models import TransformerParts, transformer
 from keras_trm.text import END_ID, PAD_ID, START_ID
 
@@ -351,6 +352,42 @@ def test_two_stage_top_k_keeps_tie_order():
     # Step 1: tokens 0 and 1 (lowest ids; END=3 ranks below k). Step 2:
     # hypothesis 0 extended by tokens 0 and 1, and so on.
     np.testing.assert_array_equal(beams.numpy()[0], [[0, 0, 0], [0, 0, 1]])
+
+
+@pytest.mark.parametrize("width,k", [(8000, 8), (37000, 8), (1000, 2), (5003, 16),
+                                     (8000, 1), (50, 4)])
+@pytest.mark.parametrize("kind", ["normal", "ties"])
+def test_chunked_top_k_equals_tf_top_k(width, k, kind):
+    """``top_k_rows`` (the beam search's per-hypothesis top-2k) gives
+    tf.math.top_k's values, indices and order, ties (lower index first)
+    included, with -inf padding when the chunks do not divide V."""
+    rng = np.random.default_rng(width + k)
+    if kind == "normal":
+        x = rng.normal(size=(32, width)).astype("float32")
+    else:  # few distinct values: ties everywhere, within and across chunks
+        x = rng.integers(0, 4, size=(32, width)).astype("float32")
+    want_values, want_indices = tf.math.top_k(x, k)
+    values, indices = top_k_rows(tf.constant(x), k)
+    np.testing.assert_array_equal(values.numpy(), want_values.numpy())
+    np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())
+
+
+def test_beam_with_chunked_top_k_equals_beam_with_tf_top_k(rng, monkeypatch):
+    """A vocabulary large enough for the chunked top-k: the same beams and
+    scores as the search with one tf.math.top_k per hypothesis."""
+    import keras_trm.decoding.search as search
+
+    keras.utils.set_random_seed(3)
+    model = transformer(3000, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                        max_length=12, dropout_rate=0.0)
+    parts = TransformerParts(model)
+    source = rng.integers(4, 3000, size=(3, 5)).astype("int32")
+    source[:, -1] = END_ID
+    chunked = beam_search(parts, source, beam_size=4, max_length=8, return_all=True)
+    monkeypatch.setattr(search, "top_k_rows", lambda v, k: tf.math.top_k(v, k))
+    plain = beam_search(parts, source, beam_size=4, max_length=8, return_all=True)
+    np.testing.assert_array_equal(chunked[1].numpy(), plain[1].numpy())
+    np.testing.assert_array_equal(chunked[2].numpy(), plain[2].numpy())
 
 
 def test_jit_compiled_search_equals_graph_search(parts, source):

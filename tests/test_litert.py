@@ -63,6 +63,7 @@ from keras_trm.decoding.search import beam_search, greedy_search  # noqa: E402
 from keras_trm.decoding.translator import Translator  # noqa: E402
 from keras_trm.export.litert import (  # noqa: E402
     LiteRTTranslator,
+    _LiteRTParts,
     export_translator_litert,
     litert_op_names,
     read_litert_metadata,
@@ -173,8 +174,11 @@ def test_int8_is_smaller_and_close(tiny_translator):
         source = np.zeros((4, runner.max_source_length), np.int32)
         source[:, :3] = [[5, 6, END_ID], [7, 8, END_ID], [9, 10, END_ID],
                          [11, END_ID, 0]]
-        cross, caches = runner._start(source)
-        logits.append(runner._step(np.full(4, 2), 0, source, caches, cross)[0])
+        parts = _LiteRTParts(runner)  # the interface the searches use
+        cross = parts.cross_attention_caches(source)
+        caches = parts.empty_self_attention_caches(4, None, None)
+        logits.append(parts.decode_step(np.full((4, 1), 2), 0, caches, cross,
+                                        None)[0].numpy())
     # Loose: END's embedding row, scaled 32x, coarsens the int8 scale of the
     # tied embedding (the bench measures int8 on the trained model).
     correlation = np.corrcoef(logits[0].ravel(), logits[1].ravel())[0, 1]

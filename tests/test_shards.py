@@ -254,6 +254,31 @@ def test_a_mixture_iterator_resumes_too(prepared, tmp_path):
     assert all((a == next(skipped)[1].numpy()).all() for a in rest)
 
 
+def test_a_mixture_resumes_from_a_job_position(prepared):
+    """The job's resume: ``position`` (epoch, skip), read when iteration
+    starts, gives the uninterrupted stream from batch epoch * steps + skip;
+    ``mix_steps`` counts the batches of one mixture epoch."""
+    from keras_trm.data.shards import mix_steps
+    from keras_trm.training import DataPosition
+
+    steps = mix_steps([prepared, prepared], [1, 2], TOKENS, BOUNDARIES)
+    # Same corpus twice, so the expected mixture epoch is that corpus' own
+    # length distribution twice over (up to the ceiling of each bucket).
+    one = stream_steps(prepared, TOKENS, BOUNDARIES)
+    assert 2 * one - len(BOUNDARIES) <= steps <= 2 * one + len(BOUNDARIES)
+    full = [y.numpy() for _, y in mix_batches(
+        [prepared, prepared], [1, 2], TOKENS, BOUNDARIES, seed=4,
+        shuffle_buffer=50).take(steps + 8)]
+    position = DataPosition()
+    ds = mix_batches([prepared, prepared], [1, 2], TOKENS, BOUNDARIES, seed=4,
+                     shuffle_buffer=50, position=position, batches_per_epoch=steps)
+    position.epoch, position.skip = 1, 3
+    late = [y.numpy() for _, y in ds.take(5)]
+    assert all((a == b).all() for a, b in zip(full[steps + 3:], late))
+    with pytest.raises(ValueError, match="batches_per_epoch"):
+        mix_batches([prepared], [1], TOKENS, BOUNDARIES, position=position)
+
+
 def test_start_epoch_and_skip_give_the_uninterrupted_batches(prepared):
     from keras_trm.training import DataPosition
 

@@ -224,3 +224,35 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
                           text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == hyps[:2]
+
+
+def test_sample_lines_is_seeded_uniform_and_bounded(tmp_path):
+    from keras_trm.data import sample_lines
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("".join(f"a{i}\n" for i in range(600)) + "\n")
+    b.write_text("".join(f"b{i}\n" for i in range(400)))
+    everything = sample_lines([a, b], 0)
+    assert everything == [f"a{i}" for i in range(600)] + [f"b{i}" for i in range(400)]
+    assert sample_lines([a, b], 5000) == everything  # blank line skipped
+    drawn = sample_lines([a, b], 200, seed=1)
+    assert len(drawn) == 200 == len(set(drawn))
+    assert drawn == sample_lines([a, b], 200, seed=1) != sample_lines([a, b], 200, seed=2)
+    assert drawn == sorted(drawn, key=everything.index)  # file order
+    share_b = sum(x.startswith("b") for x in drawn) / 200
+    assert 0.25 < share_b < 0.55  # 40% of the lines
+    with pytest.raises(ValueError, match="sample_size"):
+        sample_lines([a], -1)
+
+
+def test_wmt14_training_files_are_the_europarl_slice_and_the_news_pool(data_dir):
+    from keras_trm.data import translation_train_files
+
+    corpora = translation_train_files("wmt14", data_dir, "de", "en")
+    assert [name for name, _, _ in corpora] == [
+        "europarl_v7_first20000", "newstest2008-2022-pool"]
+    assert all(s.name.endswith(".de.gz") and t.name.endswith(".en.gz")
+               for _, s, t in corpora)
+    with pytest.raises(ValueError, match="train_source"):
+        translation_train_files("files", files={"train_source": "a,b",
+                                                "train_target": "c"})

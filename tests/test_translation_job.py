@@ -2,6 +2,7 @@
 validation BLEU after every epoch, checkpoint averaging chosen on val, the
 test set decoded once at the end, an export."""
 
+import dataclasses
 import json
 
 import pytest
@@ -45,3 +46,49 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     assert scores[1] == pytest.approx(epochs[-1]["val_greedy_bleu"], abs=0.01)
     assert result["test_split"] == "test_2016_flickr"
     assert (tmp_path / "export" / "tiny_multi30k").is_dir()
+
+
+def test_several_corpora_with_weights_are_streamed_from_shards(
+        data_dir, tmp_path):
+    """``dataset="files"`` with two training corpora and ``train_weights``:
+    each is prepared once into shards under the work folder (reused by a
+    second run), and the result names both with their pairs and weights."""
+    import gzip
+
+    from keras_trm.data import read_lines
+
+    src = read_lines(data_dir / "multi30k" / "train.en.gz")[:300]
+    tgt = read_lines(data_dir / "multi30k" / "train.de.gz")[:300]
+    files = {}
+    for name, lo, hi in (("one", 0, 120), ("two", 120, 300)):
+        for lang, lines in (("en", src), ("de", tgt)):
+            path = tmp_path / f"{name}.{lang}.gz"
+            with gzip.open(path, "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines[lo:hi]) + "\n")
+            files[(name, lang)] = str(path)
+    val = {lang: str(data_dir / "multi30k" / f"val.{lang}.gz") for lang in ("en", "de")}
+    config = translation.TranslationConfig(
+        dataset="files", train_source=f"{files['one', 'en']},{files['two', 'en']}",
+        train_target=f"{files['one', 'de']},{files['two', 'de']}",
+        train_weights="1,3", validation_source=val["en"], validation_target=val["de"],
+        validation_limit=20, preset="tiny", epochs=1, average_last=1,
+        model_name="two_corpora")
+    result = translation.run(config, None, tmp_path / "work", tmp_path / "export")
+    assert result["train_split"] == "one+two"
+    assert result["train_weights"] == [1.0, 3.0]
+    assert result["test_bleu"] is None  # no test split given
+    manifests = sorted((tmp_path / "work" / "shards").glob("*/manifest.json"))
+    assert [m.parent.name for m in manifests] == ["one", "two"]
+    read = [json.loads(m.read_text()) for m in manifests]
+    assert [m["lines"] for m in read] == [120, 180]
+    assert result["train_pairs"] == {"one": read[0]["pairs"], "two": read[1]["pairs"]}
+    assert all(m["pairs"] + m["too_long"] + m["blank"] == m["lines"] for m in read)
+    stamp = [m.stat().st_mtime_ns for m in manifests]
+    bad = dataclasses.replace(config, train_weights="1")
+    with pytest.raises(ValueError, match="train_weights"):
+        translation.run(bad, None, tmp_path / "work2", tmp_path / "export")
+    import shutil
+
+    shutil.rmtree(tmp_path / "work" / "backup")
+    translation.run(config, None, tmp_path / "work", tmp_path / "export")
+    assert [m.stat().st_mtime_ns for m in manifests] == stamp  # reused

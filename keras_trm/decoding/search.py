@@ -166,7 +166,7 @@ def _scatter_rows(full, rows, part):
 
 
 def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
-                  static_cache=False):
+                  static_cache=False, start_id=START_ID, end_id=END_ID):
     """Greedy decoding: the arg-max token at every step.
 
     Rows whose sentence has ended are dropped from the decoder's batch
@@ -183,6 +183,8 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
             shapes, for ``tf.function(jit_compile=True)``); by default the
             caches grow by one position per step (faster in graph mode).
             The ids are the same either way.
+        start_id, end_id: the tokenizer's ``[START]`` / ``[END]`` ids
+            (``keras_trm.text``'s reserved ids by default); padding is 0.
 
     Returns:
         int32 ``(batch, steps)`` generated ids (without START); after END
@@ -215,7 +217,7 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
                        use_cache, static_cache)
 
     sequences = tf.concat(
-        [tf.fill([batch, 1], START_ID), tf.zeros([batch, steps], tf.int32)], 1
+        [tf.fill([batch, 1], start_id), tf.zeros([batch, steps], tf.int32)], 1
     )
     # Rows still decoded: their sentence, and whether it has ended.
     active = tf.range(batch)
@@ -232,7 +234,7 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
             sequences, tf.stack([active, tf.fill(tf.shape(active), i + 1)], 1),
             token,
         )
-        finished = finished | tf.equal(token, END_ID)
+        finished = finished | tf.equal(token, end_id)
         if stepper.compact:
             keep = tf.cast(tf.reshape(tf.where(~finished), [-1]), tf.int32)
             state, context = stepper.drop_rows(
@@ -251,6 +253,50 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
                           state_shapes, context_shapes),
     )
     return sequences[:, 1:]
+
+
+def top_k_rows(values, k):
+    """``tf.math.top_k(values, k)`` for float ``(rows, V)`` with ``k`` much
+    smaller than ``V``: the same values and indices in the same order (ties:
+    the lower index first), several times faster on CPU.
+
+    The row is cut into chunks of ``c`` ~ sqrt(V / k) entries (the last
+    padded with -inf); the ``k`` chunks with the largest maxima (ties: the
+    lower chunk) hold the row's ``k`` largest entries, since a chunk left
+    out has ``k`` chunks before it, each with an entry that ranks before
+    all of its own. Those chunks, taken in index order, are searched with
+    ``tf.math.top_k``, so ties still go to the lower index.
+
+    Args:
+        values: float ``(rows, V)``, V static.
+        k: int, 1 <= k <= V.
+
+    Returns:
+        ``(values (rows, k), indices int32 (rows, k))``, best first.
+
+    Example:
+
+    >>> x = tf.constant([[0., 3., 1., 3., 2., 5., 4., 0., 1.]])
+    >>> v, i = top_k_rows(x, 3)
+    >>> v.numpy().tolist(), i.numpy().tolist()
+    ([[5.0, 4.0, 3.0]], [[5, 6, 1]])
+    """
+    width = int(values.shape[-1])
+    chunk = max(8, int((width / k) ** 0.5))
+    num_chunks = -(-width // chunk)
+    if num_chunks <= k or width < 4 * k * chunk:
+        return tf.math.top_k(values, k)
+    rows = tf.shape(values)[0]
+    pad = num_chunks * chunk - width
+    if pad:
+        values = tf.pad(values, [[0, 0], [0, pad]], constant_values=-float("inf"))
+    chunks = tf.reshape(values, [rows, num_chunks, chunk])
+    _, best = tf.math.top_k(tf.reduce_max(chunks, -1), k)
+    best = tf.sort(best, axis=-1)  # index order: ties go to the lower index
+    candidates = tf.reshape(tf.gather(chunks, best, batch_dims=1), [rows, k * chunk])
+    top_values, at = tf.math.top_k(candidates, k)
+    indices = tf.gather(best, at // chunk, batch_dims=1) * chunk + at % chunk
+    return top_values, indices
 
 
 def _sort_by_rank_then_score(rank, score):
@@ -272,6 +318,8 @@ def beam_search(
     return_all=False,
     early_stopping=True,
     static_cache=False,
+    start_id=START_ID,
+    end_id=END_ID,
 ):
     """Beam search with the GNMT length penalty and a beam kept full.
 
@@ -299,6 +347,7 @@ def beam_search(
         early_stopping: stop a sentence as soon as the bound is met (False:
             run to ``max_length``; the best hypothesis is the same).
         static_cache: as in ``greedy_search``.
+        start_id, end_id: as in ``greedy_search``.
 
     Returns:
         int32 ``(batch, steps)`` best hypothesis per sentence (without
@@ -356,7 +405,7 @@ def beam_search(
                        use_cache, static_cache)
 
     alive_seq = tf.concat(
-        [tf.fill([batch, k, 1], START_ID), tf.zeros([batch, k, steps], tf.int32)],
+        [tf.fill([batch, k, 1], start_id), tf.zeros([batch, k, steps], tf.int32)],
         2,
     )
     # Per sentence: the search state. Only beam 0 is live at the start (all k
@@ -402,7 +451,10 @@ def beam_search(
         # rank those (top-k over k rows of V, then over k * 2k): the same
         # candidates in the same order as one top-k over the k * V (ties go
         # to the lower hypothesis, then the lower token, either way).
-        row_logp, row_token = tf.math.top_k(candidates, per_row)
+        row_logp, row_token = top_k_rows(
+            tf.reshape(candidates, [n * k, vocab]), per_row)
+        row_logp = tf.reshape(row_logp, [n, k, per_row])
+        row_token = tf.reshape(row_token, [n, k, per_row])
         cand_logp, top = tf.math.top_k(
             tf.reshape(row_logp, [n, k * per_row]), num_candidates
         )
@@ -413,7 +465,7 @@ def beam_search(
         cand_seq = tf.gather(alive_seq, cand_beam, batch_dims=1)
         write = tf.equal(tf.range(tf.shape(alive_seq)[2]), i + 1)
         cand_seq = tf.where(write, cand_token[:, :, None], cand_seq)
-        ended = tf.equal(cand_token, END_ID)
+        ended = tf.equal(cand_token, end_id)
         live = tf.logical_not(done)[:, None]
         # END counts only among the k best candidates (fairseq): an END
         # ranked below k live extensions is dropped, so beam 1 with α = 0

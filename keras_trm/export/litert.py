@@ -14,8 +14,9 @@ tokenization belong in the SavedModel exports.
 For translation on a device, ``export_translator_litert`` writes one file
 with ``encode`` and ``decode_step`` signatures (fixed shapes, a fixed-size
 key/value cache, builtin ops only, optional dynamic-range int8) and the
-vocabulary in its metadata; ``LiteRTTranslator`` runs greedy or beam search
-over them on the host (NumPy, the rules of ``keras_trm.decoding.search``).
+vocabulary in its metadata; ``LiteRTTranslator`` runs the greedy and beam
+searches of ``keras_trm.decoding.search`` (the same code as in process and
+in the SavedModel, run eagerly on the host) over them.
 """
 
 import pathlib
@@ -431,45 +432,72 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     return path
 
 
-_NEG_INF = np.float32(-1e9)
+class _LiteRTParts:
+    """The fixed-cache decoding interface of ``TransformerParts``
+    (``encode``, ``cross_attention_caches``, ``empty_self_attention_caches``,
+    ``decode_step``; what ``keras_trm.decoding.search`` calls with
+    ``static_cache=True``) over a translator file's ``encode`` /
+    ``decode_step`` signatures, so that the searches run on the LiteRT
+    interpreter unchanged (eagerly, one interpreter call per step).
 
+    The file's ``encode`` runs on the rows the search decodes (after the
+    beam search repeats each sentence k times); ``encode`` here passes the
+    ids through. The "cross-attention caches" carry the source ids padded
+    to the file's width, which ``decode_step`` takes for its mask.
+    """
 
-def _length_penalty(length, alpha):
-    """Wu et al. (2016) Eq. 14 in float32, as ``decoding.search``."""
-    length = np.asarray(length, np.float32)
-    return np.power((np.float32(5.0) + length) / np.float32(6.0),
-                    np.float32(alpha), dtype=np.float32)
+    def __init__(self, runner):
+        self.runner = runner
+        self.max_length = runner.max_length
+        self.vocabulary_size = int(runner.config["vocabulary_size"])
 
+    def encode(self, encoder_tokens):
+        return encoder_tokens
 
-def _log_softmax(logits):
-    logits = logits.astype(np.float32, copy=False)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    def cross_attention_caches(self, source_ids):
+        import tensorflow as tf
 
+        ids = np.asarray(source_ids, np.int32)
+        source = np.zeros((ids.shape[0], self.runner.max_source_length), np.int32)
+        source[:, :ids.shape[1]] = ids
+        out = self.runner._encode(source_ids=source)
+        return ([tf.constant(out[f"cross_attention_cache_{i}"])
+                 for i in range(self.runner.num_layers)], tf.constant(source))
 
-def _top_k(values, k):
-    """Indices of the k largest per row, descending; ties: lower index first
-    (``tf.math.top_k``'s order)."""
-    n = values.shape[1]
-    if k < n:
-        part = np.argpartition(-values, k - 1, axis=1)[:, :k]
-    else:
-        part = np.broadcast_to(np.arange(n), values.shape).copy()
-    vals = np.take_along_axis(values, part, 1)
-    order = np.lexsort((part, -vals), axis=1)
-    return np.take_along_axis(part, order, 1)
+    def empty_self_attention_caches(self, batch_size, max_length, dtype):
+        import tensorflow as tf
+
+        details = self.runner._decode.get_input_details()
+        return [tf.zeros(details[f"self_attention_cache_{i}"]["shape"], tf.float32)
+                for i in range(self.runner.num_layers)]
+
+    def decode_step(self, tokens, index, self_caches, cross_caches,
+                    encoder_padding_mask):
+        import tensorflow as tf
+
+        caches, source = cross_caches
+        inputs = {"token": np.asarray(tokens, np.int32),
+                  "index": np.asarray(index, np.int32),
+                  "source_ids": np.asarray(source)}
+        for i in range(self.runner.num_layers):
+            inputs[f"self_attention_cache_{i}"] = np.asarray(self_caches[i])
+            inputs[f"cross_attention_cache_{i}"] = np.asarray(caches[i])
+        out = self.runner._decode(**inputs)
+        return tf.constant(out["logits"]), [
+            tf.constant(out[f"self_attention_cache_{i}"])
+            for i in range(self.runner.num_layers)]
 
 
 class LiteRTTranslator:
     """Translates raw text with a ``.tflite`` from ``export_translator_litert``.
 
-    The graph runs on the LiteRT interpreter (``ai_edge_litert``); greedy
-    and beam search run on the host in NumPy with the rules of
-    ``keras_trm.decoding.search`` (same GNMT length penalty, fairseq-style
-    finished set, tensor2tensor stopping bound, beam 1 = greedy). Per
-    sentence, at most min(T_src + 50, max_length - 1) tokens are generated,
-    T_src its source ids with END (``greedy_search`` on that sentence
-    alone). Tokenization uses the vocabulary stored in the file with
+    The graph runs on the LiteRT interpreter (``ai_edge_litert``); the
+    search is ``keras_trm.decoding.search``'s ``greedy_search`` /
+    ``beam_search`` itself (``static_cache=True``), run eagerly on the
+    host over the file's ``decode_step``, with the ``[START]`` / ``[END]``
+    ids of the file's vocabulary. At most min(T + 50, max_length - 1)
+    tokens are generated, T the width of the ids given (as for the
+    searches on the same batch). Tokenization uses the vocabulary stored in the file with
     ``keras_trm.text.TextTokenizer`` (TensorFlow on the host: kept simple,
     not a device tokenizer). Sources longer than ``max_source_length - 1``
     subwords are truncated, as in ``decoding.Translator``.
@@ -559,126 +587,23 @@ class LiteRTTranslator:
 
     # -- ids ---------------------------------------------------------------
 
-    def _step(self, token, index, source, self_caches, cross_caches):
-        inputs = {"token": token[:, None].astype(np.int32),
-                  "index": np.array(index, np.int32), "source_ids": source}
-        for i in range(self.num_layers):
-            inputs[f"self_attention_cache_{i}"] = self_caches[i]
-            inputs[f"cross_attention_cache_{i}"] = cross_caches[i]
-        out = self._decode(**inputs)
-        return out["logits"], [out[f"self_attention_cache_{i}"]
-                               for i in range(self.num_layers)]
+    def _search(self, block):
+        """(rows of the file's batch / k, T) source ids -> (rows, steps) ids."""
+        import tensorflow as tf
 
-    def _start(self, source):
-        """Encodes a (batch_size, T) block; returns cross and empty self caches."""
-        out = self._encode(source_ids=source)
-        cross = [out[f"cross_attention_cache_{i}"] for i in range(self.num_layers)]
-        details = self._decode.get_input_details()
-        self_caches = [np.zeros(details[f"self_attention_cache_{i}"]["shape"],
-                                np.float32) for i in range(self.num_layers)]
-        return cross, self_caches
+        from keras_trm.decoding.search import beam_search, greedy_search
 
-    def _steps(self, source):
-        """Per-row step limit: min(T_src + 50, max_length - 1)."""
-        lengths = (source != 0).sum(1)
-        return np.minimum(lengths + 50, self.max_length - 1)
-
-    def _greedy(self, source):
-        """source (B, T) -> (B, steps) ids (PAD after END)."""
-        steps = self._steps(source)
-        batch = source.shape[0]
-        cross, caches = self._start(source)
-        out = np.zeros((batch, int(steps.max())), np.int32)
-        token = np.full(batch, self.start_id, np.int32)
-        finished = steps <= 0
-        for i in range(int(steps.max())):
-            if finished.all():
-                break
-            logits, caches = self._step(token, i, source, caches, cross)
-            token = np.argmax(logits, -1).astype(np.int32)
-            token = np.where(finished, 0, token)
-            out[:, i] = token
-            finished = finished | (token == self.end_id) | (i + 1 >= steps)
-        return out
-
-    def _beam(self, source):
-        """source (n, T), one row per sentence -> (n, steps) best ids."""
-        k, alpha = self.beam_size, self.length_penalty_alpha
-        n = source.shape[0]
-        steps = self._steps(source)
-        max_steps = int(steps.max())
-        cross, caches = self._start(np.repeat(source, k, axis=0))
-        vocab = None
-        num_candidates = None
-        alive_seq = np.zeros((n, k, max_steps + 1), np.int32)
-        alive_seq[:, :, 0] = self.start_id
-        alive_logp = np.tile(np.array([[0.0] + [_NEG_INF] * (k - 1)],
-                                      np.float32), (n, 1))
-        finished_seq = np.zeros_like(alive_seq)
-        finished_score = np.full((n, k), _NEG_INF, np.float32)
-        finished_flag = np.zeros((n, k), bool)
-        done = steps <= 0
-        alive_len = np.zeros(n, np.int32)
-        max_penalty = _length_penalty(steps, alpha)
-        rows = np.arange(n)[:, None]
-        keep_order = np.tile(np.arange(k), (n, 1))
-        for i in range(max_steps):
-            if done.all():
-                break
-            logits, caches = self._step(alive_seq[:, :, i].reshape(-1), i,
-                                        np.repeat(source, k, axis=0),
-                                        caches, cross)
-            if vocab is None:
-                vocab = logits.shape[-1]
-                num_candidates = min(2 * k, k * vocab)
-                in_top_k = np.arange(num_candidates)[None] < k
-            log_probs = _log_softmax(logits).reshape(n, k, vocab)
-            candidates = (alive_logp[:, :, None] + log_probs).reshape(n, -1)
-            top = _top_k(candidates, num_candidates)
-            cand_logp = np.take_along_axis(candidates, top, 1)
-            cand_beam, cand_token = top // vocab, (top % vocab).astype(np.int32)
-            cand_seq = alive_seq[rows, cand_beam]
-            cand_seq[:, :, i + 1] = cand_token
-            ended = cand_token == self.end_id
-            live = ~done[:, None]
-
-            keep = np.argsort(ended, axis=1, kind="stable")[:, :k]
-            new_logp = np.take_along_axis(cand_logp, keep, 1)
-            new_seq = cand_seq[rows, keep]
-            parent = np.take_along_axis(cand_beam, keep, 1)
-
-            new_finished = ended & in_top_k & live & (cand_logp > _NEG_INF / 2)
-            end_score = np.where(new_finished,
-                                 cand_logp / _length_penalty(i + 1, alpha),
-                                 _NEG_INF).astype(np.float32)
-            pool_score = np.concatenate([finished_score, end_score], 1)
-            pool_flag = np.concatenate([finished_flag, new_finished], 1)
-            pool_seq = np.concatenate([finished_seq, cand_seq], 1)
-            best = _top_k(pool_score, k)
-            finished_score = np.take_along_axis(pool_score, best, 1)
-            finished_flag = np.take_along_axis(pool_flag, best, 1)
-            finished_seq = pool_seq[rows, best]
-
-            alive_seq = np.where(live[:, :, None], new_seq, alive_seq)
-            alive_logp = np.where(live, new_logp, alive_logp)
-            alive_len = np.where(live[:, 0], i + 1, alive_len)
-            parent = np.where(live, parent, keep_order)
-            flat = (parent + rows * k).reshape(-1)
-            caches = [c[flat] for c in caches]
-
-            bound = alive_logp.max(1) / max_penalty
-            done = done | (finished_score.max(1) >= bound)
-            if k == 1:
-                done = done | finished_flag[:, 0]
-            done = done | (i + 1 >= steps)
-        alive_score = alive_logp / _length_penalty(np.maximum(alive_len, 1),
-                                                   alpha)[:, None]
-        at_max = (alive_len == steps)[:, None] & (alive_logp > _NEG_INF / 2)
-        pool_seq = np.concatenate([finished_seq, alive_seq], 1)
-        pool_score = np.concatenate([finished_score, alive_score], 1)
-        pool_rank = np.concatenate([finished_flag, at_max], 1)
-        order = np.lexsort((-pool_score, -pool_rank.astype(np.int32)), axis=1)
-        return pool_seq[np.arange(n), order[:, 0], 1:]
+        parts = _LiteRTParts(self)
+        block = tf.constant(block)
+        if self.beam_size == 1:
+            ids = greedy_search(parts, block, static_cache=True,
+                                start_id=self.start_id, end_id=self.end_id)
+        else:
+            ids = beam_search(parts, block, beam_size=self.beam_size,
+                              length_penalty_alpha=self.length_penalty_alpha,
+                              static_cache=True, start_id=self.start_id,
+                              end_id=self.end_id)
+        return ids.numpy()
 
     def translate_ids(self, source_ids):
         """int ``(n, T)`` source ids (END included, 0-padded, T <=
@@ -689,8 +614,7 @@ class LiteRTTranslator:
             raise ValueError(
                 "`source_ids` must have shape (n, T <= "
                 f"{self.max_source_length}), got shape {source_ids.shape}")
-        padded = np.zeros((len(source_ids), self.max_source_length), np.int32)
-        padded[:, :source_ids.shape[1]] = source_ids
+        padded = source_ids.astype(np.int32)
         per_call = self.batch_size // self.beam_size
         results = []
         for start in range(0, len(padded), per_call):
@@ -700,7 +624,7 @@ class LiteRTTranslator:
                 filler = np.zeros((per_call - real, padded.shape[1]), np.int32)
                 filler[:, 0] = self.end_id
                 block = np.concatenate([block, filler])
-            ids = self._greedy(block) if self.beam_size == 1 else self._beam(block)
+            ids = self._search(block)
             for row in ids[:real]:
                 row = row.tolist()
                 results.append(row[:row.index(self.end_id)]
