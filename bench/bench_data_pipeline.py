@@ -150,18 +150,16 @@ def child(args):
         from keras_trm.data import load_parallel, token_bucket_batches
         from keras_trm.text import START_ID
 
-        try:
-            from keras_trm.jobs.translation import _encode
-        except ImportError:  # the job's function, as of this benchmark
-            from keras_trm.text import END_ID
+        from keras_trm.text import END_ID
 
-            def _encode(tokenizer, sentences, prefix, chunk=50_000):
-                res = []
-                for i in range(0, len(sentences), chunk):
-                    ids = tokenizer.tokenize(
-                        tf.constant(sentences[i:i + chunk])).to_list()
-                    res.extend(prefix + row + [END_ID] for row in ids)
-                return res
+        def _encode(tokenizer, sentences, prefix, chunk=50_000):
+            # The translation job's in-memory encoding before issue #23.
+            res = []
+            for i in range(0, len(sentences), chunk):
+                ids = tokenizer.tokenize(
+                    tf.constant(sentences[i:i + chunk])).to_list()
+                res.extend(prefix + row + [END_ID] for row in ids)
+            return res
         src, tgt = load_parallel(args.source, args.target)
         pairs = [(s, t) for s, t in zip(src, tgt) if s.strip() and t.strip()]
         src, tgt = [p[0] for p in pairs], [p[1] for p in pairs]

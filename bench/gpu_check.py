@@ -144,16 +144,21 @@ def parse_args(argv=None):
     return args
 
 
-def _load_train(args):
-    from keras_trm.data import load_translation_splits, resolve_data_dir
+def _load_data(args, workdir):
+    """newstest2013/2014 and the WMT14 training corpora as files (the
+    Europarl slice and the news pool; their first ``train_pairs`` lines
+    when the model sets it), as the translation job reads them."""
+    from keras_trm.data import (load_translation_splits, resolve_data_dir,
+                                translation_train_files)
+    from keras_trm.jobs.translation import first_lines
 
-    splits = load_translation_splits("wmt14", resolve_data_dir(args.data_dir),
-                                     "en", "de")
-    src, tgt = splits.train
-    pairs = [(s, t) for s, t in zip(src, tgt) if s.strip() and t.strip()]
+    data_dir = resolve_data_dir(args.data_dir)
+    splits = load_translation_splits("wmt14", data_dir, "en", "de",
+                                     include_train=False)
+    corpora = translation_train_files("wmt14", data_dir, "en", "de")
     if args.model["train_pairs"]:
-        pairs = pairs[:args.model["train_pairs"]]
-    return splits, [p[0] for p in pairs], [p[1] for p in pairs]
+        corpora = first_lines(corpora, args.model["train_pairs"], workdir)
+    return splits, corpora
 
 
 def _host_info():
@@ -224,11 +229,10 @@ def run_child(args):
     import numpy as np
     import tensorflow as tf
 
-    from keras_trm.data import token_bucket_batches
     from keras_trm.decoding import Translator, corpus_bleu
-    from keras_trm.jobs.translation import _encode
+    from keras_trm.jobs.translation import TranslationConfig, prepare_training_stream
     from keras_trm.models import transformer_base
-    from keras_trm.text import START_ID, SentencePieceTokenizer
+    from keras_trm.text import SentencePieceTokenizer
     from keras_trm.training import (
         DataPosition, LabelSmoothedCrossEntropy, NoamSchedule, TokenCount,
         apply_precision, make_strategy, paper_adam, resolve_jit_compile)
@@ -254,23 +258,23 @@ def run_child(args):
     gpus = tf.config.list_physical_devices("GPU")
     replicas = strategy.num_replicas_in_sync
 
-    splits, train_src, train_tgt = _load_train(args)
-    tokenizer = SentencePieceTokenizer(pathlib.Path(args.workdir) / "spm.model")
-    src_ids = _encode(tokenizer, train_src, [])
-    tgt_ids = _encode(tokenizer, train_tgt, [START_ID])
+    workdir = pathlib.Path(args.workdir)
+    splits, corpora = _load_data(args, workdir)
+    tokenizer = SentencePieceTokenizer(workdir / "spm.model")
     limit = min(m["max_length"], 128)
-    keep = [i for i in range(len(src_ids))
-            if len(src_ids[i]) <= limit and len(tgt_ids[i]) <= limit]
-    src_ids = [src_ids[i] for i in keep]
-    tgt_ids = [tgt_ids[i] for i in keep]
     boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96)
                        if b < limit) + (limit,)
     tokens_per_batch = args.tokens_per_batch * replicas
-    # DataPosition(epoch 0, skip 0): every iteration of the dataset starts
+    # The translation job's pipeline: shards prepared once (the first child
+    # writes them, the others reuse them), streamed with tf.data; both
+    # corpora, each pair equally likely. Iterating the dataset again starts
     # the same seeded stream, so counting its batches here sees exactly the
     # batches fit() trains on.
-    train = token_bucket_batches(src_ids, tgt_ids, tokens_per_batch, boundaries,
-                                 seed=0, repeat=True, position=DataPosition())
+    stream = prepare_training_stream(
+        TranslationConfig(dataset="wmt14", max_length=limit,
+                          tokens_per_batch=tokens_per_batch, seed=0),
+        corpora, tokenizer, workdir / "shards", boundaries, DataPosition())
+    train = stream["dataset"]
     step_tokens, padded, shapes = [], 0, []
     for _, labels in train.take(args.steps).as_numpy_iterator():
         step_tokens.append(int(np.count_nonzero(labels)))
@@ -334,7 +338,7 @@ def run_child(args):
         "peak_gpu_memory_bytes_per_gpu": train_peak,
         "first_loss": timer.losses[0], "final_loss": timer.losses[-1],
         "interval_losses": timer.losses, "log_every": args.log_every,
-        "train_pairs_within_max_length": len(src_ids),
+        "train_pairs_within_max_length": sum(m["pairs"] for m in stream["manifests"]),
         "bleu": round(float(bleu), 2), "bleu_split": "newstest2014",
         "bleu_sentences": len(hyps), "bleu_beam_size": 4,
         "bleu_signature": signature,
@@ -366,6 +370,7 @@ def run_parent(args, argv):
     if not gpus and not args.allow_cpu:
         print(NO_GPU_MESSAGE, file=sys.stderr)
         return NO_GPU_EXIT
+    from keras_trm.data import sample_lines
     from keras_trm.text import learn_sentencepiece
     from keras_trm.utils import write_json
 
@@ -376,13 +381,14 @@ def run_parent(args, argv):
         args.workdir = tmp.name
     workdir = pathlib.Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    splits, train_src, train_tgt = _load_train(args)
+    splits, corpora = _load_data(args, workdir)
     spm = workdir / "spm.model"
     if not spm.is_file():
+        sentences = sample_lines([c[1] for c in corpora] + [c[2] for c in corpora], 0)
         print(f"learning a joint SentencePiece BPE ({args.vocabulary_size}) from "
-              f"{len(train_src):,} WMT14 training pairs ...", flush=True)
-        learn_sentencepiece(train_src + train_tgt, args.vocabulary_size, spm,
-                            sample_size=0)
+              f"{len(sentences):,} WMT14 training sentences ...", flush=True)
+        learn_sentencepiece(sentences, args.vocabulary_size, spm, sample_size=0)
+        del sentences
     result = {
         "command": shlex.join([sys.executable] + argv),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -392,8 +398,8 @@ def run_parent(args, argv):
         "model_overrides": args.model,
         "strategy": "MirroredStrategy (all visible GPUs; 2 logical CPU "
                     "devices without one)",
-        "train_split": splits.names["train"],
-        "train_pairs_loaded": len(train_src),
+        "train_split": "+".join(c[0] for c in corpora),
+        "train_lines_per_corpus_limit": args.model["train_pairs"] or None,
         "bleu_split": splits.names["test"],
         "vocabulary": f"joint SentencePiece BPE {args.vocabulary_size}",
         "optimizer": "paper_adam + NoamSchedule(d_model, warmup 4000), "

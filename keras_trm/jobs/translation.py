@@ -340,7 +340,8 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
             per_shard = max(1, min(per_shard, lines // (4 * num_workers)))
         manifests.append(prepare_shards(
             source_path, target_path, tokenizer, pathlib.Path(shard_root) / name,
-            max_length=config.max_length, pairs_per_shard=per_shard))
+            max_length=config.max_length, pairs_per_shard=per_shard,
+            limit=config.limit))
     common = dict(tokens_per_batch=config.tokens_per_batch, boundaries=boundaries)
     if len(manifests) == 1 and weights is None:
         counts = [stream_steps(manifests[0], worker_index=w, num_workers=num_workers,
@@ -363,9 +364,10 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
             "weights": weights}
 
 
-def _first_lines(corpora, n, workdir):
-    """Smoke runs (``limit``): the first ``n`` lines of each corpus, written
-    to ``workdir/limit_<n>/`` (the vocabulary and the shards use them)."""
+def first_lines(corpora, n, workdir):
+    """The first ``n`` lines of each corpus (smoke runs, ``limit``),
+    written once to ``workdir/limit_<n>/``; returns the corpora as
+    ``(name, source_path, target_path)`` tuples over those copies."""
     import gzip
     import itertools
 
@@ -436,7 +438,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
         val_src = val_src[:config.validation_limit]
         val_tgt = val_tgt[:config.validation_limit]
     if config.limit:  # the vocabulary too is learned from the first n pairs
-        corpora = _first_lines(corpora, config.limit, workdir)
+        corpora = first_lines(corpora, config.limit, workdir)
 
     tokenizer = prepare_tokenizer(config, corpora, workdir)
     vocab = tokenizer.vocabulary
