@@ -178,9 +178,12 @@ def main(argv=None):
     sources, references = load_multi30k(args.split, args.data_dir)
     sources = sources[:args.num_sentences]
     references = references[:args.num_sentences]
-    lat_sources = sources[:args.latency_sentences]
     vocab = load_vocabulary(args.vocab)
-    model = keras.saving.load_model(args.model)
+    from keras_trm.training.precision import float32_copy
+
+    # A model trained in mixed_bfloat16 decodes in float32, as the job's
+    # SavedModel export does (the same weights).
+    model = float32_copy(keras.saving.load_model(args.model))
     saved_model_dir = pathlib.Path(args.saved_model) if args.saved_model \
         else latest_version("export/transformer_multi30k_en_de")
     workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_decoding_"))
