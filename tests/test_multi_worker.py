@@ -154,3 +154,47 @@ def test_two_workers_on_loopback_match_one_worker(tmp_path):
     assert len(workers[0]["losses"]) == len(single["losses"]) == 3
     assert loss_diff < 1e-4
     assert diff < 1e-4
+
+
+def test_translation_job_with_two_workers_reading_their_own_shards(
+        tmp_path, data_dir):
+    """``keras-trm train-translation --strategy multi_worker`` on loopback:
+    each worker prepares and reads its own shards (400 Multi30k pairs cut
+    into 8 shards, 4 per worker), the steps are synchronized (one loss per
+    epoch, the same on both workers), only the chief writes the model,
+    the epoch log and the export."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    children = []
+    start = time.time()
+    try:
+        for i in range(2):
+            cmd = [sys.executable, "-m", "keras_trm.cli", "train-translation",
+                   "--strategy", "multi_worker", "--preset", "tiny", "--limit", "400",
+                   "--epochs", "2", "--average-last", "1", "--validation-limit", "20",
+                   "--data-dir", str(data_dir), "--workdir", str(tmp_path / f"w{i}"),
+                   "--export-dir", str(tmp_path / f"export{i}")]
+            children.append(subprocess.Popen(
+                cmd, env=_env({"cluster": cluster,
+                               "task": {"type": "worker", "index": i}}),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        logs = []
+        for child in children:
+            out, _ = child.communicate(timeout=max(1, 300 - (time.time() - start)))
+            assert child.returncode == 0, out[-3000:]
+            logs.append(out)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    for log in logs:
+        assert "395 of 400 pairs kept" in log and "8 shard(s)" in log, log[-2000:]
+    losses = [[line.split("loss: ")[1].split()[0] for line in log.splitlines()
+               if "/step - " in line and "loss: " in line] for log in logs]
+    assert len(losses[0]) == 2 and losses[0] == losses[1]
+    chief = json.loads((tmp_path / "w0" / "result.json").read_text())
+    assert chief["epochs"] == 2 and chief["export"]
+    assert (tmp_path / "w0" / "shards" / "train" / "manifest.json").is_file()
+    assert (tmp_path / "w1" / "shards_worker1" / "train" / "manifest.json").is_file()
+    assert not (tmp_path / "w1" / "result.json").exists()
+    assert not (tmp_path / "export1").exists()
