@@ -30,6 +30,7 @@ PAGES = [
     "README.md",
     "docs/measurements.md",
     "docs/recipes/multi30k.md",
+    "docs/recipes/wmt14.md",
     "docs/recipes/imdb.md",
     "docs/recipes/mnist.md",
     "docs/recipes/language-model.md",
