@@ -220,6 +220,10 @@ class TranslationConfig:
     """Steps between TensorBoard scalar writes (steps)."""
     download: bool = True
     """Fetch data missing from the data folder (online)."""
+    shuffle_buffer: int = 262_144
+    """Training pairs shuffled (and bucketed) together (pairs; about 0.3 KB
+    each): the reach of the shuffle and the bound on the data's memory. A
+    corpus up to this size is shuffled as a whole every epoch."""
     pairs_per_shard: int = 100_000
     """Training pairs per prepared TFRecord shard (pairs;
     ``keras_trm.data.prepare_shards``); with several workers each corpus is
@@ -347,6 +351,7 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
         counts = [stream_steps(manifests[0], worker_index=w, num_workers=num_workers,
                                **common) for w in range(num_workers)]
         dataset = stream_batches(manifests[0], seed=config.seed, repeat=True,
+                                 shuffle_buffer=config.shuffle_buffer,
                                  worker_index=worker_index, num_workers=num_workers,
                                  position=position, **common)
     else:
@@ -356,6 +361,7 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
                             num_workers=num_workers, **common)
                   for w in range(num_workers)]
         dataset = mix_batches(manifests, weights, seed=config.seed, repeat=True,
+                              shuffle_buffer=config.shuffle_buffer,
                               worker_index=worker_index, num_workers=num_workers,
                               position=position, batches_per_epoch=counts[worker_index],
                               **common)
