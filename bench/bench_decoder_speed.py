@@ -137,13 +137,13 @@ def main(argv=None):
     from keras_trm.data import load_multi30k
     from keras_trm.decoding import Translator, corpus_bleu
     from keras_trm.decoding import search as new
-    from keras_trm.models import TransformerParts
+    from keras_trm.models import as_transformer
     from keras_trm.text import END_ID, TextTokenizer, load_vocabulary
 
     old = load_module(args.old_rev, "keras_trm/decoding/search.py", "old_search")
     tokenizer = TextTokenizer(load_vocabulary(args.vocab))
     model = keras.models.load_model(args.model)
-    parts = TransformerParts(model)
+    model = as_transformer(model)  # --old-rev: a revision with Transformer
     src, ref = load_multi30k("test_2016_flickr")
     src, ref = src[: args.sentences], ref[: args.sentences]
     batches = []
@@ -158,10 +158,10 @@ def main(argv=None):
     signature = [tf.TensorSpec([None, None], tf.int32)]
     for label, mod in (("old", old), ("new", new)):
         fns[label, "greedy"] = tf.function(
-            lambda x, m=mod: m.greedy_search(parts, x),
+            lambda x, m=mod: m.greedy_search(model, x),
             input_signature=signature)
         fns[label, "beam4"] = tf.function(
-            lambda x, m=mod: m.beam_search(parts, x, beam_size=4,
+            lambda x, m=mod: m.beam_search(model, x, beam_size=4,
                                            length_penalty_alpha=0.6),
             input_signature=signature)
     report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -219,7 +219,7 @@ def main(argv=None):
         class OldTranslator(Translator):  # the same module, old search
             def generate_ids(self, encoder_tokens):
                 return old.beam_search(
-                    self.parts, encoder_tokens, beam_size=self.beam_size,
+                    self.model, encoder_tokens, beam_size=self.beam_size,
                     length_penalty_alpha=self.length_penalty_alpha)
 
         export_root = pathlib.Path(tempfile.mkdtemp())

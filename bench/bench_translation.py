@@ -46,7 +46,7 @@ import keras_trm  # noqa: E402,F401
 from keras_trm.utils import write_json  # noqa: E402
 from keras_trm.data import load_multi30k, token_bucket_batches  # noqa: E402
 from keras_trm.decoding import beam_search, greedy_search  # noqa: E402
-from keras_trm.models import TransformerParts, transformer  # noqa: E402
+from keras_trm.models import transformer  # noqa: E402
 from keras_trm.text import END_ID, START_ID, TextTokenizer, load_vocabulary  # noqa: E402
 from keras_trm import _runtime  # noqa: E402
 from keras_trm.training import (  # noqa: E402
@@ -279,7 +279,6 @@ def bench_training(tokenizer, steps, warmup, rounds=3):
 
 
 def bench_decoding(model, tokenizer, sentences, batch_size):
-    parts = TransformerParts(model)
     batches = []
     for start in range(0, len(sentences), batch_size):
         rows = encode(tokenizer, sentences[start:start + batch_size], [])
@@ -287,10 +286,10 @@ def bench_decoding(model, tokenizer, sentences, batch_size):
         batches.append(np.array([r + [0] * (width - len(r)) for r in rows], "int32"))
     spec = tf.TensorSpec([None, None], tf.int32)
     variants = {
-        "greedy_cache": lambda x: greedy_search(parts, x),
-        "greedy_no_cache": lambda x: greedy_search(parts, x, use_cache=False),
-        "beam4_cache": lambda x: beam_search(parts, x, 4, 0.6),
-        "beam4_no_cache": lambda x: beam_search(parts, x, 4, 0.6, use_cache=False),
+        "greedy_cache": lambda x: greedy_search(model, x),
+        "greedy_no_cache": lambda x: greedy_search(model, x, use_cache=False),
+        "beam4_cache": lambda x: beam_search(model, x, 4, 0.6),
+        "beam4_no_cache": lambda x: beam_search(model, x, 4, 0.6, use_cache=False),
     }
     results = {}
     for name, fn in variants.items():

@@ -63,7 +63,7 @@ class SearchTranslator(Translator):
 
     def generate_ids(self, encoder_tokens):
         return self._search_fn(
-            self.parts, encoder_tokens, beam_size=self.beam_size,
+            self.model, encoder_tokens, beam_size=self.beam_size,
             length_penalty_alpha=self.length_penalty_alpha,
         )
 

@@ -7,7 +7,8 @@ import pytest
 from conftest import random_ids
 from keras_trm.layers import TransformerDecoderBlock, TransformerEncoderBlock
 from keras_trm.models import (
-    TransformerParts,
+    Transformer,
+    as_transformer,
     transformer,
     transformer_base,
     transformer_big,
@@ -35,7 +36,7 @@ def test_preset_parameter_counts():
     assert 212e6 < big.count_params() < 216e6
     assert base.get_layer("encoder_layer_0").dropout_rate == 0.1
     assert big.get_layer("encoder_layer_0").dropout_rate == 0.3
-    assert len(TransformerParts(base).encoder_layers) == 6
+    assert isinstance(base, Transformer) and len(base.encoder_layers) == 6
 
 
 def test_three_way_tying_is_one_variable():
@@ -109,17 +110,16 @@ def test_blocks_round_trip(tmp_path, rng):
 def test_incremental_decoding_equals_full_recompute(rng):
     for norm_first in (False, True):
         model = _tiny(norm_first=norm_first)
-        parts = TransformerParts(model)
         src = random_ids(rng, (2, 7), 50, pad_from=[7, 5])
         tgt = random_ids(rng, (2, 6), 50)
         full = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt}))
-        enc = parts.encode(src)
-        cross = parts.cross_attention_caches(enc)
-        caches = parts.empty_self_attention_caches(2, 6, "float32")
+        enc = model.encode(src)
+        cross = model.static_cross_attention_caches(enc)
+        caches = model.static_empty_self_attention_caches(2, 6, "float32")
         steps = []
         for t in range(6):
-            logits, caches = parts.decode_step(tgt[:, t:t + 1], t, caches, cross,
-                                               src != 0)
+            logits, caches = model.static_decode_step(
+                tgt[:, t:t + 1], t, caches, cross, src != 0)
             steps.append(np.asarray(logits))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
 
@@ -135,7 +135,39 @@ def test_bad_model_arguments(kwargs, match):
         _tiny(**kwargs)
 
 
-def test_parts_rejects_foreign_models():
+def test_as_transformer_rejects_foreign_models():
     inp = keras.Input((3,))
     with pytest.raises(ValueError, match="not built by"):
-        TransformerParts(keras.Model(inp, keras.layers.Dense(2)(inp)))
+        as_transformer(keras.Model(inp, keras.layers.Dense(2)(inp)))
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(), dict(tie_embeddings="none", target_vocabulary_size=40),
+    dict(tie_embeddings="decoder", target_vocabulary_size=40,
+         norm_first=True, position="learned"),
+])
+def test_transformer_round_trips_and_converts_plain_functional_files(
+        rng, tmp_path, kwargs):
+    """A ``.keras`` file loads back as a ``Transformer`` with the same
+    logits; a file of the same layers saved as a plain functional model (as
+    ``transformer()`` wrote them before the class existed) converts with
+    ``as_transformer`` to the same logits and configuration."""
+    model = _tiny(**kwargs)
+    x = {"encoder_tokens": random_ids(rng, (2, 5), 50, pad_from=[5, 3]),
+         "decoder_tokens": random_ids(rng, (2, 4), 40)}
+    expected = np.asarray(model(x))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert type(loaded) is Transformer
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(loaded(x), expected)
+
+    keras.Model(model.inputs, model.outputs, name="old").save(
+        tmp_path / "functional.keras")
+    functional = keras.saving.load_model(tmp_path / "functional.keras")
+    assert not isinstance(functional, Transformer)
+    converted = as_transformer(functional)
+    assert type(converted) is Transformer
+    assert {**converted.get_config(), "name": model.name} == model.get_config()
+    np.testing.assert_array_equal(converted(x), expected)
+    assert as_transformer(converted) is converted

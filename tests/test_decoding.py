@@ -10,12 +10,12 @@ import tensorflow as tf
 from conftest import random_ids
 from keras_trm.decoding import beam_search, corpus_bleu, greedy_search, length_penalty
 from keras_trm.decoding.search import top_k_rows
-from keras_trm.models import TransformerParts, transformer
+from keras_trm.models import transformer
 from keras_trm.text import END_ID, PAD_ID, START_ID
 
 
 @pytest.fixture(scope="module")
-def parts():
+def model():
     tf.keras.utils.set_random_seed(3) if hasattr(tf, "keras") else None
     model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
                         max_length=24, dropout_rate=0.0)
@@ -24,7 +24,7 @@ def parts():
     table = emb.embeddings.numpy()
     table[END_ID] *= 3.0
     emb.embeddings.assign(table)
-    return TransformerParts(model)
+    return model
 
 
 @pytest.fixture
@@ -32,22 +32,22 @@ def source(rng):
     return random_ids(rng, (4, 6), 30, pad_from=[6, 4, 5, 2])
 
 
-def sequence_log_prob(parts, source, hyp):
+def sequence_log_prob(model, source, hyp):
     """log P(hyp | source) with a full (uncached) forward pass."""
     if (hyp == END_ID).any():
         n = int(np.argmax(hyp == END_ID)) + 1
     else:  # still alive when the search stopped: its tokens up to padding
         n = int(np.argmax(hyp == 0)) if (hyp == 0).any() else len(hyp)
     dec_in = np.concatenate([[START_ID], hyp[: n - 1]])[None].astype("int32")
-    logits = parts.model({"encoder_tokens": source[None],
+    logits = model({"encoder_tokens": source[None],
                           "decoder_tokens": dec_in})[0].numpy()
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     return float(sum(log_p[t, hyp[t]] for t in range(n))), n
 
 
-def test_cached_greedy_equals_recompute(parts, source):
-    cached = greedy_search(parts, source, max_length=12).numpy()
-    full = greedy_search(parts, source, max_length=12, use_cache=False).numpy()
+def test_cached_greedy_equals_recompute(model, source):
+    cached = greedy_search(model, source, max_length=12).numpy()
+    full = greedy_search(model, source, max_length=12, use_cache=False).numpy()
     np.testing.assert_array_equal(cached, full)
     # After END only padding.
     for row in cached:
@@ -55,33 +55,33 @@ def test_cached_greedy_equals_recompute(parts, source):
             assert not row[int(np.argmax(row == END_ID)) + 1:].any()
 
 
-def test_greedy_is_the_argmax_path(parts, source):
-    out = greedy_search(parts, source, max_length=6).numpy()
+def test_greedy_is_the_argmax_path(model, source):
+    out = greedy_search(model, source, max_length=6).numpy()
     prefix = np.full((len(source), 1), START_ID, "int32")
     for t in range(6):
-        logits = parts.model({"encoder_tokens": source, "decoder_tokens": prefix})
+        logits = model({"encoder_tokens": source, "decoder_tokens": prefix})
         nxt = np.argmax(logits[:, -1].numpy(), -1).astype("int32")
         done = (prefix[:, 1:] == END_ID).any(1) if t else np.zeros(len(source), bool)
         np.testing.assert_array_equal(out[~done, t], nxt[~done])
         prefix = np.concatenate([prefix, out[:, t:t + 1]], 1)
 
 
-def normalized_score(parts, source, hyp, alpha):
-    log_p, n = sequence_log_prob(parts, source, hyp)
+def normalized_score(model, source, hyp, alpha):
+    log_p, n = sequence_log_prob(model, source, hyp)
     return log_p / ((5 + n) / 6) ** alpha
 
 
-def test_beam_one_equals_greedy(parts, source):
-    greedy = greedy_search(parts, source, max_length=12).numpy()
+def test_beam_one_equals_greedy(model, source):
+    greedy = greedy_search(model, source, max_length=12).numpy()
     for alpha in (0.0, 0.6, 1.0):
-        beam = beam_search(parts, source, beam_size=1, length_penalty_alpha=alpha,
+        beam = beam_search(model, source, beam_size=1, length_penalty_alpha=alpha,
                            max_length=12).numpy()
         np.testing.assert_array_equal(beam, greedy)
 
 
-def test_beam_scores_are_model_log_probs_with_length_penalty(parts, source):
+def test_beam_scores_are_model_log_probs_with_length_penalty(model, source):
     alpha = 0.6
-    best, beams, scores = beam_search(parts, source, beam_size=3,
+    best, beams, scores = beam_search(model, source, beam_size=3,
                                       length_penalty_alpha=alpha, max_length=10,
                                       return_all=True)
     beams, scores = beams.numpy(), scores.numpy()
@@ -89,14 +89,14 @@ def test_beam_scores_are_model_log_probs_with_length_penalty(parts, source):
     assert np.all(np.diff(scores, axis=1) <= 1e-6)  # sorted best first
     for b in range(len(source)):
         for k in range(3):
-            log_p, n = sequence_log_prob(parts, source[b], beams[b, k])
+            log_p, n = sequence_log_prob(model, source[b], beams[b, k])
             expected = log_p / ((5 + n) / 6) ** alpha
             assert scores[b, k] == pytest.approx(expected, abs=1e-3)
 
 
-def test_cached_beam_equals_recompute(parts, source):
-    a = beam_search(parts, source, beam_size=3, max_length=10).numpy()
-    b = beam_search(parts, source, beam_size=3, max_length=10, use_cache=False).numpy()
+def test_cached_beam_equals_recompute(model, source):
+    a = beam_search(model, source, beam_size=3, max_length=10).numpy()
+    b = beam_search(model, source, beam_size=3, max_length=10, use_cache=False).numpy()
     np.testing.assert_array_equal(a, b)
 
 
@@ -106,13 +106,13 @@ def test_length_penalty_formula():
     assert float(length_penalty(7, 0.0)) == 1.0
 
 
-def test_decoding_bad_input(parts, source):
+def test_decoding_bad_input(model, source):
     with pytest.raises(TypeError, match="encoder_tokens.*float"):
-        greedy_search(parts, source.astype("float32"))
+        greedy_search(model, source.astype("float32"))
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(parts, source, beam_size=0)
+        beam_search(model, source, beam_size=0)
     with pytest.raises(ValueError, match="max_length"):
-        greedy_search(parts, source, max_length=24)
+        greedy_search(model, source, max_length=24)
 
 
 def test_corpus_bleu_uses_sacrebleu():
@@ -127,33 +127,33 @@ def test_corpus_bleu_uses_sacrebleu():
 
 
 class _Recorder:
-    """Wraps ``TransformerParts`` and records what the decoder is fed."""
+    """Wraps a ``Transformer`` and records what the decoder is fed."""
 
-    def __init__(self, parts):
-        self._parts = parts
+    def __init__(self, model):
+        self._model = model
         self.fed = []
 
     def __getattr__(self, name):
-        return getattr(self._parts, name)
+        return getattr(self._model, name)
+
+    def static_decode_step(self, tokens, *args):
+        self.fed.append(np.asarray(tokens))
+        return self._model.static_decode_step(tokens, *args)
 
     def decode_step(self, tokens, *args):
         self.fed.append(np.asarray(tokens))
-        return self._parts.decode_step(tokens, *args)
+        return self._model.decode_step(tokens, *args)
 
-    def fast_decode_step(self, tokens, *args):
+    def decode(self, tokens, *args):
         self.fed.append(np.asarray(tokens))
-        return self._parts.fast_decode_step(tokens, *args)
-
-    def decode_full(self, tokens, *args):
-        self.fed.append(np.asarray(tokens))
-        return self._parts.decode_full(tokens, *args)
+        return self._model.decode(tokens, *args)
 
 
-def test_beam_stays_full_after_a_hypothesis_ends(parts, source):
+def test_beam_stays_full_after_a_hypothesis_ends(model, source):
     """Beam 2: once one hypothesis has ended, two live ones are extended."""
     seen_end_then_two_live = 0
     for b in range(len(source)):
-        rec = _Recorder(parts)
+        rec = _Recorder(model)
         _, beams, _ = beam_search(rec, source[b:b + 1], beam_size=2,
                                   length_penalty_alpha=0.6, max_length=10,
                                   use_cache=False, return_all=True)
@@ -168,14 +168,14 @@ def test_beam_stays_full_after_a_hypothesis_ends(parts, source):
     assert seen_end_then_two_live > 0
 
 
-def test_early_stopping_keeps_the_best_and_stops_early(tiny_parts, rng):
+def test_early_stopping_keeps_the_best_and_stops_early(tiny_model, rng):
     source = random_ids(rng, (6, 5), 7, pad_from=[5, 3, 4, 2, 5, 1])
     stopped_early = False
     for alpha in (0.0, 0.6, 1.0, 2.0):
         for k in (2, 4):
             runs = []
             for early in (True, False):
-                rec = _Recorder(tiny_parts)
+                rec = _Recorder(tiny_model)
                 best, _, scores = beam_search(
                     rec, source, beam_size=k, length_penalty_alpha=alpha,
                     max_length=7, return_all=True, early_stopping=early)
@@ -187,13 +187,13 @@ def test_early_stopping_keeps_the_best_and_stops_early(tiny_parts, rng):
     assert stopped_early
 
 
-def test_batched_beam_equals_one_by_one(parts, source):
+def test_batched_beam_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
-    best, beams, scores = beam_search(parts, source, beam_size=3,
+    best, beams, scores = beam_search(model, source, beam_size=3,
                                       length_penalty_alpha=0.6, max_length=10,
                                       return_all=True)
     for b in range(len(source)):
-        one = beam_search(parts, source[b:b + 1, :lengths[b]], beam_size=3,
+        one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
                           length_penalty_alpha=0.6, max_length=10,
                           return_all=True)
         np.testing.assert_array_equal(one[0].numpy()[0], best.numpy()[b])
@@ -203,7 +203,7 @@ def test_batched_beam_equals_one_by_one(parts, source):
 
 
 @pytest.fixture(scope="module")
-def tiny_parts():
+def tiny_model():
     """7 ids (PAD, UNK, START, END and 3 words) with an untied output layer
     made flat enough that the length penalty decides between outputs of 1,
     2 and 4 tokens; PAD and START are never emitted (as in a trained model).
@@ -219,10 +219,10 @@ def tiny_parts():
     bias[END_ID] = 0.5
     bias[[PAD_ID, START_ID]] = -30.0
     projection.set_weights([kernel.astype("float32"), bias])
-    return TransformerParts(model)
+    return model
 
 
-def exhaustive_scores(parts, source, length, alpha):
+def exhaustive_scores(model, source, length, alpha):
     """Every output of at most ``length`` tokens, scored by the model.
 
     Enumerates all V^length token sequences; each stands for the hypothesis
@@ -230,20 +230,20 @@ def exhaustive_scores(parts, source, length, alpha):
     hit max_length). Log-probs come from one teacher-forced pass with the
     decoder cache. Returns ``(hyps (N, length) PAD after END, scores (N,))``.
     """
-    vocab = parts.vocabulary_size
+    vocab = model.target_vocabulary_size
     seqs = np.array(list(itertools.product(range(vocab), repeat=length)),
                     "int32")
     n = len(seqs)
-    encoded = tf.repeat(parts.encode(source[None]), n, axis=0)
+    encoded = tf.repeat(model.encode(source[None]), n, axis=0)
     mask = tf.repeat(tf.not_equal(source[None], 0), n, axis=0)
-    cross = parts.cross_attention_caches(encoded)
-    caches = parts.empty_self_attention_caches(n, length + 1, encoded.dtype)
+    cross = model.static_cross_attention_caches(encoded)
+    caches = model.static_empty_self_attention_caches(n, length + 1, encoded.dtype)
     inputs = np.concatenate([np.full((n, 1), START_ID, "int32"), seqs], 1)
     cum = np.zeros((n, length))
     total = np.zeros(n)
     for t in range(length):
-        logits, caches = parts.decode_step(inputs[:, t:t + 1], t, caches,
-                                           cross, mask)
+        logits, caches = model.static_decode_step(inputs[:, t:t + 1], t,
+                                                  caches, cross, mask)
         log_p = tf.nn.log_softmax(logits).numpy()
         total = total + log_p[np.arange(n), seqs[:, t]]
         cum[:, t] = total
@@ -255,18 +255,18 @@ def exhaustive_scores(parts, source, length, alpha):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
-def test_beam_search_equals_exhaustive_search(tiny_parts, alpha):
+def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
     """A beam that holds every prefix (7^3) finds the best of all outputs."""
-    length, vocab = 4, tiny_parts.vocabulary_size
+    length, vocab = 4, tiny_model.target_vocabulary_size
     source = np.array([[4, 5, 6, 3, 0], [6, 6, 4, 5, 3], [5, 3, 0, 0, 0]],
                       "int32")
     for early in (True, False):
         best, _, scores = beam_search(
-            tiny_parts, source, beam_size=vocab ** (length - 1),
+            tiny_model, source, beam_size=vocab ** (length - 1),
             length_penalty_alpha=alpha, max_length=length, return_all=True,
             early_stopping=early)
         for b in range(len(source)):
-            hyps, exact = exhaustive_scores(tiny_parts, source[b], length, alpha)
+            hyps, exact = exhaustive_scores(tiny_model, source[b], length, alpha)
             top = int(np.argmax(exact))
             assert scores.numpy()[b, 0] == pytest.approx(exact[top], abs=1e-4)
             runner_up = np.max(exact[(hyps != hyps[top]).any(1)])
@@ -274,7 +274,7 @@ def test_beam_search_equals_exhaustive_search(tiny_parts, alpha):
                 np.testing.assert_array_equal(best.numpy()[b], hyps[top])
 
 
-def _small_parts(tie, norm_first, seed):
+def _small_model(tie, norm_first, seed):
     keras.utils.set_random_seed(seed)
     model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
                         max_length=24, dropout_rate=0.0, tie_embeddings=tie,
@@ -282,27 +282,27 @@ def _small_parts(tie, norm_first, seed):
                         target_vocabulary_size=None if tie == "all" else 30)
     weights = model.get_weights()  # sharper outputs: fewer near-ties
     model.set_weights([w * 2.0 for w in weights])
-    return TransformerParts(model)
+    return model
 
 
-def test_fast_decode_step_matches_decode_step(parts, source):
-    """The head-major step gives decode_step's logits and keys/values."""
+def test_decode_step_matches_static_decode_step(model, source):
+    """The head-major step gives static_decode_step's logits and keys/values."""
     n, steps = len(source), 5
-    encoded = parts.encode(source)
+    encoded = model.encode(source)
     mask = tf.not_equal(source, 0)
-    cross = parts.cross_attention_caches(encoded)
-    fast_cross = parts.fast_cross_attention_caches(encoded)
-    caches = parts.empty_self_attention_caches(n, steps, encoded.dtype)
-    fast = parts.fast_empty_self_attention_caches(n, encoded.dtype)
+    cross = model.static_cross_attention_caches(encoded)
+    fast_cross = model.cross_attention_caches(encoded)
+    caches = model.static_empty_self_attention_caches(n, steps, encoded.dtype)
+    fast = model.empty_self_attention_caches(n, encoded.dtype)
     tokens = random_ids(np.random.default_rng(0), (n, steps), 30)
     for t in range(steps):
-        logits, caches = parts.decode_step(tokens[:, t:t + 1], t, caches,
-                                           cross, mask)
-        fast_logits, fast = parts.fast_decode_step(tokens[:, t:t + 1], t,
-                                                   fast, fast_cross, mask)
+        logits, caches = model.static_decode_step(tokens[:, t:t + 1], t,
+                                                  caches, cross, mask)
+        fast_logits, fast = model.decode_step(tokens[:, t:t + 1], t, fast,
+                                              fast_cross, mask)
         np.testing.assert_allclose(fast_logits, logits, atol=1e-5)
         for (k, v), c in zip(fast, caches):
-            assert k.shape == (n, parts.num_heads, t + 1, parts.key_dim)
+            assert k.shape == (n, model.num_heads, t + 1, model.key_dim)
             np.testing.assert_array_equal(
                 np.transpose(k, (0, 2, 1, 3)), c[:, 0, :t + 1])
             np.testing.assert_array_equal(
@@ -314,9 +314,9 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
     """The growing head-major cache and the two-stage top-k give the ids
     of the fixed-size cache (the search before them) and of recomputing
     the prefix, over beam sizes and length penalties."""
-    parts = _small_parts(tie, norm_first, seed=5)
+    model = _small_model(tie, norm_first, seed=5)
     source = random_ids(rng, (5, 7), 30, pad_from=[7, 3, 5, 2, 6])
-    greedy = [greedy_search(parts, source, max_length=12, **kw).numpy()
+    greedy = [greedy_search(model, source, max_length=12, **kw).numpy()
               for kw in ({}, {"static_cache": True}, {"use_cache": False})]
     np.testing.assert_array_equal(greedy[0], greedy[1])
     np.testing.assert_array_equal(greedy[0], greedy[2])
@@ -324,7 +324,7 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
         variants = [{}, {"static_cache": True}]
         if k == 3:
             variants.append({"use_cache": False})
-        runs = [beam_search(parts, source, beam_size=k,
+        runs = [beam_search(model, source, beam_size=k,
                             length_penalty_alpha=alpha, max_length=10,
                             return_all=True, **kw)
                 for kw in variants]
@@ -344,9 +344,8 @@ def test_two_stage_top_k_keeps_tie_order():
     kernel, bias = projection.get_weights()
     bias[:] = 0.0
     projection.set_weights([np.zeros_like(kernel), bias])  # all tokens tie
-    parts = TransformerParts(model)
     source = np.array([[4, 5, 3]], "int32")
-    _, beams, _ = beam_search(parts, source, beam_size=2, max_length=3,
+    _, beams, _ = beam_search(model, source, beam_size=2, max_length=3,
                               length_penalty_alpha=0.0, return_all=True,
                               early_stopping=False)
     # Step 1: tokens 0 and 1 (lowest ids; END=3 ranks below k). Step 2:
@@ -380,21 +379,20 @@ def test_beam_with_chunked_top_k_equals_beam_with_tf_top_k(rng, monkeypatch):
     keras.utils.set_random_seed(3)
     model = transformer(3000, num_layers=1, d_model=16, num_heads=2, d_ff=32,
                         max_length=12, dropout_rate=0.0)
-    parts = TransformerParts(model)
     source = rng.integers(4, 3000, size=(3, 5)).astype("int32")
     source[:, -1] = END_ID
-    chunked = beam_search(parts, source, beam_size=4, max_length=8, return_all=True)
+    chunked = beam_search(model, source, beam_size=4, max_length=8, return_all=True)
     monkeypatch.setattr(search, "top_k_rows", lambda v, k: tf.math.top_k(v, k))
-    plain = beam_search(parts, source, beam_size=4, max_length=8, return_all=True)
+    plain = beam_search(model, source, beam_size=4, max_length=8, return_all=True)
     np.testing.assert_array_equal(chunked[1].numpy(), plain[1].numpy())
     np.testing.assert_array_equal(chunked[2].numpy(), plain[2].numpy())
 
 
-def test_jit_compiled_search_equals_graph_search(parts, source):
+def test_jit_compiled_search_equals_graph_search(model, source):
     """``static_cache=True`` compiles with XLA and gives the same ids."""
-    graph = beam_search(parts, source, beam_size=3, max_length=8).numpy()
+    graph = beam_search(model, source, beam_size=3, max_length=8).numpy()
     jit = tf.function(
-        lambda x: beam_search(parts, x, beam_size=3, max_length=8,
+        lambda x: beam_search(model, x, beam_size=3, max_length=8,
                               static_cache=True),
         jit_compile=True)
     np.testing.assert_array_equal(jit(source).numpy(), graph)

@@ -63,12 +63,11 @@ from keras_trm.decoding.search import beam_search, greedy_search  # noqa: E402
 from keras_trm.decoding.translator import Translator  # noqa: E402
 from keras_trm.export.litert import (  # noqa: E402
     LiteRTTranslator,
-    _LiteRTParts,
+    _LiteRTModel,
     export_translator_litert,
     litert_op_names,
     read_litert_metadata,
 )
-from keras_trm.models import TransformerParts  # noqa: E402
 from keras_trm.text import END_ID  # noqa: E402
 
 SENTENCES = [
@@ -101,16 +100,16 @@ def tiny_translator(small_vocab, tmp_path_factory):
     return model, float32, int8
 
 
-def _reference(parts, ids, beam_size):
+def _reference(model, ids, beam_size):
     """keras_trm's search over the batch (the step limit is 39 for every
     sentence, so batched and one-by-one decoding agree)."""
     import tensorflow as tf
 
     if beam_size == 1:
-        search = tf.function(lambda x: greedy_search(parts, x))
+        search = tf.function(lambda x: greedy_search(model, x))
     else:
         search = tf.function(lambda x: beam_search(
-            parts, x, beam_size=beam_size, length_penalty_alpha=0.6))
+            model, x, beam_size=beam_size, length_penalty_alpha=0.6))
     out = []
     for best in search(tf.constant(ids)).numpy().tolist():
         out.append(best[:best.index(END_ID)] if END_ID in best
@@ -124,7 +123,7 @@ def test_translator_tokens_equal_keras_search(tiny_translator, beam_size):
     runner = LiteRTTranslator(path, beam_size=beam_size)
     ids = runner.encode_texts(SENTENCES)
     got = runner.translate_ids(ids)
-    expected = _reference(TransformerParts(model), ids, beam_size)
+    expected = _reference(model, ids, beam_size)
     assert got == expected
     # END paths and step-limit paths both occur
     lengths = [len(g) for g in got]
@@ -174,11 +173,11 @@ def test_int8_is_smaller_and_close(tiny_translator):
         source = np.zeros((4, runner.max_source_length), np.int32)
         source[:, :3] = [[5, 6, END_ID], [7, 8, END_ID], [9, 10, END_ID],
                          [11, END_ID, 0]]
-        parts = _LiteRTParts(runner)  # the interface the searches use
-        cross = parts.cross_attention_caches(source)
-        caches = parts.empty_self_attention_caches(4, None, None)
-        logits.append(parts.decode_step(np.full((4, 1), 2), 0, caches, cross,
-                                        None)[0].numpy())
+        model = _LiteRTModel(runner)  # the interface the searches use
+        cross = model.static_cross_attention_caches(source)
+        caches = model.static_empty_self_attention_caches(4, None, None)
+        logits.append(model.static_decode_step(
+            np.full((4, 1), 2), 0, caches, cross, None)[0].numpy())
     # Loose: END's embedding row, scaled 32x, coarsens the int8 scale of the
     # tied embedding (the bench measures int8 on the trained model).
     correlation = np.corrcoef(logits[0].ravel(), logits[1].ravel())[0, 1]

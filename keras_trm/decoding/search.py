@@ -1,13 +1,13 @@
 """Greedy and beam search over a key/value cache.
 
 Both run as one ``tf.while_loop``: the encoder runs once, its keys/values are
-projected once per decoder layer (``fast_cross_attention_caches``), and each
+projected once per decoder layer (``cross_attention_caches``), and each
 step feeds one token per hypothesis, appending its keys/values to a
 head-major self-attention cache ``(batch, h, positions, d_k)`` that grows by
-one position per step (``TransformerParts.fast_decode_step``): past
+one position per step (``Transformer.decode_step``): past
 positions are never recomputed, and writing, reading and reordering the
 cache costs only the positions decoded so far. ``static_cache=True`` uses
-``decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
+``static_decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
 whose shapes never change inside the loop (XLA can compile it when
 ``max_length`` is a Python int); the ids are the same. ``use_cache=False``
 re-runs the decoder over the whole prefix at every step instead (the
@@ -63,15 +63,15 @@ def _check_tokens(encoder_tokens):
     return tf.cast(encoder_tokens, tf.int32)
 
 
-def _decode_length(parts, encoder_tokens, max_length):
+def _decode_length(model, encoder_tokens, max_length):
     """Steps to run: min(T_src + 50 (§6.1), model max_length - 1) by default."""
     if max_length is None:
         src_len = tf.shape(encoder_tokens)[1]
-        return tf.minimum(src_len + 50, parts.max_length - 1)
-    if not 0 < int(max_length) < parts.max_length:
+        return tf.minimum(src_len + 50, model.max_length - 1)
+    if not 0 < int(max_length) < model.max_length:
         raise ValueError(
-            f"`max_length` must be in [1, {parts.max_length - 1}] for this "
-            f"model (max_length {parts.max_length} positions incl. START), "
+            f"`max_length` must be in [1, {model.max_length - 1}] for this "
+            f"model (max_length {model.max_length} positions incl. START), "
             f"got max_length={max_length}"
         )
     return int(max_length)
@@ -81,10 +81,10 @@ class _Stepper:
     """Runs the decoder one position at a time, with or without a cache.
 
     By default the caches are head-major and grow by one position per step
-    (``TransformerParts.fast_decode_step``): writing, reading and
+    (``Transformer.decode_step``): writing, reading and
     reordering them costs the positions decoded so far. With
     ``static_cache`` they are the ``(batch, 2, steps, h, d_k)`` caches of
-    ``decode_step``, whose shapes never change (what XLA needs). Both give
+    ``static_decode_step``, whose shapes never change (what XLA needs). Both give
     the same logits.
 
     What the decoder reads of the source (the cross-attention caches, or the
@@ -95,9 +95,9 @@ class _Stepper:
     ``static_cache``, whose shapes must not change.
     """
 
-    def __init__(self, parts, encoder_outputs, encoder_mask, steps, use_cache,
+    def __init__(self, model, encoder_outputs, encoder_mask, steps, use_cache,
                  static_cache=False):
-        self.parts = parts
+        self.model = model
         self.use_cache = use_cache
         self.static_cache = static_cache
         self.compact = not (use_cache and static_cache)
@@ -107,18 +107,18 @@ class _Stepper:
             self.context = (encoder_outputs, encoder_mask)
             self.initial_state = []
         elif static_cache:
-            self.context = (parts.cross_attention_caches(encoder_outputs),
+            self.context = (model.static_cross_attention_caches(encoder_outputs),
                             encoder_mask)
-            self.initial_state = parts.empty_self_attention_caches(
+            self.initial_state = model.static_empty_self_attention_caches(
                 batch, steps, encoder_outputs.dtype
             )
         else:
-            self.context = (parts.fast_cross_attention_caches(encoder_outputs),
+            self.context = (model.cross_attention_caches(encoder_outputs),
                             encoder_mask)
-            self.initial_state = parts.fast_empty_self_attention_caches(
+            self.initial_state = model.empty_self_attention_caches(
                 batch, encoder_outputs.dtype
             )
-            self.output_kernel = parts.fast_output_kernel()
+            self.output_kernel = model.output_kernel()
 
     def shape_invariants(self):
         """For ``tf.while_loop``: (state, context)."""
@@ -137,12 +137,12 @@ class _Stepper:
         if self.use_cache:
             tokens = sequences[:, index:index + 1]
             if self.static_cache:
-                return self.parts.decode_step(
+                return self.model.static_decode_step(
                     tokens, index, state, source, encoder_mask)
-            return self.parts.fast_decode_step(
+            return self.model.decode_step(
                 tokens, index, state, source, encoder_mask, self.output_kernel)
         prefix = sequences[:, : index + 1]
-        logits = self.parts.decode_full(prefix, source, encoder_mask)
+        logits = self.model.decode(prefix, source, encoder_mask)
         return logits[:, -1, :], state
 
     @staticmethod
@@ -165,7 +165,7 @@ def _scatter_rows(full, rows, part):
         full, part)
 
 
-def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
+def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
                   static_cache=False, start_id=START_ID, end_id=END_ID):
     """Greedy decoding: the arg-max token at every step.
 
@@ -174,12 +174,13 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
     need, not its longest sentence times its size.
 
     Args:
-        parts: ``keras_trm.models.TransformerParts`` of a trained model.
+        model: a ``keras_trm.models.Transformer`` (or any object with its
+            decoding methods: ``encode``, ``decode_step``, ...).
         encoder_tokens: int ``(batch, T_src)`` source ids (0 = padding).
         max_length: int, tokens to generate at most (default T_src + 50,
             capped by the model's max_length - 1).
         use_cache: use the key/value cache (False: recompute the prefix).
-        static_cache: use ``decode_step``'s fixed-size caches (static
+        static_cache: use ``static_decode_step``'s fixed-size caches (static
             shapes, for ``tf.function(jit_compile=True)``); by default the
             caches grow by one position per step (faster in graph mode).
             The ids are the same either way.
@@ -196,24 +197,23 @@ def greedy_search(parts, encoder_tokens, max_length=None, use_cache=True,
     Example:
 
     >>> import numpy as np
-    >>> from keras_trm.models import TransformerParts, transformer
+    >>> from keras_trm.models import transformer
     >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
     ...                     max_length=12)
-    >>> parts = TransformerParts(model)
     >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")   # ids + END, 0-padded
-    >>> ids = greedy_search(parts, source, max_length=6)
+    >>> ids = greedy_search(model, source, max_length=6)
     >>> tuple(ids.shape), ids.dtype.name
     ((2, 6), 'int32')
-    >>> bool(np.array_equal(ids, greedy_search(parts, source, max_length=6,
+    >>> bool(np.array_equal(ids, greedy_search(model, source, max_length=6,
     ...                                        use_cache=False)))
     True
     """
     encoder_tokens = _check_tokens(encoder_tokens)
-    steps = _decode_length(parts, encoder_tokens, max_length)
+    steps = _decode_length(model, encoder_tokens, max_length)
     batch = tf.shape(encoder_tokens)[0]
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
-    encoder_outputs = parts.encode(encoder_tokens)
-    stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1,
+    encoder_outputs = model.encode(encoder_tokens)
+    stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
                        use_cache, static_cache)
 
     sequences = tf.concat(
@@ -309,7 +309,7 @@ def _sort_by_rank_then_score(rank, score):
 
 
 def beam_search(
-    parts,
+    model,
     encoder_tokens,
     beam_size=4,
     length_penalty_alpha=0.6,
@@ -335,7 +335,7 @@ def beam_search(
     batch go on, so batched and one-by-one decoding agree.
 
     Args:
-        parts: ``keras_trm.models.TransformerParts``.
+        model: as in ``greedy_search``.
         encoder_tokens: int ``(batch, T_src)``.
         beam_size: int >= 1 (4 in the paper).
         length_penalty_alpha: α >= 0 (0.6 in the paper; 0 = raw log-prob).
@@ -363,19 +363,18 @@ def beam_search(
     Example:
 
     >>> import numpy as np
-    >>> from keras_trm.models import TransformerParts, transformer
+    >>> from keras_trm.models import transformer
     >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
     ...                     max_length=12)
-    >>> parts = TransformerParts(model)
     >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")
-    >>> best, beams, scores = beam_search(parts, source, beam_size=3,
+    >>> best, beams, scores = beam_search(model, source, beam_size=3,
     ...                                   max_length=6, return_all=True)
     >>> tuple(best.shape), tuple(beams.shape), tuple(scores.shape)
     ((2, 6), (2, 3, 6), (2, 3))
     >>> bool(np.all(scores[:, :-1] >= scores[:, 1:]))   # best first
     True
-    >>> bool(np.array_equal(beam_search(parts, source, beam_size=1, max_length=6),
-    ...                     greedy_search(parts, source, max_length=6)))
+    >>> bool(np.array_equal(beam_search(model, source, beam_size=1, max_length=6),
+    ...                     greedy_search(model, source, max_length=6)))
     True
     """
     if int(beam_size) < 1:
@@ -388,9 +387,9 @@ def beam_search(
     k = int(beam_size)
     alpha = float(length_penalty_alpha)
     encoder_tokens = _check_tokens(encoder_tokens)
-    steps = _decode_length(parts, encoder_tokens, max_length)
+    steps = _decode_length(model, encoder_tokens, max_length)
     batch = tf.shape(encoder_tokens)[0]
-    vocab = int(parts.vocabulary_size)
+    vocab = int(model.target_vocabulary_size)
     # 2k candidates: at most k of them (one per live hypothesis) end, so
     # at least k remain live.
     num_candidates = min(2 * k, k * vocab)
@@ -398,10 +397,10 @@ def beam_search(
 
     # Encode once, then give each of the k live hypotheses its own row.
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
-    encoder_outputs = parts.encode(encoder_tokens)
+    encoder_outputs = model.encode(encoder_tokens)
     encoder_outputs = tf.repeat(encoder_outputs, k, axis=0)
     encoder_mask = tf.repeat(encoder_mask, k, axis=0)
-    stepper = _Stepper(parts, encoder_outputs, encoder_mask, steps + 1,
+    stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
                        use_cache, static_cache)
 
     alive_seq = tf.concat(

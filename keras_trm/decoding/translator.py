@@ -4,7 +4,7 @@ one TensorFlow graph (the function a SavedModel serves)."""
 import tensorflow as tf
 
 from keras_trm.decoding.search import beam_search, greedy_search
-from keras_trm.models.transformer import TransformerParts
+from keras_trm.models.transformer import as_transformer
 from keras_trm.text.wordpiece import END_ID
 
 
@@ -40,14 +40,13 @@ class Translator(tf.Module):
     def __init__(self, model, tokenizer, beam_size=4, length_penalty_alpha=0.6,
                  max_source_length=None, name=None):
         super().__init__(name=name)
-        self.model = model
+        self.model = as_transformer(model)
         self.tokenizer = tokenizer
-        self.parts = TransformerParts(model)
         if int(beam_size) < 1:
             raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
         self.beam_size = int(beam_size)
         self.length_penalty_alpha = float(length_penalty_alpha)
-        limit = self.parts.max_length
+        limit = self.model.max_length
         self.max_source_length = int(max_source_length or limit)
         if not 1 < self.max_source_length <= limit:
             raise ValueError(
@@ -65,9 +64,9 @@ class Translator(tf.Module):
 
     def generate_ids(self, encoder_tokens):
         if self.beam_size == 1:
-            return greedy_search(self.parts, encoder_tokens)
+            return greedy_search(self.model, encoder_tokens)
         return beam_search(
-            self.parts, encoder_tokens, beam_size=self.beam_size,
+            self.model, encoder_tokens, beam_size=self.beam_size,
             length_penalty_alpha=self.length_penalty_alpha,
         )
 

@@ -94,7 +94,7 @@ def _numpy(variable):
                       else variable, dtype=np.float32)
 
 
-def _check_supported(parts):
+def _check_supported(model):
     """Raises ValueError naming anything CTranslate2's TransformerSpec (as we
     map it) cannot express."""
     import keras
@@ -102,36 +102,36 @@ def _check_supported(parts):
     from keras_trm.layers.multi_head_attention import MultiHeadAttention
     from keras_trm.layers.positional_embedding import PositionalEmbedding
 
-    if not parts.encoder_layers or not parts.decoder_layers:
+    if not model.encoder_layers or not model.decoder_layers:
         raise ValueError(
             "`model` has no encoder_layer_0/decoder_layer_0: it is not a "
             "keras_trm.models.transformer() encoder-decoder"
         )
-    if len(parts.encoder_layers) != len(parts.decoder_layers):
+    if len(model.encoder_layers) != len(model.decoder_layers):
         # CT2 accepts different depths; the builder makes them equal, so a
         # mismatch means a model we did not build.
         raise ValueError(
-            f"`model` has {len(parts.encoder_layers)} encoder and "
-            f"{len(parts.decoder_layers)} decoder layers; "
+            f"`model` has {len(model.encoder_layers)} encoder and "
+            f"{len(model.decoder_layers)} decoder layers; "
             "keras_trm.models.transformer() builds equal stacks"
         )
-    for emb in (parts.source_embedding, parts.target_embedding):
+    for emb in (model.source_embedding, model.target_embedding):
         if not isinstance(emb, PositionalEmbedding):
             raise ValueError(
                 f"layer {emb.name!r} is {type(emb).__name__}, expected "
                 "keras_trm PositionalEmbedding"
             )
-    blocks = parts.encoder_layers + parts.decoder_layers
+    blocks = model.encoder_layers + model.decoder_layers
     norm_first = {block.norm_first for block in blocks}
     if len(norm_first) != 1:
         raise ValueError("`model` mixes pre-LN and post-LN blocks "
                          f"(norm_first values {sorted(norm_first)})")
-    if norm_first == {True} and (parts.encoder_final_norm is None
-                                 or parts.decoder_final_norm is None):
+    if norm_first == {True} and (model.encoder_final_norm is None
+                                 or model.decoder_final_norm is None):
         raise ValueError("pre-LN `model` without encoder_final_norm/"
                          "decoder_final_norm is not supported")
     epsilons = {float(block.layer_norm_epsilon) for block in blocks}
-    for norm in (parts.encoder_final_norm, parts.decoder_final_norm):
+    for norm in (model.encoder_final_norm, model.decoder_final_norm):
         if norm is not None:
             epsilons.add(float(norm.epsilon))
     if len(epsilons) != 1:
@@ -157,10 +157,10 @@ def _check_supported(parts):
                     f"attention {att.name!r} of {block.name!r} has "
                     f"value_dim={att.value_dim} != key_dim={att.key_dim}"
                 )
-            if att.num_heads != parts.num_heads:
+            if att.num_heads != model.num_heads:
                 raise ValueError(
                     f"attention {att.name!r} of {block.name!r} has "
-                    f"{att.num_heads} heads, others {parts.num_heads}: "
+                    f"{att.num_heads} heads, others {model.num_heads}: "
                     "CTranslate2 uses one num_heads per model"
                 )
             if att.output_kernel.shape[-1] != att.query_kernel.shape[0]:
@@ -367,10 +367,10 @@ def build_spec(model, vocabulary):
     ctranslate2 = _import_ctranslate2()
     from ctranslate2.specs import transformer_spec
 
-    from keras_trm.models.transformer import TransformerParts
+    from keras_trm.models.transformer import as_transformer
 
-    parts = TransformerParts(model)  # ValueError if not a transformer()
-    _check_supported(parts)
+    model = as_transformer(model)  # ValueError if not a transformer()
+    _check_supported(model)
     vocabulary = list(vocabulary)
     if tuple(vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
         raise ValueError(f"`vocabulary` must start with {RESERVED_TOKENS}, got "
@@ -378,8 +378,8 @@ def build_spec(model, vocabulary):
     if len(set(vocabulary)) != len(vocabulary):
         raise ValueError("`vocabulary` has duplicate tokens; CTranslate2 "
                          "maps tokens to ids by string")
-    sizes = {"source": parts.source_embedding.vocabulary_size,
-             "target": parts.vocabulary_size}
+    sizes = {"source": model.source_embedding.vocabulary_size,
+             "target": model.target_vocabulary_size}
     for side, size in sizes.items():
         if size != len(vocabulary):
             raise ValueError(
@@ -387,21 +387,21 @@ def build_spec(model, vocabulary):
                 f"{side} vocabulary has {size}"
             )
 
-    pre_norm = bool(parts.encoder_layers[0].norm_first)
+    pre_norm = bool(model.encoder_layers[0].norm_first)
     spec = transformer_spec.TransformerSpec.from_config(
-        len(parts.encoder_layers), parts.num_heads, pre_norm=pre_norm,
+        len(model.encoder_layers), model.num_heads, pre_norm=pre_norm,
         activation=ctranslate2.specs.Activation.RELU,
     )
     _set_embedding_and_positions(spec.encoder, spec.encoder.embeddings[0],
-                                 parts.source_embedding)
+                                 model.source_embedding)
     _set_embedding_and_positions(spec.decoder, spec.decoder.embeddings,
-                                 parts.target_embedding)
-    for layer_spec, block in zip(spec.encoder.layer, parts.encoder_layers):
+                                 model.target_embedding)
+    for layer_spec, block in zip(spec.encoder.layer, model.encoder_layers):
         _set_attention(layer_spec.self_attention, block.self_attention, True)
         _set_norm(layer_spec.self_attention.layer_norm,
                   block.self_attention_norm)
         _set_ffn(layer_spec.ffn, block)
-    for layer_spec, block in zip(spec.decoder.layer, parts.decoder_layers):
+    for layer_spec, block in zip(spec.decoder.layer, model.decoder_layers):
         _set_attention(layer_spec.self_attention, block.self_attention, True)
         _set_norm(layer_spec.self_attention.layer_norm,
                   block.self_attention_norm)
@@ -409,12 +409,12 @@ def build_spec(model, vocabulary):
         _set_norm(layer_spec.attention.layer_norm, block.cross_attention_norm)
         _set_ffn(layer_spec.ffn, block)
     if pre_norm:
-        _set_norm(spec.encoder.layer_norm, parts.encoder_final_norm)
-        _set_norm(spec.decoder.layer_norm, parts.decoder_final_norm)
-    if parts.output_projection is None:  # tied: logits = h · Eᵀ
-        spec.decoder.projection.weight = _numpy(parts.target_embedding.embeddings)
+        _set_norm(spec.encoder.layer_norm, model.encoder_final_norm)
+        _set_norm(spec.decoder.layer_norm, model.decoder_final_norm)
+    if model.output_projection is None:  # tied: logits = h · Eᵀ
+        spec.decoder.projection.weight = _numpy(model.target_embedding.embeddings)
     else:
-        dense = parts.output_projection
+        dense = model.output_projection
         _set_linear(spec.decoder.projection, _numpy(dense.kernel),
                     None if dense.bias is None else _numpy(dense.bias))
 
@@ -427,7 +427,7 @@ def build_spec(model, vocabulary):
     spec.config.add_source_bos = False
     spec.config.add_source_eos = True  # our encoder input is ids + [END]
     spec.config.layer_norm_epsilon = float(
-        parts.encoder_layers[0].layer_norm_epsilon)
+        model.encoder_layers[0].layer_norm_epsilon)
     spec.validate()
     return spec
 
@@ -536,14 +536,14 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
     converter = ctranslate2_converter(model, vocabulary)
     with atomic_directory(output_dir) as tmp:
         converter.convert(str(tmp), quantization=quantization, force=True)
-        from keras_trm.models.transformer import TransformerParts
+        from keras_trm.models.transformer import as_transformer
 
-        parts = TransformerParts(model)
+        model = as_transformer(model)
         metadata = {
             "format": "keras_trm CTranslate2 export",
             "model_name": model.name,
-            "max_length": int(parts.max_length),
-            "source_max_length": int(parts.source_embedding.max_length),
+            "max_length": int(model.max_length),
+            "source_max_length": int(model.source_embedding.max_length),
             "quantization": quantization,
             "reserved_tokens": list(RESERVED_TOKENS),
             "pad_id": PAD_ID,

@@ -143,38 +143,39 @@ _VOCABULARY_KEY = "keras_trm_vocabulary"
 _CONFIG_KEY = "keras_trm_translator_config"
 
 
-def _translator_module(parts, batch_size, source_length, cache_length):
+def _translator_module(model, batch_size, source_length, cache_length):
     """A ``tf.Module`` with the ``encode`` and ``decode_step`` functions.
 
-    Built from ``TransformerParts``' public pieces (``encode``,
-    ``cross_attention_caches``, ``empty_self_attention_caches``,
-    ``decode_step``); cache shapes come from tracing them, not from here.
+    Built from the ``Transformer``'s fixed-cache decoding methods
+    (``encode``, ``static_cross_attention_caches``,
+    ``static_empty_self_attention_caches``, ``static_decode_step``); cache
+    shapes come from tracing them, not from here.
     """
     import tensorflow as tf
 
-    num_layers = len(parts.decoder_layers)
+    num_layers = len(model.decoder_layers)
     source_spec = tf.TensorSpec([batch_size, source_length], tf.int32,
                                 name="source_ids")
 
     # Shapes of the caches, from the pieces themselves.
     cross_shapes = [
         c.shape for c in tf.function(
-            lambda ids: parts.cross_attention_caches(parts.encode(ids))
+            lambda ids: model.static_cross_attention_caches(model.encode(ids))
         ).get_concrete_function(source_spec).structured_outputs
     ]
     self_shapes = [
-        tuple(c.shape) for c in parts.empty_self_attention_caches(
+        tuple(c.shape) for c in model.static_empty_self_attention_caches(
             batch_size, cache_length, "float32")
     ]
 
     module = tf.Module()
-    module.model = parts.model  # tracks the variables
+    module.model = model  # tracks the variables
 
     @tf.function(input_signature=[source_spec])
     def encode(source_ids):
-        encoder_outputs = parts.encode(source_ids)
+        encoder_outputs = model.encode(source_ids)
         out = {"encoder_outputs": encoder_outputs}
-        for i, cache in enumerate(parts.cross_attention_caches(encoder_outputs)):
+        for i, cache in enumerate(model.static_cross_attention_caches(encoder_outputs)):
             out[f"cross_attention_cache_{i}"] = cache
         return out
 
@@ -191,7 +192,7 @@ def _translator_module(parts, batch_size, source_length, cache_length):
 
     @tf.function(input_signature=[decode_spec])
     def decode_step(inputs):
-        logits, caches = parts.decode_step(
+        logits, caches = model.static_decode_step(
             inputs["token"],
             inputs["index"],
             [inputs[f"self_attention_cache_{i}"] for i in range(num_layers)],
@@ -368,7 +369,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
 
     import tensorflow as tf
 
-    from keras_trm.models.transformer import TransformerParts
+    from keras_trm.models.transformer import as_transformer
     from keras_trm.text.wordpiece import RESERVED_TOKENS
 
     path = pathlib.Path(path)
@@ -378,8 +379,8 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}, got "
                          f"quantize={quantize!r}")
     _check_int_at_least_1("batch_size", batch_size)
-    parts = TransformerParts(model)
-    limit = int(parts.max_length)
+    model = as_transformer(model)
+    limit = int(model.max_length)
     source_length = limit if max_source_length is None else max_source_length
     if isinstance(source_length, bool) or not isinstance(source_length, int) \
             or not 1 < source_length <= limit:
@@ -389,15 +390,15 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     if tuple(vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
         raise ValueError(f"`vocabulary` must start with {RESERVED_TOKENS}, "
                          f"got {tuple(vocabulary[:4])}")
-    if len(vocabulary) != parts.vocabulary_size:
+    if len(vocabulary) != model.target_vocabulary_size:
         raise ValueError(f"`vocabulary` has {len(vocabulary)} tokens but the "
-                         f"model's output has {parts.vocabulary_size}")
+                         f"model's output has {model.target_vocabulary_size}")
     if any("\n" in token for token in vocabulary):
         raise ValueError("`vocabulary` tokens must not contain newlines")
     if path.exists():
         raise FileExistsError(f"`path` {str(path)!r} already exists")
 
-    module = _translator_module(parts, batch_size, source_length, limit)
+    module = _translator_module(model, batch_size, source_length, limit)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".tmp-savedmodel-") as saved, \
             atomic_file(path, suffix=".tflite") as tmp:
@@ -415,7 +416,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
                 "the translator graph needs ops that are not LiteRT builtins "
                 f"(Select TF ops are not allowed): {error}") from error
         config = {"batch_size": batch_size, "max_source_length": source_length,
-                  "max_length": limit, "num_layers": len(parts.decoder_layers),
+                  "max_length": limit, "num_layers": len(model.decoder_layers),
                   "vocabulary_size": len(vocabulary), "quantize": quantize}
         flatbuffer = _add_metadata(flatbuffer, {
             _VOCABULARY_KEY: ("\n".join(vocabulary) + "\n").encode("utf-8"),
@@ -432,10 +433,12 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     return path
 
 
-class _LiteRTParts:
-    """The fixed-cache decoding interface of ``TransformerParts``
-    (``encode``, ``cross_attention_caches``, ``empty_self_attention_caches``,
-    ``decode_step``; what ``keras_trm.decoding.search`` calls with
+class _LiteRTModel:
+    """The fixed-cache decoding interface of ``Transformer``
+    (``encode``, ``static_cross_attention_caches``,
+    ``static_empty_self_attention_caches``, ``static_decode_step``,
+    ``max_length``, ``target_vocabulary_size``; what
+    ``keras_trm.decoding.search`` calls with
     ``static_cache=True``) over a translator file's ``encode`` /
     ``decode_step`` signatures, so that the searches run on the LiteRT
     interpreter unchanged (eagerly, one interpreter call per step).
@@ -449,12 +452,12 @@ class _LiteRTParts:
     def __init__(self, runner):
         self.runner = runner
         self.max_length = runner.max_length
-        self.vocabulary_size = int(runner.config["vocabulary_size"])
+        self.target_vocabulary_size = int(runner.config["vocabulary_size"])
 
     def encode(self, encoder_tokens):
         return encoder_tokens
 
-    def cross_attention_caches(self, source_ids):
+    def static_cross_attention_caches(self, source_ids):
         import tensorflow as tf
 
         ids = np.asarray(source_ids, np.int32)
@@ -464,15 +467,16 @@ class _LiteRTParts:
         return ([tf.constant(out[f"cross_attention_cache_{i}"])
                  for i in range(self.runner.num_layers)], tf.constant(source))
 
-    def empty_self_attention_caches(self, batch_size, max_length, dtype):
+    def static_empty_self_attention_caches(self, batch_size, max_length,
+                                           dtype):
         import tensorflow as tf
 
         details = self.runner._decode.get_input_details()
         return [tf.zeros(details[f"self_attention_cache_{i}"]["shape"], tf.float32)
                 for i in range(self.runner.num_layers)]
 
-    def decode_step(self, tokens, index, self_caches, cross_caches,
-                    encoder_padding_mask):
+    def static_decode_step(self, tokens, index, self_caches, cross_caches,
+                           encoder_padding_mask):
         import tensorflow as tf
 
         caches, source = cross_caches
@@ -593,13 +597,13 @@ class LiteRTTranslator:
 
         from keras_trm.decoding.search import beam_search, greedy_search
 
-        parts = _LiteRTParts(self)
+        model = _LiteRTModel(self)
         block = tf.constant(block)
         if self.beam_size == 1:
-            ids = greedy_search(parts, block, static_cache=True,
+            ids = greedy_search(model, block, static_cache=True,
                                 start_id=self.start_id, end_id=self.end_id)
         else:
-            ids = beam_search(parts, block, beam_size=self.beam_size,
+            ids = beam_search(model, block, beam_size=self.beam_size,
                               length_penalty_alpha=self.length_penalty_alpha,
                               static_cache=True, start_id=self.start_id,
                               end_id=self.end_id)

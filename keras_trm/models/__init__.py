@@ -9,7 +9,8 @@ from keras_trm.models.classifiers import (
     text_classifier,
 )
 from keras_trm.models.transformer import (
-    TransformerParts,
+    Transformer,
+    as_transformer,
     transformer,
     transformer_base,
     transformer_big,
@@ -23,12 +24,13 @@ from keras_trm.models.transformer_xl import (
 __all__ = [
     "check_images",
     "ClassifierModel",
-    "TransformerParts",
+    "Transformer",
     "TransformerXLLM",
     "encoder_classifier",
     "lenet_cnn",
     "lstm_classifier",
     "text_classifier",
+    "as_transformer",
     "transformer",
     "transformer_base",
     "transformer_big",

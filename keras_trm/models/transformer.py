@@ -23,23 +23,9 @@ from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
 TIE_MODES = {"all", "decoder", "none"}
 
 
-def transformer(
-    vocabulary_size,
-    num_layers=6,
-    d_model=512,
-    num_heads=8,
-    d_ff=2048,
-    dropout_rate=0.1,
-    attention_dropout_rate=0.0,
-    max_length=256,
-    position="sinusoidal",
-    tie_embeddings="all",
-    target_vocabulary_size=None,
-    norm_first=False,
-    layer_norm_epsilon=1e-6,
-    name="transformer",
-):
-    """Builds an encoder-decoder Transformer returning next-token logits.
+@keras.saving.register_keras_serializable(package="keras_trm")
+class Transformer(keras.Model):
+    """The encoder-decoder Transformer: a functional model that decodes.
 
     Architecture (Vaswani et al. 2017, §3, Figure 1): token embedding x
     sqrt(d_model) + position encoding, dropout (§5.4); ``num_layers``
@@ -51,9 +37,19 @@ def transformer(
     vocabulary); ``"decoder"`` ties only the target side (needs
     ``target_vocabulary_size``); ``"none"`` ties nothing.
 
+    Called on ``{"encoder_tokens", "decoder_tokens"}`` it is the teacher-forced
+    model that ``fit`` trains. For decoding it exposes the same computation
+    in pieces, built from its own layers (keras-hub's ``call_with_cache``
+    pattern): ``encode`` runs the encoder once; ``cross_attention_caches``
+    projects the encoder output into each decoder layer's keys/values once;
+    ``decode_step`` runs the decoder for one position over per-layer
+    self-attention caches that grow by one position per step. The
+    ``static_*`` methods do the same over fixed-size caches (static shapes:
+    XLA, LiteRT). ``keras_trm.decoding``'s searches take the model itself.
+
     Args:
-        vocabulary_size: int, the (source, or shared) vocabulary size; id 0 is
-            padding.
+        vocabulary_size: int, the (source, or shared) vocabulary size; id 0
+            is padding.
         num_layers: N, encoder and decoder layers each.
         d_model, num_heads, d_ff: model width, heads (must divide d_model),
             FFN inner width.
@@ -64,15 +60,340 @@ def transformer(
         tie_embeddings: ``"all"``, ``"decoder"`` or ``"none"``.
         target_vocabulary_size: int; target vocabulary when not shared.
         norm_first: pre-LN blocks (plus a final LayerNorm per stack).
+        layer_norm_epsilon: float.
+        dtype: the layers' dtype policy (default: the global policy, e.g.
+            ``"mixed_bfloat16"``); logits are float32 either way.
+        name: the model's name.
 
-    Returns:
-        ``keras.Model`` with inputs ``{"encoder_tokens": int32 (batch,
-        T_src), "decoder_tokens": int32 (batch, T_tgt)}`` and output float32
-        logits ``(batch, T_tgt, target vocabulary)``.
+    Inputs / outputs: ``{"encoder_tokens": int32 (batch, T_src),
+    "decoder_tokens": int32 (batch, T_tgt)}`` -> float32 logits
+    ``(batch, T_tgt, target vocabulary)``.
 
     Raises:
         ValueError: ``d_model`` not divisible by ``num_heads``; a bad
             ``tie_embeddings``; a shared tie with two vocabulary sizes.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = Transformer(vocabulary_size=20, num_layers=1, d_model=8,
+    ...                     num_heads=2, d_ff=8, max_length=8)
+    >>> src = np.array([[5, 6, 3]], "int32")
+    >>> enc = model.encode(src)
+    >>> cross = model.cross_attention_caches(enc)
+    >>> caches = model.empty_self_attention_caches(1, enc.dtype)
+    >>> logits, caches = model.decode_step(
+    ...     np.array([[2]], "int32"), 0, caches, cross, src != 0)
+    >>> tuple(logits.shape), tuple(caches[0][0].shape)   # (batch, h, 1, d_k)
+    ((1, 20), (1, 2, 1, 4))
+    >>> full = model({"encoder_tokens": src,
+    ...               "decoder_tokens": np.array([[2]], "int32")})
+    >>> bool(np.allclose(full[:, 0], logits, atol=1e-5))
+    True
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers=6,
+        d_model=512,
+        num_heads=8,
+        d_ff=2048,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.0,
+        max_length=256,
+        position="sinusoidal",
+        tie_embeddings="all",
+        target_vocabulary_size=None,
+        norm_first=False,
+        layer_norm_epsilon=1e-6,
+        dtype=None,
+        name="transformer",
+        **kwargs,
+    ):
+        v.positive_int("vocabulary_size", vocabulary_size)
+        v.positive_int("num_layers", num_layers)
+        v.positive_int("d_model", d_model)
+        v.positive_int("num_heads", num_heads)
+        v.divisible("d_model", d_model, "num_heads", num_heads)
+        v.one_of("tie_embeddings", tie_embeddings, TIE_MODES)
+        if target_vocabulary_size is None:
+            target_vocabulary_size = vocabulary_size
+        v.positive_int("target_vocabulary_size", target_vocabulary_size)
+        if tie_embeddings == "all" and target_vocabulary_size != vocabulary_size:
+            raise ValueError(
+                "tie_embeddings='all' needs one shared vocabulary, got "
+                f"vocabulary_size={vocabulary_size} and "
+                f"target_vocabulary_size={target_vocabulary_size}"
+            )
+        policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
+
+        # === Layers, and the functional graph (teacher forcing) ===
+        # Each layer is made right before its first call, in graph order:
+        # layers draw their initializer and dropout seeds when they are
+        # made, so this order fixes the initial weights for a given seed.
+        def embedding(vocab, layer_name):
+            return PositionalEmbedding(vocab, d_model, max_length,
+                                       position=position, dtype=policy,
+                                       name=layer_name)
+
+        def final_norm(layer_name):
+            if not norm_first:
+                return None
+            return keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=policy, name=layer_name)
+
+        if tie_embeddings == "all":
+            self.source_embedding = self.target_embedding = embedding(
+                vocabulary_size, "embedding")
+        else:
+            self.source_embedding = embedding(vocabulary_size,
+                                              "source_embedding")
+            self.target_embedding = embedding(target_vocabulary_size,
+                                              "target_embedding")
+        block_kwargs = dict(
+            num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon,
+            dtype=policy,
+        )
+        encoder_tokens = keras.Input((None,), dtype="int32",
+                                     name="encoder_tokens")
+        decoder_tokens = keras.Input((None,), dtype="int32",
+                                     name="decoder_tokens")
+        encoder_padding_mask = ops.not_equal(encoder_tokens, 0)
+        decoder_padding_mask = ops.not_equal(decoder_tokens, 0)
+
+        # Encoder stack.
+        x = self.source_embedding(encoder_tokens)
+        x = keras.layers.Dropout(dropout_rate, dtype=policy,
+                                 name="encoder_dropout")(x)
+        self.encoder_layers = []
+        for i in range(num_layers):
+            self.encoder_layers.append(TransformerEncoderBlock(
+                **block_kwargs, name=f"encoder_layer_{i}"))
+            x = self.encoder_layers[-1](x, padding_mask=encoder_padding_mask)
+        self.encoder_final_norm = final_norm("encoder_final_norm")
+        if self.encoder_final_norm is not None:
+            x = self.encoder_final_norm(x)
+        encoder_outputs = x
+
+        # Decoder stack.
+        y = self.target_embedding(decoder_tokens)
+        y = keras.layers.Dropout(dropout_rate, dtype=policy,
+                                 name="decoder_dropout")(y)
+        self.decoder_layers = []
+        for i in range(num_layers):
+            self.decoder_layers.append(TransformerDecoderBlock(
+                **block_kwargs, name=f"decoder_layer_{i}"))
+            y = self.decoder_layers[-1](
+                y,
+                encoder_outputs,
+                decoder_padding_mask=decoder_padding_mask,
+                encoder_padding_mask=encoder_padding_mask,
+            )
+        self.decoder_final_norm = final_norm("decoder_final_norm")
+        self.output_projection = None
+        if tie_embeddings == "none":
+            self.output_projection = keras.layers.Dense(
+                target_vocabulary_size, name="output_projection",
+                dtype="float32")
+        logits = self.logits(self._decoder_final(y))
+        super().__init__(
+            {"encoder_tokens": encoder_tokens,
+             "decoder_tokens": decoder_tokens},
+            logits, name=name, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.max_length = max_length
+        self.position = position
+        self.tie_embeddings = tie_embeddings
+        self.target_vocabulary_size = target_vocabulary_size
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.layers_dtype = policy.name
+        self.key_dim = d_model // num_heads
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "d_ff": self.d_ff,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "max_length": self.max_length,
+            "position": self.position,
+            "tie_embeddings": self.tie_embeddings,
+            "target_vocabulary_size": self.target_vocabulary_size,
+            "norm_first": self.norm_first,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "dtype": self.layers_dtype,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    # -- the pieces (what the functional graph above is made of) ----------
+
+    def _encoder_stack(self, x, padding_mask):
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask=padding_mask)
+        if self.encoder_final_norm is not None:
+            x = self.encoder_final_norm(x)
+        return x
+
+    def _decoder_final(self, y):
+        if self.decoder_final_norm is not None:
+            y = self.decoder_final_norm(y)
+        return y
+
+    def logits(self, hidden):
+        """float ``(..., d_model)`` decoder output -> float32 logits
+        ``(..., target vocabulary)`` (the tied ``h Eᵀ``, or the untied
+        projection)."""
+        if self.output_projection is not None:
+            return ops.cast(self.output_projection(hidden), "float32")
+        return self.target_embedding(hidden, reverse=True)
+
+    def encode(self, encoder_tokens):
+        """int ``(batch, T_src)`` ids (0 = padding) -> encoder outputs
+        ``(batch, T_src, d_model)`` (inference: no dropout)."""
+        return self._encoder_stack(self.source_embedding(encoder_tokens),
+                                   ops.not_equal(encoder_tokens, 0))
+
+    def decode(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
+        """The decoder over a whole prefix, without a cache: int ``(batch,
+        T)`` ids -> float32 logits ``(batch, T, target vocabulary)``."""
+        y = self.target_embedding(decoder_tokens)
+        decoder_mask = ops.not_equal(decoder_tokens, 0)
+        for layer in self.decoder_layers:
+            y = layer(y, encoder_outputs, decoder_padding_mask=decoder_mask,
+                      encoder_padding_mask=encoder_padding_mask)
+        return self.logits(self._decoder_final(y))
+
+    # -- incremental decoding over caches that grow (what searches use) ---
+
+    def cross_attention_caches(self, encoder_outputs):
+        """Per decoder layer ``(keys, values)``, each float ``(batch, h,
+        T_src, d_k)``: the encoder output projected once per sentence."""
+        return [layer.cross_attention_key_value_heads(encoder_outputs)
+                for layer in self.decoder_layers]
+
+    def empty_self_attention_caches(self, batch_size, dtype):
+        """Per decoder layer ``(keys, values)`` of 0 positions: float
+        ``(batch, h, 0, d_k)``."""
+        empty = ops.zeros((batch_size, self.num_heads, 0, self.key_dim), dtype)
+        return [(empty, empty) for _ in self.decoder_layers]
+
+    def output_kernel(self):
+        """``(d_model, vocab)``: the tied output projection (the transposed
+        embedding table), to transpose once per search instead of once per
+        step; None when the output layer is untied."""
+        if self.output_projection is not None:
+            return None
+        table = self.target_embedding.embeddings
+        return ops.transpose(ops.cast(table, self.target_embedding.compute_dtype))
+
+    def decode_step(self, tokens, index, self_caches, cross_caches,
+                    encoder_padding_mask, output_kernel=None):
+        """One decoder position over head-major caches that grow.
+
+        Args:
+            tokens: int ``(batch, 1)``, the token at position ``index``.
+            index: int scalar (tensor), the position; ``self_caches`` hold
+                positions ``0 .. index - 1``.
+            self_caches: per layer ``(keys, values)`` float ``(batch, h,
+                index, d_k)`` (``empty_self_attention_caches`` at index 0).
+            cross_caches: from ``cross_attention_caches``.
+            encoder_padding_mask: bool ``(batch, T_src)``.
+            output_kernel: optional ``output_kernel()`` (tied models).
+
+        Returns:
+            ``(logits (batch, vocab) float32, self_caches with index + 1
+            positions)``: the logits ``decode`` gives at position ``index``.
+        """
+        y = self.target_embedding(tokens, start_index=index)
+        # (batch, 1, 1, T_src): broadcast once for every layer's attention.
+        cross_mask = ops.expand_dims(ops.expand_dims(
+            ops.cast(encoder_padding_mask, "bool"), 1), 1)
+        new_caches = []
+        for layer, cache, cross in zip(self.decoder_layers, self_caches,
+                                       cross_caches):
+            y, cache = layer.call_with_cache(y, cache, cross, cross_mask)
+            new_caches.append(cache)
+        y = self._decoder_final(y)
+        if output_kernel is not None:
+            logits = ops.cast(ops.matmul(y, ops.cast(output_kernel, y.dtype)),
+                              "float32")
+            return logits[:, 0, :], new_caches
+        return self.logits(y)[:, 0, :], new_caches
+
+    # -- incremental decoding over fixed-size caches (static shapes) -------
+
+    def static_cross_attention_caches(self, encoder_outputs):
+        """Per decoder layer float ``(batch, 2, T_src, h, d_k)``."""
+        return [layer.precompute_cross_attention_cache(encoder_outputs)
+                for layer in self.decoder_layers]
+
+    def static_empty_self_attention_caches(self, batch_size, max_length,
+                                           dtype):
+        """Per decoder layer zeros ``(batch, 2, max_length, h, d_k)``."""
+        shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
+        return [ops.zeros(shape, dtype) for _ in self.decoder_layers]
+
+    def static_decode_step(self, tokens, index, self_caches, cross_caches,
+                           encoder_padding_mask):
+        """``decode_step`` over fixed-size caches (same logits).
+
+        Args:
+            tokens: int ``(batch, 1)``, the token at position ``index``.
+            index: int scalar tensor, the position.
+            self_caches: per layer ``(batch, 2, S, h, d_k)``; position
+                ``index`` is written.
+            cross_caches: from ``static_cross_attention_caches``.
+            encoder_padding_mask: bool ``(batch, T_src)``.
+
+        Returns:
+            ``(logits (batch, vocab) float32, new self_caches)``.
+        """
+        y = self.target_embedding(tokens, start_index=index)
+        new_caches = []
+        for layer, cache, cross in zip(self.decoder_layers, self_caches,
+                                       cross_caches):
+            y, cache = layer(
+                y,
+                encoder_padding_mask=encoder_padding_mask,
+                self_attention_cache=cache,
+                self_attention_cache_update_index=index,
+                cross_attention_cache=cross,
+            )
+            new_caches.append(cache)
+        return self.logits(self._decoder_final(y))[:, 0, :], new_caches
+
+
+def transformer(vocabulary_size, **kwargs):
+    """Builds an encoder-decoder ``Transformer`` (see its arguments).
+
+    Returns:
+        ``Transformer`` (a functional ``keras.Model``) with inputs
+        ``{"encoder_tokens": int32 (batch, T_src), "decoder_tokens": int32
+        (batch, T_tgt)}`` and output float32 logits ``(batch, T_tgt,
+        target vocabulary)``.
+
+    Raises:
+        ValueError: as ``Transformer``.
 
     Example:
 
@@ -85,88 +406,7 @@ def transformer(
     >>> tuple(logits.shape), keras.backend.standardize_dtype(logits.dtype)
     ((1, 3, 100), 'float32')
     """
-    v.positive_int("vocabulary_size", vocabulary_size)
-    v.positive_int("num_layers", num_layers)
-    v.positive_int("d_model", d_model)
-    v.positive_int("num_heads", num_heads)
-    v.divisible("d_model", d_model, "num_heads", num_heads)
-    v.one_of("tie_embeddings", tie_embeddings, TIE_MODES)
-    if target_vocabulary_size is None:
-        target_vocabulary_size = vocabulary_size
-    v.positive_int("target_vocabulary_size", target_vocabulary_size)
-    if tie_embeddings == "all" and target_vocabulary_size != vocabulary_size:
-        raise ValueError(
-            "tie_embeddings='all' needs one shared vocabulary, got "
-            f"vocabulary_size={vocabulary_size} and "
-            f"target_vocabulary_size={target_vocabulary_size}"
-        )
-
-    def embedding(vocab, layer_name):
-        return PositionalEmbedding(
-            vocab, d_model, max_length, position=position, name=layer_name
-        )
-
-    if tie_embeddings == "all":
-        source_embedding = target_embedding = embedding(
-            vocabulary_size, "embedding"
-        )
-    else:
-        source_embedding = embedding(vocabulary_size, "source_embedding")
-        target_embedding = embedding(target_vocabulary_size, "target_embedding")
-
-    block_kwargs = dict(
-        num_heads=num_heads,
-        d_ff=d_ff,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
-        norm_first=norm_first,
-        layer_norm_epsilon=layer_norm_epsilon,
-    )
-
-    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
-    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
-    encoder_padding_mask = ops.not_equal(encoder_tokens, 0)
-    decoder_padding_mask = ops.not_equal(decoder_tokens, 0)
-
-    # Encoder stack.
-    x = source_embedding(encoder_tokens)
-    x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
-    for i in range(num_layers):
-        x = TransformerEncoderBlock(**block_kwargs, name=f"encoder_layer_{i}")(
-            x, padding_mask=encoder_padding_mask
-        )
-    if norm_first:
-        x = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="encoder_final_norm"
-        )(x)
-    encoder_outputs = x
-
-    # Decoder stack.
-    y = target_embedding(decoder_tokens)
-    y = keras.layers.Dropout(dropout_rate, name="decoder_dropout")(y)
-    for i in range(num_layers):
-        y = TransformerDecoderBlock(**block_kwargs, name=f"decoder_layer_{i}")(
-            y,
-            encoder_outputs,
-            decoder_padding_mask=decoder_padding_mask,
-            encoder_padding_mask=encoder_padding_mask,
-        )
-    if norm_first:
-        y = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="decoder_final_norm"
-        )(y)
-
-    if tie_embeddings == "none":
-        logits = keras.layers.Dense(
-            target_vocabulary_size, name="output_projection", dtype="float32"
-        )(y)
-    else:
-        logits = target_embedding(y, reverse=True)
-    return keras.Model(
-        {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens},
-        logits,
-        name=name,
-    )
+    return Transformer(vocabulary_size, **kwargs)
 
 
 def transformer_base(vocabulary_size=37000, **kwargs):
@@ -217,208 +457,75 @@ def transformer_small(vocabulary_size=8000, **kwargs):
     return transformer(vocabulary_size, **config)
 
 
-class TransformerParts:
-    """The pieces of a model built by ``transformer()``, for decoding.
+def as_transformer(model):
+    """``model`` as a ``Transformer``, for models saved before it existed.
 
-    Decoding calls the encoder once and the decoder one token at a time with
-    a key/value cache; this class finds the layers by the names the builder
-    gives them, so any saved/loaded ``transformer()`` model can be decoded.
+    ``.keras`` files written by earlier versions of ``transformer()`` load
+    as plain functional models with the same layers; this rebuilds the
+    ``Transformer`` their layers describe (by layer type) and copies the
+    weights, so they decode like new ones. A ``Transformer`` is returned as
+    is.
 
-    ``decode_step`` works on fixed-size ``(batch, 2, S, h, d_k)`` caches
-    (static shapes, for XLA); ``fast_decode_step`` gives the same logits on
-    head-major caches that grow one position per step (what the searches
-    use by default, faster in graph mode).
+    Args:
+        model: a ``keras.Model`` built by ``transformer()``.
+
+    Returns:
+        ``Transformer`` with ``model``'s weights.
 
     Raises:
-        ValueError: the model was not built by ``transformer()``.
+        ValueError: ``model`` is not an encoder-decoder built by
+            ``transformer()``.
 
     Example:
 
     >>> import numpy as np
-    >>> model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                     max_length=8)
-    >>> parts = TransformerParts(model)
-    >>> src = np.array([[5, 6, 3]], "int32")
-    >>> enc = parts.encode(src)
-    >>> cross = parts.fast_cross_attention_caches(enc)
-    >>> caches = parts.fast_empty_self_attention_caches(1, enc.dtype)
-    >>> logits, caches = parts.fast_decode_step(
-    ...     np.array([[2]], "int32"), 0, caches, cross, src != 0)
-    >>> tuple(logits.shape), tuple(caches[0][0].shape)
-    ((1, 20), (1, 2, 1, 4))
+    >>> new = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                   max_length=8)
+    >>> old = keras.Model(new.inputs, new.outputs)   # a plain functional model
+    >>> model = as_transformer(old)
+    >>> type(model).__name__, all(np.array_equal(a, b) for a, b in
+    ...                           zip(model.get_weights(), old.get_weights()))
+    ('Transformer', True)
     """
+    if isinstance(model, Transformer):
+        return model
 
-    def __init__(self, model):
-        self.model = model
-        names = {layer.name for layer in model.layers}
-        if "embedding" in names:
-            self.source_embedding = self.target_embedding = model.get_layer(
-                "embedding"
-            )
-        elif "source_embedding" in names:
-            self.source_embedding = model.get_layer("source_embedding")
-            self.target_embedding = model.get_layer("target_embedding")
-        else:
-            raise ValueError(
-                f"`model` ({model.name!r}) was not built by "
-                "keras_trm.models.transformer(): it has no embedding layer"
-            )
-        self.encoder_layers = self._numbered("encoder_layer_")
-        self.decoder_layers = self._numbered("decoder_layer_")
-        self.encoder_final_norm = self._maybe("encoder_final_norm")
-        self.decoder_final_norm = self._maybe("decoder_final_norm")
-        self.output_projection = self._maybe("output_projection")
-        self.max_length = self.target_embedding.max_length
-        attention = self.decoder_layers[0].self_attention
-        self.num_heads = attention.num_heads
-        self.key_dim = attention.key_dim
-        self.vocabulary_size = (
-            self.output_projection.units
-            if self.output_projection is not None
-            else self.target_embedding.vocabulary_size
-        )
+    def of_type(cls):
+        return [layer for layer in getattr(model, "layers", [])
+                if isinstance(layer, cls)]
 
-    def _maybe(self, name):
-        try:
-            return self.model.get_layer(name)
-        except ValueError:
-            return None
-
-    def _numbered(self, prefix):
-        layers = []
-        while (layer := self._maybe(f"{prefix}{len(layers)}")) is not None:
-            layers.append(layer)
-        return layers
-
-    def encode(self, encoder_tokens):
-        """``(batch, T_src)`` ids -> ``(batch, T_src, d_model)`` outputs."""
-        mask = ops.not_equal(encoder_tokens, 0)
-        x = self.source_embedding(encoder_tokens)
-        for layer in self.encoder_layers:
-            x = layer(x, padding_mask=mask)
-        if self.encoder_final_norm is not None:
-            x = self.encoder_final_norm(x)
-        return x
-
-    def cross_attention_caches(self, encoder_outputs):
-        return [
-            layer.precompute_cross_attention_cache(encoder_outputs)
-            for layer in self.decoder_layers
-        ]
-
-    def empty_self_attention_caches(self, batch_size, max_length, dtype):
-        shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
-        return [ops.zeros(shape, dtype) for _ in self.decoder_layers]
-
-    def decode_step(self, tokens, index, self_caches, cross_caches,
-                    encoder_padding_mask):
-        """One incremental decoder step.
-
-        Args:
-            tokens: int ``(batch, 1)``, the token at position ``index``.
-            index: int scalar tensor, the position.
-            self_caches: list per layer of ``(batch, 2, S, h, d_k)``.
-            cross_caches: list per layer of ``(batch, 2, T_src, h, d_k)``.
-            encoder_padding_mask: bool ``(batch, T_src)``.
-
-        Returns:
-            ``(logits (batch, vocab) float32, new self_caches)``.
-        """
-        y = self.target_embedding(tokens, start_index=index)
-        new_caches = []
-        for layer, cache, cross in zip(
-            self.decoder_layers, self_caches, cross_caches
-        ):
-            y, cache = layer(
-                y,
-                encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache=cache,
-                self_attention_cache_update_index=index,
-                cross_attention_cache=cross,
-            )
-            new_caches.append(cache)
-        if self.decoder_final_norm is not None:
-            y = self.decoder_final_norm(y)
-        return self.logits(y)[:, 0, :], new_caches
-
-    # -- fast incremental decoding (what the searches use) -----------------
-    # Head-major caches that grow one position per step: each decoder
-    # layer's ``call_with_cache`` (``MultiHeadAttention.call_with_cache``
-    # inside). The arithmetic is that of ``decode_step``.
-
-    def fast_cross_attention_caches(self, encoder_outputs):
-        """Per decoder layer ``(keys, values)``, each float ``(batch, h,
-        T_src, d_k)``: the encoder output projected once per sentence."""
-        return [layer.cross_attention_key_value_heads(encoder_outputs)
-                for layer in self.decoder_layers]
-
-    def fast_empty_self_attention_caches(self, batch_size, dtype):
-        """Per decoder layer ``(keys, values)`` of 0 positions: float
-        ``(batch, h, 0, d_k)``."""
-        empty = ops.zeros((batch_size, self.num_heads, 0, self.key_dim), dtype)
-        return [(empty, empty) for _ in self.decoder_layers]
-
-    def fast_output_kernel(self):
-        """``(d_model, vocab)``: the tied output projection (the transposed
-        embedding table), to transpose once per search instead of once per
-        step; None when the output layer is untied."""
-        if self.output_projection is not None:
-            return None
-        table = self.target_embedding.embeddings
-        return ops.transpose(ops.cast(table, self.target_embedding.compute_dtype))
-
-    def fast_decode_step(self, tokens, index, self_caches, cross_caches,
-                         encoder_padding_mask, output_kernel=None):
-        """``decode_step`` on head-major caches (same logits).
-
-        Args:
-            tokens: int ``(batch, 1)``, the token at position ``index``.
-            index: int scalar (tensor), the position; ``self_caches`` hold
-                positions ``0 .. index - 1``.
-            self_caches: per layer ``(keys, values)`` float ``(batch, h,
-                index, d_k)``.
-            cross_caches: from ``fast_cross_attention_caches``.
-            encoder_padding_mask: bool ``(batch, T_src)``.
-            output_kernel: optional ``fast_output_kernel()`` (tied models).
-
-        Returns:
-            ``(logits (batch, vocab) float32, self_caches with index + 1
-            positions)``.
-        """
-        y = self.target_embedding(tokens, start_index=index)
-        # (batch, 1, 1, T_src): broadcast once for every layer's attention.
-        cross_mask = ops.expand_dims(ops.expand_dims(
-            ops.cast(encoder_padding_mask, "bool"), 1), 1)
-        new_caches = []
-        for layer, cache, cross in zip(self.decoder_layers, self_caches,
-                                       cross_caches):
-            y, cache = layer.call_with_cache(y, cache, cross, cross_mask)
-            new_caches.append(cache)
-        if self.decoder_final_norm is not None:
-            y = self.decoder_final_norm(y)
-        if output_kernel is not None:
-            logits = ops.cast(ops.matmul(y, ops.cast(output_kernel, y.dtype)),
-                              "float32")
-            return logits[:, 0, :], new_caches
-        return self.logits(y)[:, 0, :], new_caches
-
-    def decode_full(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
-        """Full (uncached) decoder pass: ``(batch, T)`` ids -> logits
-        ``(batch, T, vocab)``."""
-        y = self.target_embedding(decoder_tokens)
-        decoder_mask = ops.not_equal(decoder_tokens, 0)
-        for layer in self.decoder_layers:
-            y = layer(
-                y,
-                encoder_outputs,
-                decoder_padding_mask=decoder_mask,
-                encoder_padding_mask=encoder_padding_mask,
-            )
-        if self.decoder_final_norm is not None:
-            y = self.decoder_final_norm(y)
-        return self.logits(y)
-
-    def logits(self, hidden):
-        if self.output_projection is not None:
-            return ops.cast(self.output_projection(hidden), "float32")
-        return self.target_embedding(hidden, reverse=True)
+    embeddings = of_type(PositionalEmbedding)
+    encoder, decoder = (of_type(TransformerEncoderBlock),
+                        of_type(TransformerDecoderBlock))
+    dense = of_type(keras.layers.Dense)
+    if not (embeddings and encoder and len(encoder) == len(decoder)
+            and len(embeddings) <= 2 and len(dense) <= 1):
+        raise ValueError(
+            f"`model` ({getattr(model, 'name', model)!r}) was not built by "
+            "keras_trm.models.transformer()")
+    block, source = encoder[0], embeddings[0]
+    if len(embeddings) == 1:
+        tie, target_vocabulary_size = "all", None
+    else:
+        tie = "none" if dense else "decoder"
+        target_vocabulary_size = embeddings[1].vocabulary_size
+    rebuilt = Transformer(
+        source.vocabulary_size, num_layers=len(encoder), d_model=source.d_model,
+        num_heads=block.num_heads, d_ff=block.d_ff,
+        dropout_rate=block.dropout_rate,
+        attention_dropout_rate=block.attention_dropout_rate,
+        max_length=source.max_length, position=source.position,
+        tie_embeddings=tie, target_vocabulary_size=target_vocabulary_size,
+        norm_first=block.norm_first, layer_norm_epsilon=block.layer_norm_epsilon,
+        dtype=block.dtype_policy.name, name=model.name)
+    # Layer by layer in graph order (the two models list their weights in
+    # different orders when the embeddings are not shared).
+    new_layers, old_layers = ([layer for layer in m.layers if layer.weights]
+                              for m in (rebuilt, model))
+    if len(new_layers) != len(old_layers):
+        raise ValueError(
+            f"`model` ({model.name!r}) has {len(old_layers)} layers with "
+            f"weights, a transformer() of its configuration {len(new_layers)}")
+    for new, old in zip(new_layers, old_layers):
+        new.set_weights(old.get_weights())
+    return rebuilt

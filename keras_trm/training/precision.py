@@ -204,6 +204,14 @@ def float32_copy(model):
            for layer in model.layers):
         return model
 
+    from keras_trm.models.transformer import Transformer
+
+    if isinstance(model, Transformer):  # rebuilt as the class (it decodes)
+        copy = Transformer.from_config({**model.get_config(),
+                                        "dtype": "float32"})
+        copy.set_weights(model.get_weights())
+        return copy
+
     def clone(layer):
         config = layer.get_config()
         if "dtype" in config and not is_input(layer):  # layers, not ops
