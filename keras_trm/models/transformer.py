@@ -204,42 +204,25 @@ class Transformer(keras.Model):
              "decoder_tokens": decoder_tokens},
             logits, name=name, **kwargs)
 
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout_rate = dropout_rate
-        self.attention_dropout_rate = attention_dropout_rate
-        self.max_length = max_length
-        self.position = position
-        self.tie_embeddings = tie_embeddings
-        self.target_vocabulary_size = target_vocabulary_size
-        self.norm_first = norm_first
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.layers_dtype = policy.name
+        # === Config === (also attributes: model.d_model, model.max_length...)
+        self._config = dict(
+            vocabulary_size=vocabulary_size, num_layers=num_layers,
+            d_model=d_model, num_heads=num_heads, d_ff=d_ff,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            max_length=max_length, position=position,
+            tie_embeddings=tie_embeddings,
+            target_vocabulary_size=target_vocabulary_size,
+            norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon,
+            dtype=policy.name,
+        )
+        for key, value in self._config.items():
+            if key != "dtype":
+                setattr(self, key, value)
         self.key_dim = d_model // num_heads
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "d_ff": self.d_ff,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "max_length": self.max_length,
-            "position": self.position,
-            "tie_embeddings": self.tie_embeddings,
-            "target_vocabulary_size": self.target_vocabulary_size,
-            "norm_first": self.norm_first,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.layers_dtype,
-        }
+        return {"name": self.name, "trainable": self.trainable, **self._config}
 
     @classmethod
     def from_config(cls, config):
