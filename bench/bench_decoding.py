@@ -68,9 +68,8 @@ def parse_args(argv=None):
     p.add_argument("--latency-sentences", type=int, default=50)
     p.add_argument("--litert", action="store_true",
                    help="also run keras_trm.export.litert's translator")
-    p.add_argument("--litert-batch-size", type=int, default=16,
-                   help="rows per LiteRT call, fixed at export (beam k: "
-                        "batch/k sentences)")
+    p.add_argument("--litert-batch-size", type=int, default=None,
+                   help="sentences per LiteRT search (default: --batch-size)")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
                    help="OMP_WAIT_POLICY for CTranslate2's OpenMP threads "
                         "(PASSIVE suits a shared machine; '' keeps the "
@@ -255,13 +254,13 @@ def main(argv=None):
                 name = "litert" if quantize is None else "litert_int8"
                 path = workdir / f"{name}.tflite"
                 if not path.exists():
-                    export_translator_litert(
-                        model, path, vocab, quantize=quantize,
-                        batch_size=args.litert_batch_size)
+                    export_translator_litert(model, path, vocab,
+                                             quantize=quantize)
                 for search, size in searches.items():
                     lite = LiteRTTranslator(
                         path, num_threads=args.threads, beam_size=size,
-                        length_penalty_alpha=alpha)
+                        length_penalty_alpha=alpha,
+                        batch_size=args.litert_batch_size or args.batch_size)
                     systems[search][name] = lambda s, t=lite: t.translate_texts(s)
         except (ImportError, AttributeError, TypeError) as err:
             skipped["litert"] = f"{type(err).__name__}: {err}"

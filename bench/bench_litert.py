@@ -108,7 +108,7 @@ def main():
         if not path.exists():
             start = time.perf_counter()
             export_translator_litert(
-                model, path, vocab, batch_size=args.batch_size,
+                model, path, vocab,
                 quantize=None if quantize == "float32" else quantize)
             export_s = time.perf_counter() - start
         else:
@@ -119,7 +119,8 @@ def main():
         for beam in args.beams:
             runner = LiteRTTranslator(path, num_threads=args.threads,
                                       beam_size=beam,
-                                      length_penalty_alpha=args.alpha)
+                                      length_penalty_alpha=args.alpha,
+                                      batch_size=args.batch_size)
             runner.translate_texts(sources[:2])  # warm-up (tokenizer tracing)
             start = time.perf_counter()
             hyps = runner.translate_texts(sources)

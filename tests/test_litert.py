@@ -94,9 +94,9 @@ def tiny_translator(small_vocab, tmp_path_factory):
     embedding.assign(weights)
     folder = tmp_path_factory.mktemp("litert_translator")
     float32 = export_translator_litert(model, folder / "float32.tflite",
-                                       small_vocab, batch_size=4)
+                                       small_vocab)
     int8 = export_translator_litert(model, folder / "int8.tflite", small_vocab,
-                                    quantize="dynamic_int8", batch_size=4)
+                                    quantize="dynamic_int8")
     return model, float32, int8
 
 
@@ -146,16 +146,49 @@ def test_translator_file_is_builtin_only_with_metadata(tiny_translator,
                                                        small_vocab):
     _, path, _ = tiny_translator
     ops = litert_op_names(path)
-    assert "FULLY_CONNECTED" in ops and "DYNAMIC_UPDATE_SLICE" in ops
+    assert "FULLY_CONNECTED" in ops and "CONCATENATION" in ops
     assert not [op for op in ops if op.startswith("Flex") or op == "CUSTOM"
                 or op in ("VAR_HANDLE", "READ_VARIABLE")], ops
     runner = LiteRTTranslator(path, beam_size=1)
     assert runner.signatures["encode"]["inputs"] == ["source_ids"]
     assert set(runner.signatures["decode_step"]["outputs"]) == {
-        "logits", "self_attention_cache_0", "self_attention_cache_1"}
+        "logits", "self_keys_0", "self_values_0", "self_keys_1",
+        "self_values_1"}
+    # Dynamic shapes: rows, source and cache lengths are -1 in the file.
+    details = runner._decode.get_input_details()
+    assert list(details["self_keys_0"]["shape_signature"]) == [-1, 2, -1, 16]
+    assert list(details["source_mask"]["shape_signature"]) == [-1, -1]
     metadata = read_litert_metadata(path)
     assert runner.vocabulary == small_vocab
-    assert b'"batch_size": 4' in metadata["keras_trm_translator_config"]
+    assert b'"format": 2' in metadata["keras_trm_translator_config"]
+
+
+def test_translator_step_is_the_models_decode_step(tiny_translator, rng):
+    """The file's signatures compute ``Transformer.cross_attention_caches``
+    and ``Transformer.decode_step`` (same logits and caches) at any number
+    of rows, source length and cache length."""
+    import tensorflow as tf
+
+    model, path, _ = tiny_translator
+    lite = _LiteRTModel(LiteRTTranslator(path, beam_size=1))
+    for rows, width in ((1, 3), (5, 7)):
+        source = random_ids(rng, (rows, width), 50, pad_from=[width] * rows)
+        source[:, -1] = END_ID
+        mask = tf.not_equal(source, 0)
+        cross = model.cross_attention_caches(model.encode(source))
+        lite_cross = lite.cross_attention_caches(tf.constant(source))
+        caches = model.empty_self_attention_caches(rows, "float32")
+        lite_caches = lite.empty_self_attention_caches(rows, "float32")
+        for t in range(4):
+            tokens = random_ids(rng, (rows, 1), 50)
+            logits, caches = model.decode_step(tokens, t, caches, cross, mask)
+            lite_logits, lite_caches = lite.decode_step(
+                tokens, t, lite_caches, lite_cross, mask)
+            np.testing.assert_allclose(lite_logits, logits, atol=1e-4)
+            for (k, v), (lk, lv) in zip(caches, lite_caches):
+                assert lk.shape == k.shape == (rows, 2, t + 1, 16)
+                np.testing.assert_allclose(lk, k, atol=1e-5)
+                np.testing.assert_allclose(lv, v, atol=1e-5)
 
 
 def test_int8_is_smaller_and_close(tiny_translator):
@@ -170,14 +203,13 @@ def test_int8_is_smaller_and_close(tiny_translator):
     logits = []
     for path in (float32, int8):
         runner = LiteRTTranslator(path, beam_size=1)
-        source = np.zeros((4, runner.max_source_length), np.int32)
-        source[:, :3] = [[5, 6, END_ID], [7, 8, END_ID], [9, 10, END_ID],
-                         [11, END_ID, 0]]
+        source = np.array([[5, 6, END_ID], [7, 8, END_ID], [9, 10, END_ID],
+                           [11, END_ID, 0]], np.int32)
         model = _LiteRTModel(runner)  # the interface the searches use
-        cross = model.static_cross_attention_caches(source)
-        caches = model.static_empty_self_attention_caches(4, None, None)
-        logits.append(model.static_decode_step(
-            np.full((4, 1), 2), 0, caches, cross, None)[0].numpy())
+        cross = model.cross_attention_caches(source)
+        caches = model.empty_self_attention_caches(4, None)
+        logits.append(model.decode_step(
+            np.full((4, 1), 2), 0, caches, cross, source != 0)[0].numpy())
     # Loose: END's embedding row, scaled 32x, coarsens the int8 scale of the
     # tied embedding (the bench measures int8 on the trained model).
     correlation = np.corrcoef(logits[0].ravel(), logits[1].ravel())[0, 1]
@@ -190,7 +222,6 @@ def test_int8_is_smaller_and_close(tiny_translator):
 def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
     model, path, _ = tiny_translator
     for kwargs, name in [({"quantize": "int4"}, "quantize"),
-                         ({"batch_size": 0}, "batch_size"),
                          ({"max_source_length": 41}, "max_source_length")]:
         with pytest.raises(ValueError, match=name):
             export_translator_litert(model, tmp_path / "x.tflite", small_vocab,
@@ -203,8 +234,8 @@ def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
     with pytest.raises(FileExistsError, match="taken.tflite"):
         export_translator_litert(model, tmp_path / "taken.tflite", small_vocab)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.tflite"]
-    with pytest.raises(ValueError, match="beam_size=3"):
-        LiteRTTranslator(path, beam_size=3)
+    with pytest.raises(ValueError, match="batch_size"):
+        LiteRTTranslator(path, batch_size=0)
     with pytest.raises(ValueError, match="num_threads"):
         LiteRTTranslator(path, num_threads=0)
     with pytest.raises(ValueError, match="length_penalty_alpha"):

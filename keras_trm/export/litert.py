@@ -12,11 +12,12 @@ teacher-forced forward pass). Raw-string signatures with in-graph
 tokenization belong in the SavedModel exports.
 
 For translation on a device, ``export_translator_litert`` writes one file
-with ``encode`` and ``decode_step`` signatures (fixed shapes, a fixed-size
-key/value cache, builtin ops only, optional dynamic-range int8) and the
-vocabulary in its metadata; ``LiteRTTranslator`` runs the greedy and beam
-searches of ``keras_trm.decoding.search`` (the same code as in process and
-in the SavedModel, run eagerly on the host) over them.
+with ``encode`` and ``decode_step`` signatures (the ``Transformer``'s own
+methods, dynamic shapes, a key/value cache that grows one position per
+step, builtin ops only, optional dynamic-range int8) and the vocabulary in
+its metadata; ``LiteRTTranslator`` runs the greedy and beam searches of
+``keras_trm.decoding.search`` (the same code as in process and in the
+SavedModel) over them.
 """
 
 import pathlib
@@ -143,65 +144,66 @@ _VOCABULARY_KEY = "keras_trm_vocabulary"
 _CONFIG_KEY = "keras_trm_translator_config"
 
 
-def _translator_module(model, batch_size, source_length, cache_length):
+_FORMAT = 2  # 1: fixed shapes and 128-position caches (before 2026-11-25)
+
+
+def _cache_names(num_layers, kind):
+    """Signature names of the ``kind`` ("self" or "cross") caches, in the
+    order of ``Transformer.decode_step``'s ``(keys, values)`` per layer."""
+    return [f"{kind}_{part}_{i}" for i in range(num_layers)
+            for part in ("keys", "values")]
+
+
+def _translator_module(model):
     """A ``tf.Module`` with the ``encode`` and ``decode_step`` functions.
 
-    Built from the ``Transformer``'s fixed-cache decoding methods
-    (``encode``, ``static_cross_attention_caches``,
-    ``static_empty_self_attention_caches``, ``static_decode_step``); cache
-    shapes come from tracing them, not from here.
+    Both are the ``Transformer``'s own methods, with dynamic shapes (rows,
+    source length and cache length vary from call to call): ``encode`` is
+    ``cross_attention_caches(encode(ids))`` and ``decode_step`` is
+    ``Transformer.decode_step`` over head-major caches that grow by one
+    position per call.
     """
     import tensorflow as tf
 
-    num_layers = len(model.decoder_layers)
-    source_spec = tf.TensorSpec([batch_size, source_length], tf.int32,
-                                name="source_ids")
-
-    # Shapes of the caches, from the pieces themselves.
-    cross_shapes = [
-        c.shape for c in tf.function(
-            lambda ids: model.static_cross_attention_caches(model.encode(ids))
-        ).get_concrete_function(source_spec).structured_outputs
-    ]
-    self_shapes = [
-        tuple(c.shape) for c in model.static_empty_self_attention_caches(
-            batch_size, cache_length, "float32")
-    ]
-
+    num_layers, heads, d_k = (len(model.decoder_layers), model.num_heads,
+                              model.key_dim)
+    cache_spec = tf.TensorSpec([None, heads, None, d_k], tf.float32)
     module = tf.Module()
     module.model = model  # tracks the variables
 
-    @tf.function(input_signature=[source_spec])
+    def flat(caches):
+        return [tensor for pair in caches for tensor in pair]
+
+    def pairs(tensors):
+        return list(zip(tensors[0::2], tensors[1::2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32,
+                                                name="source_ids")])
     def encode(source_ids):
-        encoder_outputs = model.encode(source_ids)
-        out = {"encoder_outputs": encoder_outputs}
-        for i, cache in enumerate(model.static_cross_attention_caches(encoder_outputs)):
-            out[f"cross_attention_cache_{i}"] = cache
-        return out
+        caches = model.cross_attention_caches(model.encode(source_ids))
+        return dict(zip(_cache_names(num_layers, "cross"), flat(caches)))
 
     decode_spec = {
-        "token": tf.TensorSpec([batch_size, 1], tf.int32, name="token"),
+        "token": tf.TensorSpec([None, 1], tf.int32, name="token"),
         "index": tf.TensorSpec([], tf.int32, name="index"),
-        "source_ids": source_spec,
+        "source_mask": tf.TensorSpec([None, None], tf.int32,
+                                     name="source_mask"),
     }
-    for i in range(num_layers):
-        decode_spec[f"self_attention_cache_{i}"] = tf.TensorSpec(
-            self_shapes[i], tf.float32, name=f"self_attention_cache_{i}")
-        decode_spec[f"cross_attention_cache_{i}"] = tf.TensorSpec(
-            cross_shapes[i], tf.float32, name=f"cross_attention_cache_{i}")
+    for name in (_cache_names(num_layers, "self")
+                 + _cache_names(num_layers, "cross")):
+        decode_spec[name] = tf.TensorSpec(cache_spec.shape, tf.float32,
+                                          name=name)
 
     @tf.function(input_signature=[decode_spec])
     def decode_step(inputs):
-        logits, caches = model.static_decode_step(
-            inputs["token"],
-            inputs["index"],
-            [inputs[f"self_attention_cache_{i}"] for i in range(num_layers)],
-            [inputs[f"cross_attention_cache_{i}"] for i in range(num_layers)],
-            tf.not_equal(inputs["source_ids"], 0),
+        logits, caches = model.decode_step(
+            inputs["token"], inputs["index"],
+            pairs([inputs[n] for n in _cache_names(num_layers, "self")]),
+            pairs([inputs[n] for n in _cache_names(num_layers, "cross")]),
+            tf.cast(inputs["source_mask"], tf.bool),
         )
         out = {"logits": tf.cast(logits, tf.float32)}
-        for i, cache in enumerate(caches):
-            out[f"self_attention_cache_{i}"] = cache
+        out.update(zip(_cache_names(num_layers, "self"), flat(caches)))
         return out
 
     module.encode = encode
@@ -295,30 +297,32 @@ def litert_op_names(path):
 
 
 def export_translator_litert(model, path, vocabulary, quantize=None,
-                             batch_size=4, max_source_length=None):
+                             max_source_length=None):
     """Writes a Transformer as one ``.tflite`` translator with two signatures.
 
-    Signatures (all shapes fixed at export; B = ``batch_size``, T =
-    ``max_source_length``, S = the model's ``max_length``, h heads of d_k):
+    The signatures are the model's own decoding methods, with dynamic
+    shapes (N rows, T source positions, S positions decoded so far; h heads
+    of d_k; one ``keys`` and one ``values`` tensor per decoder layer l):
 
-    - ``encode(source_ids int32 (B, T)) -> encoder_outputs float32
-      (B, T, d_model), cross_attention_cache_<l> float32 (B, 2, T, h, d_k)``
-      for each decoder layer l (keys/values of the encoder outputs);
-    - ``decode_step(token int32 (B, 1), index int32 (), source_ids,
-      self_attention_cache_<l> (B, 2, S, h, d_k), cross_attention_cache_<l>)
-      -> logits float32 (B, vocabulary), self_attention_cache_<l>``: the
-      decoder at position ``index`` (0 = START), writing that position's
-      keys/values into the fixed-size self-attention cache (as in
-      ``keras_trm.decoding.search``). ``source_ids`` gives the padding mask.
+    - ``encode(source_ids int32 (N, T)) -> cross_keys_<l>,
+      cross_values_<l> float32 (N, h, T, d_k)``:
+      ``Transformer.cross_attention_caches(Transformer.encode(ids))``;
+    - ``decode_step(token int32 (N, 1), index int32 (), source_mask int32
+      (N, T) (1 at real source tokens), self_keys_<l>, self_values_<l>
+      float32 (N, h, S, d_k), cross_keys_<l>, cross_values_<l>) -> logits
+      float32 (N, vocabulary), self_keys_<l>, self_values_<l> (N, h, S + 1,
+      d_k)``: ``Transformer.decode_step`` at position ``index`` (0 =
+      START), S = ``index``.
 
     Only builtin LiteRT ops are allowed (no Select TF ops / Flex delegate).
-    The vocabulary and the shapes are stored in the file's metadata, so
-    ``LiteRTTranslator(path)`` needs nothing else. Conversion goes through a
-    temporary SavedModel and ``tf.lite.TFLiteConverter.from_saved_model``
-    with ``signature_keys`` (TensorFlow Lite guide, "Signatures in TensorFlow
-    Lite"); ``quantize="dynamic_int8"`` adds ``optimizations=[Optimize
-    .DEFAULT]``: weights stored int8, activations quantized on the fly
-    (dynamic-range quantization, LiteRT post-training quantization guide).
+    The vocabulary and the configuration are stored in the file's metadata,
+    so ``LiteRTTranslator(path)`` needs nothing else. Conversion goes
+    through a temporary SavedModel and
+    ``tf.lite.TFLiteConverter.from_saved_model`` with ``signature_keys``
+    (TensorFlow Lite guide, "Signatures in TensorFlow Lite");
+    ``quantize="dynamic_int8"`` adds ``optimizations=[Optimize.DEFAULT]``:
+    weights stored int8, activations quantized on the fly (dynamic-range
+    quantization, LiteRT post-training quantization guide).
 
     Args:
         model: a model built by ``keras_trm.models.transformer``.
@@ -326,20 +330,17 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
         vocabulary: list of str, the shared WordPiece vocabulary the model
             was trained with (first four tokens ``RESERVED_TOKENS``).
         quantize: ``None`` (float32) or ``"dynamic_int8"``.
-        batch_size: int >= 1, rows per call (greedy: sentences decoded
-            together; beam search with k beams: ``batch_size // k``
-            sentences).
-        max_source_length: source positions T, END included (default: the
-            model's max_length); sources are 0-padded to T.
+        max_source_length: source tokens kept by ``LiteRTTranslator``, END
+            included (default: the model's max_length); longer sources are
+            truncated.
 
     Returns:
         ``pathlib.Path`` of the written file.
 
     Raises:
-        ValueError: ``path`` not ``.tflite``, bad ``quantize``,
-            ``batch_size`` or ``max_source_length``, a vocabulary whose
-            size differs from the model's, or a graph that needs ops other
-            than LiteRT builtins.
+        ValueError: ``path`` not ``.tflite``, bad ``quantize`` or
+            ``max_source_length``, a vocabulary whose size differs from the
+            model's, or a graph that needs ops other than LiteRT builtins.
         FileExistsError: ``path`` exists. No file is left at ``path`` on
             any error.
 
@@ -352,7 +353,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
     ...                     d_ff=16, max_length=8)
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "tiny.tflite"
-    >>> export_translator_litert(model, out, vocab, batch_size=2).name
+    >>> export_translator_litert(model, out, vocab).name
     'tiny.tflite'
     >>> runner = LiteRTTranslator(out, beam_size=2)
     >>> sorted(runner.signatures)
@@ -378,7 +379,6 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}, got "
                          f"quantize={quantize!r}")
-    _check_int_at_least_1("batch_size", batch_size)
     model = as_transformer(model)
     limit = int(model.max_length)
     source_length = limit if max_source_length is None else max_source_length
@@ -398,7 +398,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     if path.exists():
         raise FileExistsError(f"`path` {str(path)!r} already exists")
 
-    module = _translator_module(model, batch_size, source_length, limit)
+    module = _translator_module(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".tmp-savedmodel-") as saved, \
             atomic_file(path, suffix=".tflite") as tmp:
@@ -415,8 +415,10 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
             raise ValueError(
                 "the translator graph needs ops that are not LiteRT builtins "
                 f"(Select TF ops are not allowed): {error}") from error
-        config = {"batch_size": batch_size, "max_source_length": source_length,
+        config = {"format": _FORMAT, "max_source_length": source_length,
                   "max_length": limit, "num_layers": len(model.decoder_layers),
+                  "num_heads": int(model.num_heads),
+                  "key_dim": int(model.key_dim),
                   "vocabulary_size": len(vocabulary), "quantize": quantize}
         flatbuffer = _add_metadata(flatbuffer, {
             _VOCABULARY_KEY: ("\n".join(vocabulary) + "\n").encode("utf-8"),
@@ -434,62 +436,80 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
 
 
 class _LiteRTModel:
-    """The fixed-cache decoding interface of ``Transformer``
-    (``encode``, ``static_cross_attention_caches``,
-    ``static_empty_self_attention_caches``, ``static_decode_step``,
-    ``max_length``, ``target_vocabulary_size``; what
-    ``keras_trm.decoding.search`` calls with
-    ``static_cache=True``) over a translator file's ``encode`` /
-    ``decode_step`` signatures, so that the searches run on the LiteRT
-    interpreter unchanged (eagerly, one interpreter call per step).
+    """The decoding interface of ``Transformer`` (``encode``,
+    ``cross_attention_caches``, ``empty_self_attention_caches``,
+    ``output_kernel``, ``decode_step``, ``max_length``,
+    ``target_vocabulary_size``: what ``keras_trm.decoding.search`` calls)
+    over a translator file's ``encode`` / ``decode_step`` signatures, so
+    that the searches run unchanged, in a ``tf.function``, with one
+    interpreter call per step (``tf.numpy_function``).
 
-    The file's ``encode`` runs on the rows the search decodes (after the
-    beam search repeats each sentence k times); ``encode`` here passes the
-    ids through. The "cross-attention caches" carry the source ids padded
-    to the file's width, which ``decode_step`` takes for its mask.
+    The file's ``encode`` runs on the rows the search decodes (after beam
+    search repeats each sentence k times): ``encode`` here passes the ids
+    through and ``cross_attention_caches`` runs the file's ``encode``.
     """
 
     def __init__(self, runner):
         self.runner = runner
         self.max_length = runner.max_length
         self.target_vocabulary_size = int(runner.config["vocabulary_size"])
+        self.num_layers = runner.num_layers
+        self._cache_shape = [None, int(runner.config["num_heads"]), None,
+                             int(runner.config["key_dim"])]
+
+    def _call(self, function, inputs, output_names, shapes):
+        """Runs a signature on the tensors ``inputs`` (a dict) inside the
+        search's graph; outputs as tensors, in ``output_names`` order."""
+        import tensorflow as tf
+
+        names = list(inputs)
+
+        def run(*arrays):
+            out = function(**dict(zip(names, arrays)))
+            return [out[name] for name in output_names]
+
+        outputs = tf.numpy_function(run, list(inputs.values()),
+                                    [tf.float32] * len(output_names),
+                                    stateful=True)
+        for tensor, shape in zip(outputs, shapes):
+            tensor.set_shape(shape)
+        return outputs
 
     def encode(self, encoder_tokens):
         return encoder_tokens
 
-    def static_cross_attention_caches(self, source_ids):
+    def cross_attention_caches(self, source_ids):
+        names = _cache_names(self.num_layers, "cross")
+        flat = self._call(self.runner._encode, {"source_ids": source_ids},
+                          names, [self._cache_shape] * len(names))
+        return list(zip(flat[0::2], flat[1::2]))
+
+    def empty_self_attention_caches(self, batch_size, dtype):
         import tensorflow as tf
 
-        ids = np.asarray(source_ids, np.int32)
-        source = np.zeros((ids.shape[0], self.runner.max_source_length), np.int32)
-        source[:, :ids.shape[1]] = ids
-        out = self.runner._encode(source_ids=source)
-        return ([tf.constant(out[f"cross_attention_cache_{i}"])
-                 for i in range(self.runner.num_layers)], tf.constant(source))
+        shape = list(self._cache_shape)
+        shape[0], shape[2] = batch_size, 0
+        empty = tf.zeros(shape, tf.float32)
+        return [(empty, empty) for _ in range(self.num_layers)]
 
-    def static_empty_self_attention_caches(self, batch_size, max_length,
-                                           dtype):
+    def output_kernel(self):
+        return None  # the file computes its logits
+
+    def decode_step(self, tokens, index, self_caches, cross_caches,
+                    encoder_padding_mask, output_kernel=None):
         import tensorflow as tf
 
-        details = self.runner._decode.get_input_details()
-        return [tf.zeros(details[f"self_attention_cache_{i}"]["shape"], tf.float32)
-                for i in range(self.runner.num_layers)]
-
-    def static_decode_step(self, tokens, index, self_caches, cross_caches,
-                           encoder_padding_mask):
-        import tensorflow as tf
-
-        caches, source = cross_caches
-        inputs = {"token": np.asarray(tokens, np.int32),
-                  "index": np.asarray(index, np.int32),
-                  "source_ids": np.asarray(source)}
-        for i in range(self.runner.num_layers):
-            inputs[f"self_attention_cache_{i}"] = np.asarray(self_caches[i])
-            inputs[f"cross_attention_cache_{i}"] = np.asarray(caches[i])
-        out = self.runner._decode(**inputs)
-        return tf.constant(out["logits"]), [
-            tf.constant(out[f"self_attention_cache_{i}"])
-            for i in range(self.runner.num_layers)]
+        inputs = {"token": tf.cast(tokens, tf.int32),
+                  "index": tf.cast(index, tf.int32),
+                  "source_mask": tf.cast(encoder_padding_mask, tf.int32)}
+        for kind, caches in (("self", self_caches), ("cross", cross_caches)):
+            flat = [tensor for pair in caches for tensor in pair]
+            inputs.update(zip(_cache_names(self.num_layers, kind), flat))
+        names = ["logits"] + _cache_names(self.num_layers, "self")
+        shapes = ([[None, self.target_vocabulary_size]]
+                  + [self._cache_shape] * (len(names) - 1))
+        logits, *flat = self._call(self.runner._decode, inputs, names, shapes)
+        return logits, list(zip(flat[0::2], flat[1::2]))
 
 
 class LiteRTTranslator:
@@ -497,11 +517,13 @@ class LiteRTTranslator:
 
     The graph runs on the LiteRT interpreter (``ai_edge_litert``); the
     search is ``keras_trm.decoding.search``'s ``greedy_search`` /
-    ``beam_search`` itself (``static_cache=True``), run eagerly on the
-    host over the file's ``decode_step``, with the ``[START]`` / ``[END]``
-    ids of the file's vocabulary. At most min(T + 50, max_length - 1)
-    tokens are generated, T the width of the ids given (as for the
-    searches on the same batch). Tokenization uses the vocabulary stored in the file with
+    ``beam_search`` itself (the same code as in process and in the
+    SavedModel, in a ``tf.function`` on the host) over the file's
+    ``decode_step``, with the ``[START]`` / ``[END]`` ids of the file's
+    vocabulary. Sentences are decoded ``batch_size`` at a time, padded to
+    the longest of their batch, and at most min(T + 50, max_length - 1)
+    tokens are generated, T that width (as for the searches on the same
+    batch). Tokenization uses the vocabulary stored in the file with
     ``keras_trm.text.TextTokenizer`` (TensorFlow on the host: kept simple,
     not a device tokenizer). Sources longer than ``max_source_length - 1``
     subwords are truncated, as in ``decoding.Translator``.
@@ -509,9 +531,9 @@ class LiteRTTranslator:
     Args:
         path: the ``.tflite`` file.
         num_threads: int >= 1, interpreter threads.
-        beam_size: int >= 1; 1 is greedy search. Must divide the file's
-            ``batch_size``.
+        beam_size: int >= 1; 1 is greedy search.
         length_penalty_alpha: α >= 0 of the length penalty.
+        batch_size: int >= 1, sentences per search.
 
     ``translate_texts(list of str) -> list of str``; ``translate_ids(int
     (n, T) source ids with END) -> list of int lists`` (generated ids,
@@ -519,7 +541,8 @@ class LiteRTTranslator:
 
     Raises:
         ValueError: bad argument (named with its value), or a file without
-            the translator's signatures / metadata.
+            the translator's signatures / metadata (or written by an older
+            keras_trm with fixed shapes: export it again).
         FileNotFoundError: ``path`` does not exist.
 
     Example (a tiny untrained model; ``export_translator_litert`` shows
@@ -532,14 +555,13 @@ class LiteRTTranslator:
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
     ...                     d_ff=16, max_length=6)
     >>> path = export_translator_litert(
-    ...     model, pathlib.Path(tempfile.mkdtemp()) / "t.tflite", vocab,
-    ...     batch_size=1)
+    ...     model, pathlib.Path(tempfile.mkdtemp()) / "t.tflite", vocab)
     >>> len(LiteRTTranslator(path, beam_size=1).translate_texts(["a b"]))
     1
     """
 
     def __init__(self, path, num_threads=2, beam_size=4,
-                 length_penalty_alpha=0.6):
+                 length_penalty_alpha=0.6, batch_size=32):
         import json
 
         path = pathlib.Path(path)
@@ -547,6 +569,7 @@ class LiteRTTranslator:
             raise FileNotFoundError(f"`path` {str(path)!r} does not exist")
         _check_int_at_least_1("num_threads", num_threads)
         _check_int_at_least_1("beam_size", beam_size)
+        _check_int_at_least_1("batch_size", batch_size)
         if not float(length_penalty_alpha) >= 0:
             raise ValueError("`length_penalty_alpha` must be >= 0, got "
                              f"length_penalty_alpha={length_penalty_alpha!r}")
@@ -555,6 +578,10 @@ class LiteRTTranslator:
             raise ValueError(f"{str(path)!r} was not written by "
                              "export_translator_litert (no translator metadata)")
         self.config = json.loads(metadata[_CONFIG_KEY].decode("utf-8"))
+        if self.config.get("format") != _FORMAT:
+            raise ValueError(
+                f"{str(path)!r} has the fixed-shape translator format of an "
+                "older keras_trm; export it again with export_translator_litert")
         self.vocabulary = metadata[_VOCABULARY_KEY].decode("utf-8").split("\n")[:-1]
         # The special ids, from the file's own vocabulary (the tokenizer's
         # [START] / [END]); padding is id 0, the model's mask convention.
@@ -566,12 +593,9 @@ class LiteRTTranslator:
                              f"{' / '.join(missing)} token")
         self.start_id = self.vocabulary.index(START)
         self.end_id = self.vocabulary.index(END)
-        self.batch_size = int(self.config["batch_size"])
-        if self.batch_size % beam_size:
-            raise ValueError(f"`beam_size` must divide the file's batch_size "
-                             f"{self.batch_size}, got beam_size={beam_size}")
         self.path = path
         self.beam_size = beam_size
+        self.batch_size = batch_size
         self.length_penalty_alpha = float(length_penalty_alpha)
         self.num_layers = int(self.config["num_layers"])
         self.max_length = int(self.config["max_length"])
@@ -588,26 +612,31 @@ class LiteRTTranslator:
         self._encode = self.interpreter.get_signature_runner("encode")
         self._decode = self.interpreter.get_signature_runner("decode_step")
         self._tokenizer = None
+        self._search_function = None
 
     # -- ids ---------------------------------------------------------------
 
     def _search(self, block):
-        """(rows of the file's batch / k, T) source ids -> (rows, steps) ids."""
+        """int32 (sentences, T) source ids -> (sentences, steps) ids."""
         import tensorflow as tf
 
         from keras_trm.decoding.search import beam_search, greedy_search
 
-        model = _LiteRTModel(self)
-        block = tf.constant(block)
-        if self.beam_size == 1:
-            ids = greedy_search(model, block, static_cache=True,
-                                start_id=self.start_id, end_id=self.end_id)
-        else:
-            ids = beam_search(model, block, beam_size=self.beam_size,
-                              length_penalty_alpha=self.length_penalty_alpha,
-                              static_cache=True, start_id=self.start_id,
-                              end_id=self.end_id)
-        return ids.numpy()
+        if self._search_function is None:
+            model = _LiteRTModel(self)
+
+            @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            def search(ids):
+                if self.beam_size == 1:
+                    return greedy_search(model, ids, start_id=self.start_id,
+                                         end_id=self.end_id)
+                return beam_search(
+                    model, ids, beam_size=self.beam_size,
+                    length_penalty_alpha=self.length_penalty_alpha,
+                    start_id=self.start_id, end_id=self.end_id)
+
+            self._search_function = search
+        return self._search_function(tf.constant(block)).numpy()
 
     def translate_ids(self, source_ids):
         """int ``(n, T)`` source ids (END included, 0-padded, T <=
@@ -619,24 +648,17 @@ class LiteRTTranslator:
                 "`source_ids` must have shape (n, T <= "
                 f"{self.max_source_length}), got shape {source_ids.shape}")
         padded = source_ids.astype(np.int32)
-        per_call = self.batch_size // self.beam_size
         results = []
-        for start in range(0, len(padded), per_call):
-            block = padded[start:start + per_call]
-            real = len(block)
-            if real < per_call:  # fill with one-token sources ([END])
-                filler = np.zeros((per_call - real, padded.shape[1]), np.int32)
-                filler[:, 0] = self.end_id
-                block = np.concatenate([block, filler])
-            ids = self._search(block)
-            for row in ids[:real]:
+        for start in range(0, len(padded), self.batch_size):
+            block = padded[start:start + self.batch_size]
+            used = np.flatnonzero((block != 0).any(0))  # drop padding columns
+            block = block[:, :used[-1] + 1 if len(used) else 1]
+            for row in self._search(block):
                 row = row.tolist()
                 results.append(row[:row.index(self.end_id)]
                                if self.end_id in row else
                                [t for t in row if t != 0])
         return results
-
-    # -- text --------------------------------------------------------------
 
     @property
     def tokenizer(self):
