@@ -2,7 +2,7 @@
 
     python bench/bench_litert.py [--model /work/artifacts/multi30k/model.keras]
         [--vocab .../vocab_8000.txt] [--savedmodel .../export/1]
-        [--quantize float32 dynamic_int8] [--beams 1 4] [--batch-size 8]
+        [--quantize float32 dynamic_int8] [--beams 1 4] [--batch-size 100]
         [--threads 2] [--num-sentences 1000] [--out bench/results/litert.json]
 
 1. Exports the trained model with ``export_translator_litert`` (float32 and
@@ -46,6 +46,16 @@ def _merge(paths, out):
     print(json.dumps(merged, indent=1, ensure_ascii=False))
 
 
+def _cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     art = "/work/artifacts/multi30k"
@@ -56,7 +66,8 @@ def main():
                         choices=["float32", "dynamic_int8"])
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=100,
+                        help="sentences per search")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--num-sentences", type=int, default=1000)
     parser.add_argument("--agreement-sentences", type=int, default=100)
@@ -93,9 +104,10 @@ def main():
         "host": {"machine": platform.machine(), "processor": platform.processor(),
                  "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
                  "tensorflow": tf.__version__,
-                 "note": "2-core host shared with other jobs during the run "
-                         "(load average above 10): absolute speeds are low "
-                         "and noisy; compare within one run only"},
+                 "cpu_model": _cpu_model(),
+                 "load_average_at_start": os.getloadavg(),
+                 "note": "the host may be shared with other jobs: absolute "
+                         "speeds are noisy; compare within one run only"},
         "settings": {"batch_size": args.batch_size, "threads": args.threads,
                      "num_sentences": len(sources), "alpha": args.alpha,
                      "max_source_length": "model max_length (128)"},

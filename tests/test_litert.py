@@ -242,3 +242,41 @@ def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
         LiteRTTranslator(path, length_penalty_alpha=-1)
     with pytest.raises(FileNotFoundError):
         LiteRTTranslator(tmp_path / "missing.tflite")
+
+
+def test_mixed_precision_model_exports_its_float32_weights(tiny_translator,
+                                                           small_vocab,
+                                                           tmp_path):
+    """A model trained under mixed_bfloat16 (bf16 ops are not LiteRT
+    builtins) is exported from a float32 copy of its weights: the file
+    gives the float32 model's ids."""
+    model, float32, _ = tiny_translator
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        mixed = transformer(len(small_vocab), num_layers=2, d_model=32,
+                            num_heads=2, d_ff=64, max_length=40,
+                            dropout_rate=0.0)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    mixed.set_weights(model.get_weights())
+    path = export_translator_litert(mixed, tmp_path / "mixed.tflite",
+                                    small_vocab)
+    ids = LiteRTTranslator(float32, beam_size=1).encode_texts(SENTENCES)
+    assert (LiteRTTranslator(path, beam_size=2).translate_ids(ids)
+            == LiteRTTranslator(float32, beam_size=2).translate_ids(ids))
+
+
+def test_fixed_shape_files_of_older_versions_are_refused(tiny_translator,
+                                                         tmp_path):
+    import json
+
+    from keras_trm.export.litert import _add_metadata
+
+    _, float32, _ = tiny_translator
+    old_config = {"batch_size": 4, "max_source_length": 40, "max_length": 40,
+                  "num_layers": 2, "vocabulary_size": 100, "quantize": None}
+    old = tmp_path / "old.tflite"
+    old.write_bytes(_add_metadata(float32.read_bytes(), {
+        "keras_trm_translator_config": json.dumps(old_config).encode()}))
+    with pytest.raises(ValueError, match="export it again"):
+        LiteRTTranslator(old)

@@ -325,7 +325,9 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     quantization, LiteRT post-training quantization guide).
 
     Args:
-        model: a model built by ``keras_trm.models.transformer``.
+        model: a model built by ``keras_trm.models.transformer`` (any
+            precision: a mixed-precision model is exported from a float32
+            copy of its weights).
         path: target file ending in ``.tflite`` (its folder is created).
         vocabulary: list of str, the shared WordPiece vocabulary the model
             was trained with (first four tokens ``RESERVED_TOKENS``).
@@ -379,7 +381,11 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}, got "
                          f"quantize={quantize!r}")
-    model = as_transformer(model)
+    from keras_trm.training.precision import float32_copy
+
+    # LiteRT builtins are float32 (or int8): a bf16-trained model is
+    # exported from a float32 copy of its weights, as the SavedModel is.
+    model = float32_copy(as_transformer(model))
     limit = int(model.max_length)
     source_length = limit if max_source_length is None else max_source_length
     if isinstance(source_length, bool) or not isinstance(source_length, int) \
