@@ -309,6 +309,28 @@ def test_decode_step_matches_static_decode_step(model, source):
                 np.transpose(v, (0, 2, 1, 3)), c[:, 1, :t + 1])
 
 
+def test_decode_step_shares_one_cross_cache_row_per_sentence(model, source):
+    """k hypotheses per sentence over one cross-attention cache row per
+    sentence (what beam search passes) give the logits and caches of k
+    repeated rows."""
+    k, n = 3, len(source)
+    encoded = model.encode(source)
+    mask = tf.not_equal(source, 0)
+    cross = model.cross_attention_caches(encoded)
+    repeated = [tuple(tf.repeat(c, k, axis=0) for c in pair) for pair in cross]
+    caches = model.empty_self_attention_caches(n * k, encoded.dtype)
+    shared = caches
+    tokens = random_ids(np.random.default_rng(1), (n * k, 4), 30)
+    for t in range(4):
+        logits, caches = model.decode_step(tokens[:, t:t + 1], t, caches,
+                                           repeated, tf.repeat(mask, k, 0))
+        shared_logits, shared = model.decode_step(tokens[:, t:t + 1], t,
+                                                  shared, cross, mask)
+        np.testing.assert_allclose(shared_logits, logits, atol=1e-6)
+        for a, b in zip(tf.nest.flatten(shared), tf.nest.flatten(caches)):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+
+
 @pytest.mark.parametrize("tie,norm_first", [("all", False), ("none", True)])
 def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
     """The growing head-major cache and the two-stage top-k give the ids

@@ -90,18 +90,30 @@ class _Stepper:
     What the decoder reads of the source (the cross-attention caches, or the
     encoder outputs without a cache, and the padding mask) is the
     ``context``; the searches carry it through the loop with the decoder
-    ``state`` (both have one row per hypothesis), so that rows of finished
-    sentences can be dropped from both (``compact``): except with
-    ``static_cache``, whose shapes must not change.
+    ``state`` (one row per hypothesis; the context of the growing caches
+    one row per sentence, which the step shares among the sentence's
+    hypotheses), so that rows of finished sentences can be dropped from
+    both (``compact``): except with ``static_cache``, whose shapes must not
+    change.
     """
 
     def __init__(self, model, encoder_outputs, encoder_mask, steps, use_cache,
-                 static_cache=False):
+                 static_cache=False, hypotheses=1):
         self.model = model
         self.use_cache = use_cache
         self.static_cache = static_cache
         self.compact = not (use_cache and static_cache)
+        # With the growing caches the context keeps one row per sentence and
+        # the decoder step groups the ``hypotheses`` rows of each sentence
+        # (``Transformer.decode_step``); otherwise it has one row per
+        # hypothesis, repeated here.
+        self.context_per_sentence = use_cache and not static_cache
+        if not self.context_per_sentence and hypotheses > 1:
+            encoder_outputs = tf.repeat(encoder_outputs, hypotheses, axis=0)
+            encoder_mask = tf.repeat(encoder_mask, hypotheses, axis=0)
         batch = tf.shape(encoder_outputs)[0]
+        if self.context_per_sentence:
+            batch = batch * hypotheses
         self.output_kernel = None
         if not use_cache:
             self.context = (encoder_outputs, encoder_mask)
@@ -395,13 +407,11 @@ def beam_search(
     num_candidates = min(2 * k, k * vocab)
     per_row = min(num_candidates, vocab)
 
-    # Encode once, then give each of the k live hypotheses its own row.
+    # Encode once; each of the k live hypotheses has its own decoder row.
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
     encoder_outputs = model.encode(encoder_tokens)
-    encoder_outputs = tf.repeat(encoder_outputs, k, axis=0)
-    encoder_mask = tf.repeat(encoder_mask, k, axis=0)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
-                       use_cache, static_cache)
+                       use_cache, static_cache, hypotheses=k)
 
     alive_seq = tf.concat(
         [tf.fill([batch, k, 1], start_id), tf.zeros([batch, k, steps], tf.int32)],
@@ -520,8 +530,12 @@ def beam_search(
             results = _scatter_rows(results, active, search)
             kept = tf.cast(tf.reshape(tf.where(~done), [-1]), tf.int32)
             rows = tf.gather(rows, kept)
-            context = stepper.drop_rows(
-                context, tf.reshape(kept[:, None] * k + beam_ids, [-1]), n * k)
+            if stepper.context_per_sentence:
+                context = stepper.drop_rows(context, kept, n)
+            else:
+                context = stepper.drop_rows(
+                    context, tf.reshape(kept[:, None] * k + beam_ids, [-1]),
+                    n * k)
             search = stepper.reorder(search, kept)
             active = tf.gather(active, kept)
         state = stepper.reorder(state, tf.reshape(rows, [-1]))

@@ -109,12 +109,15 @@ class TransformerDecoderBlock(_BlockBase):
                 position(s) (``T == 1`` when decoding token by token).
             self_attention_cache: ``(keys, values)``, each float ``(batch,
                 num_heads, S, d_k)``; ``S`` may be 0.
-            cross_attention_cache: ``(keys, values)``, each float ``(batch,
-                num_heads, T_enc, d_k)``.
-            encoder_padding_mask: optional bool ``(batch, T_enc)``, True at
-                real source tokens, or the same already broadcast to
-                ``(batch, 1, 1, T_enc)`` (what a decoding loop computes once
-                per step for all layers).
+            cross_attention_cache: ``(keys, values)``, each float
+                ``(sentences, num_heads, T_enc, d_k)``: one row per row of
+                ``inputs``, or one per sentence when ``inputs`` holds k rows
+                per sentence (k = batch / sentences, a sentence's rows
+                consecutive, as beam search lays out its hypotheses).
+            encoder_padding_mask: optional bool ``(sentences, T_enc)``, True
+                at real source tokens, or the same already broadcast to
+                ``(sentences, 1, 1, T_enc)`` (what a decoding loop computes
+                once per step for all layers).
 
         Returns:
             ``(outputs (batch, T, d_model), self_attention_cache with S + T
@@ -147,9 +150,17 @@ class TransformerDecoderBlock(_BlockBase):
             return out
 
         def cross_attend(y):
+            # The rows of ``y`` may be k hypotheses per sentence (beam
+            # search) over one cache row per sentence: the k * T queries of
+            # a sentence attend to its keys together (each query on its
+            # own, so the outputs are those of k repeated cache rows, with
+            # k times less cache read).
+            shape = ops.shape(y)
+            sentences = ops.shape(cross_attention_cache[0])[0]
+            grouped = ops.reshape(y, (sentences, -1, y.shape[-1]))
             out, _ = self.cross_attention.call_with_cache(
-                y, cross_attention_cache, attention_mask=cross_mask)
-            return out
+                grouped, cross_attention_cache, attention_mask=cross_mask)
+            return ops.reshape(out, shape)
 
         x = self._residual(inputs, self.self_attention_norm, self_attend, False)
         x = self._residual(x, self.cross_attention_norm, cross_attend, False)

@@ -299,8 +299,13 @@ class Transformer(keras.Model):
                 positions ``0 .. index - 1``.
             self_caches: per layer ``(keys, values)`` float ``(batch, h,
                 index, d_k)`` (``empty_self_attention_caches`` at index 0).
-            cross_caches: from ``cross_attention_caches``.
-            encoder_padding_mask: bool ``(batch, T_src)``.
+            cross_caches: from ``cross_attention_caches``: one row per row
+                of ``tokens``, or one per sentence when ``tokens`` holds k
+                rows per sentence (beam search's k hypotheses, consecutive;
+                the same logits as k repeated rows, with k times less cache
+                to read).
+            encoder_padding_mask: bool ``(sentences, T_src)``, rows as
+                ``cross_caches``.
             output_kernel: optional ``output_kernel()`` (tied models).
 
         Returns:
