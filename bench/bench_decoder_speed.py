@@ -142,8 +142,11 @@ def main(argv=None):
 
     old = load_module(args.old_rev, "keras_trm/decoding/search.py", "old_search")
     tokenizer = TextTokenizer(load_vocabulary(args.vocab))
-    model = keras.models.load_model(args.model)
-    model = as_transformer(model)  # --old-rev: a revision with Transformer
+    from keras_trm.training import float32_copy
+
+    # --old-rev: a revision whose searches take a Transformer (2026-11-25 on).
+    # A bf16-trained model is decoded in float32, as the jobs export it.
+    model = float32_copy(as_transformer(keras.models.load_model(args.model)))
     src, ref = load_multi30k("test_2016_flickr")
     src, ref = src[: args.sentences], ref[: args.sentences]
     batches = []
