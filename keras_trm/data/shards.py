@@ -734,7 +734,9 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
             prepared with the same tokenizer.
         weights: list of non-negative numbers, one per corpus, sum > 0.
         tokens_per_batch, boundaries, seed, worker_index, num_workers,
-        shuffle_buffer, cycle_length: as for ``stream_batches``.
+        shuffle_buffer, cycle_length: as for ``stream_batches``; the
+            mixed pairs are bucketed in blocks of ``min(shuffle_buffer,
+            pairs_per_epoch)``.
         repeat: endless stream (True) or one epoch of ``pairs_per_epoch``.
         pairs_per_epoch: int or None (sum of the corpora's pairs).
         skip_batches: leave out the first batches (resume without an
@@ -786,7 +788,10 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
     if pairs_per_epoch is None:
         pairs_per_epoch = sum(m["pairs"] for m in manifests)
 
-    block = max(int(shuffle_buffer), 1)
+    # Pairs are bucketed a block at a time, and the first batch waits for a
+    # whole block drawn pair by pair: a block larger than the mixture's
+    # epoch would only delay it (262,144 draws took about 30 s here).
+    block = max(1, min(int(shuffle_buffer), int(pairs_per_epoch)))
     streams = []
     for i, manifest in enumerate(manifests):
         shards = _worker_shards(manifest, worker_index, num_workers)
