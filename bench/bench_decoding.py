@@ -18,7 +18,12 @@ batches of 100, greedy and beam 4 with length-penalty alpha 0.6, 2 threads:
   int8), run by ``CTranslate2Translator`` (our WordPiece tokenization and
   detokenization around ``ctranslate2.Translator.translate_batch``);
 - ``litert`` / ``litert_int8`` (``--litert``): ``keras_trm.export.litert``'s
-  translator export, if that module provides it (skipped otherwise).
+  translator export, if that module provides it (skipped otherwise);
+- ``keras_trm_first_end`` / ``saved_model_first_end`` (beam only): the same
+  in process and as a SavedModel exported here from the same weights, with
+  ``early_stopping="first_end"`` (CTranslate2's early exit: a sentence
+  stops when its best candidate ends) instead of the exact default; their
+  outputs may differ (``same_output_as_keras_trm``).
 
 Per runtime and search: sentences/s over the 1,000 sentences (after one
 untimed warm-up batch; the runtimes take turns batch by batch, so that load
@@ -218,6 +223,26 @@ def main(argv=None):
 
     systems.setdefault(f"beam{exported_beam}", {})["saved_model"] = \
         saved_model_translate
+
+    # 2b. The same search with CTranslate2's early exit, in process and as a
+    # SavedModel exported from the same weights.
+    from keras_trm.export.saved_model import export_module
+
+    first_end = Translator(model, tokenizer, beam_size=beam,
+                           length_penalty_alpha=alpha, early_stopping="first_end")
+    systems[f"beam{beam}"]["keras_trm_first_end"] = (
+        lambda s, t=first_end: t.translate_texts(s, batch_size=len(s)))
+    first_end_dir = export_module(
+        first_end, workdir / "saved_model_first_end", "transformer", version=1,
+        signatures={"serving_default": first_end.translate})
+    first_end_serving = tf.saved_model.load(str(first_end_dir)).signatures[
+        "serving_default"]
+
+    def first_end_saved_model_translate(batch):
+        out = first_end_serving(sentences=tf.constant(batch))
+        return [s.decode("utf-8") for s in next(iter(out.values())).numpy()]
+
+    systems[f"beam{beam}"]["saved_model_first_end"] = first_end_saved_model_translate
     skipped["saved_model greedy"] = (
         f"the SavedModel serves the search it was exported with "
         f"(beam {exported_beam})")
@@ -280,7 +305,8 @@ def main(argv=None):
     beam_key = f"beam{beam}"
     ratios = {}
     ct2 = rows.get("ctranslate2_float32", {})
-    for name in ("saved_model", "keras_trm"):
+    for name in ("saved_model", "keras_trm", "saved_model_first_end",
+                 "keras_trm_first_end"):
         for search in searches:
             if search in rows.get(name, {}) and search in ct2:
                 ratios[f"{name}_{search}_over_ct2_float32"] = round(
@@ -289,7 +315,8 @@ def main(argv=None):
     headline = ratios.get(f"saved_model_{beam_key}_over_ct2_float32")
     # Token agreement between our greedy output and CT2's, sentence level.
     agreement = {}
-    for name in ("ctranslate2_float32", "ctranslate2_int8", "litert", "litert_int8"):
+    for name in ("ctranslate2_float32", "ctranslate2_int8", "litert", "litert_int8",
+                 "keras_trm_first_end", "saved_model_first_end"):
         for search in searches:
             other = hyps_by.get((name, search))
             mine = hyps_by.get(("keras_trm", search))
@@ -326,7 +353,9 @@ def main(argv=None):
         "skipped": results["skipped"],
         "ratios_sentences_per_second": ratios,
         "ratio_saved_model_beam4_over_ct2_float32": headline,
-        "target_ratio": 0.5,
+        "ratio_saved_model_first_end_beam4_over_ct2_float32": ratios.get(
+            f"saved_model_first_end_{beam_key}_over_ct2_float32"),
+        "target_ratio": 1.0,
         "same_output_as_keras_trm (fraction of sentences)": agreement,
     }
     out = pathlib.Path(args.out)

@@ -187,6 +187,59 @@ def test_early_stopping_keeps_the_best_and_stops_early(tiny_model, rng):
     assert stopped_early
 
 
+def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
+        tiny_model, model, rng):
+    """``early_stopping="first_end"`` (CTranslate2's early exit) never
+    runs more steps than the exact bound; with α = 0 it returns the same
+    hypotheses (the best candidate that ends beats every live one); with
+    α > 0 its best can only score lower than the exact search's (which
+    finds the best the beam can reach), and somewhere it does stop
+    earlier."""
+    cases = [(tiny_model, random_ids(rng, (6, 5), 7, pad_from=[5, 3, 4, 2, 5, 1]), 7),
+             (model, random_ids(rng, (5, 6), 30, pad_from=[6, 4, 5, 2, 3]), 12)]
+    fewer_steps = 0
+    for m, source, max_length in cases:
+        for alpha in (0.0, 0.6, 1.0):
+            for k in (2, 4):
+                runs = {}
+                for rule in ("bound", "first_end"):
+                    for b in range(len(source)):  # one by one: steps per sentence
+                        rec = _Recorder(m)
+                        best, _, scores = beam_search(
+                            rec, source[b:b + 1], beam_size=k,
+                            length_penalty_alpha=alpha, max_length=max_length,
+                            return_all=True, early_stopping=rule)
+                        runs.setdefault(rule, []).append(
+                            (best.numpy()[0], float(scores.numpy()[0, 0]),
+                             len(rec.fed)))
+                for (b_best, b_score, b_steps), (f_best, f_score, f_steps) in zip(
+                        runs["bound"], runs["first_end"]):
+                    assert f_steps <= b_steps
+                    fewer_steps += f_steps < b_steps
+                    assert f_score <= b_score + 1e-5
+                    if alpha == 0.0:
+                        np.testing.assert_array_equal(f_best, b_best)
+                        assert f_steps == b_steps
+    assert fewer_steps > 0
+
+
+def test_first_end_batched_equals_one_by_one(model, source):
+    lengths = (source != 0).sum(1)
+    best = beam_search(model, source, beam_size=3, length_penalty_alpha=0.6,
+                       max_length=10, early_stopping="first_end").numpy()
+    for b in range(len(source)):
+        one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
+                          length_penalty_alpha=0.6, max_length=10,
+                          early_stopping="first_end")
+        np.testing.assert_array_equal(one.numpy()[0], best[b])
+
+
+@pytest.mark.parametrize("bad", ["first", "", None, 2])
+def test_unknown_early_stopping_is_refused(model, source, bad):
+    with pytest.raises(ValueError, match=r"early_stopping=.*" + repr(bad)[:4]):
+        beam_search(model, source, beam_size=2, early_stopping=bad)
+
+
 def test_batched_beam_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
     best, beams, scores = beam_search(model, source, beam_size=3,

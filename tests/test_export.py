@@ -46,6 +46,8 @@ def test_in_process_edge_cases(translator):
     assert isinstance(out[3], str)                 # truncated, no crash
     assert translator.encode_text(tf.constant(SENTENCES)).shape[1] == 32
     assert translator.translate(tf.constant([], tf.string)).shape == (0,)
+    with pytest.raises(ValueError, match="early_stopping='soon'"):
+        Translator(translator.model, translator.tokenizer, early_stopping="soon")
 
 
 def test_saved_model_in_fresh_process_matches(translator, tmp_path):

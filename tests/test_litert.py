@@ -140,6 +140,12 @@ def test_translate_texts_equals_tf_translator(tiny_translator, tokenizer):
     expected = reference.translate_texts(sentences)
     assert runner.translate_texts(sentences) == expected
     assert expected[-1] == "" and all(expected[:3])
+    # The same with CTranslate2's early exit: one search rule everywhere.
+    runner = LiteRTTranslator(path, beam_size=4, length_penalty_alpha=0.6,
+                              early_stopping="first_end")
+    reference = Translator(model, tokenizer, beam_size=4,
+                           length_penalty_alpha=0.6, early_stopping="first_end")
+    assert runner.translate_texts(sentences) == reference.translate_texts(sentences)
 
 
 def test_translator_file_is_builtin_only_with_metadata(tiny_translator,
@@ -240,6 +246,8 @@ def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
         LiteRTTranslator(path, num_threads=0)
     with pytest.raises(ValueError, match="length_penalty_alpha"):
         LiteRTTranslator(path, length_penalty_alpha=-1)
+    with pytest.raises(ValueError, match="early_stopping='soon'"):
+        LiteRTTranslator(path, early_stopping="soon")
     with pytest.raises(FileNotFoundError):
         LiteRTTranslator(tmp_path / "missing.tflite")
 

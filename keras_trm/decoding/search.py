@@ -27,8 +27,13 @@ can still beat its best finished one: log-probabilities only decrease and
 lp only grows, so a live hypothesis can at best reach
 log P / lp(max_length) (tensor2tensor's bound; log P itself for α = 0).
 The stop is exact: it returns the best hypothesis that running to
-``max_length`` would return. ``beam_size=1`` is greedy search (its one slot
-stops at the first END).
+``max_length`` would return. ``early_stopping="first_end"`` adds
+CTranslate2's early exit: a sentence also stops at the first step whose
+best candidate (by log P) ends. For α = 0 that changes nothing (that
+candidate already beats every live one); for α > 0 a longer hypothesis
+could still have won, so outputs may differ, for fewer steps (measured in
+``bench/results/decoding_val.json``).
+``beam_size=1`` is greedy search (its one slot stops at the first END).
 """
 
 import tensorflow as tf
@@ -311,6 +316,27 @@ def top_k_rows(values, k):
     return top_values, indices
 
 
+STOP_RULES = ("bound", "first_end", "never")
+
+
+def stop_rule(early_stopping):
+    """``early_stopping`` as one of ``STOP_RULES`` (True is ``"bound"``,
+    False ``"never"``); ValueError names any other value.
+
+    Example:
+
+    >>> stop_rule(True), stop_rule("first_end")
+    ('bound', 'first_end')
+    """
+    if early_stopping is True or early_stopping is False:
+        return "bound" if early_stopping else "never"
+    if early_stopping not in STOP_RULES:
+        raise ValueError(
+            f"`early_stopping` must be True, False or one of {STOP_RULES}, "
+            f"got early_stopping={early_stopping!r}")
+    return early_stopping
+
+
 def _sort_by_rank_then_score(rank, score):
     """Indices ``(batch, n)`` ordering rank (bool) first, then score, both
     descending; ties keep their order (stable sorts, XLA-compilable)."""
@@ -356,8 +382,12 @@ def beam_search(
         use_cache: as in ``greedy_search``.
         return_all: also return the k best hypotheses and their normalized
             scores.
-        early_stopping: stop a sentence as soon as the bound is met (False:
-            run to ``max_length``; the best hypothesis is the same).
+        early_stopping: when a sentence stops: True or ``"bound"``, as
+            soon as no live hypothesis can beat its best finished one
+            (exact); ``"first_end"``, also at the first step whose best
+            candidate ends (CTranslate2's early exit: fewer steps, exact
+            only for α = 0); False or ``"never"``, after ``max_length``
+            steps (the best hypothesis is that of ``"bound"``).
         static_cache: as in ``greedy_search``.
         start_id, end_id: as in ``greedy_search``.
 
@@ -370,7 +400,8 @@ def beam_search(
         their length so far. Slots no hypothesis reached score about -1e9.
 
     Raises:
-        ValueError: beam_size < 1, α < 0, bad shapes or max_length.
+        ValueError: beam_size < 1, α < 0, an unknown ``early_stopping``,
+            bad shapes or max_length.
 
     Example:
 
@@ -396,6 +427,7 @@ def beam_search(
             "`length_penalty_alpha` must be >= 0, got "
             f"length_penalty_alpha={length_penalty_alpha}"
         )
+    rule = stop_rule(early_stopping)
     k = int(beam_size)
     alpha = float(length_penalty_alpha)
     encoder_tokens = _check_tokens(encoder_tokens)
@@ -508,12 +540,15 @@ def beam_search(
         alive_len = tf.where(live[:, 0], i + 1, alive_len)
         parent = tf.where(live, parent, beam_ids)
 
-        if early_stopping:
+        if rule != "never":
             # Done when no live hypothesis can still beat the best finished
             # one: log P only falls and lp(|Y|) <= lp(max_length)
             # (tensor2tensor's bound, exact).
             bound = tf.reduce_max(alive_logp, 1) / max_penalty
             done = done | (tf.reduce_max(finished_score, 1) >= bound)
+        if rule == "first_end":
+            # Or when the best candidate of this step ends (CTranslate2).
+            done = done | new_finished[:, 0]
         if k == 1:
             # Beam 1 is greedy search: its one slot is done at the first END
             # (else, with α > 0, it would search on past greedy's END).

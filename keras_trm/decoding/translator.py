@@ -3,7 +3,7 @@ one TensorFlow graph (the function a SavedModel serves)."""
 
 import tensorflow as tf
 
-from keras_trm.decoding.search import beam_search, greedy_search
+from keras_trm.decoding.search import beam_search, greedy_search, stop_rule
 from keras_trm.models.transformer import as_transformer
 from keras_trm.text.wordpiece import END_ID
 
@@ -19,6 +19,13 @@ class Translator(tf.Module):
         max_source_length: source tokens kept, END included (default: the
             model's max_length). Longer inputs are truncated to their first
             ``max_source_length - 1`` subword tokens.
+        early_stopping: beam search's stopping rule (``beam_search``): True
+            / ``"bound"`` (exact), ``"first_end"`` (CTranslate2's early
+            exit, faster, exact only for α = 0) or False / ``"never"``.
+
+    Raises:
+        ValueError: ``beam_size`` < 1, a bad ``max_source_length`` or an
+            unknown ``early_stopping``.
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string.
@@ -38,7 +45,7 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, tokenizer, beam_size=4, length_penalty_alpha=0.6,
-                 max_source_length=None, name=None):
+                 max_source_length=None, early_stopping=True, name=None):
         super().__init__(name=name)
         self.model = as_transformer(model)
         self.tokenizer = tokenizer
@@ -46,6 +53,7 @@ class Translator(tf.Module):
             raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
         self.beam_size = int(beam_size)
         self.length_penalty_alpha = float(length_penalty_alpha)
+        self.early_stopping = stop_rule(early_stopping)
         limit = self.model.max_length
         self.max_source_length = int(max_source_length or limit)
         if not 1 < self.max_source_length <= limit:
@@ -68,6 +76,7 @@ class Translator(tf.Module):
         return beam_search(
             self.model, encoder_tokens, beam_size=self.beam_size,
             length_penalty_alpha=self.length_penalty_alpha,
+            early_stopping=self.early_stopping,
         )
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])

@@ -540,6 +540,8 @@ class LiteRTTranslator:
         beam_size: int >= 1; 1 is greedy search.
         length_penalty_alpha: α >= 0 of the length penalty.
         batch_size: int >= 1, sentences per search.
+        early_stopping: beam search's stopping rule, as for
+            ``keras_trm.decoding.Translator``.
 
     ``translate_texts(list of str) -> list of str``; ``translate_ids(int
     (n, T) source ids with END) -> list of int lists`` (generated ids,
@@ -567,7 +569,7 @@ class LiteRTTranslator:
     """
 
     def __init__(self, path, num_threads=2, beam_size=4,
-                 length_penalty_alpha=0.6, batch_size=32):
+                 length_penalty_alpha=0.6, batch_size=32, early_stopping=True):
         import json
 
         path = pathlib.Path(path)
@@ -603,6 +605,9 @@ class LiteRTTranslator:
         self.beam_size = beam_size
         self.batch_size = batch_size
         self.length_penalty_alpha = float(length_penalty_alpha)
+        from keras_trm.decoding.search import stop_rule
+
+        self.early_stopping = stop_rule(early_stopping)
         self.num_layers = int(self.config["num_layers"])
         self.max_length = int(self.config["max_length"])
         self.max_source_length = int(self.config["max_source_length"])
@@ -639,6 +644,7 @@ class LiteRTTranslator:
                 return beam_search(
                     model, ids, beam_size=self.beam_size,
                     length_penalty_alpha=self.length_penalty_alpha,
+                    early_stopping=self.early_stopping,
                     start_id=self.start_id, end_id=self.end_id)
 
             self._search_function = search

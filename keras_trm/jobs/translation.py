@@ -43,6 +43,7 @@ from keras_trm.data import (
 )
 from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
+from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
 from keras_trm.models import transformer
 from keras_trm.text import (
@@ -83,6 +84,7 @@ from keras_trm.utils.files import atomic_file
 
 
 Dataset = Literal["multi30k", "wmt14", "wmt14_tfds", "files"]
+StopRule = Literal["bound", "first_end", "never"]
 Vocabulary = Literal["auto", "wordpiece", "sentencepiece_bpe",
                      "sentencepiece_unigram"]
 Preset = Literal["", "cpu_small", "tiny", "transformer_base", "transformer_big"]
@@ -183,6 +185,11 @@ class TranslationConfig:
     """Beam width of the final test decoding (beams)."""
     length_penalty: float = 0.6
     """Beam search length penalty (alpha)."""
+    early_stopping: StopRule = "bound"
+    """When beam search stops a sentence (test decoding and the export):
+    ``bound`` (exact: no live hypothesis can still win), ``first_end``
+    (CTranslate2's early exit: when the best candidate ends; faster, may
+    differ with alpha > 0) or ``never`` (``max_length`` steps)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
@@ -407,6 +414,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 def _run(config, data_dir, workdir, export_dir, samples):
     config = apply_preset(config or TranslationConfig())
     config = dataclasses.replace(config, model_name=_model_name(config))
+    stop_rule(config.early_stopping)  # a bad value fails now, not after training
     job_start = time.time()
     keras.utils.set_random_seed(config.seed)
     config = dataclasses.replace(config, precision=apply_precision(config.precision))
@@ -560,7 +568,8 @@ def _run(config, data_dir, workdir, export_dir, samples):
     # without native bfloat16.
     translator = Translator(val_bleu.float32_model(model), tokenizer,
                             beam_size=config.beam_size,
-                            length_penalty_alpha=config.length_penalty)
+                            length_penalty_alpha=config.length_penalty,
+                            early_stopping=config.early_stopping)
     test_name = splits.names["test"]
     bleu = signature = line = tok_bleu = tok_line = None
     decode_seconds = 0.0
