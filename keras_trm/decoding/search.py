@@ -419,6 +419,13 @@ def beam_search(
     >>> bool(np.array_equal(beam_search(model, source, beam_size=1, max_length=6),
     ...                     greedy_search(model, source, max_length=6)))
     True
+    >>> # CTranslate2's stopping rule: fewer steps, exact only for alpha = 0
+    >>> bool(np.array_equal(
+    ...     beam_search(model, source, beam_size=3, length_penalty_alpha=0.0,
+    ...                 max_length=6, early_stopping="first_end"),
+    ...     beam_search(model, source, beam_size=3, length_penalty_alpha=0.0,
+    ...                 max_length=6)))
+    True
     """
     if int(beam_size) < 1:
         raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
