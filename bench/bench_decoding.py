@@ -233,7 +233,7 @@ def main(argv=None):
     systems[f"beam{beam}"]["keras_trm_first_end"] = (
         lambda s, t=first_end: t.translate_texts(s, batch_size=len(s)))
     first_end_dir = export_module(
-        first_end, workdir / "saved_model_first_end", "transformer", version=1,
+        first_end, workdir / "saved_model_first_end", "transformer",
         signatures={"serving_default": first_end.translate})
     first_end_serving = tf.saved_model.load(str(first_end_dir)).signatures[
         "serving_default"]

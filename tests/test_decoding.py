@@ -240,6 +240,33 @@ def test_unknown_early_stopping_is_refused(model, source, bad):
         beam_search(model, source, beam_size=2, early_stopping=bad)
 
 
+def test_default_limit_is_per_sentence_so_batching_changes_nothing():
+    """By default a sentence may generate its own source length + 50
+    tokens (§6.1), not the padded batch width's: a short sentence batched
+    with a long one gives what it gives alone. A model that never emits END
+    runs every sentence to its limit."""
+    keras.utils.set_random_seed(5)
+    m = transformer(12, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                    max_length=80, dropout_rate=0.0, tie_embeddings="none",
+                    target_vocabulary_size=12)
+    projection = m.get_layer("output_projection")
+    kernel, bias = projection.get_weights()
+    bias[END_ID] = -1e4
+    projection.set_weights([kernel, bias])
+    source = np.zeros((2, 20), "int32")
+    source[0, :3] = [5, 6, END_ID]
+    source[1, :20] = [4 + i % 7 for i in range(19)] + [END_ID]
+    for search in (lambda x: greedy_search(m, x),
+                   lambda x: beam_search(m, x, beam_size=2),
+                   lambda x: beam_search(m, x, beam_size=3,
+                                         early_stopping="never")):
+        batched = search(source).numpy()
+        assert batched.shape == (2, 70)
+        assert (batched[0] != 0).sum() == 3 + 50 and (batched[1] != 0).sum() == 70
+        alone = search(source[:1, :3]).numpy()
+        np.testing.assert_array_equal(alone[0], batched[0, :53])
+
+
 def test_batched_beam_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
     best, beams, scores = beam_search(model, source, beam_size=3,

@@ -21,13 +21,15 @@ and fairseq's ``SequenceGenerator``: every step takes the 2k best
 extensions of the k live hypotheses, moves those that end with END (and
 rank among the first k, as in fairseq) into a per-sentence set of the k
 best finished hypotheses, and goes on with the k best that have not ended.
-A hypothesis that reaches ``max_length`` tokens without END is finished
-with |Y| = max_length (fairseq). A sentence stops when no live hypothesis
-can still beat its best finished one: log-probabilities only decrease and
-lp only grows, so a live hypothesis can at best reach
-log P / lp(max_length) (tensor2tensor's bound; log P itself for α = 0).
-The stop is exact: it returns the best hypothesis that running to
-``max_length`` would return. ``early_stopping="first_end"`` adds
+Each sentence has a token limit: its own source length (END included,
+padding not) + 50, as in §6.1, capped by the model's positions (or the
+``max_length`` given), so a sentence decodes alike alone or in any batch.
+A hypothesis that reaches the limit without END is finished with |Y| = the
+limit (fairseq). A sentence stops when no live hypothesis can still beat
+its best finished one: log-probabilities only decrease and lp only grows,
+so a live hypothesis can at best reach log P / lp(limit) (tensor2tensor's
+bound; log P itself for α = 0). The stop is exact: it returns the best
+hypothesis that running to the limit would return. ``early_stopping="first_end"`` adds
 CTranslate2's early exit: a sentence also stops at the first step whose
 best candidate (by log P) ends. For α = 0 that changes nothing (that
 candidate already beats every live one); for α > 0 a longer hypothesis
@@ -69,17 +71,24 @@ def _check_tokens(encoder_tokens):
 
 
 def _decode_length(model, encoder_tokens, max_length):
-    """Steps to run: min(T_src + 50 (§6.1), model max_length - 1) by default."""
+    """``(steps, limits)``: the output width and each sentence's token limit
+    (int32 ``(batch,)``). By default a sentence of n source tokens (END
+    included, padding not) gets min(n + 50 (§6.1), model max_length - 1)
+    and ``steps`` is that of the padded width; an int ``max_length`` is
+    every sentence's limit."""
     if max_length is None:
-        src_len = tf.shape(encoder_tokens)[1]
-        return tf.minimum(src_len + 50, model.max_length - 1)
+        cap = model.max_length - 1
+        own = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, PAD_ID),
+                                    tf.int32), 1)
+        return (tf.minimum(tf.shape(encoder_tokens)[1] + 50, cap),
+                tf.minimum(own + 50, cap))
     if not 0 < int(max_length) < model.max_length:
         raise ValueError(
             f"`max_length` must be in [1, {model.max_length - 1}] for this "
             f"model (max_length {model.max_length} positions incl. START), "
             f"got max_length={max_length}"
         )
-    return int(max_length)
+    return int(max_length), tf.fill([tf.shape(encoder_tokens)[0]], int(max_length))
 
 
 class _Stepper:
@@ -194,8 +203,10 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
         model: a ``keras_trm.models.Transformer`` (or any object with its
             decoding methods: ``encode``, ``decode_step``, ...).
         encoder_tokens: int ``(batch, T_src)`` source ids (0 = padding).
-        max_length: int, tokens to generate at most (default T_src + 50,
-            capped by the model's max_length - 1).
+        max_length: int, tokens to generate at most per sentence (default:
+            the sentence's own source length, END included, + 50 (§6.1),
+            capped by the model's max_length - 1). The output is as wide
+            as the longest limit; a row stops at END or at its limit.
         use_cache: use the key/value cache (False: recompute the prefix).
         static_cache: use ``static_decode_step``'s fixed-size caches (static
             shapes, for ``tf.function(jit_compile=True)``); by default the
@@ -226,7 +237,7 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
     True
     """
     encoder_tokens = _check_tokens(encoder_tokens)
-    steps = _decode_length(model, encoder_tokens, max_length)
+    steps, limits = _decode_length(model, encoder_tokens, max_length)
     batch = tf.shape(encoder_tokens)[0]
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
     encoder_outputs = model.encode(encoder_tokens)
@@ -251,7 +262,9 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
             sequences, tf.stack([active, tf.fill(tf.shape(active), i + 1)], 1),
             token,
         )
-        finished = finished | tf.equal(token, end_id)
+        # Ended, or at its sentence's token limit.
+        finished = (finished | tf.equal(token, end_id)
+                    | (i + 1 >= tf.gather(limits, active)))
         if stepper.compact:
             keep = tf.cast(tf.reshape(tf.where(~finished), [-1]), tf.int32)
             state, context = stepper.drop_rows(
@@ -364,8 +377,8 @@ def beam_search(
     Keeps ``beam_size`` = k live hypotheses per sentence at every step: of
     the 2k best extensions, those ending in END among the first k join a set
     of the k best finished ones (fairseq), the k best others stay live.
-    A sentence stops once its best live log P / lp(max_length) cannot beat
-    its best finished score (tensor2tensor), or after ``max_length`` steps,
+    A sentence stops once its best live log P / lp(limit) cannot beat
+    its best finished score (tensor2tensor), or at its token limit,
     so with ``beam_size`` k the result is the exact best whenever the k-slot
     beam can reach it (tests compare with exhaustive search).
     ``beam_size=1`` is greedy search at every α: its one slot stops at the
@@ -377,8 +390,9 @@ def beam_search(
         encoder_tokens: int ``(batch, T_src)``.
         beam_size: int >= 1 (4 in the paper).
         length_penalty_alpha: α >= 0 (0.6 in the paper; 0 = raw log-prob).
-        max_length: as in ``greedy_search``; a hypothesis that reaches it
-            without END is finished with |Y| = max_length.
+        max_length: as in ``greedy_search`` (a limit per sentence); a
+            hypothesis that reaches its limit without END is finished with
+            |Y| = the limit.
         use_cache: as in ``greedy_search``.
         return_all: also return the k best hypotheses and their normalized
             scores.
@@ -386,8 +400,8 @@ def beam_search(
             soon as no live hypothesis can beat its best finished one
             (exact); ``"first_end"``, also at the first step whose best
             candidate ends (CTranslate2's early exit: fewer steps, exact
-            only for α = 0); False or ``"never"``, after ``max_length``
-            steps (the best hypothesis is that of ``"bound"``).
+            only for α = 0); False or ``"never"``, at its token limit
+            (the best hypothesis is that of ``"bound"``).
         static_cache: as in ``greedy_search``.
         start_id, end_id: as in ``greedy_search``.
 
@@ -438,7 +452,7 @@ def beam_search(
     k = int(beam_size)
     alpha = float(length_penalty_alpha)
     encoder_tokens = _check_tokens(encoder_tokens)
-    steps = _decode_length(model, encoder_tokens, max_length)
+    steps, limits = _decode_length(model, encoder_tokens, max_length)
     batch = tf.shape(encoder_tokens)[0]
     vocab = int(model.target_vocabulary_size)
     # 2k candidates: at most k of them (one per live hypothesis) end, so
@@ -477,7 +491,8 @@ def beam_search(
         done=tf.TensorShape([None]),
         alive_len=tf.TensorShape([None]),
     )
-    max_penalty = length_penalty(steps, alpha)
+    # lp at each sentence's token limit: the bound's denominator.
+    max_penalties = length_penalty(limits, alpha)
     beam_ids = tf.range(k)[None]
 
     def cond(i, active, search, results, state, context):
@@ -547,11 +562,16 @@ def beam_search(
         alive_len = tf.where(live[:, 0], i + 1, alive_len)
         parent = tf.where(live, parent, beam_ids)
 
+        # A sentence whose hypotheses reached its token limit is done (the
+        # live ones count as finished at the end).
+        limit = tf.gather(limits, active)
+        done = done | (i + 1 >= limit)
         if rule != "never":
             # Done when no live hypothesis can still beat the best finished
-            # one: log P only falls and lp(|Y|) <= lp(max_length)
+            # one: log P only falls and lp(|Y|) <= lp(its limit)
             # (tensor2tensor's bound, exact).
-            bound = tf.reduce_max(alive_logp, 1) / max_penalty
+            bound = (tf.reduce_max(alive_logp, 1)
+                     / tf.gather(max_penalties, active))
             done = done | (tf.reduce_max(finished_score, 1) >= bound)
         if rule == "first_end":
             # Or when the best candidate of this step ends (CTranslate2).
@@ -601,7 +621,7 @@ def beam_search(
     # the slots the finished ones leave.
     alive_score = alive_logp / length_penalty(tf.maximum(alive_len, 1),
                                               alpha)[:, None]
-    at_max = tf.equal(alive_len, steps)[:, None] & (alive_logp > NEG_INF / 2)
+    at_max = tf.equal(alive_len, limits)[:, None] & (alive_logp > NEG_INF / 2)
     pool_seq = tf.concat([finished_seq, alive_seq], 1)
     pool_score = tf.concat([finished_score, alive_score], 1)
     pool_rank = tf.concat([finished_flag, at_max], 1)

@@ -585,8 +585,10 @@ class CTranslate2Translator:
     rules as ``keras_trm.decoding.Translator``, so outputs (and BLEU) compare
     one to one. Settings mirror ours: sources truncated to ``max_length - 1``
     subword tokens + [END]; at most ``min(T_src + 50, max_length - 1)``
-    generated tokens with T_src the longest source of the batch (END
-    included); an empty sentence gives "".
+    generated tokens with T_src the sentence's own source length (END
+    included; CTranslate2 decodes the batch to its longest limit and each
+    output is cut to its own, which is exact for greedy search); an empty
+    sentence gives "".
 
     Args:
         model_dir: an ``export_ctranslate2`` directory.
@@ -690,14 +692,16 @@ class CTranslate2Translator:
         """One batch of source token lists -> target token lists."""
         if not token_lists:
             return []
-        source_length = max(len(t) for t in token_lists) + 1  # + [END]
-        steps = min(source_length + 50, self.max_length - 1)
+        # Each sentence's limit is its own source length (+ [END]) + 50, as
+        # in our searches; CTranslate2 takes one limit per batch.
+        limits = [min(len(t) + 1 + 50, self.max_length - 1) for t in token_lists]
         results = self.translator.translate_batch(
             token_lists, beam_size=int(beam_size),
-            length_penalty=float(length_penalty), max_decoding_length=steps,
-            min_decoding_length=0, max_input_length=0,
+            length_penalty=float(length_penalty),
+            max_decoding_length=max(limits), min_decoding_length=0,
+            max_input_length=0,
         )
-        return [r.hypotheses[0] for r in results]
+        return [r.hypotheses[0][:limit] for r, limit in zip(results, limits)]
 
     def translate_texts(self, sentences, beam_size=4, length_penalty=0.6,
                         max_batch_size=100):

@@ -526,10 +526,9 @@ class LiteRTTranslator:
     ``beam_search`` itself (the same code as in process and in the
     SavedModel, in a ``tf.function`` on the host) over the file's
     ``decode_step``, with the ``[START]`` / ``[END]`` ids of the file's
-    vocabulary. Sentences are decoded ``batch_size`` at a time, padded to
-    the longest of their batch, and at most min(T + 50, max_length - 1)
-    tokens are generated, T that width (as for the searches on the same
-    batch). Tokenization uses the vocabulary stored in the file with
+    vocabulary. Sentences are decoded ``batch_size`` at a time, and a
+    sentence of T source tokens (END included) gets at most min(T + 50,
+    max_length - 1) generated tokens, as in the searches. Tokenization uses the vocabulary stored in the file with
     ``keras_trm.text.TextTokenizer`` (TensorFlow on the host: kept simple,
     not a device tokenizer). Sources longer than ``max_source_length - 1``
     subwords are truncated, as in ``decoding.Translator``.

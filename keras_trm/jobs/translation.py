@@ -189,7 +189,7 @@ class TranslationConfig:
     """When beam search stops a sentence (test decoding and the export):
     ``bound`` (exact: no live hypothesis can still win), ``first_end``
     (CTranslate2's early exit: when the best candidate ends; faster, may
-    differ with alpha > 0) or ``never`` (``max_length`` steps)."""
+    differ with alpha > 0) or ``never`` (at the token limit)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
