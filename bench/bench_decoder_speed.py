@@ -173,7 +173,9 @@ def main(argv=None):
                           "note": "compare old/new ratios of one run; "
                                   "absolute figures depend on the load"},
               "sentences": len(src), "batch_size": args.batch_size,
-              "old_rev": args.old_rev}
+              "old_rev": subprocess.run(
+                  ["git", "-C", str(REPO), "rev-parse", "--short", args.old_rev],
+                  check=True, capture_output=True, text=True).stdout.strip()}
     results = {}
     for search in () if args.skip_in_process else ("greedy", "beam4"):
         times = {"old": [], "new": []}

@@ -71,6 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--latency-sentences", type=int, default=50)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="interleaved passes over the sentences (times add up)")
     p.add_argument("--litert", action="store_true",
                    help="also run keras_trm.export.litert's translator")
     p.add_argument("--litert-batch-size", type=int, default=None,
@@ -113,8 +115,14 @@ def host_info():
     return info
 
 
-def measure(systems, sentences, references, batch_size, latency_sentences):
+def measure(systems, sentences, references, batch_size, latency_sentences,
+            repeats=1):
     """Times every system on the same batches, interleaved.
+
+    With ``repeats`` > 1 the whole interleaved pass (and the latency pass)
+    runs that many times, the order of the systems reversed every other
+    pass, and the times add up (less noise on a shared machine); the
+    outputs are those of the first pass.
 
     ``systems``: dict name -> translate(list[str]) -> list[str]. Each gets
     one untimed warm-up batch; then, batch after batch, every system
@@ -128,24 +136,29 @@ def measure(systems, sentences, references, batch_size, latency_sentences):
         translate(sentences[:batch_size])
     seconds = dict.fromkeys(systems, 0.0)
     hyps = {name: [] for name in systems}
-    for i in range(0, len(sentences), batch_size):
-        batch = sentences[i:i + batch_size]
-        for name, translate in systems.items():
-            start = time.perf_counter()
-            out = translate(batch)
-            seconds[name] += time.perf_counter() - start
-            hyps[name].extend(out)
-        print(f"  {i + len(batch)}/{len(sentences)} sentences", flush=True)
     times = {name: [] for name in systems}
-    for sentence in sentences[:latency_sentences]:
-        for name, translate in systems.items():
-            start = time.perf_counter()
-            translate([sentence])
-            times[name].append((time.perf_counter() - start) * 1000.0)
+    for rep in range(repeats):
+        order = list(systems.items())
+        order = order if rep % 2 == 0 else order[::-1]
+        for i in range(0, len(sentences), batch_size):
+            batch = sentences[i:i + batch_size]
+            for name, translate in order:
+                start = time.perf_counter()
+                out = translate(batch)
+                seconds[name] += time.perf_counter() - start
+                if rep == 0:
+                    hyps[name].extend(out)
+            print(f"  pass {rep + 1}: {i + len(batch)}/{len(sentences)} sentences",
+                  flush=True)
+        for sentence in sentences[:latency_sentences]:
+            for name, translate in order:
+                start = time.perf_counter()
+                translate([sentence])
+                times[name].append((time.perf_counter() - start) * 1000.0)
     rows = {}
     for name in systems:
         bleu, signature, _ = corpus_bleu(hyps[name], references)
-        row = {"sentences_per_second": round(len(sentences) / seconds[name], 2),
+        row = {"sentences_per_second": round(repeats * len(sentences) / seconds[name], 2),
                "seconds": round(seconds[name], 2), "bleu": round(bleu, 2),
                "bleu_signature": signature}
         if len(times[name]) >= 2:
@@ -295,7 +308,7 @@ def main(argv=None):
     for search, by_name in systems.items():
         print(f"{search}: {', '.join(by_name)}", flush=True)
         rows, hyps = measure(by_name, sources, references, args.batch_size,
-                             args.latency_sentences)
+                             args.latency_sentences, args.repeats)
         for name, row in rows.items():
             results["rows"].setdefault(name, {})[search] = row
             hyps_by[(name, search)] = hyps[name]
@@ -343,6 +356,7 @@ def main(argv=None):
         "measurement": "systems interleaved batch by batch on the same "
                        "batches (one untimed warm-up batch each); latency "
                        "likewise sentence by sentence",
+        "repeats": args.repeats,
         "host": host_info(),
         "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
         "caveat": "absolute sentences/s and latencies depend on the host and "
