@@ -16,7 +16,6 @@ import textwrap
 import time
 
 import numpy as np
-import pytest
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys

@@ -19,7 +19,6 @@ import textwrap
 import time
 
 import numpy as np
-import pytest
 
 SCRIPT = textwrap.dedent("""
     import json, pathlib, sys, time

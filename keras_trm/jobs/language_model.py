@@ -200,7 +200,7 @@ def _report_markdown(result):
         f"| layers / d_model / heads / d_ff | {c['num_layers']} / {c['d_model']} / "
         f"{c['num_heads']} / {c['d_ff']} | {c['num_layers']} / {c['d_model']} / "
         f"{c['num_heads']} / {b['d_ff']} |",
-        f"| positions | relative (sinusoid R, u, v) | absolute sinusoids |",
+        "| positions | relative (sinusoid R, u, v) | absolute sinusoids |",
         f"| segment length (train) | {c['seg_len']} | {c['seg_len']} |",
         f"| memory (train / test) | {c['mem_len']} / {x['eval_mem_len']} | none |",
         f"| training | {c['steps']} steps x {c['batch_size']} x {c['seg_len']} "
