@@ -240,16 +240,21 @@ def test_unknown_early_stopping_is_refused(model, source, bad):
         beam_search(model, source, beam_size=2, early_stopping=bad)
 
 
+def _untied_model(vocab, max_length, seed):
+    """A one-layer model with an untied output layer, and that layer."""
+    keras.utils.set_random_seed(seed)
+    model = transformer(vocab, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                        max_length=max_length, dropout_rate=0.0,
+                        tie_embeddings="none", target_vocabulary_size=vocab)
+    return model, model.get_layer("output_projection")
+
+
 def test_default_limit_is_per_sentence_so_batching_changes_nothing():
     """By default a sentence may generate its own source length + 50
     tokens (§6.1), not the padded batch width's: a short sentence batched
     with a long one gives what it gives alone. A model that never emits END
     runs every sentence to its limit."""
-    keras.utils.set_random_seed(5)
-    m = transformer(12, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                    max_length=80, dropout_rate=0.0, tie_embeddings="none",
-                    target_vocabulary_size=12)
-    projection = m.get_layer("output_projection")
+    m, projection = _untied_model(vocab=12, max_length=80, seed=5)
     kernel, bias = projection.get_weights()
     bias[END_ID] = -1e4
     projection.set_weights([kernel, bias])
@@ -288,11 +293,7 @@ def tiny_model():
     made flat enough that the length penalty decides between outputs of 1,
     2 and 4 tokens; PAD and START are never emitted (as in a trained model).
     """
-    keras.utils.set_random_seed(2)
-    model = transformer(7, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        max_length=8, dropout_rate=0.0, tie_embeddings="none",
-                        target_vocabulary_size=7)
-    projection = model.get_layer("output_projection")
+    model, projection = _untied_model(vocab=7, max_length=8, seed=2)
     kernel, bias = projection.get_weights()
     kernel = np.random.default_rng(2).normal(0.0, 0.15, kernel.shape)
     bias[:] = 0.0

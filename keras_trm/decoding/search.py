@@ -29,9 +29,9 @@ limit (fairseq). A sentence stops when no live hypothesis can still beat
 its best finished one: log-probabilities only decrease and lp only grows,
 so a live hypothesis can at best reach log P / lp(limit) (tensor2tensor's
 bound; log P itself for α = 0). The stop is exact: it returns the best
-hypothesis that running to the limit would return. ``early_stopping="first_end"`` adds
-CTranslate2's early exit: a sentence also stops at the first step whose
-best candidate (by log P) ends. For α = 0 that changes nothing (that
+hypothesis that running to the limit would return.
+``early_stopping="first_end"`` adds CTranslate2's early exit: a sentence
+also stops at the first step whose best candidate (by log P) ends. For α = 0 that changes nothing (that
 candidate already beats every live one); for α > 0 a longer hypothesis
 could still have won, so outputs may differ, for fewer steps (measured in
 ``bench/results/decoding_val.json``).
