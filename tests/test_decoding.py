@@ -492,10 +492,18 @@ def test_beam_with_chunked_top_k_equals_beam_with_tf_top_k(rng, monkeypatch):
 
 
 def test_jit_compiled_search_equals_graph_search(model, source):
-    """``static_cache=True`` compiles with XLA and gives the same ids."""
+    """``static_cache=True`` compiles with XLA, runs in a plain graph (the
+    batch size known when traced) and gives the same ids either way."""
     graph = beam_search(model, source, beam_size=3, max_length=8).numpy()
-    jit = tf.function(
-        lambda x: beam_search(model, x, beam_size=3, max_length=8,
-                              static_cache=True),
-        jit_compile=True)
+
+    def static(x):
+        return beam_search(model, x, beam_size=3, max_length=8,
+                           static_cache=True)
+
+    jit = tf.function(static, jit_compile=True)
     np.testing.assert_array_equal(jit(source).numpy(), graph)
+    np.testing.assert_array_equal(tf.function(static)(source).numpy(), graph)
+    one = source[:1, :int((source[0] != 0).sum())]   # batch 1, a shape case
+    np.testing.assert_array_equal(tf.function(static)(one).numpy(),
+                                  beam_search(model, one, beam_size=3,
+                                              max_length=8).numpy())

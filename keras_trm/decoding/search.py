@@ -153,7 +153,7 @@ class _Stepper:
 
         context = tf.nest.map_structure(rows_vary, self.context)
         if self.static_cache or not self.use_cache:
-            return [tf.TensorShape(c.shape) for c in self.initial_state], context
+            return [rows_vary(c) for c in self.initial_state], context
         return ([(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
                  for k, _ in self.initial_state], context)
 
