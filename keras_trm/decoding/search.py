@@ -506,17 +506,15 @@ def beam_search(
         flat = tf.reshape(alive_seq, [n * k, -1])
         logits, state = stepper(flat, i, state, context)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        candidates = alive_logp[:, :, None] + tf.reshape(
-            log_probs, [n, k, vocab]
-        )
         # All candidates have i + 1 tokens: rank them by log-prob. The 2k
         # best of the k * V are among the 2k best of each hypothesis, so
         # rank those (top-k over k rows of V, then over k * 2k): the same
         # candidates in the same order as one top-k over the k * V (ties go
-        # to the lower hypothesis, then the lower token, either way).
-        row_logp, row_token = top_k_rows(
-            tf.reshape(candidates, [n * k, vocab]), per_row)
-        row_logp = tf.reshape(row_logp, [n, k, per_row])
+        # to the lower hypothesis, then the lower token, either way). Adding
+        # a hypothesis' log P keeps the order of its row, so it is added to
+        # the 2k picked per row only (the same sums as over the whole row).
+        row_logp, row_token = top_k_rows(log_probs, per_row)
+        row_logp = alive_logp[:, :, None] + tf.reshape(row_logp, [n, k, per_row])
         row_token = tf.reshape(row_token, [n, k, per_row])
         cand_logp, top = tf.math.top_k(
             tf.reshape(row_logp, [n, k * per_row]), num_candidates
