@@ -55,15 +55,20 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_model_args(p):
+    """--model, --vocab, --data-dir: a trained Multi30k job's files."""
     p.add_argument("--model", default="runs/multi30k/model.keras")
     p.add_argument("--vocab", default="runs/multi30k/vocab_8000.txt")
+    p.add_argument("--data-dir", default=None,
+                   help="data folder (default: $KERAS_TRM_DATA_DIR)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_args(p)
     p.add_argument("--saved-model", default=None,
                    help="SavedModel version folder (default: the latest under "
                         "export/transformer_multi30k_en_de/)")
-    p.add_argument("--data-dir", default=None,
-                   help="data folder (default: $KERAS_TRM_DATA_DIR)")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--num-sentences", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=100)

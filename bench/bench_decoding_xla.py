@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from bench_decoding import host_info
+from bench_decoding import add_model_args, host_info
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -42,10 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="runs/multi30k/model.keras")
-    p.add_argument("--vocab", default="runs/multi30k/vocab_8000.txt")
-    p.add_argument("--data-dir", default=None,
-                   help="data folder (default: $KERAS_TRM_DATA_DIR)")
+    add_model_args(p)
     p.add_argument("--split", default="val")
     p.add_argument("--batch-sizes", default="1,100",
                    help="comma-separated batch sizes")
