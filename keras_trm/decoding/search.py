@@ -161,7 +161,9 @@ class _Stepper:
         """sequences: (N, steps+1) ids; returns logits (N, V) at ``index``."""
         source, encoder_mask = context
         if self.use_cache:
-            tokens = sequences[:, index:index + 1]
+            # Width 1 known when traced (a slice to ``index + 1`` would have
+            # an unknown width, which XLA pads and gets wrong).
+            tokens = tf.slice(sequences, [0, index], [-1, 1])
             if self.static_cache:
                 return self.model.static_decode_step(
                     tokens, index, state, source, encoder_mask)
