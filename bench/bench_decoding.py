@@ -19,6 +19,9 @@ batches of 100, greedy and beam 4 with length-penalty alpha 0.6, 2 threads:
   detokenization around ``ctranslate2.Translator.translate_batch``);
 - ``litert`` / ``litert_int8`` (``--litert``): ``keras_trm.export.litert``'s
   translator export, if that module provides it (skipped otherwise);
+- ``saved_model_xla`` (beam only): the exact search compiled whole by XLA
+  (``Translator(jit_compile=True)``), exported here from the same weights;
+  XLA's compilations (one per batch shape) fall in the timed calls;
 - ``keras_trm_first_end`` / ``saved_model_first_end`` (beam only): the same
   in process and as a SavedModel exported here from the same weights, with
   ``early_stopping="first_end"`` (CTranslate2's early exit: a sentence
@@ -235,12 +238,14 @@ def main(argv=None):
                   f"{exported_beam}, alpha {exported.get('length_penalty')}",
                   flush=True)
 
-    def saved_model_translate(batch):
-        out = serving(sentences=tf.constant(batch))
-        return [s.decode("utf-8") for s in next(iter(out.values())).numpy()]
+    def serve(signature):
+        """list[str] -> list[str] through a SavedModel's signature."""
+        def translate(batch):
+            out = signature(sentences=tf.constant(batch))
+            return [s.decode("utf-8") for s in next(iter(out.values())).numpy()]
+        return translate
 
-    systems.setdefault(f"beam{exported_beam}", {})["saved_model"] = \
-        saved_model_translate
+    systems.setdefault(f"beam{exported_beam}", {})["saved_model"] = serve(serving)
 
     # 2b. The same search with CTranslate2's early exit, in process and as a
     # SavedModel exported from the same weights.
@@ -253,14 +258,18 @@ def main(argv=None):
     first_end_dir = export_module(
         first_end, workdir / "saved_model_first_end", "transformer",
         signatures={"serving_default": first_end.translate})
-    first_end_serving = tf.saved_model.load(str(first_end_dir)).signatures[
-        "serving_default"]
+    systems[f"beam{beam}"]["saved_model_first_end"] = serve(
+        tf.saved_model.load(str(first_end_dir)).signatures["serving_default"])
 
-    def first_end_saved_model_translate(batch):
-        out = first_end_serving(sentences=tf.constant(batch))
-        return [s.decode("utf-8") for s in next(iter(out.values())).numpy()]
-
-    systems[f"beam{beam}"]["saved_model_first_end"] = first_end_saved_model_translate
+    # 2c. The exact search compiled whole by XLA (``jit_compile=True``),
+    # exported likewise from the same weights; XLA compiles once per
+    # batch shape (sources padded to a multiple of 8), in the timed calls.
+    xla = Translator(model, tokenizer, beam_size=beam,
+                     length_penalty_alpha=alpha, jit_compile=True)
+    xla_dir = export_module(xla, workdir / "saved_model_xla", "transformer",
+                            signatures={"serving_default": xla.translate})
+    systems[f"beam{beam}"]["saved_model_xla"] = serve(
+        tf.saved_model.load(str(xla_dir)).signatures["serving_default"])
     skipped["saved_model greedy"] = (
         f"the SavedModel serves the search it was exported with "
         f"(beam {exported_beam})")
@@ -323,18 +332,25 @@ def main(argv=None):
     beam_key = f"beam{beam}"
     ratios = {}
     ct2 = rows.get("ctranslate2_float32", {})
+    latency_ratios = {}
     for name in ("saved_model", "keras_trm", "saved_model_first_end",
-                 "keras_trm_first_end"):
+                 "keras_trm_first_end", "saved_model_xla"):
         for search in searches:
             if search in rows.get(name, {}) and search in ct2:
+                mine, theirs = rows[name][search], ct2[search]
                 ratios[f"{name}_{search}_over_ct2_float32"] = round(
-                    rows[name][search]["sentences_per_second"]
-                    / ct2[search]["sentences_per_second"], 3)
+                    mine["sentences_per_second"]
+                    / theirs["sentences_per_second"], 3)
+                if "batch1_latency_ms_p50" in mine:
+                    latency_ratios[f"{name}_{search}_over_ct2_float32"] = round(
+                        mine["batch1_latency_ms_p50"]
+                        / theirs["batch1_latency_ms_p50"], 3)
     headline = ratios.get(f"saved_model_{beam_key}_over_ct2_float32")
     # Token agreement between our greedy output and CT2's, sentence level.
     agreement = {}
     for name in ("ctranslate2_float32", "ctranslate2_int8", "litert", "litert_int8",
-                 "keras_trm_first_end", "saved_model_first_end"):
+                 "keras_trm_first_end", "saved_model_first_end",
+                 "saved_model_xla"):
         for search in searches:
             other = hyps_by.get((name, search))
             mine = hyps_by.get(("keras_trm", search))
@@ -371,6 +387,7 @@ def main(argv=None):
         "rows": rows,
         "skipped": results["skipped"],
         "ratios_sentences_per_second": ratios,
+        "ratios_batch1_latency_p50 (lower is faster)": latency_ratios,
         "ratio_saved_model_beam4_over_ct2_float32": headline,
         "ratio_saved_model_first_end_beam4_over_ct2_float32": ratios.get(
             f"saved_model_first_end_{beam_key}_over_ct2_float32"),

@@ -23,8 +23,8 @@ sentences, padded to their longest) the first call of each way is
 timed apart (tracing + XLA compilation + one run; each way is traced
 once for any shape, as in a SavedModel) from the steady
 state (the best of ``--repeats`` further calls over the same batches),
-and the ids are compared with ``graph``'s (``same_ids_as_graph``: every
-sentence's ids equal). Writes one JSON file; figures are in
+and the ids are compared with ``graph``'s (``sentences_with_graph_ids``:
+how many sentences got the graph's ids). Writes one JSON file; figures are in
 docs/measurements.md (Decoding runtimes).
 """
 
@@ -52,6 +52,15 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="bench/results/decoding_xla.json")
     return p.parse_args(argv)
+
+
+def _same_rows(a, b):
+    """Rows of two int id arrays that are equal, the shorter 0-padded."""
+    import numpy as np
+
+    width = max(a.shape[1], b.shape[1])
+    a, b = (np.pad(x, [(0, 0), (0, width - x.shape[1])]) for x in (a, b))
+    return int((a == b).all(axis=1).sum())
 
 
 def main(argv=None):
@@ -127,9 +136,9 @@ def main(argv=None):
             }
             print(batch_size, name, row[name], flush=True)
         for name in ways:
-            row[name]["same_ids_as_graph"] = all(
-                a.shape == b.shape and bool((a == b).all())
-                for a, b in zip(ids[name], ids["graph"]))
+            # Sentences whose ids equal the graph's (outputs padded alike).
+            row[name]["sentences_with_graph_ids"] = sum(
+                _same_rows(a, b) for a, b in zip(ids[name], ids["graph"]))
             row[name]["speed_over_graph"] = round(
                 row["graph"]["steady_s"] / row[name]["steady_s"], 3)
         results[f"batch{batch_size}"] = row
