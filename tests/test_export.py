@@ -33,6 +33,18 @@ FRESH = textwrap.dedent("""
 """)
 
 
+def _fresh_process_translations(path, tmp_path):
+    """SENTENCES through the SavedModel at ``path``, in a fresh process
+    that imports only tensorflow and tensorflow_text."""
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH)
+    proc = subprocess.run([sys.executable, str(script), str(path)],
+                          input=json.dumps(SENTENCES), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def translator(tokenizer):
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=16,
@@ -55,13 +67,7 @@ def test_saved_model_in_fresh_process_matches(translator, tmp_path):
                          signatures={"serving_default": translator.translate})
     assert path == tmp_path / "tiny" / "1"
     expected = [s.decode() for s in translator.translate(tf.constant(SENTENCES)).numpy()]
-    script = tmp_path / "fresh.py"
-    script.write_text(FRESH)
-    proc = subprocess.run([sys.executable, str(script), str(path)],
-                          input=json.dumps(SENTENCES), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+    assert _fresh_process_translations(path, tmp_path) == expected
     # The REST server (TF Serving's API) gives the same translations.
     client = create_app(tmp_path / "tiny").test_client()
     reply = client.post("/v1/models/tiny:predict", json={"instances": SENTENCES})
@@ -94,13 +100,7 @@ def test_xla_translator_and_its_saved_model_match(translator, beam_size,
     assert xla.translate(tf.constant([], tf.string)).shape == (0,)
     path = export_module(xla, tmp_path, "xla",
                          signatures={"serving_default": xla.translate})
-    script = tmp_path / "fresh.py"
-    script.write_text(FRESH)
-    proc = subprocess.run([sys.executable, str(script), str(path)],
-                          input=json.dumps(SENTENCES), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+    assert _fresh_process_translations(path, tmp_path) == expected
 
 
 def test_failed_export_leaves_nothing(translator, tmp_path):
