@@ -98,6 +98,8 @@ def test_xla_translator_and_its_saved_model_match(translator, beam_size,
     one = [s.decode() for s in xla.translate(tf.constant(SENTENCES[:1])).numpy()]
     assert one == expected[:1]
     assert xla.translate(tf.constant([], tf.string)).shape == (0,)
+    with pytest.raises(ValueError, match="jit_compile='yes'"):
+        Translator(translator.model, translator.tokenizer, jit_compile="yes")
     path = export_module(xla, tmp_path, "xla",
                          signatures={"serving_default": xla.translate})
     assert _fresh_process_translations(path, tmp_path) == expected

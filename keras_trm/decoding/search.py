@@ -8,8 +8,8 @@ one position per step (``Transformer.decode_step``): past
 positions are never recomputed, and writing, reading and reordering the
 cache costs only the positions decoded so far. ``static_cache=True`` uses
 ``static_decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
-whose shapes never change inside the loop (XLA can compile it when
-``max_length`` is a Python int); the ids are the same. ``use_cache=False``
+whose shapes never change inside the loop (XLA compiles it, once per
+input shape: ``Translator(jit_compile=True)``); the ids are the same. ``use_cache=False``
 re-runs the decoder over the whole prefix at every step instead (the
 baseline the benchmark compares against).
 
