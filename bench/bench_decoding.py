@@ -26,7 +26,18 @@ batches of 100, greedy and beam 4 with length-penalty alpha 0.6, 2 threads:
   in process and as a SavedModel exported here from the same weights, with
   ``early_stopping="first_end"`` (CTranslate2's early exit: a sentence
   stops when its best candidate ends) instead of the exact default; their
-  outputs may differ (``same_output_as_keras_trm``).
+  outputs may differ (``same_output_as_keras_trm``);
+- ``keras_trm_parallel`` / ``saved_model_parallel`` (``--parallel N`` > 1):
+  ``Translator(parallel_searches=N)`` in process and as a SavedModel
+  exported here from the same weights: each batch dealt into N parts
+  searched at once.
+
+Threads: by default TF runs intra_op=threads, inter_op=1 and CTranslate2
+intra_threads=threads, inter_threads=1 (one batch at a time, its ops
+multi-threaded). ``--parallel N`` splits the same threads into N parallel
+parts for both: TF intra_op=threads/N, inter_op=N; CTranslate2
+intra_threads=threads/N, inter_threads=N (each batch decoded as N
+sub-batches at once). ``--only a,b`` runs just those rows.
 
 Per runtime and search: sentences/s over the 1,000 sentences (after one
 untimed warm-up batch; the runtimes take turns batch by batch, so that load
@@ -78,6 +89,11 @@ def parse_args(argv=None):
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--parallel", type=int, default=1,
+                   help="parts each batch is split into and decoded at once, "
+                        "the threads shared among them (TF and CTranslate2)")
+    p.add_argument("--only", default="",
+                   help="comma-separated rows to run (default: all)")
     p.add_argument("--latency-sentences", type=int, default=50)
     p.add_argument("--repeats", type=int, default=1,
                    help="interleaved passes over the sentences (times add up)")
@@ -189,8 +205,16 @@ def main(argv=None):
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if args.parallel < 1 or args.threads % args.parallel:
+        raise SystemExit(f"--parallel must divide --threads, got "
+                         f"--parallel {args.parallel} --threads {args.threads}")
+    per_part = args.threads // args.parallel
+    tf.config.threading.set_intra_op_parallelism_threads(per_part)
+    tf.config.threading.set_inter_op_parallelism_threads(args.parallel)
+    only = set(filter(None, args.only.split(",")))
+
+    def want(name):
+        return not only or name in only
 
     import keras
     import tensorflow_text  # noqa: F401  (registers the SavedModel's ops)
@@ -218,13 +242,16 @@ def main(argv=None):
     systems = {search: {} for search in searches}  # search -> name -> fn
     skipped = {}
 
-    # 1. keras_trm in process.
+    # 1. keras_trm in process (and in parallel parts).
     tokenizer = TextTokenizer(vocab)
     for search, size in searches.items():
-        translator = Translator(model, tokenizer, beam_size=size,
-                                length_penalty_alpha=alpha)
-        systems[search]["keras_trm"] = (
-            lambda s, t=translator: t.translate_texts(s, batch_size=len(s)))
+        for name, parts in (("keras_trm", 1), ("keras_trm_parallel", args.parallel)):
+            if want(name) and (name == "keras_trm" or parts > 1):
+                translator = Translator(model, tokenizer, beam_size=size,
+                                        length_penalty_alpha=alpha,
+                                        parallel_searches=parts)
+                systems[search][name] = (lambda s, t=translator:
+                                         t.translate_texts(s, batch_size=len(s)))
 
     # 2. Our SavedModel (serves the beam size it was exported with).
     serving = tf.saved_model.load(str(saved_model_dir)).signatures["serving_default"]
@@ -245,31 +272,39 @@ def main(argv=None):
             return [s.decode("utf-8") for s in next(iter(out.values())).numpy()]
         return translate
 
-    systems.setdefault(f"beam{exported_beam}", {})["saved_model"] = serve(serving)
+    if want("saved_model"):
+        systems.setdefault(f"beam{exported_beam}", {})["saved_model"] = serve(serving)
+    from keras_trm.export.saved_model import export_module
+
+    def export_beam_search(name, **options):
+        """Exports the beam search with ``options`` from the same weights
+        and adds its SavedModel as row ``name``."""
+        translator = Translator(model, tokenizer, beam_size=beam,
+                                length_penalty_alpha=alpha, **options)
+        path = export_module(translator, workdir / name, "transformer",
+                             signatures={"serving_default": translator.translate})
+        systems[f"beam{beam}"][name] = serve(
+            tf.saved_model.load(str(path)).signatures["serving_default"])
+
+    if args.parallel > 1 and want("saved_model_parallel"):
+        export_beam_search("saved_model_parallel", parallel_searches=args.parallel)
 
     # 2b. The same search with CTranslate2's early exit, in process and as a
     # SavedModel exported from the same weights.
-    from keras_trm.export.saved_model import export_module
-
-    first_end = Translator(model, tokenizer, beam_size=beam,
-                           length_penalty_alpha=alpha, early_stopping="first_end")
-    systems[f"beam{beam}"]["keras_trm_first_end"] = (
-        lambda s, t=first_end: t.translate_texts(s, batch_size=len(s)))
-    first_end_dir = export_module(
-        first_end, workdir / "saved_model_first_end", "transformer",
-        signatures={"serving_default": first_end.translate})
-    systems[f"beam{beam}"]["saved_model_first_end"] = serve(
-        tf.saved_model.load(str(first_end_dir)).signatures["serving_default"])
+    if want("keras_trm_first_end"):
+        first_end = Translator(model, tokenizer, beam_size=beam,
+                               length_penalty_alpha=alpha,
+                               early_stopping="first_end")
+        systems[f"beam{beam}"]["keras_trm_first_end"] = (
+            lambda s, t=first_end: t.translate_texts(s, batch_size=len(s)))
+    if want("saved_model_first_end"):
+        export_beam_search("saved_model_first_end", early_stopping="first_end")
 
     # 2c. The exact search compiled whole by XLA (``jit_compile=True``),
     # exported likewise from the same weights; XLA compiles once per
     # batch shape (sources padded to a multiple of 8), in the timed calls.
-    xla = Translator(model, tokenizer, beam_size=beam,
-                     length_penalty_alpha=alpha, jit_compile=True)
-    xla_dir = export_module(xla, workdir / "saved_model_xla", "transformer",
-                            signatures={"serving_default": xla.translate})
-    systems[f"beam{beam}"]["saved_model_xla"] = serve(
-        tf.saved_model.load(str(xla_dir)).signatures["serving_default"])
+    if want("saved_model_xla"):
+        export_beam_search("saved_model_xla", jit_compile=True)
     skipped["saved_model greedy"] = (
         f"the SavedModel serves the search it was exported with "
         f"(beam {exported_beam})")
@@ -282,10 +317,13 @@ def main(argv=None):
         )
 
         for quantization in ("float32", "int8"):
+            if not want(f"ctranslate2_{quantization}"):
+                continue
             path = workdir / f"ct2_{quantization}"
             if not path.exists():
                 export_ctranslate2(model, path, vocab, quantization=quantization)
-            ct2 = CTranslate2Translator(path, num_threads=args.threads)
+            ct2 = CTranslate2Translator(path, num_threads=per_part,
+                                        inter_threads=args.parallel)
             for search, size in searches.items():
                 systems[search][f"ctranslate2_{quantization}"] = (
                     lambda s, t=ct2, k=size: t.translate_texts(
@@ -304,6 +342,8 @@ def main(argv=None):
 
             for quantize in (None, "dynamic_int8"):
                 name = "litert" if quantize is None else "litert_int8"
+                if not want(name):
+                    continue
                 path = workdir / f"{name}.tflite"
                 if not path.exists():
                     export_translator_litert(model, path, vocab,
@@ -334,7 +374,8 @@ def main(argv=None):
     ct2 = rows.get("ctranslate2_float32", {})
     latency_ratios = {}
     for name in ("saved_model", "keras_trm", "saved_model_first_end",
-                 "keras_trm_first_end", "saved_model_xla"):
+                 "keras_trm_first_end", "saved_model_xla",
+                 "saved_model_parallel", "keras_trm_parallel"):
         for search in searches:
             if search in rows.get(name, {}) and search in ct2:
                 mine, theirs = rows[name][search], ct2[search]
@@ -350,7 +391,8 @@ def main(argv=None):
     agreement = {}
     for name in ("ctranslate2_float32", "ctranslate2_int8", "litert", "litert_int8",
                  "keras_trm_first_end", "saved_model_first_end",
-                 "saved_model_xla"):
+                 "saved_model_xla", "saved_model_parallel",
+                 "keras_trm_parallel"):
         for search in searches:
             other = hyps_by.get((name, search))
             mine = hyps_by.get(("keras_trm", search))
@@ -371,8 +413,10 @@ def main(argv=None):
             "keras_trm / saved_model": "((5 + length) / 6) ** alpha (GNMT)",
             "ctranslate2": "length ** alpha"},
         "threads": args.threads,
-        "threads_how": "TF: intra_op=threads, inter_op=1; CTranslate2: "
-                       "intra_threads=threads, inter_threads=1",
+        "parallel": args.parallel,
+        "threads_how": (f"TF: intra_op={per_part}, inter_op={args.parallel}; "
+                        f"CTranslate2: intra_threads={per_part}, "
+                        f"inter_threads={args.parallel}"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "measurement": "systems interleaved batch by batch on the same "
                        "batches (one untimed warm-up batch each); latency "

@@ -129,6 +129,37 @@ def test_greedy_tokens_equal_ours_on_real_sentences(trained, tokenizer,
     # ... and the runner's raw-text path gives our detokenized text.
     assert ct2.translate_texts(val_sentences, beam_size=1,
                                max_batch_size=16) == ours_text
+    # Two CTranslate2 replicas decoding halves of each batch at once
+    # (``inter_threads=2``): the same tokens, in the same order.
+    pair = CTranslate2Translator(trained["float32"], num_threads=1,
+                                 inter_threads=2)
+    assert pair.translate_tokens(ct2.tokenize(val_sentences), beam_size=1) == ours
+    with pytest.raises(ValueError, match="inter_threads=0"):
+        CTranslate2Translator(trained["float32"], inter_threads=0)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_parallel_searches_give_each_sentence_its_ids(trained, tokenizer,
+                                                      val_sentences, beam_size):
+    """``Translator(parallel_searches=n)`` deals the batch by source length
+    into n searches: every sentence gets the one search's ids, in its own
+    row, for any n and batch size (fewer sentences than parts, none)."""
+    def ids(parts, sentences):
+        translator = Translator(trained["model"], tokenizer,
+                                beam_size=beam_size, parallel_searches=parts)
+        return tf.function(translator.generate_ids)(
+            translator.encode_text(tf.constant(sentences, tf.string))).numpy()
+
+    expected = ids(1, val_sentences)
+    assert len({row.tobytes() for row in expected}) > 10  # a mix-up shows
+    for parts in (2, 3):
+        np.testing.assert_array_equal(ids(parts, val_sentences), expected)
+        np.testing.assert_array_equal(ids(parts, val_sentences[:2]),
+                                      ids(1, val_sentences[:2]))
+        assert ids(parts, []).shape[0] == 0
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match=f"parallel_searches={bad!r}"):
+            Translator(trained["model"], tokenizer, parallel_searches=bad)
 
 
 # Scores the float32 export's greedy output with the int8 export as

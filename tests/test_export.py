@@ -105,6 +105,17 @@ def test_xla_translator_and_its_saved_model_match(translator, beam_size,
     assert _fresh_process_translations(path, tmp_path) == expected
 
 
+def test_parallel_searches_saved_model_matches(translator, tmp_path):
+    """A SavedModel whose search runs in two parts at once serves the
+    default translator's strings in a fresh process."""
+    expected = [s.decode() for s in translator.translate(tf.constant(SENTENCES)).numpy()]
+    split = Translator(translator.model, translator.tokenizer,
+                       beam_size=translator.beam_size, parallel_searches=2)
+    path = export_module(split, tmp_path, "split",
+                         signatures={"serving_default": split.translate})
+    assert _fresh_process_translations(path, tmp_path) == expected
+
+
 def test_failed_export_leaves_nothing(translator, tmp_path):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def broken(x):

@@ -92,3 +92,10 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
     shutil.rmtree(tmp_path / "work" / "backup")
     translation.run(config, None, tmp_path / "work", tmp_path / "export")
     assert [m.stat().st_mtime_ns for m in manifests] == stamp  # reused
+
+
+def test_bad_parallel_searches_fails_before_training(data_dir, tmp_path):
+    config = translation.TranslationConfig(parallel_searches=0, limit=10)
+    with pytest.raises(ValueError, match="parallel_searches=0"):
+        translation.run(config, data_dir, tmp_path / "work", tmp_path / "export")
+    assert not (tmp_path / "work").exists()

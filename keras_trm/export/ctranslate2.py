@@ -592,8 +592,14 @@ class CTranslate2Translator:
 
     Args:
         model_dir: an ``export_ctranslate2`` directory.
-        num_threads: int >= 1, CTranslate2 ``intra_threads`` (one
-            translation at a time, ``inter_threads=1``).
+        num_threads: int >= 1, CTranslate2 ``intra_threads``: threads
+            per batch.
+        inter_threads: int >= 1, CTranslate2 ``inter_threads``: batches
+            decoded at once. With n > 1 each ``translate_tokens`` batch is
+            split into n parts (CTranslate2's ``max_batch_size``, which
+            also sorts them by length) decoded in parallel, n x
+            ``num_threads`` threads in all (as ``Translator``'s
+            ``parallel_searches``).
         device: ``"cpu"`` or ``"cuda"``.
         compute_type: CTranslate2 compute type. ``"default"``: the type
             the weights were saved in, except int8 weights on an x86 CPU
@@ -615,7 +621,7 @@ class CTranslate2Translator:
 
     Raises:
         FileNotFoundError: ``model_dir`` is not an export directory.
-        ValueError: ``num_threads`` < 1.
+        ValueError: ``num_threads`` or ``inter_threads`` < 1.
 
     Example:
 
@@ -633,7 +639,7 @@ class CTranslate2Translator:
     """
 
     def __init__(self, model_dir, num_threads=2, device="cpu",
-                 compute_type="default"):
+                 compute_type="default", inter_threads=1):
         ctranslate2 = _import_ctranslate2()
         from keras_trm.text.wordpiece import TextTokenizer
 
@@ -644,8 +650,11 @@ class CTranslate2Translator:
                 f"`model_dir` {str(self.model_dir)!r} has no {METADATA_FILE}: "
                 "not a keras_trm.export.ctranslate2 export"
             )
-        if int(num_threads) < 1:
-            raise ValueError(f"`num_threads` must be >= 1, got num_threads={num_threads}")
+        for name, value in (("num_threads", num_threads),
+                            ("inter_threads", inter_threads)):
+            if int(value) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {name}={value}")
+        self.inter_threads = int(inter_threads)
         self.metadata = json.loads(meta_path.read_text(encoding="utf-8"))
         self.vocabulary = load_exported_vocabulary(self.model_dir)
         self.token_ids = {token: i for i, token in enumerate(self.vocabulary)}
@@ -663,7 +672,7 @@ class CTranslate2Translator:
         self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, compute_type=compute_type,
-            inter_threads=1, intra_threads=int(num_threads),
+            inter_threads=self.inter_threads, intra_threads=int(num_threads),
         )
 
     def tokenize(self, sentences):
@@ -695,11 +704,14 @@ class CTranslate2Translator:
         # Each sentence's limit is its own source length (+ [END]) + 50, as
         # in our searches; CTranslate2 takes one limit per batch.
         limits = [min(len(t) + 1 + 50, self.max_length - 1) for t in token_lists]
+        split = {}
+        if self.inter_threads > 1:  # parts decoded at once, one per replica
+            split["max_batch_size"] = -(-len(token_lists) // self.inter_threads)
         results = self.translator.translate_batch(
             token_lists, beam_size=int(beam_size),
             length_penalty=float(length_penalty),
             max_decoding_length=max(limits), min_decoding_length=0,
-            max_input_length=0,
+            max_input_length=0, **split,
         )
         return [r.hypotheses[0][:limit] for r, limit in zip(results, limits)]
 

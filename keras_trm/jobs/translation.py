@@ -190,6 +190,11 @@ class TranslationConfig:
     ``bound`` (exact: no live hypothesis can still win), ``first_end``
     (CTranslate2's early exit: when the best candidate ends; faster, may
     differ with alpha > 0) or ``never`` (at the token limit)."""
+    parallel_searches: int = 1
+    """Searches each batch is dealt into and run at once (test decoding and
+    the export; ``Translator``): 2 on a 2-core server with inter-op
+    parallelism 2 (TF Serving's default) decodes about 1.3-1.6x faster,
+    with the same outputs; 1 suits one inter-op thread."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
@@ -415,6 +420,9 @@ def _run(config, data_dir, workdir, export_dir, samples):
     config = apply_preset(config or TranslationConfig())
     config = dataclasses.replace(config, model_name=_model_name(config))
     stop_rule(config.early_stopping)  # a bad value fails now, not after training
+    if config.parallel_searches < 1:
+        raise ValueError("`parallel_searches` must be >= 1, got "
+                         f"parallel_searches={config.parallel_searches}")
     job_start = time.time()
     keras.utils.set_random_seed(config.seed)
     config = dataclasses.replace(config, precision=apply_precision(config.precision))
@@ -569,7 +577,8 @@ def _run(config, data_dir, workdir, export_dir, samples):
     translator = Translator(val_bleu.float32_model(model), tokenizer,
                             beam_size=config.beam_size,
                             length_penalty_alpha=config.length_penalty,
-                            early_stopping=config.early_stopping)
+                            early_stopping=config.early_stopping,
+                            parallel_searches=config.parallel_searches)
     test_name = splits.names["test"]
     bleu = signature = line = tok_bleu = tok_line = None
     decode_seconds = 0.0
