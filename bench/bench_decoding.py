@@ -30,7 +30,9 @@ batches of 100, greedy and beam 4 with length-penalty alpha 0.6, 2 threads:
 - ``keras_trm_parallel`` / ``saved_model_parallel`` (``--parallel N`` > 1):
   ``Translator(parallel_searches=N)`` in process and as a SavedModel
   exported here from the same weights: each batch dealt into N parts
-  searched at once.
+  searched at once. With ``--parallel N`` the first_end and XLA rows are
+  built with ``parallel_searches=N`` too (``saved_model`` is the given
+  export as it is).
 
 Threads: by default TF runs intra_op=threads, inter_op=1 and CTranslate2
 intra_threads=threads, inter_threads=1 (one batch at a time, its ops
@@ -279,6 +281,7 @@ def main(argv=None):
     def export_beam_search(name, **options):
         """Exports the beam search with ``options`` from the same weights
         and adds its SavedModel as row ``name``."""
+        options.setdefault("parallel_searches", args.parallel)
         translator = Translator(model, tokenizer, beam_size=beam,
                                 length_penalty_alpha=alpha, **options)
         path = export_module(translator, workdir / name, "transformer",
@@ -287,14 +290,15 @@ def main(argv=None):
             tf.saved_model.load(str(path)).signatures["serving_default"])
 
     if args.parallel > 1 and want("saved_model_parallel"):
-        export_beam_search("saved_model_parallel", parallel_searches=args.parallel)
+        export_beam_search("saved_model_parallel")
 
     # 2b. The same search with CTranslate2's early exit, in process and as a
     # SavedModel exported from the same weights.
     if want("keras_trm_first_end"):
         first_end = Translator(model, tokenizer, beam_size=beam,
                                length_penalty_alpha=alpha,
-                               early_stopping="first_end")
+                               early_stopping="first_end",
+                               parallel_searches=args.parallel)
         systems[f"beam{beam}"]["keras_trm_first_end"] = (
             lambda s, t=first_end: t.translate_texts(s, batch_size=len(s)))
     if want("saved_model_first_end"):

@@ -139,27 +139,36 @@ def test_greedy_tokens_equal_ours_on_real_sentences(trained, tokenizer,
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_parallel_searches_give_each_sentence_its_ids(trained, tokenizer,
-                                                      val_sentences, beam_size):
+def test_parallel_searches_and_length_groups_keep_each_sentences_ids(
+        trained, tokenizer, val_sentences, beam_size):
     """``Translator(parallel_searches=n)`` deals the batch by source length
-    into n searches: every sentence gets the one search's ids, in its own
-    row, for any n and batch size (fewer sentences than parts, none)."""
-    def ids(parts, sentences):
+    into n searches, ``encode_groups=g`` encodes it in g groups padded to
+    their own longest: every sentence gets the ids of one search over the
+    encoder run on the whole batch, in its own row, for any n, g and batch
+    size (fewer sentences than parts or groups, none)."""
+    def search(parts, groups):
+        """sentences -> ids, traced once."""
         translator = Translator(trained["model"], tokenizer,
-                                beam_size=beam_size, parallel_searches=parts)
-        return tf.function(translator.generate_ids)(
-            translator.encode_text(tf.constant(sentences, tf.string))).numpy()
+                                beam_size=beam_size, parallel_searches=parts,
+                                encode_groups=groups)
+        generate = tf.function(translator.generate_ids, input_signature=[
+            tf.TensorSpec([None, None], tf.int32)])
+        return lambda sentences: generate(translator.encode_text(
+            tf.constant(sentences, tf.string))).numpy()
 
-    expected = ids(1, val_sentences)
+    one = search(1, 1)
+    expected = one(val_sentences)
     assert len({row.tobytes() for row in expected}) > 10  # a mix-up shows
-    for parts in (2, 3):
-        np.testing.assert_array_equal(ids(parts, val_sentences), expected)
-        np.testing.assert_array_equal(ids(parts, val_sentences[:2]),
-                                      ids(1, val_sentences[:2]))
-        assert ids(parts, []).shape[0] == 0
-    for bad in (0, True, 2.0):
-        with pytest.raises(ValueError, match=f"parallel_searches={bad!r}"):
-            Translator(trained["model"], tokenizer, parallel_searches=bad)
+    for parts, groups in ((1, 4), (2, 4), (3, 7)):
+        split = search(parts, groups)
+        np.testing.assert_array_equal(split(val_sentences), expected)
+        np.testing.assert_array_equal(split(val_sentences[:2]),
+                                      one(val_sentences[:2]))
+        assert split([]).shape[0] == 0
+    for name in ("parallel_searches", "encode_groups"):
+        for bad in (0, True, 2.0):
+            with pytest.raises(ValueError, match=f"{name}={bad!r}"):
+                Translator(trained["model"], tokenizer, **{name: bad})
 
 
 # Scores the float32 export's greedy output with the int8 export as

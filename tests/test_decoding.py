@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from conftest import random_ids
 from keras_trm.decoding import beam_search, corpus_bleu, greedy_search, length_penalty
-from keras_trm.decoding.search import top_k_rows
+from keras_trm.decoding.search import encode_by_length, top_k_rows
 from keras_trm.models import transformer
 from keras_trm.text import END_ID, PAD_ID, START_ID
 
@@ -285,6 +285,22 @@ def test_batched_beam_equals_one_by_one(model, source):
         np.testing.assert_array_equal(one[1].numpy()[0], beams.numpy()[b])
         np.testing.assert_allclose(one[2].numpy()[0], scores.numpy()[b],
                                    atol=1e-4)
+
+
+def test_encode_by_length_is_the_encoder_with_less_padding(model, rng):
+    """Each group is encoded at its own width: real positions equal the
+    whole batch's encoding (float rounding), rows in their own order, for
+    more groups than sentences and none."""
+    source = random_ids(rng, (7, 9), 30, pad_from=[9, 2, 5, 3, 9, 1, 4])
+    real = (source != 0)[:, :, None]
+    full = model.encode(source).numpy()
+    for groups in (1, 2, 3, 7, 10):
+        out = encode_by_length(model, source, groups).numpy()
+        np.testing.assert_allclose(out * real, full * real, atol=1e-5)
+        assert encode_by_length(model, source[:0], groups).shape[0] == 0
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match=f"groups={bad!r}"):
+            encode_by_length(model, source, bad)
 
 
 @pytest.fixture(scope="module")

@@ -70,6 +70,67 @@ def _check_tokens(encoder_tokens):
     return tf.cast(encoder_tokens, tf.int32)
 
 
+def encode_by_length(model, encoder_tokens, groups=4):
+    """``model.encode(encoder_tokens)`` with less padding.
+
+    The sentences, sorted by length, are encoded in ``groups`` groups of
+    about batch / groups, each padded only to its own longest sentence,
+    and put back in order: the encoder's work follows the sentences'
+    lengths rather than batch x the longest. Padding positions hold what
+    the group's encoding gives there, zeros past the group's longest;
+    neither is ever attended (every attention masks padding). The values at real positions are those
+    of ``model.encode`` up to float rounding (masked keys add exact zeros);
+    the searches' ids were identical for 1,000 of 1,000 Multi30k val and
+    test sentences (``bench/results/encode_by_length.json``). Shapes vary
+    with the lengths, so this is for graph mode, not XLA.
+
+    Args:
+        model: a ``keras_trm.models.Transformer``.
+        encoder_tokens: int ``(batch, T_src)`` source ids (0 = padding).
+        groups: int >= 1, the groups (1: ``model.encode`` as it is).
+
+    Returns:
+        float ``(batch, T_src, d_model)``, as ``model.encode``.
+
+    Raises:
+        TypeError: non-integer ids. ValueError: bad shapes, ``groups`` < 1.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import transformer
+    >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+    ...                     max_length=12)
+    >>> source = np.array([[5, 6, 7, 8, 3], [7, 3, 0, 0, 0]], "int32")
+    >>> grouped = encode_by_length(model, source, groups=2)
+    >>> tuple(grouped.shape)
+    (2, 5, 16)
+    >>> bool(np.allclose(grouped[1, :2], model.encode(source)[1, :2], atol=1e-5))
+    True
+    """
+    encoder_tokens = _check_tokens(encoder_tokens)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"`groups` must be an int >= 1, got groups={groups!r}")
+    if groups == 1:
+        return model.encode(encoder_tokens)
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, PAD_ID),
+                                    tf.int32), 1)
+    order = tf.argsort(lengths, stable=True)
+    size = (tf.size(order) + groups - 1) // groups
+    width = tf.shape(encoder_tokens)[1]
+    rows, outputs = [], []
+    for g in range(groups):
+        group = order[g * size:(g + 1) * size]
+        # At least 1 wide (an empty group's maximum is the lowest int32),
+        # at most the batch's width (0 for an empty batch).
+        own = tf.minimum(tf.maximum(tf.reduce_max(tf.gather(lengths, group)), 1),
+                         width)
+        out = model.encode(tf.gather(encoder_tokens, group)[:, :own])
+        rows.append(group)
+        outputs.append(tf.pad(out, [[0, 0], [0, width - own], [0, 0]]))
+    return tf.dynamic_stitch(rows, outputs)
+
+
 def _decode_length(model, encoder_tokens, max_length):
     """``(steps, limits)``: the output width and each sentence's token limit
     (int32 ``(batch,)``). By default a sentence of n source tokens (END
@@ -194,7 +255,8 @@ def _scatter_rows(full, rows, part):
 
 
 def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
-                  static_cache=False, start_id=START_ID, end_id=END_ID):
+                  static_cache=False, start_id=START_ID, end_id=END_ID,
+                  encoder_outputs=None):
     """Greedy decoding: the arg-max token at every step.
 
     Rows whose sentence has ended are dropped from the decoder's batch
@@ -216,6 +278,9 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
             The ids are the same either way.
         start_id, end_id: the tokenizer's ``[START]`` / ``[END]`` ids
             (``keras_trm.text``'s reserved ids by default); padding is 0.
+        encoder_outputs: optional float ``(batch, T_src, d_model)``,
+            ``model.encode(encoder_tokens)`` computed already (e.g. by
+            ``encode_by_length``); by default the search encodes.
 
     Returns:
         int32 ``(batch, steps)`` generated ids (without START); after END
@@ -242,7 +307,8 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
     steps, limits = _decode_length(model, encoder_tokens, max_length)
     batch = tf.shape(encoder_tokens)[0]
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
-    encoder_outputs = model.encode(encoder_tokens)
+    if encoder_outputs is None:
+        encoder_outputs = model.encode(encoder_tokens)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
                        use_cache, static_cache)
 
@@ -373,6 +439,7 @@ def beam_search(
     static_cache=False,
     start_id=START_ID,
     end_id=END_ID,
+    encoder_outputs=None,
 ):
     """Beam search with the GNMT length penalty and a beam kept full.
 
@@ -405,7 +472,7 @@ def beam_search(
             only for α = 0); False or ``"never"``, at its token limit
             (the best hypothesis is that of ``"bound"``).
         static_cache: as in ``greedy_search``.
-        start_id, end_id: as in ``greedy_search``.
+        start_id, end_id, encoder_outputs: as in ``greedy_search``.
 
     Returns:
         int32 ``(batch, steps)`` best hypothesis per sentence (without
@@ -464,7 +531,8 @@ def beam_search(
 
     # Encode once; each of the k live hypotheses has its own decoder row.
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
-    encoder_outputs = model.encode(encoder_tokens)
+    if encoder_outputs is None:
+        encoder_outputs = model.encode(encoder_tokens)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
                        use_cache, static_cache, hypotheses=k)
 
