@@ -37,16 +37,17 @@ class Translator(tf.Module):
             default: one per core), which pays because one search's many
             small ops and 100-row matmuls keep a second core mostly idle.
             Each sentence's ids are those of the whole-batch search (its
-            search never looks at other sentences; tested). With inter-op
-            parallelism 1 the parts run one after another, about 20%
-            slower than one search: ``bench/results/decoding.json``.
-            Default 1.
+            search never looks at other sentences; tested). 2 parts on 2
+            cores (intra-op 1, inter-op 2): 1.56x one search's beam 4
+            (``bench/results/decoding_parallel.json``). With inter-op
+            parallelism 1 the parts run one after another, 17% to 28%
+            slower than one search in our runs. Default 1.
         encode_groups: int >= 1. The source sentences are encoded in this
             many groups of similar length, each padded only to its own
             longest (``encode_by_length``; 1: the whole batch at its
             longest). Less padding, the same ids (1,000 of 1,000 Multi30k
-            val and test sentences); on 2 cores greedy ran 1.14x and beam 4
-            1.05x faster with 4 groups
+            val and test sentences); with 4 groups on 2 cores greedy ran
+            1.04x to 1.15x and beam 4 1.02x to 1.07x faster
             (``bench/results/encode_by_length.json``). Not used with
             ``jit_compile`` (static shapes). Default 4.
 
