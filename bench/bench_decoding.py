@@ -79,6 +79,20 @@ def add_model_args(p):
                    help="data folder (default: $KERAS_TRM_DATA_DIR)")
 
 
+def set_tf_threads(threads, parallel):
+    """TF intra_op = threads / parallel, inter_op = parallel (the split
+    ``--parallel`` asks for); returns the threads per part. Call before
+    TensorFlow runs an op."""
+    if parallel < 1 or threads % parallel:
+        raise SystemExit(f"--parallel must divide --threads, got "
+                         f"--parallel {parallel} --threads {threads}")
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads // parallel)
+    tf.config.threading.set_inter_op_parallelism_threads(parallel)
+    return threads // parallel
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_args(p)
@@ -207,12 +221,7 @@ def main(argv=None):
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
     import tensorflow as tf
 
-    if args.parallel < 1 or args.threads % args.parallel:
-        raise SystemExit(f"--parallel must divide --threads, got "
-                         f"--parallel {args.parallel} --threads {args.threads}")
-    per_part = args.threads // args.parallel
-    tf.config.threading.set_intra_op_parallelism_threads(per_part)
-    tf.config.threading.set_inter_op_parallelism_threads(args.parallel)
+    per_part = set_tf_threads(args.threads, args.parallel)
     only = set(filter(None, args.only.split(",")))
 
     def want(name):

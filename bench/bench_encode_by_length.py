@@ -24,7 +24,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from bench_decoding import add_model_args, host_info  # noqa: E402
+from bench_decoding import add_model_args, host_info, set_tf_threads  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -43,16 +43,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.parallel < 1 or args.threads % args.parallel:
-        raise SystemExit(f"--parallel must divide --threads, got "
-                         f"--parallel {args.parallel} --threads {args.threads}")
+    set_tf_threads(args.threads, args.parallel)
+    import keras
     import numpy as np
     import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(
-        args.threads // args.parallel)
-    tf.config.threading.set_inter_op_parallelism_threads(args.parallel)
-    import keras
 
     from keras_trm.data import load_multi30k
     from keras_trm.decoding import Translator
