@@ -6,7 +6,9 @@ step feeds one token per hypothesis, appending its keys/values to a
 head-major self-attention cache ``(batch, h, positions, d_k)`` that grows by
 one position per step (``Transformer.decode_step``): past
 positions are never recomputed, and writing, reading and reordering the
-cache costs only the positions decoded so far. ``static_cache=True`` uses
+cache costs only the positions decoded so far (beam search decodes step 0,
+where a sentence's k hypotheses are all START, as one row per sentence).
+``static_cache=True`` uses
 ``static_decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
 whose shapes never change inside the loop (XLA compiles it, once per
 input shape: ``Translator(jit_compile=True)``); the ids are the same. ``use_cache=False``
@@ -569,12 +571,22 @@ def beam_search(
         return tf.logical_and(i < steps,
                               tf.logical_not(tf.reduce_all(search["done"])))
 
-    def body(i, active, search, results, state, context):
+    def body(i, active, search, results, state, context, first=False):
         (alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
          done, alive_len) = (search[key] for key in search_shapes)
         n = tf.shape(active)[0]  # sentences still searched
-        flat = tf.reshape(alive_seq, [n * k, -1])
-        logits, state = stepper(flat, i, state, context)
+        if first:
+            # Step 0: a sentence's k hypotheses are the same prefix (START)
+            # over the same empty caches, so one row per sentence is
+            # decoded and repeated k times: the logits and caches of k rows,
+            # for 1/k of the work.
+            logits, state = stepper(alive_seq[:, 0], i, state, context)
+            logits = tf.repeat(logits, k, axis=0)
+            state = tf.nest.map_structure(
+                lambda c: tf.repeat(c, k, axis=0), state)
+        else:
+            flat = tf.reshape(alive_seq, [n * k, -1])
+            logits, state = stepper(flat, i, state, context)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
         # All candidates have i + 1 tokens: rank them by log-prob. The 2k
         # best of the k * V are among the 2k best of each hypothesis, so
@@ -672,11 +684,16 @@ def beam_search(
         return i + 1, active, search, results, state, context
 
     state_shapes, context_shapes = stepper.shape_invariants()
+    loop_vars = (tf.constant(0), tf.range(batch), search, search,
+                 stepper.initial_state, stepper.context)
+    if stepper.context_per_sentence and k > 1:
+        # Step 0 before the loop, one decoder row per sentence (``first``).
+        loop_vars = body(*loop_vars[:4], model.empty_self_attention_caches(
+            batch, encoder_outputs.dtype), loop_vars[5], first=True)
     _, _, search, results, _, _ = tf.while_loop(
         cond,
         body,
-        (tf.constant(0), tf.range(batch), search, search, stepper.initial_state,
-         stepper.context),
+        loop_vars,
         shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]),
                           search_shapes, search_shapes, state_shapes,
                           context_shapes),
