@@ -105,6 +105,44 @@ def test_xla_translator_and_its_saved_model_match(translator, beam_size,
     assert _fresh_process_translations(path, tmp_path) == expected
 
 
+def _xla_compiled_functions(concrete):
+    """Names of the functions in ``concrete``'s graph that XLA compiles."""
+    library = concrete.graph.as_graph_def().library.function
+    return [f.signature.name for f in library
+            if f.attr["_XlaMustCompile"].b]
+
+
+def test_xla_for_small_batches_only(translator, tmp_path):
+    """``jit_compile_max_batch_size=1``: single sentences run the XLA
+    search, larger batches the graph search (a ``tf.cond`` on the batch
+    size, with an XLA-compiled function in the graph), with the default
+    translator's strings either way, in process and from the SavedModel."""
+    # 64 positions: the two searches' output widths differ (below).
+    model = transformer(translator.tokenizer.vocabulary_size, num_layers=1,
+                        d_model=16, num_heads=2, d_ff=32, max_length=64)
+    plain = Translator(model, translator.tokenizer, beam_size=2)
+    hybrid = Translator(model, translator.tokenizer, beam_size=2,
+                        jit_compile=True, jit_compile_max_batch_size=1)
+    assert not _xla_compiled_functions(plain.translate.get_concrete_function())
+    assert _xla_compiled_functions(hybrid.translate.get_concrete_function())
+    # The routing itself: a batch of 1 takes the XLA search's padded width
+    # (a multiple of 8 source tokens), a batch of 2 the graph search's.
+    tokens = tf.constant([[5, 6, 3]], tf.int32)
+    assert hybrid.generate_ids(tokens).shape == (1, 8 + 50)
+    assert hybrid.generate_ids(tf.tile(tokens, [2, 1])).shape == (2, 3 + 50)
+    expected = [s.decode() for s in plain.translate(tf.constant(SENTENCES)).numpy()]
+    got = [s.decode() for s in hybrid.translate(tf.constant(SENTENCES)).numpy()]
+    one = [hybrid.translate(tf.constant([s]))[0].numpy().decode()
+           for s in SENTENCES]
+    assert got == expected and one == expected
+    with pytest.raises(ValueError, match="jit_compile_max_batch_size=0"):
+        Translator(translator.model, translator.tokenizer, jit_compile=True,
+                   jit_compile_max_batch_size=0)
+    path = export_module(hybrid, tmp_path, "hybrid",
+                         signatures={"serving_default": hybrid.translate})
+    assert _fresh_process_translations(path, tmp_path) == expected
+
+
 def test_parallel_searches_saved_model_matches(translator, tmp_path):
     """A SavedModel whose search runs in two parts at once serves the
     default translator's strings in a fresh process."""

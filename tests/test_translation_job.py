@@ -94,8 +94,11 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
     assert [m.stat().st_mtime_ns for m in manifests] == stamp  # reused
 
 
-def test_bad_parallel_searches_fails_before_training(data_dir, tmp_path):
-    config = translation.TranslationConfig(parallel_searches=0, limit=10)
-    with pytest.raises(ValueError, match="parallel_searches=0"):
+@pytest.mark.parametrize("bad", [{"parallel_searches": 0},
+                                 {"export_jit_compile_max_batch_size": -1}])
+def test_bad_search_options_fail_before_training(bad, data_dir, tmp_path):
+    config = translation.TranslationConfig(limit=10, **bad)
+    (name, value), = bad.items()
+    with pytest.raises(ValueError, match=f"{name}={value}"):
         translation.run(config, data_dir, tmp_path / "work", tmp_path / "export")
     assert not (tmp_path / "work").exists()

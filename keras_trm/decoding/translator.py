@@ -29,6 +29,10 @@ class Translator(tf.Module):
             (about 2 s each on a 2-core CPU). On CPU it pays for single
             sentences and costs at large batches (no sentence leaves the
             batch): ``bench/results/decoding_xla.json``. Default False.
+        jit_compile_max_batch_size: with ``jit_compile``, only batches of
+            at most this many sentences run the XLA search, larger ones the
+            graph search (one SavedModel fast for single requests and for
+            batches; both give the same ids). None (default): every batch.
         parallel_searches: int >= 1. The batch is dealt into this many
             parts, by source length (the i-th shortest sentence goes to part
             i mod n, so that the parts take about as many steps), and each
@@ -54,7 +58,8 @@ class Translator(tf.Module):
     Raises:
         ValueError: ``beam_size`` < 1, a bad ``max_source_length``, an
             unknown ``early_stopping``, a non-bool ``jit_compile``, or
-            ``parallel_searches`` or ``encode_groups`` not an int >= 1.
+            ``parallel_searches``, ``encode_groups`` or
+            ``jit_compile_max_batch_size`` (when given) not an int >= 1.
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string.
@@ -76,7 +81,7 @@ class Translator(tf.Module):
     def __init__(self, model, tokenizer, beam_size=4, length_penalty_alpha=0.6,
                  max_source_length=None, early_stopping=True,
                  jit_compile=False, parallel_searches=1, encode_groups=4,
-                 name=None):
+                 jit_compile_max_batch_size=None, name=None):
         super().__init__(name=name)
         self.model = as_transformer(model)
         self.tokenizer = tokenizer
@@ -96,13 +101,18 @@ class Translator(tf.Module):
             raise ValueError(f"`jit_compile` must be True or False, got "
                              f"jit_compile={jit_compile!r}")
         self.jit_compile = jit_compile
-        for name, value in (("parallel_searches", parallel_searches),
-                            ("encode_groups", encode_groups)):
+        checked = [("parallel_searches", parallel_searches),
+                   ("encode_groups", encode_groups)]
+        if jit_compile_max_batch_size is not None:
+            checked.append(("jit_compile_max_batch_size",
+                            jit_compile_max_batch_size))
+        for name, value in checked:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got "
                                  f"{name}={value!r}")
         self.parallel_searches = parallel_searches
         self.encode_groups = encode_groups
+        self.jit_compile_max_batch_size = jit_compile_max_batch_size
         self._compiled_search = None
         if self.jit_compile:
             self._compiled_search = tf.function(
@@ -153,6 +163,16 @@ class Translator(tf.Module):
     def _search_batch(self, encoder_tokens):
         if not self.jit_compile:
             return self._search(encoder_tokens)
+        limit = self.jit_compile_max_batch_size
+        if limit is None:
+            return self._compiled(encoder_tokens)
+        # The output widths differ (the XLA search pads the source); the ids
+        # are the same and PAD follows END either way.
+        return tf.cond(tf.shape(encoder_tokens)[0] <= limit,
+                       lambda: self._compiled(encoder_tokens),
+                       lambda: self._search(encoder_tokens))
+
+    def _compiled(self, encoder_tokens):
         # Padding only adds masked positions (the same ids up to float
         # rounding; 1000 of 1000 equal in bench/results/
         # decoding_xla_runtimes.json), and XLA compiles once per 8 source

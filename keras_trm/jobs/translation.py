@@ -196,6 +196,13 @@ class TranslationConfig:
     threads (TF Serving's default: one per core) decoded beam 4 1.56x
     faster at intra-op 1, with the same outputs; 1 suits one inter-op
     thread."""
+    export_jit_compile_max_batch_size: int = 0
+    """0: the export runs the graph search at every batch size. n >= 1:
+    requests of at most n sentences run the search compiled whole by XLA
+    (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
+    same ids): one sentence decoded in ~0.45x the graph search's time on 2
+    cores, after a compilation (seconds) per 8 source lengths the first time
+    each is seen; larger requests keep the graph search (sentences)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
@@ -424,6 +431,11 @@ def _run(config, data_dir, workdir, export_dir, samples):
     if config.parallel_searches < 1:
         raise ValueError("`parallel_searches` must be >= 1, got "
                          f"parallel_searches={config.parallel_searches}")
+    if config.export_jit_compile_max_batch_size < 0:
+        raise ValueError(
+            "`export_jit_compile_max_batch_size` must be >= 0, got "
+            "export_jit_compile_max_batch_size="
+            f"{config.export_jit_compile_max_batch_size}")
     job_start = time.time()
     keras.utils.set_random_seed(config.seed)
     config = dataclasses.replace(config, precision=apply_precision(config.precision))
@@ -597,9 +609,17 @@ def _run(config, data_dir, workdir, export_dir, samples):
         atomic_write(workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
 
+    exported = translator
+    if config.export_jit_compile_max_batch_size:
+        exported = Translator(
+            translator.model, tokenizer, beam_size=config.beam_size,
+            length_penalty_alpha=config.length_penalty,
+            early_stopping=config.early_stopping,
+            parallel_searches=config.parallel_searches, jit_compile=True,
+            jit_compile_max_batch_size=config.export_jit_compile_max_batch_size)
     path = export_module(
-        translator, export_dir, config.model_name,
-        signatures={"serving_default": translator.translate},
+        exported, export_dir, config.model_name,
+        signatures={"serving_default": exported.translate},
         assets={"vocab.txt": "\n".join(vocab) + "\n",
                 "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
     )
