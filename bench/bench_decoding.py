@@ -267,6 +267,7 @@ def main(argv=None):
     # 2. Our SavedModel (serves the beam size it was exported with).
     serving = tf.saved_model.load(str(saved_model_dir)).signatures["serving_default"]
     exported_beam = beam
+    exported = {}
     config_path = saved_model_dir / "assets.extra" / "config.json"
     if config_path.is_file():
         exported = json.loads(config_path.read_text())
@@ -402,7 +403,8 @@ def main(argv=None):
     headline = ratios.get(f"saved_model_{beam_key}_over_ct2_float32")
     # Token agreement between our greedy output and CT2's, sentence level.
     agreement = {}
-    for name in ("ctranslate2_float32", "ctranslate2_int8", "litert", "litert_int8",
+    for name in ("saved_model", "ctranslate2_float32", "ctranslate2_int8",
+                 "litert", "litert_int8",
                  "keras_trm_first_end", "saved_model_first_end",
                  "saved_model_xla", "saved_model_parallel",
                  "keras_trm_parallel"):
@@ -418,6 +420,12 @@ def main(argv=None):
         "command": "python bench/bench_decoding.py " + " ".join(sys.argv[1:]),
         "model": str(args.model),
         "saved_model": str(saved_model_dir),
+        # How the given SavedModel searches (its job's config.json).
+        "saved_model_search": {
+            key: exported[key] for key in (
+                "beam_size", "length_penalty", "early_stopping",
+                "parallel_searches", "export_jit_compile_max_batch_size")
+            if key in exported},
         "data": f"Multi30k {args.split} EN->DE, first {len(sources)} sentences",
         "batch_size": args.batch_size,
         "beam_size": beam,

@@ -199,27 +199,27 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
              (model, random_ids(rng, (5, 6), 30, pad_from=[6, 4, 5, 2, 3]), 12)]
     fewer_steps = 0
     for m, source, max_length in cases:
-        for alpha in (0.0, 0.6, 1.0):
-            for k in (2, 4):
-                runs = {}
-                for rule in ("bound", "first_end"):
-                    for b in range(len(source)):  # one by one: steps per sentence
-                        rec = _Recorder(m)
-                        best, _, scores = beam_search(
-                            rec, source[b:b + 1], beam_size=k,
-                            length_penalty_alpha=alpha, max_length=max_length,
-                            return_all=True, early_stopping=rule)
-                        runs.setdefault(rule, []).append(
-                            (best.numpy()[0], float(scores.numpy()[0, 0]),
-                             len(rec.fed)))
-                for (b_best, b_score, b_steps), (f_best, f_score, f_steps) in zip(
-                        runs["bound"], runs["first_end"]):
-                    assert f_steps <= b_steps
-                    fewer_steps += f_steps < b_steps
-                    assert f_score <= b_score + 1e-5
-                    if alpha == 0.0:
-                        np.testing.assert_array_equal(f_best, b_best)
-                        assert f_steps == b_steps
+        # Both beam sizes without a length penalty; one each with.
+        for alpha, k in ((0.0, 2), (0.0, 4), (0.6, 4), (1.0, 2)):
+            runs = {}
+            for rule in ("bound", "first_end"):
+                for b in range(len(source)):  # one by one: steps per sentence
+                    rec = _Recorder(m)
+                    best, _, scores = beam_search(
+                        rec, source[b:b + 1], beam_size=k,
+                        length_penalty_alpha=alpha, max_length=max_length,
+                        return_all=True, early_stopping=rule)
+                    runs.setdefault(rule, []).append(
+                        (best.numpy()[0], float(scores.numpy()[0, 0]),
+                         len(rec.fed)))
+            for (b_best, b_score, b_steps), (f_best, f_score, f_steps) in zip(
+                    runs["bound"], runs["first_end"]):
+                assert f_steps <= b_steps
+                fewer_steps += f_steps < b_steps
+                assert f_score <= b_score + 1e-5
+                if alpha == 0.0:
+                    np.testing.assert_array_equal(f_best, b_best)
+                    assert f_steps == b_steps
     assert fewer_steps > 0
 
 

@@ -202,7 +202,7 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
     config = translation.TranslationConfig(
         dataset="files", source_language="de", target_language="en",
         preset="tiny", vocabulary_size=1000, max_length=48, epochs=1,
-        average_last=1, **files)
+        average_last=1, export_jit_compile_max_batch_size=1, **files)
     result = translation.run(config, None, tmp_path / "work", tmp_path / "export")
     assert result["direction"] == "de-en" and result["test_split"] == "test"
     assert result["vocabulary"] == "sentencepiece_bpe"
@@ -212,18 +212,22 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
     hyps = (tmp_path / "work" / "test.hyp.en").read_text().split("\n")[:-1]
     assert len(hyps) == 10
     export = tmp_path / "export" / "transformer_files_de_en" / "1"
+    # The XLA search is in the export (a graph-only one has no such function).
+    assert b"_XlaMustCompile" in (export / "saved_model.pb").read_bytes()
     script = textwrap.dedent(f"""
         import sys, tensorflow as tf, tensorflow_text
         serve = tf.saved_model.load({str(export)!r}).signatures["serving_default"]
         (out,) = serve(tf.constant({[p[0] for p in pairs[60:62]]!r})).values()
+        # One sentence: the export's XLA search (export_jit_compile_max_batch_size=1).
+        (one,) = serve(tf.constant({[pairs[61][0]]!r})).values()
         assert not any(m.startswith("keras_trm") for m in sys.modules)
-        print("\\n".join(s.decode() for s in out.numpy()))
+        print("\\n".join(s.decode() for s in [*out.numpy(), *one.numpy()]))
     """)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[:2] == hyps[:2]
+    assert done.stdout.split("\n")[:3] == hyps[:2] + hyps[1:2]
 
 
 def test_sample_lines_is_seeded_uniform_and_bounded(tmp_path):

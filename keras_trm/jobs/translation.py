@@ -200,9 +200,10 @@ class TranslationConfig:
     """0: the export runs the graph search at every batch size. n >= 1:
     requests of at most n sentences run the search compiled whole by XLA
     (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
-    same ids): one sentence decoded in ~0.45x the graph search's time on 2
-    cores, after a compilation (seconds) per 8 source lengths the first time
-    each is seen; larger requests keep the graph search (sentences)."""
+    same ids): one sentence decoded in about half the graph search's time
+    on 2 cores, after a compilation (~2 s) per 8 source lengths the first
+    time each is seen; larger requests keep the graph search. TF Serving
+    needs ``--xla_cpu_compilation_enabled=true`` for it (sentences)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
