@@ -32,7 +32,10 @@ class Translator(tf.Module):
         jit_compile_max_batch_size: with ``jit_compile``, only batches of
             at most this many sentences run the XLA search, larger ones the
             graph search (one SavedModel fast for single requests and for
-            batches; both give the same ids). None (default): every batch.
+            batches; both give the same ids; XLA runs on the intra-op
+            thread pool, so it pays with intra-op threads > 1:
+            ``bench/results/serving_xla_batch1.json``). None (default):
+            every batch.
         parallel_searches: int >= 1. The batch is dealt into this many
             parts, by source length (the i-th shortest sentence goes to part
             i mod n, so that the parts take about as many steps), and each

@@ -202,8 +202,10 @@ class TranslationConfig:
     (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
     same ids): one sentence decoded in about half the graph search's time
     on 2 cores, after a compilation (~2 s) per 8 source lengths the first
-    time each is seen; larger requests keep the graph search. TF Serving
-    needs ``--xla_cpu_compilation_enabled=true`` for it (sentences)."""
+    time each is seen; larger requests keep the graph search. It pays with
+    intra-op threads > 1 (XLA runs on that pool; docs/serving.md). TF
+    Serving needs ``--xla_cpu_compilation_enabled=true`` for it
+    (sentences)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
