@@ -138,6 +138,10 @@ def test_xla_for_small_batches_only(translator, tmp_path):
     with pytest.raises(ValueError, match="jit_compile_max_batch_size=0"):
         Translator(translator.model, translator.tokenizer, jit_compile=True,
                    jit_compile_max_batch_size=0)
+    with pytest.raises(ValueError, match="jit_compile_max_batch_size=1 with "
+                                         "jit_compile=False"):
+        Translator(translator.model, translator.tokenizer,
+                   jit_compile_max_batch_size=1)
     path = export_module(hybrid, tmp_path, "hybrid",
                          signatures={"serving_default": hybrid.translate})
     assert _fresh_process_translations(path, tmp_path) == expected

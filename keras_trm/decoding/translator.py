@@ -62,7 +62,8 @@ class Translator(tf.Module):
         ValueError: ``beam_size`` < 1, a bad ``max_source_length``, an
             unknown ``early_stopping``, a non-bool ``jit_compile``, or
             ``parallel_searches``, ``encode_groups`` or
-            ``jit_compile_max_batch_size`` (when given) not an int >= 1.
+            ``jit_compile_max_batch_size`` (when given) not an int >= 1, or
+            ``jit_compile_max_batch_size`` without ``jit_compile``.
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string.
@@ -107,6 +108,11 @@ class Translator(tf.Module):
         checked = [("parallel_searches", parallel_searches),
                    ("encode_groups", encode_groups)]
         if jit_compile_max_batch_size is not None:
+            if not jit_compile:
+                raise ValueError(
+                    "`jit_compile_max_batch_size` needs jit_compile=True, got "
+                    f"jit_compile_max_batch_size={jit_compile_max_batch_size!r}"
+                    " with jit_compile=False")
             checked.append(("jit_compile_max_batch_size",
                             jit_compile_max_batch_size))
         for name, value in checked:

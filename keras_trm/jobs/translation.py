@@ -590,11 +590,11 @@ def _run(config, data_dir, workdir, export_dir, samples):
     # Test decoding and the export compute in float32 whatever the training
     # precision: the same weights, no per-step casts, portable to CPUs
     # without native bfloat16.
-    translator = Translator(val_bleu.float32_model(model), tokenizer,
-                            beam_size=config.beam_size,
-                            length_penalty_alpha=config.length_penalty,
-                            early_stopping=config.early_stopping,
-                            parallel_searches=config.parallel_searches)
+    search = dict(beam_size=config.beam_size,
+                  length_penalty_alpha=config.length_penalty,
+                  early_stopping=config.early_stopping,
+                  parallel_searches=config.parallel_searches)
+    translator = Translator(val_bleu.float32_model(model), tokenizer, **search)
     test_name = splits.names["test"]
     bleu = signature = line = tok_bleu = tok_line = None
     decode_seconds = 0.0
@@ -615,10 +615,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
     exported = translator
     if config.export_jit_compile_max_batch_size:
         exported = Translator(
-            translator.model, tokenizer, beam_size=config.beam_size,
-            length_penalty_alpha=config.length_penalty,
-            early_stopping=config.early_stopping,
-            parallel_searches=config.parallel_searches, jit_compile=True,
+            translator.model, tokenizer, **search, jit_compile=True,
             jit_compile_max_batch_size=config.export_jit_compile_max_batch_size)
     path = export_module(
         exported, export_dir, config.model_name,
