@@ -147,6 +147,36 @@ def test_xla_for_small_batches_only(translator, tmp_path):
     assert _fresh_process_translations(path, tmp_path) == expected
 
 
+def test_warmup_sentences_are_one_per_xla_bucket(translator):
+    """``source_bucket_sentences`` picks the first sentence of each width
+    the XLA search is compiled for (read from ``Translator._compiled``'s
+    padding itself), every width once, shortest first."""
+    from keras_trm.export import source_bucket_sentences
+
+    hybrid = Translator(translator.model, translator.tokenizer, beam_size=2,
+                        jit_compile=True, jit_compile_max_batch_size=1)
+    widths = []
+    hybrid._compiled_search = lambda tokens: widths.append(int(tokens.shape[1]))
+
+    def compiled_width(sentence):
+        widths.clear()
+        hybrid._compiled(hybrid.encode_text(tf.constant([sentence])))
+        return widths[0]
+
+    # 1 to 39 words (ids + END: 2 to 40, past max_length 32), blanks skipped.
+    sentences = ["", "  "] + [" ".join(["a"] * n) for n in range(39, 0, -1)]
+    by_width = {}
+    for sentence in sentences[2:]:
+        by_width.setdefault(compiled_width(sentence), sentence)
+    assert sorted(by_width) == [8, 16, 24, 32]
+    assert source_bucket_sentences(hybrid, sentences) == [
+        by_width[w] for w in sorted(by_width)]
+    assert source_bucket_sentences(hybrid, sentences, max_sentences=3) == [
+        by_width[32]]
+    with pytest.raises(ValueError, match="max_sentences=0"):
+        source_bucket_sentences(hybrid, sentences, max_sentences=0)
+
+
 def test_parallel_searches_saved_model_matches(translator, tmp_path):
     """A SavedModel whose search runs in two parts at once serves the
     default translator's strings in a fresh process."""

@@ -511,6 +511,76 @@ def test_missing_export_folder(tmp_path):
         create_app(tmp_path / "nothing")
 
 
+# -- warm-up requests (assets.extra/tf_serving_warmup_requests) ---------------------
+class _Counter(tf.Module):
+    """Answers each request with the number of calls so far."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def count(self, text):
+        return {"calls": tf.fill(tf.shape(text), self.calls.assign_add(1))}
+
+
+def test_warmup_requests_are_replayed_at_load_as_tf_serving_does(tmp_path):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from keras_trm.export.warmup import warmup_path
+    from keras_trm.serving.manager import ServableVersion
+
+    counter = _Counter()
+    warmup = [("serving_default", {"text": ["a"]}),
+              ("serving_default", {"text": ["b", "c"]})]
+    path = export_module(counter, tmp_path, "counter",
+                         {"serving_default": counter.count},
+                         warmup_requests=warmup)
+    # TF Serving's format: a TFRecord file of PredictionLog protos.
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(str(warmup_path(path)))]
+    assert [log.predict_log.request.model_spec.signature_name for log in logs] == [
+        "serving_default"] * 2
+    assert [list(log.predict_log.request.inputs["text"].string_val)
+            for log in logs] == [[b"a"], [b"b", b"c"]]
+    version = ServableVersion("counter", 1, path)
+    version.load()
+    assert version.state == "AVAILABLE" and version.warmup_requests == 2
+    # Both requests ran through the loaded model before the first client's.
+    out = version.predict("serving_default", {"text": np.array([b"x"], object)})
+    assert out["calls"].tolist() == [3]
+    version.unload()
+
+
+def test_bad_warmup_requests_fail_the_export_or_the_load(tmp_path):
+    from keras_trm.export.warmup import warmup_path, write_warmup_requests
+    from keras_trm.serving.manager import ServableVersion
+
+    counter = _Counter()
+    with pytest.raises(ValueError, match=r"warmup_requests\[0\].*'predict'"):
+        export_module(counter, tmp_path, "counter",
+                      {"serving_default": counter.count},
+                      warmup_requests=[("predict", {"text": ["a"]})])
+    assert not any((tmp_path / "counter").iterdir())  # nothing written
+    path = export_module(counter, tmp_path, "counter",
+                         {"serving_default": counter.count})
+    # A request the model refuses (wrong input name): the load fails, as in
+    # TF Serving, and says which record.
+    warmup_path(path).parent.mkdir()
+    write_warmup_requests(warmup_path(path), [
+        ("serving_default", {"text": ["a"]}), ("serving_default", {"words": ["b"]})])
+    version = ServableVersion("counter", 1, path)
+    with pytest.raises(ValueError, match="warm-up request 1 of .* failed"):
+        version.load()
+    assert version.state == "END" and "warm-up request 1" in version.error
+    warmup_path(path).write_bytes(b"not a TFRecord")
+    with pytest.raises(ValueError, match="tf_serving_warmup_requests' is not a "
+                                         "TFRecord file"):
+        ServableVersion("counter", 1, path).load()
+    with pytest.raises(ValueError, match="1 to 1000"):
+        write_warmup_requests(warmup_path(path), [])
+
+
 # -- keras-trm serve ------------------------------------------------------------------
 def _free_port():
     with socket.socket() as sock:

@@ -214,6 +214,23 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
     export = tmp_path / "export" / "transformer_files_de_en" / "1"
     # The XLA search is in the export (a graph-only one has no such function).
     assert b"_XlaMustCompile" in (export / "saved_model.pb").read_bytes()
+    # Its warm-up requests: single validation sentences, one per 8-token
+    # source bucket (what XLA compiles), every bucket the validation reaches.
+    from keras_trm.export import read_warmup_requests, warmup_path
+
+    warmup = [inputs["sentences"].numpy().tolist()
+              for _, inputs in read_warmup_requests(warmup_path(export))]
+    val_src = [p[0] for p in pairs[50:60]]
+    assert warmup and all(len(w) == 1 and w[0].decode() in val_src for w in warmup)
+    tokenizer = SentencePieceTokenizer(tmp_path / "work" / "spm_bpe_1000.model")
+
+    def buckets(sentences):  # source ids + END, at most max_length, per 8
+        ids = tokenizer.tokenize(tf.constant(sentences))
+        return [min(-(-(min(int(n), 47) + 1) // 8) * 8, 48)
+                for n in ids.row_lengths().numpy()]
+
+    assert buckets([w[0].decode() for w in warmup]) == sorted(set(buckets(val_src)))
+    assert len(warmup) >= 2  # the 10 validation sentences span several buckets
     script = textwrap.dedent(f"""
         import sys, tensorflow as tf, tensorflow_text
         serve = tf.saved_model.load({str(export)!r}).signatures["serving_default"]

@@ -181,13 +181,38 @@ class Translator(tf.Module):
                        lambda: self._compiled(encoder_tokens),
                        lambda: self._search(encoder_tokens))
 
+    def compiled_width(self, width):
+        """The source width the XLA search (``jit_compile``) runs at for a
+        batch of source ids ``width`` tokens wide (END included): rounded
+        up to a multiple of 8, at most the model's ``max_length``. XLA
+        compiles once per width (and batch size), so once per 8 lengths
+        instead of once per length; padding only adds masked positions.
+
+        Args:
+            width: int or int tensor (any shape), source tokens.
+
+        Returns:
+            int32 tensor of ``width``'s shape.
+
+        Example:
+
+        >>> from keras_trm.models import transformer
+        >>> from keras_trm.text import TextTokenizer
+        >>> model = transformer(8, num_layers=1, d_model=8, num_heads=2,
+        ...                     d_ff=8, max_length=20)
+        >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]", "a", "b", "c", "d"]
+        >>> translator = Translator(model, TextTokenizer(vocab))
+        >>> translator.compiled_width([1, 8, 9, 17]).numpy().tolist()
+        [8, 8, 16, 20]
+        """
+        width = tf.convert_to_tensor(width, tf.int32)
+        return tf.minimum((width + 7) // 8 * 8, self.model.max_length)
+
     def _compiled(self, encoder_tokens):
-        # Padding only adds masked positions (the same ids up to float
-        # rounding; 1000 of 1000 equal in bench/results/
-        # decoding_xla_runtimes.json), and XLA compiles once per 8 source
-        # lengths instead of once per length.
+        # The same ids as unpadded up to float rounding (1000 of 1000 equal
+        # in bench/results/decoding_xla_runtimes.json).
         width = tf.shape(encoder_tokens)[1]
-        padded = tf.minimum((width + 7) // 8 * 8, self.model.max_length)
+        padded = self.compiled_width(width)
         return self._compiled_search(
             tf.pad(encoder_tokens, [[0, 0], [0, padded - width]]))
 

@@ -1,8 +1,8 @@
-"""Export: SavedModel in TF Serving layout (raw-text signatures); the recipe
-export wrappers; a LiteRT translator (encode / decode_step signatures + a
-host-side runner); CTranslate2 (``keras_trm.export.ctranslate2``, needs the
-optional ``ctranslate2`` package, imported only when its functions are
-called)."""
+"""Export: SavedModel in TF Serving layout (raw-text signatures, optional
+warm-up requests); the recipe export wrappers; a LiteRT translator
+(encode / decode_step signatures + a host-side runner); CTranslate2
+(``keras_trm.export.ctranslate2``, needs the optional ``ctranslate2``
+package, imported only when its functions are called)."""
 
 from keras_trm.export.ctranslate2 import (
     CTranslate2Translator,
@@ -10,6 +10,12 @@ from keras_trm.export.ctranslate2 import (
 )
 from keras_trm.export.litert import LiteRTTranslator, export_translator_litert
 from keras_trm.export.saved_model import export_module, next_version
+from keras_trm.export.warmup import (
+    read_warmup_requests,
+    source_bucket_sentences,
+    warmup_path,
+    write_warmup_requests,
+)
 
 # Recipe export wrappers (IMDB, MNIST, Transformer-XL LM).
 from keras_trm.export.classifiers import DigitClassifier, ReviewClassifier
@@ -25,6 +31,10 @@ __all__ = [
     "export_translator_litert",
     "export_module",
     "next_version",
+    "read_warmup_requests",
+    "source_bucket_sentences",
+    "warmup_path",
+    "write_warmup_requests",
     # Recipe export wrappers.
     "DigitClassifier",
     "ReviewClassifier",

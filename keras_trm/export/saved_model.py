@@ -6,6 +6,7 @@ import pathlib
 
 import tensorflow as tf
 
+from keras_trm.export.warmup import warmup_path, write_warmup_requests
 from keras_trm.utils.files import atomic_directory
 
 
@@ -30,7 +31,7 @@ def next_version(model_dir):
 
 
 def export_module(module, export_dir, model_name, signatures, version=None,
-                  assets=None):
+                  assets=None, warmup_requests=None):
     """Saves ``module`` as ``<export_dir>/<model_name>/<version>``.
 
     The SavedModel is written to a temporary folder beside the target and
@@ -44,13 +45,18 @@ def export_module(module, export_dir, model_name, signatures, version=None,
         signatures: dict name -> concrete/``tf.function`` with a signature.
         version: int or None (next free version).
         assets: optional dict filename -> text, written to ``assets.extra/``.
+        warmup_requests: optional list of ``(signature_name, inputs)``,
+            written as TF Serving's warm-up file
+            (``assets.extra/tf_serving_warmup_requests``, see
+            ``keras_trm.export.warmup``), replayed by the server at load.
 
     Returns:
         ``pathlib.Path`` of the version folder.
 
     Raises:
         FileExistsError: the version folder already exists.
-        ValueError: ``model_name`` empty or containing a path separator.
+        ValueError: ``model_name`` empty or containing a path separator;
+            bad ``warmup_requests`` (before anything is written).
 
     Example:
 
@@ -79,11 +85,24 @@ def export_module(module, export_dir, model_name, signatures, version=None,
     target = model_dir / str(version)
     if target.exists():
         raise FileExistsError(f"export version {str(target)!r} already exists")
+    if warmup_requests is not None:
+        _check_warmup_requests(warmup_requests, signatures)
     with atomic_directory(target) as tmp:
         tf.saved_model.save(module, str(tmp), signatures=signatures)
-        if assets:
+        if assets or warmup_requests:
             extra = tmp / "assets.extra"
             extra.mkdir(exist_ok=True)
-            for name, text in assets.items():
+            for name, text in (assets or {}).items():
                 (extra / name).write_text(text, encoding="utf-8")
+            if warmup_requests:
+                write_warmup_requests(warmup_path(tmp), warmup_requests)
     return target
+
+
+def _check_warmup_requests(requests, signatures):
+    for i, request in enumerate(requests):
+        name = request[0] if isinstance(request, (tuple, list)) and request else None
+        if name not in signatures:
+            raise ValueError(
+                f"`warmup_requests[{i}]` must name one of the signatures "
+                f"{sorted(signatures)}, got {name!r}")

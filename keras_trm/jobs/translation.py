@@ -45,6 +45,7 @@ from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
+from keras_trm.export.warmup import source_bucket_sentences
 from keras_trm.models import transformer
 from keras_trm.text import (
     SentencePieceTokenizer,
@@ -202,10 +203,11 @@ class TranslationConfig:
     (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
     same ids): one sentence decoded in about half the graph search's time
     on 2 cores, after a compilation (~2 s) per 8 source lengths the first
-    time each is seen; larger requests keep the graph search. It pays with
-    intra-op threads > 1 (XLA runs on that pool; docs/serving.md). TF
-    Serving needs ``--xla_cpu_compilation_enabled=true`` for it
-    (sentences)."""
+    time each is seen, or at load for the validation sentences' lengths
+    (the export's warm-up requests); larger requests keep the graph
+    search. It pays with intra-op threads > 1 (XLA runs on that pool;
+    docs/serving.md). TF Serving needs
+    ``--xla_cpu_compilation_enabled=true`` for it (sentences)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
@@ -612,16 +614,22 @@ def _run(config, data_dir, workdir, export_dir, samples):
         atomic_write(workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
 
-    exported = translator
+    exported, warmup = translator, None
     if config.export_jit_compile_max_batch_size:
         exported = Translator(
             translator.model, tokenizer, **search, jit_compile=True,
             jit_compile_max_batch_size=config.export_jit_compile_max_batch_size)
+        # One validation sentence per 8-token source bucket, replayed at
+        # load by the server: XLA compiles single-sentence searches then,
+        # not on each bucket's first request.
+        warmup = [("serving_default", {"sentences": [sentence]})
+                  for sentence in source_bucket_sentences(exported, val_src)]
     path = export_module(
         exported, export_dir, config.model_name,
         signatures={"serving_default": exported.translate},
         assets={"vocab.txt": "\n".join(vocab) + "\n",
                 "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
+        warmup_requests=warmup,
     )
     print(f"exported SavedModel to {path}", flush=True)
     for sentence in samples:

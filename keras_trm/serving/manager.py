@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from keras_trm.export.warmup import read_warmup_requests, warmup_path
 from keras_trm.serving.batching import BatchScheduler
 from keras_trm.serving.errors import (
     InvalidArgument, NotFound, ServingError, Unavailable, check_input_names,
@@ -47,6 +48,11 @@ class ServableVersion:
         error: why the version ended without loading ("" if it did not).
         signature_defs: ``{name: SignatureDef}`` protos read from
             ``saved_model.pb`` (what TF Serving's metadata returns).
+        warmup_requests: how many requests of the SavedModel's warm-up file
+            (``assets.extra/tf_serving_warmup_requests``) were replayed at
+            load, as TF Serving does before a version is ``AVAILABLE``
+            (e.g. to compile an XLA search before the first client).
+        warmup_seconds: the time they took.
     """
 
     def __init__(self, name, version, path):
@@ -56,6 +62,8 @@ class ServableVersion:
         self.state = "START"
         self.error = ""
         self.signature_defs = {}
+        self.warmup_requests = 0
+        self.warmup_seconds = 0.0
         self._signatures = {}
         self._input_specs = {}
         self._batchable = {}
@@ -97,6 +105,7 @@ class ServableVersion:
                           + list(outputs.values())]
                 self._batchable[key] = bool(specs) and all(
                     shape and shape[0] is None for shape in shapes)
+            self._warm_up()
             if batching is not None:
                 self._batcher = BatchScheduler(
                     self._call, batching, name=f"{self.name}/{self.version}")
@@ -107,6 +116,31 @@ class ServableVersion:
             self._signatures = {}
             raise
         self.state = "AVAILABLE"
+
+    def _warm_up(self):
+        """Replays the warm-up file's requests (if any) through the loaded
+        signatures; a request that fails fails the load, as in TF Serving."""
+        path = warmup_path(self.path)
+        if not path.exists():
+            return
+        start = time.perf_counter()
+        requests = read_warmup_requests(path)
+        for i, (signature_name, inputs) in enumerate(requests):
+            function = self._signatures.get(signature_name)
+            if function is None:
+                raise ValueError(
+                    f"warm-up request {i} of {str(path)!r} names signature "
+                    f"{signature_name!r}; the model has {self.signature_names}")
+            try:
+                function(**inputs)
+            except Exception as err:
+                raise ValueError(f"warm-up request {i} of {str(path)!r} failed: "
+                                 f"{type(err).__name__}: {err}") from err
+        self.warmup_requests = len(requests)
+        self.warmup_seconds = time.perf_counter() - start
+        log.info("model %r version %d: %d warm-up requests replayed in %.1f s",
+                 self.name, self.version, self.warmup_requests,
+                 self.warmup_seconds)
 
     def unload(self):
         """Stops batching and drops the SavedModel (state -> ``END``)."""

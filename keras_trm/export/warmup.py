@@ -1,0 +1,200 @@
+"""Warm-up requests in TF Serving's format (SavedModel warm-up).
+
+A SavedModel may carry ``assets.extra/tf_serving_warmup_requests``: a
+TFRecord file of ``tensorflow.serving.PredictionLog`` protos. TF Serving
+(and ``keras-trm serve``) replays each request through the loaded model
+before the version becomes ``AVAILABLE``, so work done on first use, here
+XLA's compilation of the single-sentence search (one compilation per
+8-token source bucket, ~2 s each on a 2-core CPU), is paid at load time and
+not by the first client of each bucket.
+
+See https://www.tensorflow.org/tfx/serving/saved_model_warmup for the
+format; the protos are those of the ``tensorflow-serving-api`` package.
+"""
+
+import pathlib
+
+import tensorflow as tf
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+# TF Serving reads at most this many records from the file.
+MAX_WARMUP_RECORDS = 1000
+
+
+def warmup_path(version_dir):
+    """``<version_dir>/assets.extra/tf_serving_warmup_requests``: where TF
+    Serving looks for a SavedModel's warm-up requests.
+
+    Example:
+
+    >>> warmup_path("export/transformer_multi30k_en_de/1").as_posix()
+    'export/transformer_multi30k_en_de/1/assets.extra/tf_serving_warmup_requests'
+    """
+    return pathlib.Path(version_dir) / "assets.extra" / WARMUP_FILE
+
+
+def write_warmup_requests(path, requests):
+    """Writes predict requests as TF Serving's warm-up file.
+
+    Args:
+        path: the file to write (``warmup_path(version_dir)``); its folder
+            must exist.
+        requests: sequence of ``(signature_name, inputs)`` with ``inputs`` a
+            dict input name -> array-like (a batch, as the signature takes
+            it; str / bytes for string inputs). Dtypes as ``tf.constant``
+            gives them: Python floats float32, ints int32, NumPy arrays
+            their own.
+
+    Raises:
+        ValueError: no requests, more than ``MAX_WARMUP_RECORDS`` (1000,
+            TF Serving's limit), or an empty ``signature_name`` / ``inputs``.
+
+    Example:
+
+    >>> import tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / WARMUP_FILE
+    >>> write_warmup_requests(path, [
+    ...     ("serving_default", {"sentences": ["A dog runs."]})])
+    >>> [(name, inputs["sentences"].numpy().tolist())
+    ...  for name, inputs in read_warmup_requests(path)]
+    [('serving_default', [b'A dog runs.'])]
+    """
+    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+    requests = list(requests)
+    if not 1 <= len(requests) <= MAX_WARMUP_RECORDS:
+        raise ValueError(
+            f"`requests` must hold 1 to {MAX_WARMUP_RECORDS} warm-up "
+            f"requests (TF Serving's limit), got {len(requests)}")
+    records = []
+    for i, (signature_name, inputs) in enumerate(requests):
+        if not signature_name or not inputs:
+            raise ValueError(
+                f"warm-up request {i} needs a signature name and inputs, got "
+                f"signature_name={signature_name!r}, inputs={inputs!r}")
+        request = predict_pb2.PredictRequest()
+        request.model_spec.signature_name = signature_name
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+        log = prediction_log_pb2.PredictionLog(
+            predict_log=prediction_log_pb2.PredictLog(request=request))
+        records.append(log.SerializeToString())
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def read_warmup_requests(path):
+    """The requests of a warm-up file, as TF Serving replays them.
+
+    Args:
+        path: a ``tf_serving_warmup_requests`` file.
+
+    Returns:
+        list of ``(signature_name, inputs)``: ``signature_name`` as written
+        (``"serving_default"`` when empty, as TF Serving reads it), inputs a
+        dict name -> ``tf.Tensor``.
+
+    Raises:
+        ValueError: the file is not a TFRecord file, a record is not a
+            ``PredictionLog`` with a predict request (naming the file and
+            the record's index), or the file holds more than
+            ``MAX_WARMUP_RECORDS`` records.
+
+    Example:
+
+    >>> import tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / WARMUP_FILE
+    >>> write_warmup_requests(path, [("classify", {"x": [[1.0, 2.0]]})])
+    >>> (name, inputs), = read_warmup_requests(path)
+    >>> name, inputs["x"].shape, inputs["x"].dtype.name
+    ('classify', TensorShape([1, 2]), 'float32')
+    """
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    requests = []
+    try:
+        records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))
+                   .take(MAX_WARMUP_RECORDS + 1)]
+    except tf.errors.OpError as err:
+        raise ValueError(f"{str(path)!r} is not a TFRecord file of warm-up "
+                         f"requests: {err.message}") from None
+    for i, record in enumerate(records):
+        if i >= MAX_WARMUP_RECORDS:
+            raise ValueError(f"{str(path)!r} holds more than "
+                             f"{MAX_WARMUP_RECORDS} warm-up records")
+        try:
+            log = prediction_log_pb2.PredictionLog.FromString(record)
+        except Exception as err:  # protobuf's DecodeError
+            raise ValueError(f"warm-up record {i} of {str(path)!r} is not a "
+                             f"PredictionLog: {err}") from None
+        if log.WhichOneof("log_type") != "predict_log":
+            raise ValueError(
+                f"warm-up record {i} of {str(path)!r} must be a predict_log "
+                f"(the only kind replayed here), got "
+                f"{log.WhichOneof('log_type')!r}")
+        request = log.predict_log.request
+        inputs = {name: tf.constant(tf.make_ndarray(proto))
+                  for name, proto in request.inputs.items()}
+        requests.append((request.model_spec.signature_name or "serving_default",
+                         inputs))
+    return requests
+
+
+def source_bucket_sentences(translator, sentences, max_sentences=10_000):
+    """One sentence per source-length bucket of the XLA search, for warm-up.
+
+    ``Translator(jit_compile=True)`` pads a batch's source ids to a
+    multiple of 8 positions (``Translator.compiled_width``) and XLA
+    compiles the search once per padded width. This picks, among
+    ``sentences`` (e.g. the validation split's sources), the first one of
+    each width, so replaying them compiles every width those sentences
+    reach.
+
+    Args:
+        translator: a ``keras_trm.decoding.Translator`` (its
+            ``encode_text`` and ``compiled_width`` give the widths).
+        sentences: iterable of str.
+        max_sentences: int, how many of ``sentences`` to look at.
+
+    Returns:
+        list of str, shortest width first.
+
+    Example:
+
+    >>> from keras_trm.decoding import Translator
+    >>> from keras_trm.models import transformer
+    >>> from keras_trm.text import TextTokenizer
+    >>> tokenizer = TextTokenizer(
+    ...     ["[PAD]", "[UNK]", "[START]", "[END]", "a", "dog"])
+    >>> model = transformer(6, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                     max_length=32)
+    >>> translator = Translator(model, tokenizer)
+    >>> source_bucket_sentences(translator, ["a dog", "a dog a", "a " * 12])
+    ['a dog', 'a a a a a a a a a a a a ']
+    """
+    if isinstance(max_sentences, bool) or not isinstance(max_sentences, int) \
+            or max_sentences < 1:
+        raise ValueError(f"`max_sentences` must be an int >= 1, got "
+                         f"max_sentences={max_sentences!r}")
+    first = {}
+    batch = []
+
+    def take(batch):
+        ids = translator.encode_text(tf.constant(batch))
+        widths = translator.compiled_width(
+            tf.reduce_sum(tf.cast(ids > 0, tf.int32), 1)).numpy()
+        for sentence, width in zip(batch, widths):
+            first.setdefault(int(width), sentence)
+
+    for n, sentence in enumerate(sentences):
+        if n >= max_sentences:
+            break
+        if sentence.strip():
+            batch.append(sentence)
+        if len(batch) == 256:
+            take(batch)
+            batch = []
+    if batch:
+        take(batch)
+    return [first[width] for width in sorted(first)]
