@@ -77,7 +77,8 @@ def main(argv=None):
 
     from keras_trm.data import load_multi30k
     from keras_trm.decoding import Translator
-    from keras_trm.export import export_module, source_bucket_sentences
+    from keras_trm.export import (
+        export_module, source_bucket_sentences, translator_warmup_requests)
     from keras_trm.text import TextTokenizer, load_vocabulary
     from keras_trm.training.precision import float32_copy
 
@@ -94,7 +95,7 @@ def main(argv=None):
     results = {}
     for name, requests in (
             ("without_warmup", None),
-            ("with_warmup", [("serving_default", {"sentences": [s]}) for s in warmup])):
+            ("with_warmup", translator_warmup_requests(translator, sources))):
         path = export_module(translator, workdir, name,
                              signatures={"serving_default": translator.translate},
                              warmup_requests=requests)

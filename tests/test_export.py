@@ -147,11 +147,12 @@ def test_xla_for_small_batches_only(translator, tmp_path):
     assert _fresh_process_translations(path, tmp_path) == expected
 
 
-def test_warmup_sentences_are_one_per_xla_bucket(translator):
+def test_warmup_requests_cover_each_xla_bucket_and_batch_size(translator):
     """``source_bucket_sentences`` picks the first sentence of each width
     the XLA search is compiled for (read from ``Translator._compiled``'s
-    padding itself), every width once, shortest first."""
-    from keras_trm.export import source_bucket_sentences
+    padding itself), every width once, shortest first; the export's
+    warm-up requests send each at every batch size up to the limit."""
+    from keras_trm.export import source_bucket_sentences, translator_warmup_requests
 
     hybrid = Translator(translator.model, translator.tokenizer, beam_size=2,
                         jit_compile=True, jit_compile_max_batch_size=1)
@@ -175,6 +176,14 @@ def test_warmup_sentences_are_one_per_xla_bucket(translator):
         by_width[32]]
     with pytest.raises(ValueError, match="max_sentences=0"):
         source_bucket_sentences(hybrid, sentences, max_sentences=0)
+    # The export's requests: every bucket at every batch size XLA runs.
+    hybrid3 = Translator(translator.model, translator.tokenizer, beam_size=2,
+                         jit_compile=True, jit_compile_max_batch_size=3)
+    requests = translator_warmup_requests(hybrid3, sentences)
+    assert [(name, inputs["sentences"]) for name, inputs in requests] == [
+        ("serving_default", [by_width[w]] * size)
+        for size in (1, 2, 3) for w in sorted(by_width)]
+    assert translator_warmup_requests(translator, sentences) == []  # graph only
 
 
 def test_parallel_searches_saved_model_matches(translator, tmp_path):

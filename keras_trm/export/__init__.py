@@ -13,6 +13,7 @@ from keras_trm.export.saved_model import export_module, next_version
 from keras_trm.export.warmup import (
     read_warmup_requests,
     source_bucket_sentences,
+    translator_warmup_requests,
     warmup_path,
     write_warmup_requests,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "next_version",
     "read_warmup_requests",
     "source_bucket_sentences",
+    "translator_warmup_requests",
     "warmup_path",
     "write_warmup_requests",
     # Recipe export wrappers.

@@ -198,3 +198,55 @@ def source_bucket_sentences(translator, sentences, max_sentences=10_000):
     if batch:
         take(batch)
     return [first[width] for width in sorted(first)]
+
+
+def translator_warmup_requests(translator, sentences, signature_name="serving_default",
+                               input_name="sentences"):
+    """Warm-up requests that compile a ``Translator``'s XLA search at load.
+
+    With ``jit_compile=True`` and ``jit_compile_max_batch_size=n``, XLA
+    compiles the search once per batch size 1..n and padded source width;
+    this returns, for every batch size, one request per width that
+    ``sentences`` reach (``source_bucket_sentences``, the sentence repeated
+    to the batch size). A translator without ``jit_compile`` needs none.
+
+    Args:
+        translator: a ``keras_trm.decoding.Translator``.
+        sentences: iterable of str (e.g. the validation split's sources;
+            never the test split).
+        signature_name, input_name: where the translator's ``translate``
+            is served (the translation job's export: ``serving_default``,
+            ``sentences``).
+
+    Returns:
+        list of ``(signature_name, {input_name: [str] * batch_size})``, for
+        ``export_module(..., warmup_requests=...)``; empty without
+        ``jit_compile``.
+
+    Example:
+
+    >>> from keras_trm.decoding import Translator
+    >>> from keras_trm.models import transformer
+    >>> from keras_trm.text import TextTokenizer
+    >>> tokenizer = TextTokenizer(
+    ...     ["[PAD]", "[UNK]", "[START]", "[END]", "a", "dog"])
+    >>> model = transformer(6, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                     max_length=32)
+    >>> translator = Translator(model, tokenizer, jit_compile=True,
+    ...                         jit_compile_max_batch_size=2)
+    >>> for name, inputs in translator_warmup_requests(
+    ...         translator, ["a dog", "a dog a", "a " * 12]):
+    ...     print(name, inputs["sentences"])
+    serving_default ['a dog']
+    serving_default ['a a a a a a a a a a a a ']
+    serving_default ['a dog', 'a dog']
+    serving_default ['a a a a a a a a a a a a ', 'a a a a a a a a a a a a ']
+    """
+    if not translator.jit_compile:
+        return []
+    sizes = translator.jit_compile_max_batch_size
+    # No limit: every batch size runs XLA; warm the single sentences.
+    sizes = 1 if sizes is None else sizes
+    buckets = source_bucket_sentences(translator, sentences)
+    return [(signature_name, {input_name: [sentence] * size})
+            for size in range(1, sizes + 1) for sentence in buckets]

@@ -45,7 +45,7 @@ from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
-from keras_trm.export.warmup import source_bucket_sentences
+from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
 from keras_trm.models import transformer
 from keras_trm.text import (
     SentencePieceTokenizer,
@@ -202,12 +202,13 @@ class TranslationConfig:
     requests of at most n sentences run the search compiled whole by XLA
     (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
     same ids): one sentence decoded in about half the graph search's time
-    on 2 cores, after a compilation (~2 s) per 8 source lengths the first
-    time each is seen, or at load for the validation sentences' lengths
-    (the export's warm-up requests); larger requests keep the graph
-    search. It pays with intra-op threads > 1 (XLA runs on that pool;
-    docs/serving.md). TF Serving needs
-    ``--xla_cpu_compilation_enabled=true`` for it (sentences)."""
+    on 2 cores, after a compilation (~2 s) per batch size and 8 source
+    lengths. The export's warm-up requests make the server compile those
+    at load for every length the validation set has (n x buckets
+    compilations); larger requests keep the graph search. It pays with
+    intra-op threads > 1 (XLA runs on that pool; docs/serving.md). TF
+    Serving needs ``--xla_cpu_compilation_enabled=true`` for it
+    (sentences)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
@@ -436,10 +437,15 @@ def _run(config, data_dir, workdir, export_dir, samples):
     if config.parallel_searches < 1:
         raise ValueError("`parallel_searches` must be >= 1, got "
                          f"parallel_searches={config.parallel_searches}")
-    if config.export_jit_compile_max_batch_size < 0:
+    # Its warm-up requests (one per batch size and 8-token bucket) must fit
+    # TF Serving's 1000: checked now, not after training.
+    most = MAX_WARMUP_RECORDS // -(-config.max_length // 8)
+    if not 0 <= config.export_jit_compile_max_batch_size <= most:
         raise ValueError(
-            "`export_jit_compile_max_batch_size` must be >= 0, got "
-            "export_jit_compile_max_batch_size="
+            f"`export_jit_compile_max_batch_size` must be in [0, {most}] "
+            f"(warm-up requests for {-(-config.max_length // 8)} source "
+            "buckets at each batch size fit TF Serving's "
+            f"{MAX_WARMUP_RECORDS}), got export_jit_compile_max_batch_size="
             f"{config.export_jit_compile_max_batch_size}")
     job_start = time.time()
     keras.utils.set_random_seed(config.seed)
@@ -619,11 +625,9 @@ def _run(config, data_dir, workdir, export_dir, samples):
         exported = Translator(
             translator.model, tokenizer, **search, jit_compile=True,
             jit_compile_max_batch_size=config.export_jit_compile_max_batch_size)
-        # One validation sentence per 8-token source bucket, replayed at
-        # load by the server: XLA compiles single-sentence searches then,
-        # not on each bucket's first request.
-        warmup = [("serving_default", {"sentences": [sentence]})
-                  for sentence in source_bucket_sentences(exported, val_src)]
+        # Replayed at load by the server: XLA compiles then, not on the
+        # first request of each batch size and source length.
+        warmup = translator_warmup_requests(exported, val_src)
     path = export_module(
         exported, export_dir, config.model_name,
         signatures={"serving_default": exported.translate},
