@@ -4,9 +4,9 @@ A SavedModel may carry ``assets.extra/tf_serving_warmup_requests``: a
 TFRecord file of ``tensorflow.serving.PredictionLog`` protos. TF Serving
 (and ``keras-trm serve``) replays each request through the loaded model
 before the version becomes ``AVAILABLE``, so work done on first use, here
-XLA's compilation of the single-sentence search (one compilation per
-8-token source bucket, ~2 s each on a 2-core CPU), is paid at load time and
-not by the first client of each bucket.
+XLA's compilation of the small-batch search (one compilation per batch
+size and 8-token source bucket, ~2 s each on a 2-core CPU), is paid at
+load time and not by the first client of each.
 
 See https://www.tensorflow.org/tfx/serving/saved_model_warmup for the
 format; the protos are those of the ``tensorflow-serving-api`` package.
