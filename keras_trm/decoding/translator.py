@@ -48,7 +48,10 @@ class Translator(tf.Module):
             cores (intra-op 1, inter-op 2): 1.56x one search's beam 4
             (``bench/results/decoding_parallel.json``). With inter-op
             parallelism 1 the parts run one after another, 17% to 28%
-            slower than one search in our runs. Default 1.
+            slower than one search in our runs; behind a server with
+            concurrent requests (the cores already busy) 2 parts served
+            0.80x (``bench/results/serving_parallel_searches.json``).
+            Default 1.
         encode_groups: int >= 1. The source sentences are encoded in this
             many groups of similar length, each padded only to its own
             longest (``encode_by_length``; 1: the whole batch at its

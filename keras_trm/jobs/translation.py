@@ -193,10 +193,11 @@ class TranslationConfig:
     differ with alpha > 0) or ``never`` (at the token limit)."""
     parallel_searches: int = 1
     """Searches each batch is dealt into and run at once (test decoding and
-    the export; ``Translator``): 2 on a 2-core server with 2 inter-op
-    threads (TF Serving's default: one per core) decoded beam 4 1.56x
-    faster at intra-op 1, with the same outputs; 1 suits one inter-op
-    thread."""
+    the export; ``Translator``): 2 with 2 inter-op threads decoded
+    batches of 100 at beam 4 1.56x faster on 2 cores at intra-op 1, with
+    the same outputs; behind a loaded server (concurrent requests already
+    use the cores) 2 was slower (0.80x with batching), so 1 suits serving
+    (docs/serving.md)."""
     export_jit_compile_max_batch_size: int = 0
     """0: the export runs the graph search at every batch size. n >= 1:
     requests of at most n sentences run the search compiled whole by XLA
