@@ -140,6 +140,29 @@ def test_head_major_cache_matches_numpy_and_masks(layer_and_inputs, rng):
     np.testing.assert_allclose(out2, out, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cached_step_avoids_onednn_attention_kernels(dtype, rng):
+    """The cached step's graph holds BatchMatMulV3 (Eigen's kernel) and no
+    BatchMatMulV2 / Softmax, which TensorFlow rewrites to oneDNN kernels
+    that are slower at one query per row (bench_attention_kernels.py); and
+    in bfloat16 it still computes Eq. (1)."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
+    x = rng.normal(size=(3, 4, 8)).astype("float32")
+    layer(x, x)
+    xs = tf.cast(x, dtype)
+    cache = layer.key_value_heads(xs[:, :3])
+    step = tf.function(lambda q, k, v: layer.call_with_cache(
+        q, (k, v), new_key_value=q))
+    graph = step.get_concrete_function(xs[:, 3:], *cache).graph
+    kinds = {op.type for op in graph.get_operations()}
+    assert "BatchMatMulV3" in kinds
+    assert not kinds & {"BatchMatMul", "BatchMatMulV2", "Softmax"}, kinds
+    out, _ = step(xs[:, 3:], *cache)
+    expected, _ = numpy_mha(layer, x, x, np.tril(np.ones((4, 4), bool))[None])
+    np.testing.assert_allclose(tf.cast(out[:, 0], "float32"), expected[:, 3],
+                               atol=1e-5 if dtype == "float32" else 0.1)
+
+
 def test_head_major_cache_needs_equal_head_sizes():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)
     x = tf.zeros((1, 2, 8))

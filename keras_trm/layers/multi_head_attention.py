@@ -19,6 +19,39 @@ _BIAS_OFFSETS = {"query": 4, "key": 5, "value": 6, "output": 7}
 _BATCH_LETTERS = "abcefgijlm"
 
 
+# -- the cached step's kernels ---------------------------------------------
+# The cached step (``call_with_cache``) attends one query per row over a
+# cache whose length changes every step. On CPU, TensorFlow rewrites
+# ``BatchMatMulV2`` and ``Softmax`` to oneDNN kernels that cost more than
+# Eigen's at these shapes: the query x transposed-keys matmul 1.5-3x, and a
+# softmax whose shape is new at every step re-creates its oneDNN primitive.
+# ``BatchMatMulV3`` is not rewritten (float32 and bfloat16 have Eigen
+# kernels), and the softmax is written out; same ids, greedy ~1.3x and
+# beam 4 ~1.15x faster (``bench/bench_attention_kernels.py``,
+# ``bench/results/attention_kernels.json``).
+
+
+def _cached_matmul(x, y, transpose_y=False):
+    """``x @ y`` (``yᵀ`` with ``transpose_y``) over the last two axes, as
+    TensorFlow's ``BatchMatMulV3`` for float32/bfloat16 (see above),
+    ``ops.matmul`` otherwise."""
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if keras.backend.backend() == "tensorflow" and dtype in ("float32",
+                                                             "bfloat16"):
+        import tensorflow as tf
+
+        return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype,
+                                        adj_y=transpose_y)
+    return ops.matmul(x, ops.swapaxes(y, -1, -2) if transpose_y else y)
+
+
+def _cached_softmax(scores):
+    """Softmax over the last axis, written out: exp(s - max s) / Σ exp(...)
+    (the same function as ``ops.softmax``; see above)."""
+    e = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
+    return e / ops.sum(e, axis=-1, keepdims=True)
+
+
 def _value_error(check, name, value, *args):
     """Runs a ``_validation`` check, raising ``ValueError`` for any bad value.
 
@@ -508,12 +541,13 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self._project_as(query, self.query_kernel, self.query_bias)
         q = ops.transpose(q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype),
                           (0, 2, 1, 3))  # (batch, h, T_q, d_k)
-        scores = ops.cast(ops.matmul(q, ops.swapaxes(keys, -1, -2)), "float32")
+        scores = ops.cast(_cached_matmul(q, keys, transpose_y=True),
+                          "float32")
         if attention_mask is not None:
             scores = ops.where(ops.cast(attention_mask, "bool"), scores,
                                ops.cast(-1e9, "float32"))
-        probs = ops.cast(ops.softmax(scores, axis=-1), query.dtype)
-        out = ops.transpose(ops.matmul(probs, values), (0, 2, 1, 3))
+        probs = ops.cast(_cached_softmax(scores), query.dtype)
+        out = ops.transpose(_cached_matmul(probs, values), (0, 2, 1, 3))
         bias = self.output_bias
         out = self._project_output(
             out, ops.cast(self.output_kernel, out.dtype),

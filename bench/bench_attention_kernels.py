@@ -1,0 +1,141 @@
+"""Benchmark: the cached step's attention kernels (``BatchMatMulV3`` and a
+written-out softmax) against the oneDNN ones TensorFlow picks for
+``ops.matmul`` / ``ops.softmax`` (``BatchMatMulV2`` / ``Softmax``).
+
+    python bench/bench_attention_kernels.py --model <run>/model.keras \\
+        --vocab <run>/vocab_8000.txt [--split val]
+
+Same weights, the first ``--num-sentences`` sentences of a Multi30k split
+in batches of 100, greedy and beam 4 (alpha 0.6), ids in and out (no
+tokenizer), the default ``Translator``. The "onednn" search is traced with
+``keras_trm.layers.multi_head_attention``'s two kernel helpers swapped for
+``ops.matmul`` and ``ops.softmax`` (what ``call_with_cache`` used before);
+the two searches take turns batch by batch (the order swapped every batch
+and every pass), ``--repeats`` passes, times added. Checks that both give
+the same ids for every sentence. Each run adds its result under the key
+``<split>`` of ``--out`` (other keys are kept).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from bench_decoding import add_model_args, host_info, set_tf_threads  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_args(p)
+    p.add_argument("--split", default="val")
+    p.add_argument("--num-sentences", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--out", default="bench/results/attention_kernels.json")
+    return p.parse_args(argv)
+
+
+def onednn_matmul(x, y, transpose_y=False):
+    from keras import ops
+
+    return ops.matmul(x, ops.swapaxes(y, -1, -2) if transpose_y else y)
+
+
+def onednn_softmax(scores):
+    from keras import ops
+
+    return ops.softmax(scores, axis=-1)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    set_tf_threads(args.threads, 1)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_trm.layers.multi_head_attention as mha
+    from keras_trm.data import load_multi30k
+    from keras_trm.decoding import Translator
+    from keras_trm.text import TextTokenizer, load_vocabulary
+    from keras_trm.training.precision import float32_copy
+    from keras_trm.utils import write_json
+
+    load_at_start = os.getloadavg()
+    model = float32_copy(keras.saving.load_model(args.model))
+    tokenizer = TextTokenizer(load_vocabulary(args.vocab))
+    sources, _ = load_multi30k(args.split, args.data_dir)
+    sources = sources[:args.num_sentences]
+    encode = Translator(model, tokenizer).encode_text
+    batches = [encode(tf.constant(sources[i:i + args.batch_size]))
+               for i in range(0, len(sources), args.batch_size)]
+    spec = [tf.TensorSpec([None, None], tf.int32)]
+    kernels = {"onednn": (onednn_matmul, onednn_softmax),
+               "eigen": (mha._cached_matmul, mha._cached_softmax)}
+    result = {}
+    for name, beam in (("greedy", 1), ("beam4", 4)):
+        searches = {}
+        for key, (matmul, softmax) in kernels.items():
+            translator = Translator(model, tokenizer, beam_size=beam)
+            searches[key] = tf.function(translator.generate_ids,
+                                        input_signature=spec)
+            # Traced (and warmed up) with these kernels.
+            mha._cached_matmul, mha._cached_softmax = matmul, softmax
+            try:
+                searches[key](batches[0])
+            finally:
+                mha._cached_matmul, mha._cached_softmax = kernels["eigen"]
+        seconds = dict.fromkeys(searches, 0.0)
+        ids = {key: [] for key in searches}
+        for rep in range(args.repeats):
+            for i, batch in enumerate(batches):
+                order = list(searches)
+                if (i + rep) % 2:
+                    order.reverse()
+                for key in order:
+                    start = time.perf_counter()
+                    out = searches[key](batch).numpy()
+                    seconds[key] += time.perf_counter() - start
+                    if rep == 0:
+                        ids[key].extend(np.trim_zeros(row, "b").tobytes()
+                                        for row in out)
+        result[name] = {
+            "sentences_per_second": {
+                key: round(args.repeats * len(sources) / s, 2)
+                for key, s in seconds.items()},
+            "speedup": round(seconds["onednn"] / seconds["eigen"], 3),
+            "identical_ids": sum(a == b for a, b in zip(ids["onednn"],
+                                                         ids["eigen"])),
+            "sentences": len(sources),
+        }
+        print(name, json.dumps(result[name]), flush=True)
+
+    out = pathlib.Path(args.out)
+    report = json.loads(out.read_text()) if out.is_file() else {
+        "benchmark": "the cached step's attention kernels: BatchMatMulV3 + "
+                     "written-out softmax (eigen) vs ops.matmul + ops.softmax "
+                     "(TensorFlow's oneDNN rewrites)",
+        "runs": {}}
+    report["runs"][args.split] = {
+        "command": "python bench/bench_attention_kernels.py " + " ".join(sys.argv[1:]),
+        "data": f"Multi30k {args.split}, first {len(sources)} sentences, "
+                f"batches of {args.batch_size}",
+        "threads": f"TF intra_op={args.threads}, inter_op=1",
+        "repeats": args.repeats,
+        "date": time.strftime("%Y-%m-%d"),
+        "host": host_info(),
+        "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
+        **result,
+    }
+    write_json(out, report)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
