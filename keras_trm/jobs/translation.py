@@ -194,7 +194,7 @@ class TranslationConfig:
     parallel_searches: int = 1
     """Searches each batch is dealt into and run at once (test decoding and
     the export; ``Translator``): 2 with 2 inter-op threads decoded
-    batches of 100 at beam 4 1.56x faster on 2 cores at intra-op 1, with
+    batches of 100 at beam 4 1.6x faster on 2 cores at intra-op 1, with
     the same outputs; behind a loaded server (concurrent requests already
     use the cores) 2 was slower (0.80x with batching), so 1 suits serving
     (docs/serving.md)."""

@@ -25,19 +25,19 @@ _BATCH_LETTERS = "abcefgijlm"
 # ``BatchMatMulV2`` and ``Softmax`` to oneDNN kernels that cost more than
 # Eigen's at these shapes: the query x transposed-keys matmul 1.5-3x, and a
 # softmax whose shape is new at every step re-creates its oneDNN primitive.
-# ``BatchMatMulV3`` is not rewritten (float32 and bfloat16 have Eigen
-# kernels), and the softmax is written out; same ids, greedy ~1.3x and
-# beam 4 ~1.15x faster (``bench/bench_attention_kernels.py``,
+# ``BatchMatMulV3`` is not rewritten, so float32 uses it (other dtypes keep
+# oneDNN, which has native bfloat16), and the softmax is written out; same
+# ids, greedy 1.3x and beam 4 1.12x faster on Multi30k val
+# (``bench/bench_attention_kernels.py``,
 # ``bench/results/attention_kernels.json``).
 
 
 def _cached_matmul(x, y, transpose_y=False):
     """``x @ y`` (``yᵀ`` with ``transpose_y``) over the last two axes, as
-    TensorFlow's ``BatchMatMulV3`` for float32/bfloat16 (see above),
-    ``ops.matmul`` otherwise."""
-    dtype = keras.backend.standardize_dtype(x.dtype)
-    if keras.backend.backend() == "tensorflow" and dtype in ("float32",
-                                                             "bfloat16"):
+    TensorFlow's ``BatchMatMulV3`` for float32 (see above), ``ops.matmul``
+    otherwise."""
+    if (keras.backend.backend() == "tensorflow"
+            and keras.backend.standardize_dtype(x.dtype) == "float32"):
         import tensorflow as tf
 
         return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype,
