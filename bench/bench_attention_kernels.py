@@ -26,7 +26,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from bench_decoding import add_model_args, host_info, set_tf_threads  # noqa: E402
+from bench_decoding import (  # noqa: E402
+    add_model_args, host_info, set_tf_threads, time_interleaved)
 
 
 def parse_args(argv=None):
@@ -57,7 +58,6 @@ def main(argv=None):
     args = parse_args(argv)
     set_tf_threads(args.threads, 1)
     import keras
-    import numpy as np
     import tensorflow as tf
 
     import keras_trm.layers.multi_head_attention as mha
@@ -91,20 +91,7 @@ def main(argv=None):
                 searches[key](batches[0])
             finally:
                 mha._cached_matmul, mha._cached_softmax = kernels["eigen"]
-        seconds = dict.fromkeys(searches, 0.0)
-        ids = {key: [] for key in searches}
-        for rep in range(args.repeats):
-            for i, batch in enumerate(batches):
-                order = list(searches)
-                if (i + rep) % 2:
-                    order.reverse()
-                for key in order:
-                    start = time.perf_counter()
-                    out = searches[key](batch).numpy()
-                    seconds[key] += time.perf_counter() - start
-                    if rep == 0:
-                        ids[key].extend(np.trim_zeros(row, "b").tobytes()
-                                        for row in out)
+        seconds, ids = time_interleaved(searches, batches, args.repeats)
         result[name] = {
             "sentences_per_second": {
                 key: round(args.repeats * len(sources) / s, 2)

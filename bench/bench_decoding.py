@@ -155,6 +155,30 @@ def host_info():
     return info
 
 
+def time_interleaved(searches, batches, repeats):
+    """Times ``searches`` (name -> callable on an id batch returning ids)
+    taking turns batch by batch, the order swapped every batch and every
+    pass, ``repeats`` passes; returns ``(seconds per name, ids per name)``
+    with the first pass's ids of each sentence (padding trimmed) as bytes."""
+    import numpy as np
+
+    seconds = dict.fromkeys(searches, 0.0)
+    ids = {key: [] for key in searches}
+    for rep in range(repeats):
+        for i, batch in enumerate(batches):
+            order = list(searches)
+            if (i + rep) % 2:
+                order.reverse()
+            for key in order:
+                start = time.perf_counter()
+                out = searches[key](batch).numpy()
+                seconds[key] += time.perf_counter() - start
+                if rep == 0:
+                    ids[key].extend(np.trim_zeros(row, "b").tobytes()
+                                    for row in out)
+    return seconds, ids
+
+
 def measure(systems, sentences, references, batch_size, latency_sentences,
             repeats=1):
     """Times every system on the same batches, interleaved.

@@ -24,7 +24,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from bench_decoding import add_model_args, host_info, set_tf_threads  # noqa: E402
+from bench_decoding import (  # noqa: E402
+    add_model_args, host_info, set_tf_threads, time_interleaved)
 
 
 def parse_args(argv=None):
@@ -45,7 +46,6 @@ def main(argv=None):
     args = parse_args(argv)
     set_tf_threads(args.threads, args.parallel)
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from keras_trm.data import load_multi30k
@@ -74,20 +74,7 @@ def main(argv=None):
                 translator.generate_ids, input_signature=spec)
         for search in searches.values():  # trace and warm up
             search(batches[0])
-        seconds = dict.fromkeys(searches, 0.0)
-        ids = {key: [] for key in searches}
-        for rep in range(args.repeats):
-            for i, batch in enumerate(batches):
-                order = list(searches)
-                if (i + rep) % 2:
-                    order.reverse()
-                for key in order:
-                    start = time.perf_counter()
-                    out = searches[key](batch).numpy()
-                    seconds[key] += time.perf_counter() - start
-                    if rep == 0:
-                        ids[key].extend(np.trim_zeros(row, "b").tobytes()
-                                        for row in out)
+        seconds, ids = time_interleaved(searches, batches, args.repeats)
         plain, grouped = "groups_1", f"groups_{args.groups}"
         result[name] = {
             "sentences_per_second": {
