@@ -196,9 +196,23 @@ _TABLE = """\
 """
 
 
-def test_checker_accepts_a_right_row():
-    assert check_text(_TABLE.format(value="135.8 sent/s",
-                                    date="2026-11-24")) == (1, [])
+@pytest.fixture
+def results_root(tmp_path):
+    """A repository root whose ``bench/results/serving.json`` holds a known
+    figure (the checker's own tests do not depend on a real run's)."""
+    path = tmp_path / "bench" / "results" / "serving.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "date": "2026-11-24T05:49:07",
+        "host": {"cpu_model": "AMD EPYC"},
+        "configs": {"batching": {"load": {"sentences_per_s": 135.8}}},
+    }))
+    return tmp_path
+
+
+def test_checker_accepts_a_right_row(results_root):
+    assert check_text(_TABLE.format(value="135.8 sent/s", date="2026-11-24"),
+                      results_root) == (1, [])
 
 
 @pytest.mark.parametrize("value,date,expected", [
@@ -207,18 +221,23 @@ def test_checker_accepts_a_right_row():
     ("135.8 sent/s, p50 112", "2026-11-24", "numbers"),  # a figure with no key
     ("135.8 sent/s", "2026-11-23", "date"),             # wrong date
 ])
-def test_checker_rejects_a_wrong_row(value, date, expected):
-    rows, problems = check_text(_TABLE.format(value=value, date=date))
+def test_checker_rejects_a_wrong_row(results_root, value, date, expected):
+    rows, problems = check_text(_TABLE.format(value=value, date=date),
+                                results_root)
     assert rows == 1 and problems and expected in problems[0], problems
 
 
-def test_checker_rejects_a_wrong_host_scale_and_key():
+def test_checker_rejects_a_wrong_host_scale_and_key(results_root):
     table = _TABLE.format(value="135.8", date="2026-11-24")
-    assert "host" in check_text(table.replace("AMD EPYC", "Intel Xeon"))[1][0]
-    assert "disagrees" in check_text(table.replace(
-        "sentences_per_s`", "sentences_per_s` ×100"))[1][0]
-    assert "missing" in check_text(table.replace(
-        "configs.batching", "configs.batched"))[1][0]
+
+    def first_problem(text):
+        return check_text(text, results_root)[1][0]
+
+    assert "host" in first_problem(table.replace("AMD EPYC", "Intel Xeon"))
+    assert "disagrees" in first_problem(table.replace(
+        "sentences_per_s`", "sentences_per_s` ×100"))
+    assert "missing" in first_problem(table.replace(
+        "configs.batching", "configs.batched"))
 
 
 def test_an_edited_readme_figure_fails():
