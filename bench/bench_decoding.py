@@ -34,12 +34,13 @@ batches of 100, greedy and beam 4 with length-penalty alpha 0.6, 2 threads:
   built with ``parallel_searches=N`` too (``saved_model`` is the given
   export as it is).
 
-Threads: by default TF runs intra_op=threads, inter_op=1 and CTranslate2
-intra_threads=threads, inter_threads=1 (one batch at a time, its ops
-multi-threaded). ``--parallel N`` splits the same threads into N parallel
-parts for both: TF intra_op=threads/N, inter_op=N; CTranslate2
-intra_threads=threads/N, inter_threads=N (each batch decoded as N
-sub-batches at once). ``--only a,b`` runs just those rows.
+Threads: by default TF runs intra_op=threads, inter_op=threads (TF's own
+default on a machine of that many cores: independent ops of a step run at
+once) and CTranslate2 intra_threads=threads, inter_threads=1 (one batch
+at a time, its ops multi-threaded). ``--parallel N`` splits the same
+threads into N parallel parts for both: TF intra_op=threads/N (inter_op
+stays threads, ``--inter-op``); CTranslate2 intra_threads=threads/N,
+inter_threads=N (each batch decoded as N sub-batches at once). ``--only a,b`` runs just those rows.
 
 Per runtime and search: sentences/s over the 1,000 sentences (after one
 untimed warm-up batch; the runtimes take turns batch by batch, so that load
@@ -48,8 +49,19 @@ the batch-1 latency p50/p90 over the first ``--latency-sentences``
 sentences. Length penalty: ours ((5 + len) / 6) ** alpha (GNMT), CT2
 len ** alpha, so beam BLEU may differ slightly; greedy should agree.
 
-CTranslate2 runs with ``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait-policy``)
-so that its OpenMP threads sleep instead of spinning on a shared machine.
+CTranslate2 runs as one deploys it: each model (float32, int8) in a worker
+process of its own (``SubprocessCTranslate2``, timed inside the worker),
+its OpenMP threads at their default wait policy (libgomp's threads spin a
+few milliseconds before they sleep: its fastest setting on an idle
+machine). Every timed call of every runtime starts after an untimed pause
+(``--settle-ms``, 20), so none pays for the spinning threads of the one
+before and each starts from idle cores. Until 2026-11-25 this benchmark
+ran CTranslate2 with ``OMP_WAIT_POLICY=PASSIVE`` next to a second
+CTranslate2 translator in the same process (which makes libgomp cut its
+threads' spinning: more OpenMP threads than cores), which slowed it and
+overstated every ratio against it (``bench/results/decoding_ct2_passive.json``
+against ``decoding.json``; ``--omp-wait-policy PASSIVE`` still asks for
+PASSIVE).
 
 The headline figure is ``ratio_saved_model_beam4_over_ct2_float32``
 (sentences/s, same run). The machine this ran on may be shared with other
@@ -58,6 +70,7 @@ count.
 """
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -79,17 +92,18 @@ def add_model_args(p):
                    help="data folder (default: $KERAS_TRM_DATA_DIR)")
 
 
-def set_tf_threads(threads, parallel):
-    """TF intra_op = threads / parallel, inter_op = parallel (the split
-    ``--parallel`` asks for); returns the threads per part. Call before
-    TensorFlow runs an op."""
+def set_tf_threads(threads, parallel, inter_op=None):
+    """TF intra_op = threads / parallel (the split ``--parallel`` asks
+    for) and inter_op = ``inter_op`` (default ``parallel``); returns the
+    threads per part. Call before TensorFlow runs an op."""
     if parallel < 1 or threads % parallel:
         raise SystemExit(f"--parallel must divide --threads, got "
                          f"--parallel {parallel} --threads {threads}")
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads // parallel)
-    tf.config.threading.set_inter_op_parallelism_threads(parallel)
+    tf.config.threading.set_inter_op_parallelism_threads(
+        parallel if inter_op is None else inter_op)
     return threads // parallel
 
 
@@ -117,10 +131,17 @@ def parse_args(argv=None):
                    help="also run keras_trm.export.litert's translator")
     p.add_argument("--litert-batch-size", type=int, default=None,
                    help="sentences per LiteRT search (default: --batch-size)")
-    p.add_argument("--omp-wait-policy", default="PASSIVE",
+    p.add_argument("--inter-op", type=int, default=None,
+                   help="TF inter_op threads (default: --threads, TF's own "
+                        "default on a machine of that many cores)")
+    p.add_argument("--omp-wait-policy", default="",
                    help="OMP_WAIT_POLICY for CTranslate2's OpenMP threads "
-                        "(PASSIVE suits a shared machine; '' keeps the "
-                        "environment's)")
+                        "(default '': the environment's, i.e. libgomp's "
+                        "default, which spins briefly; PASSIVE makes them "
+                        "sleep at once, slower when the machine is idle)")
+    p.add_argument("--settle-ms", type=float, default=20.0,
+                   help="untimed pause before every timed call, so that the "
+                        "previous system's threads have stopped spinning")
     p.add_argument("--workdir", default=None,
                    help="where converted models go (default: a temp folder)")
     p.add_argument("--out", default="bench/results/decoding.json")
@@ -179,14 +200,84 @@ def time_interleaved(searches, batches, repeats):
     return seconds, ids
 
 
+def _timed_call(translate, sentences, settle_seconds=0.0):
+    """``(outputs, seconds)`` of one call, after an untimed pause of
+    ``settle_seconds`` (the previous system's idle threads stop spinning:
+    CTranslate2's OpenMP threads spin about 10 ms after a call); a system
+    that times itself (``translate.timed``) returns both."""
+    time.sleep(settle_seconds)
+    if getattr(translate, "timed", False):
+        return translate(sentences)
+    start = time.perf_counter()
+    out = translate(sentences)
+    return out, time.perf_counter() - start
+
+
+def _ct2_worker(conn, path, options):
+    """Worker process of ``SubprocessCTranslate2``: one translator; each
+    request is timed here, without the pipe."""
+    try:
+        from keras_trm.export.ctranslate2 import CTranslate2Translator
+
+        translator = CTranslate2Translator(path, **options)
+        conn.send("ready")
+    except Exception as err:  # reported to the parent, which raises
+        conn.send(err)
+        return
+    while True:
+        request = conn.recv()
+        if request is None:
+            return
+        sentences, kwargs = request
+        kwargs.setdefault("max_batch_size", max(1, len(sentences)))
+        start = time.perf_counter()
+        out = translator.translate_texts(sentences, **kwargs)
+        conn.send((out, time.perf_counter() - start))
+
+
+class SubprocessCTranslate2:
+    """A ``CTranslate2Translator`` alone in a process of its own, as one
+    deploys it. Two CTranslate2 translators in one process (float32 and
+    int8) give libgomp more OpenMP threads than cores, and it then cuts
+    the time its idle threads spin before sleeping, which slows
+    CTranslate2. The worker times each call itself (``timed``), so the
+    pipe costs CTranslate2 nothing."""
+
+    timed = True
+
+    def __init__(self, path, **options):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_ct2_worker,
+                                       args=(child, str(path), options),
+                                       daemon=True)
+        self.process.start()
+        reply = self.conn.recv()
+        if reply != "ready":
+            raise reply
+
+    def __call__(self, sentences, **kwargs):
+        self.conn.send((list(sentences), kwargs))
+        return self.conn.recv()
+
+    def close(self):
+        self.conn.send(None)
+        self.process.join(timeout=30)
+
+
 def measure(systems, sentences, references, batch_size, latency_sentences,
-            repeats=1):
+            repeats=1, settle_seconds=0.0):
     """Times every system on the same batches, interleaved.
 
     With ``repeats`` > 1 the whole interleaved pass (and the latency pass)
     runs that many times, the order of the systems reversed every other
     pass, and the times add up (less noise on a shared machine); the
     outputs are those of the first pass.
+
+    Every timed call starts after an untimed pause of ``settle_seconds``,
+    so that no system pays for the spinning threads of the one before.
 
     ``systems``: dict name -> translate(list[str]) -> list[str]. Each gets
     one untimed warm-up batch; then, batch after batch, every system
@@ -207,18 +298,16 @@ def measure(systems, sentences, references, batch_size, latency_sentences,
         for i in range(0, len(sentences), batch_size):
             batch = sentences[i:i + batch_size]
             for name, translate in order:
-                start = time.perf_counter()
-                out = translate(batch)
-                seconds[name] += time.perf_counter() - start
+                out, elapsed = _timed_call(translate, batch, settle_seconds)
+                seconds[name] += elapsed
                 if rep == 0:
                     hyps[name].extend(out)
             print(f"  pass {rep + 1}: {i + len(batch)}/{len(sentences)} sentences",
                   flush=True)
         for sentence in sentences[:latency_sentences]:
             for name, translate in order:
-                start = time.perf_counter()
-                translate([sentence])
-                times[name].append((time.perf_counter() - start) * 1000.0)
+                _, elapsed = _timed_call(translate, [sentence], settle_seconds)
+                times[name].append(elapsed * 1000.0)
     rows = {}
     for name in systems:
         bleu, signature, _ = corpus_bleu(hyps[name], references)
@@ -237,15 +326,14 @@ def measure(systems, sentences, references, batch_size, latency_sentences,
 def main(argv=None):
     args = parse_args(argv)
     load_at_start = os.getloadavg()
-    # CTranslate2's OpenMP threads spin while waiting by default; on a
-    # machine shared with other jobs that spinning starves them (we saw
-    # 2 threads run 20x slower than 1). PASSIVE makes them sleep. Read by
-    # libgomp when ctranslate2 loads, so set it first.
+    # OMP_WAIT_POLICY is read by libgomp when ctranslate2 loads (in the
+    # workers, which inherit the environment), so set it first.
     if args.omp_wait_policy:
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
     import tensorflow as tf
 
-    per_part = set_tf_threads(args.threads, args.parallel)
+    inter_op = args.threads if args.inter_op is None else args.inter_op
+    per_part = set_tf_threads(args.threads, args.parallel, inter_op)
     only = set(filter(None, args.only.split(",")))
 
     def want(name):
@@ -276,6 +364,7 @@ def main(argv=None):
 
     systems = {search: {} for search in searches}  # search -> name -> fn
     skipped = {}
+    ct2_workers = []  # SubprocessCTranslate2, closed at the end
 
     # 1. keras_trm in process (and in parallel parts).
     tokenizer = TextTokenizer(vocab)
@@ -349,10 +438,7 @@ def main(argv=None):
 
     # 3. CTranslate2, weights float32 and int8.
     try:
-        from keras_trm.export.ctranslate2 import (
-            CTranslate2Translator,
-            export_ctranslate2,
-        )
+        from keras_trm.export.ctranslate2 import export_ctranslate2
 
         for quantization in ("float32", "int8"):
             if not want(f"ctranslate2_{quantization}"):
@@ -360,13 +446,14 @@ def main(argv=None):
             path = workdir / f"ct2_{quantization}"
             if not path.exists():
                 export_ctranslate2(model, path, vocab, quantization=quantization)
-            ct2 = CTranslate2Translator(path, num_threads=per_part,
+            ct2 = SubprocessCTranslate2(path, num_threads=per_part,
                                         inter_threads=args.parallel)
+            ct2_workers.append(ct2)
             for search, size in searches.items():
-                systems[search][f"ctranslate2_{quantization}"] = (
-                    lambda s, t=ct2, k=size: t.translate_texts(
-                        s, beam_size=k, length_penalty=alpha,
-                        max_batch_size=len(s)))
+                call = functools.partial(ct2, beam_size=size,
+                                         length_penalty=alpha)
+                call.timed = True
+                systems[search][f"ctranslate2_{quantization}"] = call
     except ImportError as err:
         skipped["ctranslate2"] = str(err)
 
@@ -400,11 +487,14 @@ def main(argv=None):
     for search, by_name in systems.items():
         print(f"{search}: {', '.join(by_name)}", flush=True)
         rows, hyps = measure(by_name, sources, references, args.batch_size,
-                             args.latency_sentences, args.repeats)
+                             args.latency_sentences, args.repeats,
+                             args.settle_ms / 1000.0)
         for name, row in rows.items():
             results["rows"].setdefault(name, {})[search] = row
             hyps_by[(name, search)] = hyps[name]
             print(f"  {name} {search}: {row}", flush=True)
+    for worker in ct2_workers:
+        worker.close()
 
     rows = results["rows"]
     beam_key = f"beam{beam}"
@@ -459,14 +549,17 @@ def main(argv=None):
             "ctranslate2": "length ** alpha"},
         "threads": args.threads,
         "parallel": args.parallel,
-        "threads_how": (f"TF: intra_op={per_part}, inter_op={args.parallel}; "
+        "threads_how": (f"TF: intra_op={per_part}, inter_op={inter_op}; "
                         f"CTranslate2: intra_threads={per_part}, "
                         f"inter_threads={args.parallel}"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "measurement": "systems interleaved batch by batch on the same "
                        "batches (one untimed warm-up batch each); latency "
-                       "likewise sentence by sentence",
+                       "likewise sentence by sentence; each CTranslate2 "
+                       "model in a worker process of its own "
+                       "(SubprocessCTranslate2), timed there",
         "repeats": args.repeats,
+        "settle_ms": args.settle_ms,
         "host": host_info(),
         "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
         "caveat": "absolute sentences/s and latencies depend on the host and "

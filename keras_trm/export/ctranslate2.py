@@ -613,11 +613,16 @@ class CTranslate2Translator:
     max_batch_size=100)``: list of str -> list of str. ``length_penalty``
     is CTranslate2's alpha (score / length ** alpha), not our GNMT one.
 
-    Threads: CTranslate2's CPU build uses OpenMP, whose threads spin while
-    waiting. On a machine shared with other busy processes set
-    ``OMP_WAIT_POLICY=PASSIVE`` before ``ctranslate2`` is imported (on a
-    2-core machine under load we measured 2 spinning threads about 20x
-    slower than 1 thread; PASSIVE removed the loss).
+    Threads: CTranslate2's CPU build uses OpenMP (libgomp), whose threads
+    spin a few milliseconds while waiting: on an idle machine that is its
+    fastest setting, and libgomp cuts the spinning when a process has more
+    OpenMP threads than cores (two translators of ``num_threads`` 2 on 2
+    cores), so for speed keep one translator per process. On a machine
+    shared with other busy processes set ``OMP_WAIT_POLICY=PASSIVE``
+    before ``ctranslate2`` is imported (on a 2-core machine under load we
+    measured 2 spinning threads about 20x slower than 1 thread; PASSIVE
+    removed the loss), at a cost when the machine is idle
+    (``bench/bench_decoding.py``'s notes).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not an export directory.
