@@ -45,7 +45,7 @@ class Translator(tf.Module):
             small ops and 100-row matmuls keep a second core mostly idle.
             Each sentence's ids are those of the whole-batch search (its
             search never looks at other sentences; tested). 2 parts on 2
-            cores (intra-op 1, inter-op 2): 1.62x one search's beam 4
+            cores (intra-op 1, inter-op 2): 1.60x one search's beam 4
             (``bench/results/decoding_parallel.json``). With inter-op
             parallelism 1 the parts run one after another, 17% to 28%
             slower than one search in our runs; behind a server with
