@@ -176,6 +176,40 @@ def host_info():
     return info
 
 
+def add_ab_args(p, out):
+    """The arguments of the A/B benchmarks that time two searches with
+    ``time_interleaved`` on encoded ``val`` batches."""
+    add_model_args(p)
+    p.add_argument("--split", default="val")
+    p.add_argument("--num-sentences", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--out", default=out)
+
+
+def load_encoded_batches(args):
+    """``(model, tokenizer, sources, batches)`` for ``add_ab_args``: the
+    model's float32 copy, the first ``--num-sentences`` sources of
+    ``--split`` and their id batches of ``--batch-size``."""
+    import keras
+    import tensorflow as tf
+
+    from keras_trm.data import load_multi30k
+    from keras_trm.decoding import Translator
+    from keras_trm.text import TextTokenizer, load_vocabulary
+    from keras_trm.training.precision import float32_copy
+
+    model = float32_copy(keras.saving.load_model(args.model))
+    tokenizer = TextTokenizer(load_vocabulary(args.vocab))
+    sources, _ = load_multi30k(args.split, args.data_dir)
+    sources = sources[:args.num_sentences]
+    encode = Translator(model, tokenizer).encode_text
+    batches = [encode(tf.constant(sources[i:i + args.batch_size]))
+               for i in range(0, len(sources), args.batch_size)]
+    return model, tokenizer, sources, batches
+
+
 def time_interleaved(searches, batches, repeats):
     """Times ``searches`` (name -> callable on an id batch returning ids)
     taking turns batch by batch, the order swapped every batch and every

@@ -25,43 +25,28 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from bench_decoding import (  # noqa: E402
-    add_model_args, host_info, set_tf_threads, time_interleaved)
+    add_ab_args, host_info, load_encoded_batches, set_tf_threads,
+    time_interleaved)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_model_args(p)
-    p.add_argument("--split", default="val")
-    p.add_argument("--num-sentences", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=100)
-    p.add_argument("--threads", type=int, default=2)
+    add_ab_args(p, "bench/results/encode_by_length.json")
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--out", default="bench/results/encode_by_length.json")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     set_tf_threads(args.threads, args.parallel)
-    import keras
     import tensorflow as tf
 
-    from keras_trm.data import load_multi30k
     from keras_trm.decoding import Translator
-    from keras_trm.text import TextTokenizer, load_vocabulary
-    from keras_trm.training.precision import float32_copy
     from keras_trm.utils import write_json
 
     load_at_start = os.getloadavg()
-    model = float32_copy(keras.saving.load_model(args.model))
-    tokenizer = TextTokenizer(load_vocabulary(args.vocab))
-    sources, _ = load_multi30k(args.split, args.data_dir)
-    sources = sources[:args.num_sentences]
-    encode = Translator(model, tokenizer).encode_text
-    batches = [encode(tf.constant(sources[i:i + args.batch_size]))
-               for i in range(0, len(sources), args.batch_size)]
+    model, tokenizer, sources, batches = load_encoded_batches(args)
     spec = [tf.TensorSpec([None, None], tf.int32)]
     result = {}
     for name, beam in (("greedy", 1), ("beam4", 4)):
