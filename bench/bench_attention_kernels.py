@@ -21,14 +21,13 @@ import json
 import os
 import pathlib
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from bench_decoding import (  # noqa: E402
-    add_ab_args, host_info, load_encoded_batches, set_tf_threads,
-    time_interleaved)
+    ab_summary, add_ab_args, load_encoded_batches, set_tf_threads,
+    time_interleaved, write_ab_run)
 
 
 def parse_args(argv=None):
@@ -56,7 +55,6 @@ def main(argv=None):
 
     import keras_trm.layers.multi_head_attention as mha
     from keras_trm.decoding import Translator
-    from keras_trm.utils import write_json
 
     load_at_start = os.getloadavg()
     model, tokenizer, sources, batches = load_encoded_batches(args)
@@ -77,37 +75,16 @@ def main(argv=None):
             finally:
                 mha._cached_matmul, mha._cached_softmax = kernels["eigen"]
         seconds, ids = time_interleaved(searches, batches, args.repeats)
-        result[name] = {
-            "sentences_per_second": {
-                key: round(args.repeats * len(sources) / s, 2)
-                for key, s in seconds.items()},
-            "speedup": round(seconds["onednn"] / seconds["eigen"], 3),
-            "identical_ids": sum(a == b for a, b in zip(ids["onednn"],
-                                                         ids["eigen"])),
-            "sentences": len(sources),
-        }
+        result[name] = ab_summary(seconds, ids, "onednn", "eigen",
+                                  args.repeats, len(sources))
         print(name, json.dumps(result[name]), flush=True)
 
-    out = pathlib.Path(args.out)
-    report = json.loads(out.read_text()) if out.is_file() else {
-        "benchmark": "the cached step's attention kernels: BatchMatMulV3 + "
-                     "written-out softmax (eigen) vs ops.matmul + ops.softmax "
-                     "(TensorFlow's oneDNN rewrites)",
-        "runs": {}}
-    report["runs"][args.split] = {
-        "command": "python bench/bench_attention_kernels.py " + " ".join(sys.argv[1:]),
-        "data": f"Multi30k {args.split}, first {len(sources)} sentences, "
-                f"batches of {args.batch_size}",
-        "threads": f"TF intra_op={args.threads}, inter_op=1",
-        "repeats": args.repeats,
-        "date": time.strftime("%Y-%m-%d"),
-        "host": host_info(),
-        "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
-        **result,
-    }
-    write_json(out, report)
-    print(f"wrote {out}")
-
+    write_ab_run(
+        args, "the cached step's attention kernels: BatchMatMulV3 + "
+              "written-out softmax (eigen) vs ops.matmul + ops.softmax "
+              "(TensorFlow's oneDNN rewrites)",
+        args.split, load_at_start, result,
+        threads=f"TF intra_op={args.threads}, inter_op=1")
 
 if __name__ == "__main__":
     main()

@@ -210,6 +210,45 @@ def load_encoded_batches(args):
     return model, tokenizer, sources, batches
 
 
+def ab_summary(seconds, ids, base, new, repeats, sentences):
+    """One A/B result of ``time_interleaved``: sentences/s of each search,
+    the speed-up of ``new`` over ``base`` and how many sentences got
+    identical ids."""
+    return {
+        "sentences_per_second": {key: round(repeats * sentences / s, 2)
+                                 for key, s in seconds.items()},
+        "speedup": round(seconds[base] / seconds[new], 3),
+        "identical_ids": sum(a == b for a, b in zip(ids[base], ids[new])),
+        "sentences": sentences,
+    }
+
+
+def write_ab_run(args, benchmark, run, load_at_start, result, **fields):
+    """Adds (or replaces) ``run`` in the JSON at ``--out`` (created with
+    the ``benchmark`` description): the command, data, host and load, the
+    ``fields`` and the ``result``."""
+    from keras_trm.utils import write_json
+
+    out = pathlib.Path(args.out)
+    report = json.loads(out.read_text()) if out.is_file() else {
+        "benchmark": benchmark, "runs": {}}
+    sentences = next(iter(result.values()))["sentences"]
+    report["runs"][run] = {
+        "command": " ".join(["python", f"bench/{pathlib.Path(sys.argv[0]).name}",
+                             *sys.argv[1:]]),
+        "data": f"Multi30k {args.split}, first {sentences} sentences, "
+                f"batches of {args.batch_size}",
+        **fields,
+        "repeats": args.repeats,
+        "date": time.strftime("%Y-%m-%d"),
+        "host": host_info(),
+        "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
+        **result,
+    }
+    write_json(out, report)
+    print(f"wrote {out}")
+
+
 def time_interleaved(searches, batches, repeats):
     """Times ``searches`` (name -> callable on an id batch returning ids)
     taking turns batch by batch, the order swapped every batch and every

@@ -19,14 +19,13 @@ import json
 import os
 import pathlib
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from bench_decoding import (  # noqa: E402
-    add_ab_args, host_info, load_encoded_batches, set_tf_threads,
-    time_interleaved)
+    ab_summary, add_ab_args, load_encoded_batches, set_tf_threads,
+    time_interleaved, write_ab_run)
 
 
 def parse_args(argv=None):
@@ -43,7 +42,6 @@ def main(argv=None):
     import tensorflow as tf
 
     from keras_trm.decoding import Translator
-    from keras_trm.utils import write_json
 
     load_at_start = os.getloadavg()
     model, tokenizer, sources, batches = load_encoded_batches(args)
@@ -61,38 +59,19 @@ def main(argv=None):
             search(batches[0])
         seconds, ids = time_interleaved(searches, batches, args.repeats)
         plain, grouped = "groups_1", f"groups_{args.groups}"
-        result[name] = {
-            "sentences_per_second": {
-                key: round(args.repeats * len(sources) / s, 2)
-                for key, s in seconds.items()},
-            "speedup": round(seconds[plain] / seconds[grouped], 3),
-            "identical_ids": sum(a == b for a, b in zip(ids[plain], ids[grouped])),
-            "sentences": len(sources),
-        }
+        result[name] = ab_summary(seconds, ids, "groups_1",
+                                  f"groups_{args.groups}", args.repeats,
+                                  len(sources))
         print(name, json.dumps(result[name]), flush=True)
 
-    out = pathlib.Path(args.out)
-    report = json.loads(out.read_text()) if out.is_file() else {
-        "benchmark": "encode_by_length: the encoder in length groups vs the "
-                     "whole batch at its longest (Translator encode_groups)",
-        "runs": {}}
-    report["runs"][f"{args.split}_parallel{args.parallel}"] = {
-        "command": "python bench/bench_encode_by_length.py " + " ".join(sys.argv[1:]),
-        "data": f"Multi30k {args.split}, first {len(sources)} sentences, "
-                f"batches of {args.batch_size}",
-        "groups": args.groups,
-        "threads": (f"TF intra_op={args.threads // args.parallel}, "
-                    f"inter_op={args.parallel}; parallel_searches="
-                    f"{args.parallel}"),
-        "repeats": args.repeats,
-        "date": time.strftime("%Y-%m-%d"),
-        "host": host_info(),
-        "load_average_at_start_and_end": [load_at_start, os.getloadavg()],
-        **result,
-    }
-    write_json(out, report)
-    print(f"wrote {out}")
-
+    write_ab_run(
+        args, "encode_by_length: the encoder in length groups vs the "
+              "whole batch at its longest (Translator encode_groups)",
+        f"{args.split}_parallel{args.parallel}", load_at_start, result,
+        groups=args.groups,
+        threads=(f"TF intra_op={args.threads // args.parallel}, "
+                 f"inter_op={args.parallel}; parallel_searches="
+                 f"{args.parallel}"))
 
 if __name__ == "__main__":
     main()
