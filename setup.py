@@ -31,7 +31,8 @@ setup(
         "numpy",
     ],
     extras_require={
-        "dev": ["pytest>=8", "requests>=2.31", "psutil>=5.9",
+        "dev": ["pytest>=8", "pytest-xdist>=3.5",  # -n 2: the suite on two processes
+                "requests>=2.31", "psutil>=5.9",
                 # notebooks/ executed by tests/test_notebooks.py
                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],
         "ctranslate2": ["ctranslate2>=4.0"],
