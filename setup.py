@@ -36,6 +36,8 @@ setup(
                 # notebooks/ executed by tests/test_notebooks.py
                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],
         "ctranslate2": ["ctranslate2>=4.0"],
+        # NVIDIA GPUs: TensorFlow with the CUDA 12 libraries it is built for
+        "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
         # mkdocs.yml: the docs site, built by .ci/run with --strict
         "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10",
                  "mkdocstrings[python]>=0.26,<2"],
