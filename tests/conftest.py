@@ -2,8 +2,14 @@
 (``KERAS_TRM_DATA_DIR``, else ``../shared/data`` beside the checkout)."""
 
 import os
+import pathlib
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Child processes (jobs, workers, servers, notebook kernels, scripts) import
+# this checkout's keras_trm first, not another copy installed elsewhere.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [
+    str(pathlib.Path(__file__).resolve().parents[1]),
+    os.environ.get("PYTHONPATH")]))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -364,11 +364,10 @@ def test_every_subcommand_has_help(command, capsys):
 
 
 def test_entry_point_and_recipe_scripts_run_help():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     for argv in ([sys.executable, "-m", "keras_trm.cli", "train-mnist", "--help"],
                  [sys.executable, str(REPO / "recipes" / "language_model.py"),
                   "--help"]):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env,
+        proc = subprocess.run(argv, capture_output=True, text=True,
                               timeout=300, cwd=REPO)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "--data_dir" in proc.stdout and "--workdir" in proc.stdout
@@ -383,7 +382,7 @@ def test_no_cuda_error_lines_on_a_cpu_only_machine(tmp_path):
     if has_nvidia_driver():
         pytest.skip("an NVIDIA driver is present")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    env.update(PYTHONPATH=str(REPO), KERAS_TRM_NO_REEXEC="1")
+    env.update(KERAS_TRM_NO_REEXEC="1")
     missing = tmp_path / "missing"
     proc = subprocess.run(
         [sys.executable, "-m", "keras_trm.cli", "train-translation",

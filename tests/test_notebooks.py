@@ -6,7 +6,6 @@ PYTHONPATH, so it imports this checkout's ``keras_trm``; data come from
 $KERAS_TRM_DATA_DIR like the rest of the suite.
 """
 
-import os
 import pathlib
 
 import pytest
@@ -41,8 +40,6 @@ def test_notebook_runs(path, data_dir, monkeypatch):
     monkeypatch.setenv("KERAS_TRM_NOTEBOOK_BUDGET", "ci")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",

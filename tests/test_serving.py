@@ -7,8 +7,6 @@ Everything listens on 127.0.0.1 only and stops by itself."""
 import base64
 import concurrent.futures
 import json
-import os
-import pathlib
 import signal
 import socket
 import subprocess
@@ -600,7 +598,6 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
     monitoring.write_text('prometheus_config { enable: true path: "/metrics" }\n')
     rest, grpc_port = _free_port(), _free_port()
     log = open(tmp_path / "server.log", "w")
-    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[1]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "keras_trm.cli", "serve", f"--rest_api_port={rest}",
          "--port", str(grpc_port), "--model_name", "shout", "--model-base-path",
@@ -608,7 +605,7 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
          str(batching), "--file_system_poll_wait_seconds", "0",
          "--tensorflow_intra_op_parallelism=1", "--tensorflow-inter-op-parallelism", "2",
          "--monitoring_config_file", str(monitoring)],
-        stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         line = proc.stdout.readline()  # printed once listening
         assert line, (tmp_path / "server.log").read_text()[-3000:]
