@@ -368,8 +368,14 @@ def serve_main(argv):
                          grpc_max_threads=args.grpc_max_threads,
                          max_request_bytes=args.max_request_bytes,
                          monitoring_path=metrics_path)
-    server.serve_forever(grace=args.shutdown_grace_seconds,
-                         info={"tensorflow_threads": threads})
+    try:
+        server.serve_forever(grace=args.shutdown_grace_seconds,
+                             info={"tensorflow_threads": threads})
+    except (OSError, ValueError) as err:
+        # Start-up failures: a base path that is not a folder, a port in use.
+        # Nothing is left listening (ModelServer.start stops what it started).
+        print(f"keras-trm serve: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

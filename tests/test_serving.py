@@ -504,6 +504,47 @@ def test_stop_closes_the_rest_port_even_when_waitress_wake_up_pipe_is_gone(
         requests.get(url, timeout=TIMEOUT)
 
 
+def test_a_port_in_use_is_named_and_nothing_is_left_running(tmp_path):
+    """A port another process holds: ``start()`` raises ``OSError`` naming
+    the port's argument and address, unloads the models and closes the port
+    it had already bound; ``keras-trm serve`` says why in one line and exits
+    1 (no traceback), as it does for a base path that is not a folder."""
+    _export(tmp_path, "toy")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for rest_api_port, grpc_port, name in ((port, 0, "rest_api_port"),
+                                               (0, port, "grpc_port")):
+            manager = ModelManager(model_server_config([], [tmp_path / "toy"]), None,
+                                   file_system_poll_wait_seconds=-1)
+            server = ModelServer(manager, rest_api_port=rest_api_port,
+                                 grpc_port=grpc_port)
+            with pytest.raises(OSError, match=f"{name} {port}: cannot listen on "
+                                              f"127.0.0.1:{port}"):
+                server.start()
+            assert _states(manager, "toy") == {1: "END"}
+            if name == "rest_api_port":  # gRPC had started on a free port
+                _wait_for(lambda: _can_bind(server.grpc_port),
+                          "the gRPC port to be closed again")
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_trm.cli", "serve",
+         "--model_base_path", str(tmp_path / "nothing")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert f"keras-trm serve: `model_base_path` '{tmp_path / 'nothing'}'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _can_bind(port):
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_missing_export_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="model_base_path"):
         create_app(tmp_path / "nothing")

@@ -65,6 +65,9 @@ class ModelServer:
     Raises:
         ValueError: a thread count or ``max_request_bytes`` below 1, or a
             ``monitoring_path`` without REST (``rest_api_port=None``).
+        OSError: from ``start()``, when a port cannot be bound (the message
+            names ``rest_api_port`` or ``grpc_port``, the address and why);
+            nothing is left listening or loaded then.
 
     Example:
         >>> server = ModelServer(manager, rest_api_port=0, grpc_port=0).start()
@@ -104,9 +107,22 @@ class ModelServer:
         self._stopped = threading.Event()
 
     def start(self):
-        """Loads the models (blocking) and starts listening; returns self."""
+        """Loads the models (blocking) and starts listening; returns self.
+        If a port cannot be bound, stops what it started and raises
+        ``OSError`` naming the port's argument."""
         if not self.manager.started:
             self.manager.start()
+        try:
+            self._listen()
+        except BaseException:
+            self.stop(grace=0)
+            raise
+        log.info("serving %s: REST on %s:%s, gRPC on %s:%s (pid %d)",
+                 self.manager.model_names, self.host, self.rest_api_port, self.host,
+                 self.grpc_port, os.getpid())
+        return self
+
+    def _listen(self):
         if self.grpc_port is not None:
             import grpc
 
@@ -120,27 +136,36 @@ class ModelServer:
                     self.grpc_max_threads, thread_name_prefix="grpc"),
                 options=options, maximum_concurrent_rpcs=4 * self.grpc_max_threads)
             add_services(self._grpc, self.manager, self.metrics)
-            self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
+            address = f"{self.host}:{self.grpc_port}"
+            try:
+                bound = self._grpc.add_insecure_port(address)
+            except RuntimeError:  # grpcio >= 1.50 raises; older ones return 0
+                bound = 0
+            if not bound:
+                raise OSError(f"grpc_port {self.grpc_port}: cannot listen on {address} "
+                              "(in use by another process, or not allowed)")
+            self.grpc_port = bound
             self._grpc.start()
         if self.rest_api_port is not None:
             import waitress
 
             self.app = create_app(self.manager, max_request_bytes=self.max_request_bytes,
                                   metrics=self.metrics, metrics_path=self.monitoring_path)
-            self._rest = waitress.create_server(
-                self.app, host=self.host, port=self.rest_api_port,
-                threads=self.rest_api_num_threads,
-                max_request_body_size=self.max_request_bytes,
-                connection_limit=1000, channel_timeout=120, ident="keras-trm")
+            try:
+                self._rest = waitress.create_server(
+                    self.app, host=self.host, port=self.rest_api_port,
+                    threads=self.rest_api_num_threads,
+                    max_request_body_size=self.max_request_bytes,
+                    connection_limit=1000, channel_timeout=120, ident="keras-trm")
+            except OSError as err:
+                raise OSError(err.errno, f"rest_api_port {self.rest_api_port}: cannot "
+                              f"listen on {self.host}:{self.rest_api_port}: "
+                              f"{err.strerror or err}") from err
             self._rest.channel_class = _json_error_channel(self.max_request_bytes)
             self.rest_api_port = int(self._rest.effective_port)
             self._rest_thread = threading.Thread(target=self._run_rest, name="rest",
                                                  daemon=True)
             self._rest_thread.start()
-        log.info("serving %s: REST on %s:%s, gRPC on %s:%s (pid %d)",
-                 self.manager.model_names, self.host, self.rest_api_port, self.host,
-                 self.grpc_port, os.getpid())
-        return self
 
     def _run_rest(self):
         try:
