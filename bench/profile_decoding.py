@@ -85,12 +85,19 @@ def op_times(logdir):
 
 
 def row_steps(ids, end_id):
-    """Output tokens per sentence, END included (the row-steps of greedy)."""
+    """``(row_steps, loop_steps)`` of one greedy batch: the output tokens of
+    every sentence, END included (or up to its own token limit, after which
+    its row holds PAD), summed (each is one decoder row-step), and the
+    longest sentence's count (the search's steps: it stops when the last
+    row ends, before the output's full width)."""
     import numpy as np
 
     ids = np.asarray(ids)
     ends = ids == end_id
-    return int(np.where(ends.any(1), ends.argmax(1) + 1, ids.shape[1]).sum())
+    # A row without END stopped at its own token limit: its last non-PAD id.
+    last = ids.shape[1] - (ids[:, ::-1] != 0).argmax(1)
+    lengths = np.where(ends.any(1), ends.argmax(1) + 1, last)
+    return int(lengths.sum()), int(lengths.max())
 
 
 def main(argv=None):
@@ -143,12 +150,13 @@ def main(argv=None):
             "ops": ops,
         }
         if beam == 1:
-            steps = sum(row_steps(x, END_ID) for x in ids)
-            result["row_steps"] = steps
-            result["mean_rows_per_step"] = round(
-                steps / sum(x.shape[1] for x in ids), 1)
+            counts = [row_steps(x, END_ID) for x in ids]
+            rows = sum(r for r, _ in counts)
+            result["row_steps"] = rows
+            result["loop_steps"] = sum(s for _, s in counts)
+            result["mean_rows_per_step"] = round(rows / result["loop_steps"], 1)
             result["matmul_gflop_per_s"] = round(
-                2 * macs_per_row_step * steps / (matmul_ms / 1000) / 1e9, 1)
+                2 * macs_per_row_step * rows / (matmul_ms / 1000) / 1e9, 1)
         searches[name] = result
         print(name, {k: v for k, v in result.items() if k != "ops"}, flush=True)
 

@@ -39,5 +39,8 @@ def test_row_steps_count_tokens_up_to_and_with_end():
     end = 3
     ids = np.array([[5, 6, end, 0, 0],     # 3 steps
                     [end, 0, 0, 0, 0],     # 1 step
-                    [5, 6, 7, 8, 9]])      # no END: ran to the width, 5
-    assert row_steps(ids, end) == 9
+                    [5, 6, 7, 8, 9],       # no END: ran to the width, 5
+                    [5, 6, 7, 0, 0]])      # no END: its own limit, 3
+    assert row_steps(ids, end) == (12, 5)
+    # The search stops when its longest row ends, before the full width.
+    assert row_steps(ids[[0, 1, 3]], end) == (7, 3)
