@@ -3,6 +3,7 @@
 
 import os
 import pathlib
+import socket
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Child processes (jobs, workers, servers, notebook kernels, scripts) import
@@ -64,3 +65,23 @@ def random_ids(rng, shape, vocab, pad_from=None):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def _free_ports(n):
+    """``n`` distinct loopback ports that were free a moment ago (all held
+    until all are picked). Another process may take one before a server
+    binds it; tests that can tell retry with new ports."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.fixture
+def free_ports():
+    """``free_ports(n)``: a list of n distinct free loopback ports."""
+    return _free_ports

@@ -9,7 +9,6 @@ concatenated). Bounded in time; the children are killed in any case.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -80,16 +79,6 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _env(tf_config=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow",
                CUDA_VISIBLE_DEVICES="")
@@ -99,7 +88,7 @@ def _env(tf_config=None):
     return env
 
 
-def test_two_workers_on_loopback_match_one_worker(tmp_path):
+def test_two_workers_on_loopback_match_one_worker(tmp_path, free_ports):
     script = tmp_path / "mw.py"
     script.write_text(SCRIPT)
     one, two = tmp_path / "one", tmp_path / "two"
@@ -112,7 +101,7 @@ def test_two_workers_on_loopback_match_one_worker(tmp_path):
     pin = shutil.which("taskset")
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}
     cores = sorted(cores)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     children = []
     start = time.time()
     try:
@@ -154,13 +143,13 @@ def test_two_workers_on_loopback_match_one_worker(tmp_path):
 
 
 def test_translation_job_with_two_workers_reading_their_own_shards(
-        tmp_path, data_dir):
+        tmp_path, data_dir, free_ports):
     """``keras-trm train-translation --strategy multi_worker`` on loopback:
     each worker prepares and reads its own shards (400 Multi30k pairs cut
     into 8 shards, 4 per worker), the steps are synchronized (one loss per
     epoch, the same on both workers), only the chief writes the model,
     the epoch log and the export."""
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     children = []
     start = time.time()
     try:

@@ -507,7 +507,8 @@ def test_stop_closes_the_rest_port_even_when_waitress_wake_up_pipe_is_gone(
 def test_a_port_in_use_is_named_and_nothing_is_left_running(tmp_path):
     """A port another process holds: ``start()`` raises ``OSError`` naming
     the port's argument and address, unloads the models and closes the port
-    it had already bound; ``keras-trm serve`` says why in one line and exits
+    it had already bound (the models stay loaded if the caller had started
+    the manager); ``keras-trm serve`` says why in one line and exits
     1 (no traceback), as it does for a base path that is not a folder."""
     _export(tmp_path, "toy")
     with socket.socket() as taken:
@@ -527,6 +528,17 @@ def test_a_port_in_use_is_named_and_nothing_is_left_running(tmp_path):
             if name == "rest_api_port":  # gRPC had started on a free port
                 _wait_for(lambda: _can_bind(server.grpc_port),
                           "the gRPC port to be closed again")
+        # A manager the caller started stays theirs: its models stay loaded.
+        manager = ModelManager(model_server_config([], [tmp_path / "toy"]), None,
+                               file_system_poll_wait_seconds=-1)
+        manager.start()
+        try:
+            with pytest.raises(OSError, match=f"rest_api_port {port}"):
+                ModelServer(manager, rest_api_port=port, grpc_port=None).start()
+            assert _states(manager, "toy") == {1: "AVAILABLE"}
+        finally:
+            manager.stop()
+        assert _states(manager, "toy") == {1: "END"}
     proc = subprocess.run(
         [sys.executable, "-m", "keras_trm.cli", "serve",
          "--model_base_path", str(tmp_path / "nothing")],
@@ -621,13 +633,7 @@ def test_bad_warmup_requests_fail_the_export_or_the_load(tmp_path):
 
 
 # -- keras-trm serve ------------------------------------------------------------------
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
+def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path, free_ports):
     """A slow request in flight when SIGTERM arrives still gets its answer;
     the process then exits 0."""
 
@@ -637,18 +643,26 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path):
     batching.write_text("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 1500000 }\n")
     monitoring = tmp_path / "monitoring.txt"
     monitoring.write_text('prometheus_config { enable: true path: "/metrics" }\n')
-    rest, grpc_port = _free_port(), _free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keras_trm.cli", "serve", f"--rest_api_port={rest}",
-         "--port", str(grpc_port), "--model_name", "shout", "--model-base-path",
-         str(tmp_path / "toy"), "--enable_batching", "--batching_parameters_file",
-         str(batching), "--file_system_poll_wait_seconds", "0",
-         "--tensorflow_intra_op_parallelism=1", "--tensorflow-inter-op-parallelism", "2",
-         "--monitoring_config_file", str(monitoring)],
-        stdout=subprocess.PIPE, stderr=log, text=True)
-    try:
+    for attempt in range(3):
+        rest, grpc_port = free_ports(2)
+        log = open(tmp_path / "server.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keras_trm.cli", "serve", f"--rest_api_port={rest}",
+             "--port", str(grpc_port), "--model_name", "shout", "--model-base-path",
+             str(tmp_path / "toy"), "--enable_batching", "--batching_parameters_file",
+             str(batching), "--file_system_poll_wait_seconds", "0",
+             "--tensorflow_intra_op_parallelism=1",
+             "--tensorflow-inter-op-parallelism", "2",
+             "--monitoring_config_file", str(monitoring)],
+            stdout=subprocess.PIPE, stderr=log, text=True)
         line = proc.stdout.readline()  # printed once listening
+        if line or proc.wait(TIMEOUT) != 1 or "cannot listen" not in (
+                tmp_path / "server.log").read_text():
+            break
+        # A port was taken between free_ports() and the bind: new ports.
+        proc.stdout.close()
+        log.close()
+    try:
         assert line, (tmp_path / "server.log").read_text()[-3000:]
         started = json.loads(line)
         assert started["rest_api_port"] == rest

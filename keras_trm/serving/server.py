@@ -67,7 +67,9 @@ class ModelServer:
             ``monitoring_path`` without REST (``rest_api_port=None``).
         OSError: from ``start()``, when a port cannot be bound (the message
             names ``rest_api_port`` or ``grpc_port``, the address and why);
-            nothing is left listening or loaded then.
+            nothing is left listening then, and the models are unloaded
+            if ``start()`` loaded them (a manager started by the caller
+            stays started).
 
     Example:
         >>> server = ModelServer(manager, rest_api_port=0, grpc_port=0).start()
@@ -108,14 +110,16 @@ class ModelServer:
 
     def start(self):
         """Loads the models (blocking) and starts listening; returns self.
-        If a port cannot be bound, stops what it started and raises
-        ``OSError`` naming the port's argument."""
-        if not self.manager.started:
+        If a port cannot be bound, stops what it started (the models too,
+        unless the manager was started before) and raises ``OSError``
+        naming the port's argument."""
+        started_here = not self.manager.started
+        if started_here:
             self.manager.start()
         try:
             self._listen()
         except BaseException:
-            self.stop(grace=0)
+            self.stop(grace=0, stop_manager=started_here)
             raise
         log.info("serving %s: REST on %s:%s, gRPC on %s:%s (pid %d)",
                  self.manager.model_names, self.host, self.rest_api_port, self.host,
@@ -175,9 +179,11 @@ class ModelServer:
             if not self._stopped.is_set():
                 raise
 
-    def stop(self, grace=30.0):
+    def stop(self, grace=30.0, stop_manager=True):
         """Graceful shutdown: refuse new requests (503 / ``readyz`` fails),
-        let in-flight ones finish (up to ``grace`` seconds), then close."""
+        let in-flight ones finish (up to ``grace`` seconds), then close,
+        and unload the models (``manager.stop()``) unless ``stop_manager``
+        is False."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -211,7 +217,8 @@ class ModelServer:
             server.task_dispatcher.shutdown(timeout=grace)
         if grpc_done is not None:
             grpc_done.wait(grace)
-        self.manager.stop()
+        if stop_manager:
+            self.manager.stop()
         log.info("server stopped")
 
     def serve_forever(self, grace=30.0, info=None):
