@@ -733,10 +733,10 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
         prepared: list of folders (or manifests) of ``prepare_shards``,
             prepared with the same tokenizer.
         weights: list of non-negative numbers, one per corpus, sum > 0.
-        tokens_per_batch, boundaries, seed, worker_index, num_workers,
-        shuffle_buffer, cycle_length: as for ``stream_batches``; the
-            mixed pairs are bucketed in blocks of ``min(shuffle_buffer,
-            pairs_per_epoch)``.
+        tokens_per_batch, boundaries, seed: as for ``stream_batches``.
+        worker_index, num_workers, shuffle_buffer, cycle_length: as for
+            ``stream_batches``; the mixed pairs are bucketed in blocks of
+            ``min(shuffle_buffer, pairs_per_epoch)``.
         repeat: endless stream (True) or one epoch of ``pairs_per_epoch``.
         pairs_per_epoch: int or None (sum of the corpora's pairs).
         skip_batches: leave out the first batches (resume without an
@@ -847,7 +847,9 @@ def mix_steps(prepared, weights, tokens_per_batch=4096,
     distribution (the manifests' length counts), batched per bucket.
 
     Args:
-        as for ``mix_batches``.
+        prepared, weights, pairs_per_epoch: as for ``mix_batches``.
+        tokens_per_batch, boundaries, worker_index, num_workers: as for
+            ``mix_batches``.
 
     Returns:
         int >= 1.
