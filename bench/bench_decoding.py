@@ -301,10 +301,9 @@ def _ct2_worker(conn, path, options):
         request = conn.recv()
         if request is None:
             return
-        sentences, kwargs = request
-        kwargs.setdefault("max_batch_size", max(1, len(sentences)))
+        method, args, kwargs = request
         start = time.perf_counter()
-        out = translator.translate_texts(sentences, **kwargs)
+        out = getattr(translator, method)(*args, **kwargs)
         conn.send((out, time.perf_counter() - start))
 
 
@@ -332,7 +331,14 @@ class SubprocessCTranslate2:
             raise reply
 
     def __call__(self, sentences, **kwargs):
-        self.conn.send((list(sentences), kwargs))
+        """``translate_texts``, all sentences in one batch by default."""
+        kwargs.setdefault("max_batch_size", max(1, len(sentences)))
+        return self.call("translate_texts", list(sentences), **kwargs)
+
+    def call(self, method, *args, **kwargs):
+        """``(result, seconds)`` of the worker's
+        ``CTranslate2Translator.<method>(*args, **kwargs)``."""
+        self.conn.send((method, args, kwargs))
         return self.conn.recv()
 
     def close(self):

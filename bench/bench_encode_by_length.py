@@ -58,7 +58,6 @@ def main(argv=None):
         for search in searches.values():  # trace and warm up
             search(batches[0])
         seconds, ids = time_interleaved(searches, batches, args.repeats)
-        plain, grouped = "groups_1", f"groups_{args.groups}"
         result[name] = ab_summary(seconds, ids, "groups_1",
                                   f"groups_{args.groups}", args.repeats,
                                   len(sources))

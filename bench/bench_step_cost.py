@@ -39,7 +39,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from bench_decoding import add_model_args, host_info, set_tf_threads  # noqa: E402
+from bench_decoding import (  # noqa: E402
+    SubprocessCTranslate2, add_model_args, host_info, set_tf_threads)
 
 CALLS = ("real", "full", "one")
 
@@ -55,32 +56,6 @@ def parse_args(argv=None):
     p.add_argument("--floor-steps", type=int, default=50)
     p.add_argument("--out", default="bench/results/step_cost.json")
     return p.parse_args(argv)
-
-
-def _ct2_worker(conn, path, threads):
-    """One CTranslate2 translator in its own process; each request
-    ``(sentence, min_length, max_length)`` is timed here."""
-    try:
-        from keras_trm.export.ctranslate2 import CTranslate2Translator
-
-        translator = CTranslate2Translator(path, num_threads=threads)
-        conn.send("ready")
-    except Exception as err:  # reported to the parent, which raises
-        conn.send(err)
-        return
-    while True:
-        request = conn.recv()
-        if request is None:
-            return
-        sentence, min_length, max_length = request
-        tokens = translator.tokenize([sentence])
-        start = time.perf_counter()
-        result = translator.translator.translate_batch(
-            tokens, beam_size=4, length_penalty=0.6,
-            min_decoding_length=min_length, max_decoding_length=max_length,
-            max_input_length=0)
-        seconds = time.perf_counter() - start
-        conn.send((len(result[0].hypotheses[0]), seconds))
 
 
 def step_limit(model, tokens):
@@ -147,8 +122,6 @@ def main(argv=None):
 
     set_tf_threads(args.threads, 1, args.threads)
     tf.get_logger().setLevel("ERROR")  # one tf.function per sentence and call
-    import multiprocessing
-
     import keras
 
     import keras_trm  # noqa: F401
@@ -167,14 +140,7 @@ def main(argv=None):
 
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench_step_cost_"))
     ct2_dir = export_ctranslate2(model, workdir / "ct2", vocab)
-    context = multiprocessing.get_context("spawn")
-    conn, child = context.Pipe()
-    worker = context.Process(target=_ct2_worker, args=(child, str(ct2_dir),
-                                                       args.threads), daemon=True)
-    worker.start()
-    reply = conn.recv()
-    if reply != "ready":
-        raise reply
+    ct2 = SubprocessCTranslate2(ct2_dir, num_threads=args.threads)
 
     def ours(jit, rule, max_length):
         def search(tokens):
@@ -197,11 +163,15 @@ def main(argv=None):
                      "one": ours(jit, "never", 1)}
             systems[name] = {call: (lambda f=f, s=source: f(s).numpy())
                              for call, f in calls.items()}
-        ct2_lengths = {"real": (0, limit), "full": (limit, limit), "one": (1, 1)}
+        ct2_tokens = ct2.call("tokenize", [sentence])[0]
+        ct2_lengths = {"real": {}, "full": {"min_decoding_length": limit,
+                                            "max_decoding_length": limit},
+                       "one": {"min_decoding_length": 1, "max_decoding_length": 1}}
 
         def ct2_call(call):
-            conn.send((sentence,) + ct2_lengths[call])
-            return conn.recv()
+            hyps, seconds = ct2.call("translate_tokens", ct2_tokens, beam_size=4,
+                                     length_penalty=0.6, **ct2_lengths[call])
+            return len(hyps[0]), seconds
 
         systems["ct2_float32"] = {call: (lambda c=call: ct2_call(c)) for call in CALLS}
         # Untimed first calls (XLA compiles here), checking the step counts.
@@ -232,8 +202,7 @@ def main(argv=None):
                          "steps_of_real": round(1 + (med["real"] - med["one"]) / step, 1)}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    conn.send(None)
-    worker.join(timeout=30)
+    ct2.close()
 
     floor = {}
     for rows_per_step in (1, 4):

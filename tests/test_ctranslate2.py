@@ -264,6 +264,28 @@ def test_int8_and_beam_give_text(trained, val_sentences):
     assert size["int8"] < 0.5 * size["float32"]
 
 
+def test_decoding_length_options(trained, val_sentences):
+    """``min_decoding_length == max_decoding_length`` decodes exactly that
+    many tokens (what bench/bench_step_cost.py times); ``max_decoding_length``
+    alone cuts longer outputs to it; bad values name the argument."""
+    ct2 = CTranslate2Translator(trained["float32"], num_threads=1)
+    tokens = ct2.tokenize(val_sentences[:8])
+    free = ct2.translate_tokens(tokens, beam_size=4)
+    for length in (1, 7, 40):
+        forced = ct2.translate_tokens(tokens, beam_size=4, min_decoding_length=length,
+                                      max_decoding_length=length)
+        assert [len(h) for h in forced] == [length] * 8
+        assert "[END]" not in {t for h in forced for t in h}
+    cut = ct2.translate_tokens(tokens, beam_size=1, max_decoding_length=3)
+    greedy = ct2.translate_tokens(tokens, beam_size=1)
+    assert cut == [h[:3] for h in greedy]  # greedy: a prefix, token for token
+    assert max(len(h) for h in free) > 3
+    with pytest.raises(ValueError, match="max_decoding_length=0"):
+        ct2.translate_tokens(tokens, max_decoding_length=0)
+    with pytest.raises(ValueError, match="min_decoding_length=9"):
+        ct2.translate_tokens(tokens, min_decoding_length=9, max_decoding_length=8)
+
+
 def test_exported_directory_has_vocabulary_and_special_tokens(trained):
     path = trained["float32"]
     vocab = json.loads((path / "shared_vocabulary.json").read_text())

@@ -702,20 +702,43 @@ class CTranslate2Translator:
         return [s.decode("utf-8") for s in
                 self.tokenizer.detokenize(ids).numpy()]
 
-    def translate_tokens(self, token_lists, beam_size=4, length_penalty=0.6):
-        """One batch of source token lists -> target token lists."""
+    def translate_tokens(self, token_lists, beam_size=4, length_penalty=0.6,
+                         max_decoding_length=None, min_decoding_length=0):
+        """One batch of source token lists -> target token lists.
+
+        By default each sentence may have its own source length (+ END) +
+        50 tokens, as in our searches; an int ``max_decoding_length`` is
+        every sentence's limit instead. ``min_decoding_length``: END is not
+        allowed before that many tokens (CTranslate2's option; with
+        ``min_decoding_length == max_decoding_length`` every sentence
+        decodes exactly that many steps).
+
+        Raises:
+            ValueError: ``max_decoding_length`` not in [1, max_length - 1],
+                or ``min_decoding_length`` not in [0, the limit].
+        """
         if not token_lists:
             return []
-        # Each sentence's limit is its own source length (+ [END]) + 50, as
-        # in our searches; CTranslate2 takes one limit per batch.
-        limits = [min(len(t) + 1 + 50, self.max_length - 1) for t in token_lists]
+        cap = self.max_length - 1
+        if max_decoding_length is None:
+            limits = [min(len(t) + 1 + 50, cap) for t in token_lists]
+        else:
+            if not 1 <= int(max_decoding_length) <= cap:
+                raise ValueError(f"`max_decoding_length` must be in [1, {cap}], got "
+                                 f"max_decoding_length={max_decoding_length}")
+            limits = [int(max_decoding_length)] * len(token_lists)
+        if not 0 <= int(min_decoding_length) <= max(limits):
+            raise ValueError(f"`min_decoding_length` must be in [0, {max(limits)}], "
+                             f"got min_decoding_length={min_decoding_length}")
         split = {}
         if self.inter_threads > 1:  # parts decoded at once, one per replica
             split["max_batch_size"] = -(-len(token_lists) // self.inter_threads)
+        # CTranslate2 takes one limit per batch; each row is cut to its own.
         results = self.translator.translate_batch(
             token_lists, beam_size=int(beam_size),
             length_penalty=float(length_penalty),
-            max_decoding_length=max(limits), min_decoding_length=0,
+            max_decoding_length=max(limits),
+            min_decoding_length=int(min_decoding_length),
             max_input_length=0, **split,
         )
         return [r.hypotheses[0][:limit] for r, limit in zip(results, limits)]
