@@ -114,13 +114,30 @@ def test_incremental_decoding_equals_full_recompute(rng):
         tgt = random_ids(rng, (2, 6), 50)
         full = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt}))
         enc = model.encode(src)
-        cross = model.static_cross_attention_caches(enc)
+        cross = model.cross_attention_caches(enc)
         caches = model.static_empty_self_attention_caches(2, 6, "float32")
         steps = []
         for t in range(6):
             logits, caches = model.static_decode_step(
                 tgt[:, t:t + 1], t, caches, cross, src != 0)
             steps.append(np.asarray(logits))
+        np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
+        # The blocks' Keras-style cached call (keras-hub's layout: keys and
+        # values stacked, (batch, 2, S, h, d_k)) gives the same logits.
+        blocks = model.decoder_layers
+        kv_cross = [b.precompute_cross_attention_cache(enc) for b in blocks]
+        kv_caches = [np.zeros((2, 2, 6, model.num_heads, model.key_dim), "float32")
+                     for _ in blocks]
+        steps = []
+        for t in range(6):
+            y = model.target_embedding(tgt[:, t:t + 1], start_index=t)
+            for i, block in enumerate(blocks):
+                y, kv_caches[i] = block(
+                    y, encoder_padding_mask=src != 0,
+                    self_attention_cache=kv_caches[i],
+                    self_attention_cache_update_index=t,
+                    cross_attention_cache=kv_cross[i])
+            steps.append(np.asarray(model.logits(model._decoder_final(y))[:, 0]))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
 
 

@@ -8,8 +8,8 @@ one position per step (``Transformer.decode_step``): past
 positions are never recomputed, and writing, reading and reordering the
 cache costs only the positions decoded so far (beam search decodes step 0,
 where a sentence's k hypotheses are all START, as one row per sentence).
-``static_cache=True`` uses
-``static_decode_step``'s fixed-size ``(batch, 2, steps, h, d_k)`` caches instead,
+``static_cache=True`` runs the same step over caches ``steps`` positions
+long from the start (``static_decode_step``, writing at the position),
 whose shapes never change inside the loop (XLA compiles it, once per
 input shape: ``Translator(jit_compile=True)``); the ids are the same. ``use_cache=False``
 re-runs the decoder over the whole prefix at every step instead (the
@@ -160,17 +160,18 @@ class _Stepper:
     By default the caches are head-major and grow by one position per step
     (``Transformer.decode_step``): writing, reading and
     reordering them costs the positions decoded so far. With
-    ``static_cache`` they are the ``(batch, 2, steps, h, d_k)`` caches of
-    ``static_decode_step``, whose shapes never change (what XLA needs). Both give
-    the same logits.
+    ``static_cache`` they are head-major too, ``steps`` positions long from
+    the start (``static_decode_step``, the same step writing at the
+    position), so their shapes never change (what XLA needs). Both give the
+    same logits.
 
     What the decoder reads of the source (the cross-attention caches, or the
     encoder outputs without a cache, and the padding mask) is the
     ``context``; the searches carry it through the loop with the decoder
-    ``state`` (one row per hypothesis; the context of the growing caches
-    one row per sentence, which the step shares among the sentence's
-    hypotheses), so that rows of finished sentences can be dropped from
-    both (``compact``): except with ``static_cache``, whose shapes must not
+    ``state`` (one row per hypothesis; the context of the caches one row
+    per sentence, which the step shares among the sentence's hypotheses),
+    so that rows of finished sentences can be dropped from both
+    (``compact``): except with ``static_cache``, whose shapes must not
     change.
     """
 
@@ -180,11 +181,11 @@ class _Stepper:
         self.use_cache = use_cache
         self.static_cache = static_cache
         self.compact = not (use_cache and static_cache)
-        # With the growing caches the context keeps one row per sentence and
-        # the decoder step groups the ``hypotheses`` rows of each sentence
-        # (``Transformer.decode_step``); otherwise it has one row per
+        # With a cache the context keeps one row per sentence and the
+        # decoder step groups the ``hypotheses`` rows of each sentence
+        # (``Transformer.decode_step``); without, it has one row per
         # hypothesis, repeated here.
-        self.context_per_sentence = use_cache and not static_cache
+        self.context_per_sentence = use_cache
         if not self.context_per_sentence and hypotheses > 1:
             encoder_outputs = tf.repeat(encoder_outputs, hypotheses, axis=0)
             encoder_mask = tf.repeat(encoder_mask, hypotheses, axis=0)
@@ -195,19 +196,16 @@ class _Stepper:
         if not use_cache:
             self.context = (encoder_outputs, encoder_mask)
             self.initial_state = []
-        elif static_cache:
-            self.context = (model.static_cross_attention_caches(encoder_outputs),
-                            encoder_mask)
+            return
+        self.context = (model.cross_attention_caches(encoder_outputs),
+                        encoder_mask)
+        self.output_kernel = model.output_kernel()
+        if static_cache:
             self.initial_state = model.static_empty_self_attention_caches(
-                batch, steps, encoder_outputs.dtype
-            )
+                batch, steps, encoder_outputs.dtype)
         else:
-            self.context = (model.cross_attention_caches(encoder_outputs),
-                            encoder_mask)
             self.initial_state = model.empty_self_attention_caches(
-                batch, encoder_outputs.dtype
-            )
-            self.output_kernel = model.output_kernel()
+                batch, encoder_outputs.dtype)
 
     def shape_invariants(self):
         """For ``tf.while_loop``: (state, context)."""
@@ -215,8 +213,8 @@ class _Stepper:
             return tf.TensorShape([None]).concatenate(c.shape[1:])
 
         context = tf.nest.map_structure(rows_vary, self.context)
-        if self.static_cache or not self.use_cache:
-            return [rows_vary(c) for c in self.initial_state], context
+        if self.static_cache:
+            return tf.nest.map_structure(rows_vary, self.initial_state), context
         return ([(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
                  for k, _ in self.initial_state], context)
 
@@ -229,7 +227,8 @@ class _Stepper:
             tokens = tf.slice(sequences, [0, index], [-1, 1])
             if self.static_cache:
                 return self.model.static_decode_step(
-                    tokens, index, state, source, encoder_mask)
+                    tokens, index, state, source, encoder_mask,
+                    self.output_kernel)
             return self.model.decode_step(
                 tokens, index, state, source, encoder_mask, self.output_kernel)
         prefix = sequences[:, : index + 1]
@@ -688,8 +687,12 @@ def beam_search(
                  stepper.initial_state, stepper.context)
     if stepper.context_per_sentence and k > 1:
         # Step 0 before the loop, one decoder row per sentence (``first``).
-        loop_vars = body(*loop_vars[:4], model.empty_self_attention_caches(
-            batch, encoder_outputs.dtype), loop_vars[5], first=True)
+        if static_cache:
+            empty = model.static_empty_self_attention_caches(
+                batch, steps + 1, encoder_outputs.dtype)
+        else:
+            empty = model.empty_self_attention_caches(batch, encoder_outputs.dtype)
+        loop_vars = body(*loop_vars[:4], empty, loop_vars[5], first=True)
     _, _, search, results, _, _ = tf.while_loop(
         cond,
         body,

@@ -483,7 +483,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
 
     def call_with_cache(self, query, cache, new_key_value=None,
-                        attention_mask=None):
+                        attention_mask=None, cache_update_index=None):
         """Attention of ``query`` over a head-major key/value cache.
 
         Eq. (1) of Vaswani et al. (2017) for incremental decoding: the
@@ -504,15 +504,23 @@ class MultiHeadAttention(keras.layers.Layer):
                 num_heads, T_q, S')`` with ``S'`` the keys attended; True =
                 may attend (e.g. the source padding mask as ``(batch, 1, 1,
                 S)``).
+            cache_update_index: optional int (scalar tensor): ``cache`` has
+                a fixed size S (static shapes, for XLA) and holds positions
+                ``0 .. cache_update_index - 1``; ``new_key_value``'s
+                keys/values are written at ``cache_update_index`` instead of
+                appended, and query i attends to positions
+                ``<= cache_update_index + i`` only (the rest is unwritten).
 
         Returns:
             ``(output, cache)``: float ``(batch, T_q, *output_shape)`` in
             ``query``'s dtype, and the cache attended (with ``T_q`` more
-            positions when ``new_key_value`` is given).
+            positions when ``new_key_value`` is given; of the same size S,
+            written at ``cache_update_index``, when that is given).
 
         Raises:
             ValueError: ``value_dim != key_dim`` (a cache holds both with
-                one head size).
+                one head size), or ``cache_update_index`` without
+                ``new_key_value``.
 
         Example:
 
@@ -534,10 +542,25 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"key_dim={self.key_dim}, value_dim={self.value_dim}"
             )
         keys, values = cache
+        if cache_update_index is not None and new_key_value is None:
+            raise ValueError(
+                "`cache_update_index` writes `new_key_value` into the cache, "
+                f"got cache_update_index={cache_update_index} with "
+                "new_key_value=None")
         if new_key_value is not None:
             new_keys, new_values = self.key_value_heads(new_key_value)
-            keys = ops.concatenate([keys, new_keys], axis=2)
-            values = ops.concatenate([values, new_values], axis=2)
+            if cache_update_index is None:
+                keys = ops.concatenate([keys, new_keys], axis=2)
+                values = ops.concatenate([values, new_values], axis=2)
+            else:
+                start = [0, 0, cache_update_index, 0]
+                keys = ops.slice_update(keys, start, new_keys)
+                values = ops.slice_update(values, start, new_values)
+                written = self.causal_mask(ops.shape(query)[1],
+                                           ops.shape(keys)[2],
+                                           offset=cache_update_index)
+                attention_mask = written if attention_mask is None else \
+                    ops.logical_and(ops.cast(attention_mask, "bool"), written)
         q = self._project_as(query, self.query_kernel, self.query_bias)
         q = ops.transpose(q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype),
                           (0, 2, 1, 3))  # (batch, h, T_q, d_k)

@@ -96,7 +96,8 @@ class TransformerDecoderBlock(_BlockBase):
         return self.cross_attention.key_value_heads(encoder_outputs)
 
     def call_with_cache(self, inputs, self_attention_cache,
-                        cross_attention_cache, encoder_padding_mask=None):
+                        cross_attention_cache, encoder_padding_mask=None,
+                        self_attention_cache_update_index=None):
         """One incremental decoding step of this layer (inference).
 
         The arithmetic of ``call`` for the new position(s) ``inputs``, with
@@ -118,10 +119,16 @@ class TransformerDecoderBlock(_BlockBase):
                 at real source tokens, or the same already broadcast to
                 ``(sentences, 1, 1, T_enc)`` (what a decoding loop computes
                 once per step for all layers).
+            self_attention_cache_update_index: optional int (scalar
+                tensor): the self-attention cache has a fixed size S
+                (static shapes, for XLA) and ``inputs`` are written at this
+                position (``MultiHeadAttention.call_with_cache``'s
+                ``cache_update_index``).
 
         Returns:
             ``(outputs (batch, T, d_model), self_attention_cache with S + T
-            positions)``.
+            positions)`` (still S, written, with
+            ``self_attention_cache_update_index``).
 
         Example:
 
@@ -146,7 +153,8 @@ class TransformerDecoderBlock(_BlockBase):
         def self_attend(y):
             nonlocal new_cache
             out, new_cache = self.self_attention.call_with_cache(
-                y, self_attention_cache, new_key_value=y)
+                y, self_attention_cache, new_key_value=y,
+                cache_update_index=self_attention_cache_update_index)
             return out
 
         def cross_attend(y):

@@ -43,9 +43,10 @@ class Transformer(keras.Model):
     pattern): ``encode`` runs the encoder once; ``cross_attention_caches``
     projects the encoder output into each decoder layer's keys/values once;
     ``decode_step`` runs the decoder for one position over per-layer
-    self-attention caches that grow by one position per step. The
-    ``static_*`` methods do the same over fixed-size caches (static shapes:
-    XLA, LiteRT). ``keras_trm.decoding``'s searches take the model itself.
+    self-attention caches that grow by one position per step;
+    ``static_decode_step`` is the same step over fixed-size caches (static
+    shapes, for XLA). ``keras_trm.decoding``'s searches take the model
+    itself.
 
     Args:
         vocabulary_size: int, the (source, or shared) vocabulary size; id 0
@@ -312,6 +313,44 @@ class Transformer(keras.Model):
             ``(logits (batch, vocab) float32, self_caches with index + 1
             positions)``: the logits ``decode`` gives at position ``index``.
         """
+        return self._step(tokens, index, self_caches, cross_caches,
+                          encoder_padding_mask, output_kernel, None)
+
+    # -- the same step over fixed-size caches (static shapes, for XLA) -----
+
+    def static_empty_self_attention_caches(self, batch_size, max_length,
+                                           dtype):
+        """Per decoder layer ``(keys, values)`` of zeros, each float
+        ``(batch, h, max_length, d_k)``: fixed-size caches for
+        ``static_decode_step``."""
+        shape = (batch_size, self.num_heads, max_length, self.key_dim)
+        return [(ops.zeros(shape, dtype), ops.zeros(shape, dtype))
+                for _ in self.decoder_layers]
+
+    def static_decode_step(self, tokens, index, self_caches, cross_caches,
+                           encoder_padding_mask, output_kernel=None):
+        """``decode_step`` over fixed-size caches: the same logits, with
+        shapes that never change (what XLA compiles).
+
+        Args:
+            tokens: int ``(batch, 1)``, the token at position ``index``.
+            index: int scalar tensor, the position.
+            self_caches: per layer ``(keys, values)``, each float ``(batch,
+                h, S, d_k)`` (``static_empty_self_attention_caches``),
+                holding positions ``0 .. index - 1``; position ``index`` is
+                written.
+            cross_caches, encoder_padding_mask, output_kernel: as in
+                ``decode_step``.
+
+        Returns:
+            ``(logits (batch, vocab) float32, self_caches)``, the caches
+            still S positions long.
+        """
+        return self._step(tokens, index, self_caches, cross_caches,
+                          encoder_padding_mask, output_kernel, index)
+
+    def _step(self, tokens, index, self_caches, cross_caches,
+              encoder_padding_mask, output_kernel, update_index):
         y = self.target_embedding(tokens, start_index=index)
         # (batch, 1, 1, T_src): broadcast once for every layer's attention.
         cross_mask = ops.expand_dims(ops.expand_dims(
@@ -319,7 +358,9 @@ class Transformer(keras.Model):
         new_caches = []
         for layer, cache, cross in zip(self.decoder_layers, self_caches,
                                        cross_caches):
-            y, cache = layer.call_with_cache(y, cache, cross, cross_mask)
+            y, cache = layer.call_with_cache(
+                y, cache, cross, cross_mask,
+                self_attention_cache_update_index=update_index)
             new_caches.append(cache)
         y = self._decoder_final(y)
         if output_kernel is not None:
@@ -327,48 +368,6 @@ class Transformer(keras.Model):
                               "float32")
             return logits[:, 0, :], new_caches
         return self.logits(y)[:, 0, :], new_caches
-
-    # -- incremental decoding over fixed-size caches (static shapes) -------
-
-    def static_cross_attention_caches(self, encoder_outputs):
-        """Per decoder layer float ``(batch, 2, T_src, h, d_k)``."""
-        return [layer.precompute_cross_attention_cache(encoder_outputs)
-                for layer in self.decoder_layers]
-
-    def static_empty_self_attention_caches(self, batch_size, max_length,
-                                           dtype):
-        """Per decoder layer zeros ``(batch, 2, max_length, h, d_k)``."""
-        shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
-        return [ops.zeros(shape, dtype) for _ in self.decoder_layers]
-
-    def static_decode_step(self, tokens, index, self_caches, cross_caches,
-                           encoder_padding_mask):
-        """``decode_step`` over fixed-size caches (same logits).
-
-        Args:
-            tokens: int ``(batch, 1)``, the token at position ``index``.
-            index: int scalar tensor, the position.
-            self_caches: per layer ``(batch, 2, S, h, d_k)``; position
-                ``index`` is written.
-            cross_caches: from ``static_cross_attention_caches``.
-            encoder_padding_mask: bool ``(batch, T_src)``.
-
-        Returns:
-            ``(logits (batch, vocab) float32, new self_caches)``.
-        """
-        y = self.target_embedding(tokens, start_index=index)
-        new_caches = []
-        for layer, cache, cross in zip(self.decoder_layers, self_caches,
-                                       cross_caches):
-            y, cache = layer(
-                y,
-                encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache=cache,
-                self_attention_cache_update_index=index,
-                cross_attention_cache=cross,
-            )
-            new_caches.append(cache)
-        return self.logits(self._decoder_final(y))[:, 0, :], new_caches
 
 
 def transformer(vocabulary_size, **kwargs):
