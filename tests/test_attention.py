@@ -140,6 +140,32 @@ def test_head_major_cache_matches_numpy_and_masks(layer_and_inputs, rng):
     np.testing.assert_allclose(out2, out, atol=1e-6)
 
 
+def test_fixed_size_head_major_cache_matches_numpy(layer_and_inputs, rng):
+    """``call_with_cache(..., cache_update_index=i)`` over a fixed-size
+    cache: a chunk of two positions, then one at a time, equals Eq. (1)
+    with a causal mask; positions not yet written get no weight (filling
+    them with noise changes nothing) and stay as they were."""
+    layer, q, _ = layer_and_inputs
+    causal = np.tril(np.ones((5, 5), bool))[None].repeat(2, 0)
+    expected, _ = numpy_mha(layer, q, q, causal)
+    noise = rng.normal(size=(2, 4, 5, 6)).astype("float32")
+    cache = (noise, noise + 1.0)  # unwritten positions: anything
+    out, cache = layer.call_with_cache(q[:, :2], cache, new_key_value=q[:, :2],
+                                       cache_update_index=0)
+    np.testing.assert_allclose(out, expected[:, :2], atol=1e-5)
+    np.testing.assert_array_equal(cache[0][:, :, 2:], noise[:, :, 2:])
+    for t in range(2, 5):
+        out, cache = layer.call_with_cache(q[:, t:t + 1], cache,
+                                           new_key_value=q[:, t:t + 1],
+                                           cache_update_index=t)
+        np.testing.assert_allclose(out[:, 0], expected[:, t], atol=1e-5)
+    grown = layer.key_value_heads(q)
+    np.testing.assert_allclose(cache[0], grown[0], atol=1e-6)
+    np.testing.assert_allclose(cache[1], grown[1], atol=1e-6)
+    with pytest.raises(ValueError, match="cache_update_index=3 with new_key_value=None"):
+        layer.call_with_cache(q[:, :1], cache, cache_update_index=3)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_cached_step_avoids_onednn_attention_kernels(dtype, rng):
     """In float32 the cached step's graph holds BatchMatMulV3 (Eigen's
