@@ -6,16 +6,7 @@ importing it changes no environment variable, and raises ``ImportError``
 when another backend is selected (``KERAS_BACKEND``, ``~/.keras/keras.json``).
 """
 
-import keras
-
-if keras.backend.backend() != "tensorflow":
-    raise ImportError(
-        "keras_trm needs the TensorFlow backend of Keras 3, got "
-        f"KERAS_BACKEND={keras.backend.backend()!r}. Unset KERAS_BACKEND or "
-        "set it to 'tensorflow'."
-    )
-
-from keras_trm import layers  # noqa: E402,F401
+from keras_trm import layers  # noqa: F401
 from keras_trm import models  # noqa: E402,F401
 from keras_trm import training  # noqa: E402,F401  (registers schedule, loss)
 

@@ -1,5 +1,9 @@
 """Data sets (tfds online, local files offline) and batching."""
 
+from keras_trm._optional import require_tensorflow
+
+require_tensorflow("keras_trm.data")  # TensorFlow by design
+
 from keras_trm.data.batching import token_bucket_batches
 from keras_trm.data.imdb import load_imdb
 from keras_trm.data.language_modeling import (

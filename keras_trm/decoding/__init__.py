@@ -1,18 +1,13 @@
-"""Greedy/beam search over a key/value cache, and BLEU."""
+"""Greedy/beam search over a key/value cache (every Keras backend), the
+raw-text ``Translator`` and language-model evaluation (TensorFlow), BLEU."""
 
-from keras_trm.decoding.bleu import corpus_bleu
-from keras_trm.decoding.search import (beam_search, encode_by_length,
-                                      greedy_search, length_penalty)
-from keras_trm.decoding.translator import Translator
-
-# Language-model evaluation (memory-carrying, sliding window, disjoint).
-from keras_trm.decoding.lm_evaluation import (
-    evaluate_disjoint_segments,
-    evaluate_sliding_window,
-    evaluate_with_memory,
-)
+from keras_trm._optional import lazy_module_attributes
+from keras_trm.decoding.search import (DecodingModel, beam_search,
+                                      encode_by_length, greedy_search,
+                                      length_penalty)
 
 __all__ = [
+    "DecodingModel",
     "Translator",
     "beam_search",
     "corpus_bleu",
@@ -24,3 +19,13 @@ __all__ = [
     "evaluate_sliding_window",
     "evaluate_with_memory",
 ]
+
+# TensorFlow by design (tf-text tokenizers in the graph, tf.function
+# segment loops), and sacreBLEU: imported on first use.
+__getattr__ = lazy_module_attributes(__name__, {
+    "Translator": "keras_trm.decoding.translator",
+    "corpus_bleu": "keras_trm.decoding.bleu",
+    "evaluate_disjoint_segments": "keras_trm.decoding.lm_evaluation",
+    "evaluate_sliding_window": "keras_trm.decoding.lm_evaluation",
+    "evaluate_with_memory": "keras_trm.decoding.lm_evaluation",
+})

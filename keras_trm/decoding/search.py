@@ -1,21 +1,22 @@
-"""Greedy and beam search over a key/value cache.
+"""Greedy and beam search over a key/value cache, on every Keras backend.
 
-Both run as one ``tf.while_loop``: the encoder runs once, its keys/values are
-projected once per decoder layer (``cross_attention_caches``), and each
-step feeds one token per hypothesis, appending its keys/values to a
-head-major self-attention cache ``(batch, h, positions, d_k)`` that grows by
-one position per step (``Transformer.decode_step``): past
-positions are never recomputed, and writing, reading and reordering the
-cache costs only the positions decoded so far (beam search decodes step 0,
-where a sentence's k hypotheses are all START, as one row per sentence;
-not with ``static_cache``, where XLA would compile the step twice for no
-measurable gain).
-``static_cache=True`` runs the same step over caches ``steps`` positions
-long from the start (``static_decode_step``, writing at the position),
-whose shapes never change inside the loop (XLA compiles it, once per
-input shape: ``Translator(jit_compile=True)``); the ids are the same. ``use_cache=False``
-re-runs the decoder over the whole prefix at every step instead (the
-baseline the benchmark compares against).
+One algorithm, written in ``keras.ops``: the encoder runs once, its
+keys/values are projected once per decoder layer
+(``cross_attention_caches``), and each step feeds one token per hypothesis
+through ``static_decode_step``, which writes its keys/values at the step's
+position of fixed-size head-major caches ``(batch, h, steps, d_k)``. The
+shapes never change inside the loop (``keras.ops.while_loop``), so JAX
+(``jax.jit``), PyTorch and TensorFlow (``tf.function``, XLA) all run it;
+sentences that have stopped are frozen while the others go on.
+
+On TensorFlow without ``static_cache`` the same per-step updates
+(``_greedy_update``, ``_beam_update``) run in ``keras_trm.decoding.graph_search``'s
+``tf.while_loop``, which adds a graph-only optimisation: the caches grow
+by one position per step (``decode_step``) and the rows of finished
+sentences leave the batch, so a batch costs what its sentences need. The
+ids are the same either way (tested). ``use_cache=False`` re-runs the
+decoder over the whole prefix at every step instead (the baseline the tests
+compare against).
 
 Beam search ranks hypotheses by log P(Y|X) / lp(Y) with the length penalty
 of Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6)^α, |Y| the number of
@@ -40,14 +41,81 @@ candidate already beats every live one); for α > 0 a longer hypothesis
 could still have won, so outputs may differ, for fewer steps (measured in
 ``bench/results/decoding_val.json``).
 ``beam_size=1`` is greedy search (its one slot stops at the first END).
+
+The model: anything with the methods of ``DecodingModel`` (a
+``keras_trm.models.Transformer``, or the LiteRT translator's wrapper).
 """
 
-import tensorflow as tf
+import weakref
+from typing import Protocol
+
+import keras
+from keras import ops
 
 from keras_trm.layers import _validation as v
-from keras_trm.text.wordpiece import END_ID, PAD_ID, START_ID
+from keras_trm.utils.ids import END_ID, PAD_ID, START_ID
 
 NEG_INF = -1e9
+
+
+class DecodingModel(Protocol):
+    """What the searches call on a model (``keras_trm.models.Transformer``
+    implements all of it; ``keras_trm.export.litert``'s wrapper the
+    graph-mode part). Shapes: ``h`` heads of ``d_k`` channels, ``S``
+    cached positions.
+
+    Attributes:
+        max_length: int, positions of the model (START included).
+        target_vocabulary_size: int, V.
+
+    Example:
+
+    >>> from keras_trm.models import transformer
+    >>> model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+    ...                     max_length=8)
+    >>> all(callable(getattr(model, name)) for name in (
+    ...     "encode", "cross_attention_caches", "output_kernel",
+    ...     "static_empty_self_attention_caches", "static_decode_step",
+    ...     "empty_self_attention_caches", "decode_step", "decode"))
+    True
+    """
+
+    max_length: int
+    target_vocabulary_size: int
+
+    def encode(self, encoder_tokens):
+        """int ``(batch, T_src)`` -> float ``(batch, T_src, d_model)``."""
+
+    def cross_attention_caches(self, encoder_outputs):
+        """Per decoder layer ``(keys, values)``, each ``(batch, h, T_src,
+        d_k)``."""
+
+    def output_kernel(self):
+        """``(d_model, V)`` of a tied output layer, or None."""
+
+    def static_empty_self_attention_caches(self, batch_size, max_length,
+                                           dtype):
+        """Per decoder layer ``(keys, values)`` of zeros, ``(batch, h,
+        max_length, d_k)``."""
+
+    def static_decode_step(self, tokens, index, self_caches, cross_caches,
+                           encoder_padding_mask, output_kernel=None):
+        """int ``(rows, 1)`` at position ``index`` -> ``(logits (rows, V)
+        float32, self_caches written at index)``; ``cross_caches`` and the
+        mask have one row per row of ``tokens`` or one per sentence of k
+        consecutive rows."""
+
+    def empty_self_attention_caches(self, batch_size, dtype):
+        """Graph search only: caches of 0 positions."""
+
+    def decode_step(self, tokens, index, self_caches, cross_caches,
+                    encoder_padding_mask, output_kernel=None):
+        """Graph search only: ``static_decode_step`` over caches that grow
+        by one position."""
+
+    def decode(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
+        """``use_cache=False`` only: int ``(batch, T)`` -> float32 logits
+        ``(batch, T, V)`` over the whole prefix."""
 
 
 def length_penalty(length, alpha):
@@ -60,22 +128,57 @@ def length_penalty(length, alpha):
     >>> round(float(length_penalty(7, 1.0)), 4)
     2.0
     """
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+    length = ops.cast(length, "float32")
+    return ops.power((5.0 + length) / 6.0, ops.cast(alpha, "float32"))
 
 
 def _check_tokens(encoder_tokens):
-    encoder_tokens = tf.convert_to_tensor(encoder_tokens)
+    encoder_tokens = ops.convert_to_tensor(encoder_tokens)
     v.integer_ids("encoder_tokens", encoder_tokens)
-    if encoder_tokens.shape.rank != 2:
+    if len(encoder_tokens.shape) != 2:
         raise ValueError(
             "`encoder_tokens` must have shape (batch, T_src), got "
-            f"{encoder_tokens.shape}"
+            f"{tuple(encoder_tokens.shape)}"
         )
-    return tf.cast(encoder_tokens, tf.int32)
+    return ops.cast(encoder_tokens, "int32")
+
+
+def _is_tensorflow():
+    return keras.backend.backend() == "tensorflow"
+
+
+def batch_gather(x, indices):
+    """``x[b, indices[b, j], ...]``: float or int ``(batch, n, ...)`` and int
+    ``(batch, m)`` -> ``(batch, m, ...)`` (TensorFlow's ``tf.gather(x,
+    indices, batch_dims=1)``).
+
+    On TensorFlow it is that op (the graph the decoding benchmarks
+    measured; ``ops.take_along_axis`` adds broadcasts and int64 casts
+    there); elsewhere ``ops.take_along_axis``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[10, 11, 12], [20, 21, 22]])
+    >>> np.asarray(batch_gather(x, np.array([[2, 0], [1, 1]]))).tolist()
+    [[12, 10], [21, 21]]
+    """
+    if _is_tensorflow():
+        import tensorflow as tf
+
+        return tf.gather(x, indices, batch_dims=1)
+    x = ops.convert_to_tensor(x)
+    indices = ops.cast(indices, "int32")
+    trailing = tuple(x.shape[2:])
+    if trailing:
+        indices = ops.reshape(indices, tuple(indices.shape) + (1,) * len(trailing))
+        indices = ops.broadcast_to(indices, tuple(indices.shape[:2]) + trailing)
+    return ops.take_along_axis(x, indices, axis=1)
 
 
 def encode_by_length(model, encoder_tokens, groups=4):
-    """``model.encode(encoder_tokens)`` with less padding.
+    """``model.encode(encoder_tokens)`` with less padding (TensorFlow
+    graphs; on other backends ``model.encode``).
 
     The sentences, sorted by length, are encoded in ``groups`` groups of
     about batch / groups, each padded only to its own longest sentence,
@@ -86,7 +189,9 @@ def encode_by_length(model, encoder_tokens, groups=4):
     of ``model.encode`` up to float rounding (masked keys add exact zeros);
     the searches' ids were identical for 1,000 of 1,000 Multi30k val and
     test sentences (``bench/results/encode_by_length.json``). Shapes vary
-    with the lengths, so this is for graph mode, not XLA.
+    with the lengths, so this is for TensorFlow's graph mode: JAX and XLA
+    compile one program per shape, so other backends encode the batch
+    whole.
 
     Args:
         model: a ``keras_trm.models.Transformer``.
@@ -115,170 +220,383 @@ def encode_by_length(model, encoder_tokens, groups=4):
     encoder_tokens = _check_tokens(encoder_tokens)
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"`groups` must be an int >= 1, got groups={groups!r}")
-    if groups == 1:
+    if groups == 1 or not _is_tensorflow():
         return model.encode(encoder_tokens)
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, PAD_ID),
-                                    tf.int32), 1)
-    order = tf.argsort(lengths, stable=True)
-    size = (tf.size(order) + groups - 1) // groups
-    width = tf.shape(encoder_tokens)[1]
-    rows, outputs = [], []
-    for g in range(groups):
-        group = order[g * size:(g + 1) * size]
-        # At least 1 wide (an empty group's maximum is the lowest int32),
-        # at most the batch's width (0 for an empty batch).
-        own = tf.minimum(tf.maximum(tf.reduce_max(tf.gather(lengths, group)), 1),
-                         width)
-        out = model.encode(tf.gather(encoder_tokens, group)[:, :own])
-        rows.append(group)
-        outputs.append(tf.pad(out, [[0, 0], [0, width - own], [0, 0]]))
-    return tf.dynamic_stitch(rows, outputs)
+    from keras_trm.decoding.graph_search import encode_in_groups
+
+    return encode_in_groups(model, encoder_tokens, groups)
 
 
-def _decode_length(model, encoder_tokens, max_length):
+def decode_length(model, encoder_tokens, max_length):
     """``(steps, limits)``: the output width and each sentence's token limit
     (int32 ``(batch,)``). By default a sentence of n source tokens (END
     included, padding not) gets min(n + 50 (§6.1), model max_length - 1)
-    and ``steps`` is that of the padded width; an int ``max_length`` is
-    every sentence's limit."""
+    and ``steps`` is that of the padded width (a Python int when the width
+    is known); an int ``max_length`` is every sentence's limit."""
     if max_length is None:
-        cap = model.max_length - 1
-        own = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, PAD_ID),
-                                    tf.int32), 1)
-        return (tf.minimum(tf.shape(encoder_tokens)[1] + 50, cap),
-                tf.minimum(own + 50, cap))
+        cap = int(model.max_length) - 1
+        own = ops.sum(ops.cast(ops.not_equal(encoder_tokens, PAD_ID), "int32"),
+                      axis=1)
+        width = ops.shape(encoder_tokens)[1]
+        steps = (min(width + 50, cap) if isinstance(width, int)
+                 else ops.minimum(width + 50, cap))
+        return steps, ops.minimum(own + 50, cap)
     if not 0 < int(max_length) < model.max_length:
         raise ValueError(
             f"`max_length` must be in [1, {model.max_length - 1}] for this "
             f"model (max_length {model.max_length} positions incl. START), "
             f"got max_length={max_length}"
         )
-    return int(max_length), tf.fill([tf.shape(encoder_tokens)[0]], int(max_length))
+    batch = ops.shape(encoder_tokens)[0]
+    return int(max_length), ops.full((batch,), int(max_length), "int32")
 
 
-class _Stepper:
-    """Runs the decoder one position at a time, with or without a cache.
+# -- the per-step updates (every driver runs these) ------------------------
 
-    By default the caches are head-major and grow by one position per step
-    (``Transformer.decode_step``): writing, reading and
-    reordering them costs the positions decoded so far. With
-    ``static_cache`` they are head-major too, ``steps`` positions long from
-    the start (``static_decode_step``, the same step writing at the
-    position), so their shapes never change (what XLA needs). Both give the
-    same logits.
+def _greedy_update(logits, finished, i, limits, end_id):
+    """One greedy step for the rows given: ``(token, finished)``, the arg-max
+    token (PAD where the row had finished) and whether each row has now
+    ended (END, or its token limit)."""
+    token = ops.cast(ops.argmax(logits, axis=-1), "int32")
+    token = ops.where(finished, PAD_ID, token)
+    finished = ops.logical_or(
+        finished, ops.logical_or(ops.equal(token, end_id),
+                                 ops.greater_equal(i + 1, limits)))
+    return token, finished
 
-    What the decoder reads of the source (the cross-attention caches, or the
-    encoder outputs without a cache, and the padding mask) is the
-    ``context``; the searches carry it through the loop with the decoder
-    ``state`` (one row per hypothesis; the context of the caches one row
-    per sentence, which the step shares among the sentence's hypotheses),
-    so that rows of finished sentences can be dropped from both
-    (``compact``): except with ``static_cache``, whose shapes must not
-    change.
+
+SEARCH_KEYS = ("alive_seq", "alive_logp", "finished_seq", "finished_score",
+               "finished_flag", "done", "alive_len")
+
+
+def _initial_beams(batch, k, steps, start_id):
+    """The search state of ``batch`` sentences before step 0. Only beam 0
+    is live (all k beams are the same prefix, START)."""
+    alive_seq = ops.concatenate(
+        [ops.full((batch, k, 1), start_id, "int32"),
+         ops.zeros((batch, k, steps), "int32")], axis=2)
+    first = ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32")
+    return dict(
+        alive_seq=alive_seq,
+        alive_logp=ops.tile(first, (batch, 1)),
+        finished_seq=ops.zeros_like(alive_seq),
+        finished_score=ops.full((batch, k), NEG_INF, "float32"),
+        finished_flag=ops.zeros((batch, k), "bool"),
+        done=ops.zeros((batch,), "bool"),
+        alive_len=ops.zeros((batch,), "int32"),  # tokens of the live ones
+    )
+
+
+def _beam_update(search, logits, i, limits, max_penalties, k, alpha, rule,
+                 end_id, vocab):
+    """One beam step for the n sentences of ``search``.
+
+    Args:
+        search: dict of ``SEARCH_KEYS``, one row per sentence.
+        logits: float ``(n * k, V)``, the step's logits of each hypothesis.
+        i: int scalar, the step (position ``i + 1`` is written).
+        limits, max_penalties: ``(n,)`` each sentence's token limit and
+            lp(limit).
+
+    Returns:
+        ``(search, parent)``: the new state and, per live slot, the slot
+        it continues (int ``(n, k)``): the decoder rows to reorder.
     """
+    (alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
+     done, alive_len) = (search[key] for key in SEARCH_KEYS)
+    # 2k candidates: at most k of them (one per live hypothesis) end, so
+    # at least k remain live.
+    num_candidates = min(2 * k, k * vocab)
+    per_row = min(num_candidates, vocab)
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    # All candidates have i + 1 tokens: rank them by log-prob. The 2k
+    # best of the k * V are among the 2k best of each hypothesis, so
+    # rank those (top-k over k rows of V, then over k * 2k): the same
+    # candidates in the same order as one top-k over the k * V (ties go
+    # to the lower hypothesis, then the lower token, either way). Adding
+    # a hypothesis' log P keeps the order of its row, so it is added to
+    # the 2k picked per row only (the same sums as over the whole row).
+    row_logp, row_token = top_k_rows(log_probs, per_row)
+    row_logp = ops.expand_dims(alive_logp, 2) + ops.reshape(
+        row_logp, (-1, k, per_row))
+    cand_logp, top = ops.top_k(ops.reshape(row_logp, (-1, k * per_row)),
+                               num_candidates)
+    top = ops.cast(top, "int32")
+    cand_beam = top // per_row
+    cand_token = batch_gather(ops.reshape(row_token, (-1, k * per_row)), top)
+    cand_seq = batch_gather(alive_seq, cand_beam)
+    write = ops.equal(ops.arange(ops.shape(alive_seq)[2], dtype="int32"), i + 1)
+    cand_seq = ops.where(write, ops.expand_dims(cand_token, 2), cand_seq)
+    ended = ops.equal(cand_token, end_id)
+    live = ops.expand_dims(ops.logical_not(done), 1)
+    # END counts only among the k best candidates (fairseq): an END
+    # ranked below k live extensions is dropped, so beam 1 with α = 0
+    # is greedy search.
+    in_top_k = ops.expand_dims(ops.arange(num_candidates) < k, 0)
 
-    def __init__(self, model, encoder_outputs, encoder_mask, steps, use_cache,
-                 static_cache=False, hypotheses=1):
+    # The k best that have not ended stay live.
+    _, keep = ops.top_k(ops.where(ended, -float("inf"), cand_logp), k)
+    keep = ops.cast(keep, "int32")
+    new_logp = batch_gather(cand_logp, keep)
+    new_seq = batch_gather(cand_seq, keep)
+    parent = batch_gather(cand_beam, keep)
+
+    # Those that end join the k best finished (sentences not yet done).
+    new_finished = (ended & in_top_k & live & (cand_logp > NEG_INF / 2))
+    end_score = ops.where(new_finished,
+                          cand_logp / length_penalty(i + 1, alpha), NEG_INF)
+    pool_score = ops.concatenate([finished_score, end_score], 1)
+    pool_flag = ops.concatenate([finished_flag, new_finished], 1)
+    pool_seq = ops.concatenate([finished_seq, cand_seq], 1)
+    finished_score, best = ops.top_k(pool_score, k)
+    best = ops.cast(best, "int32")
+    finished_flag = batch_gather(pool_flag, best)
+    finished_seq = batch_gather(pool_seq, best)
+
+    # Sentences already done keep their live hypotheses as they were
+    # (the graph search drops them instead).
+    alive_seq = ops.where(ops.expand_dims(live, 2), new_seq, alive_seq)
+    alive_logp = ops.where(live, new_logp, alive_logp)
+    alive_len = ops.where(live[:, 0], i + 1, alive_len)
+    parent = ops.where(live, parent, ops.arange(k, dtype="int32")[None])
+
+    # A sentence whose hypotheses reached its token limit is done (the
+    # live ones count as finished at the end).
+    done = done | ops.greater_equal(i + 1, limits)
+    if rule != "never":
+        # Done when no live hypothesis can still beat the best finished
+        # one: log P only falls and lp(|Y|) <= lp(its limit)
+        # (tensor2tensor's bound, exact).
+        bound = ops.max(alive_logp, 1) / max_penalties
+        done = done | (ops.max(finished_score, 1) >= bound)
+    if rule == "first_end":
+        # Or when the best candidate of this step ends (CTranslate2).
+        done = done | new_finished[:, 0]
+    if k == 1:
+        # Beam 1 is greedy search: its one slot is done at the first END
+        # (else, with α > 0, it would search on past greedy's END).
+        done = done | finished_flag[:, 0]
+    search = dict(alive_seq=alive_seq, alive_logp=alive_logp,
+                  finished_seq=finished_seq, finished_score=finished_score,
+                  finished_flag=finished_flag, done=done,
+                  alive_len=alive_len)
+    return search, parent
+
+
+def _stable_order(rank, score):
+    """Indices ``(batch, n)`` ordering ``rank`` (bool) first, then
+    ``score``, both descending, ties in index order: for each entry, the
+    number of entries that come before it is its place (exact and stable
+    on every backend; n = 2k is small)."""
+    rank = ops.cast(rank, "int32")
+    n = score.shape[1]
+    index = ops.arange(n, dtype="int32")
+    r_i, r_j = ops.expand_dims(rank, 2), ops.expand_dims(rank, 1)
+    s_i, s_j = ops.expand_dims(score, 2), ops.expand_dims(score, 1)
+    before = (r_j > r_i) | ((r_j == r_i) & (
+        (s_j > s_i) | ((s_j == s_i) & (index[None, None, :] < index[None, :, None]))))
+    place = ops.sum(ops.cast(before, "int32"), axis=2)  # (batch, n)
+    # order[p] = the entry whose place is p.
+    at = ops.equal(ops.expand_dims(place, 1), index[None, :, None])
+    return ops.cast(ops.argmax(ops.cast(at, "int32"), axis=2), "int32")
+
+
+def _beam_result(search, limits, k, alpha, return_all):
+    """The best hypotheses once the loop has stopped."""
+    (alive_seq, alive_logp, finished_seq, finished_score, finished_flag, _,
+     alive_len) = (search[key] for key in SEARCH_KEYS)
+    # Live hypotheses that reached max_length are finished; others only fill
+    # the slots the finished ones leave.
+    alive_score = alive_logp / ops.expand_dims(
+        length_penalty(ops.maximum(alive_len, 1), alpha), 1)
+    at_max = (ops.expand_dims(ops.equal(alive_len, limits), 1)
+              & (alive_logp > NEG_INF / 2))
+    pool_seq = ops.concatenate([finished_seq, alive_seq], 1)
+    pool_score = ops.concatenate([finished_score, alive_score], 1)
+    pool_rank = ops.concatenate([finished_flag, at_max], 1)
+    order = _stable_order(pool_rank, pool_score)[:, :k]
+    beams = batch_gather(pool_seq, order)[:, :, 1:]
+    best = beams[:, 0]
+    if return_all:
+        return best, beams, batch_gather(pool_score, order)
+    return best
+
+
+# -- the fixed-size loop (every backend) -----------------------------------
+
+class _StaticStepper:
+    """The decoder one position at a time over fixed-size caches (or, with
+    ``use_cache=False``, over the whole fixed-width prefix): shapes that
+    never change, for ``keras.ops.while_loop`` on any backend."""
+
+    def __init__(self, model, encoder_outputs, encoder_mask, width, use_cache,
+                 hypotheses=1):
         self.model = model
         self.use_cache = use_cache
-        self.static_cache = static_cache
-        self.compact = not (use_cache and static_cache)
-        # With a cache the context keeps one row per sentence and the
-        # decoder step groups the ``hypotheses`` rows of each sentence
-        # (``Transformer.decode_step``); without, it has one row per
-        # hypothesis, repeated here.
-        self.context_per_sentence = use_cache
-        if not self.context_per_sentence and hypotheses > 1:
-            encoder_outputs = tf.repeat(encoder_outputs, hypotheses, axis=0)
-            encoder_mask = tf.repeat(encoder_mask, hypotheses, axis=0)
-        batch = tf.shape(encoder_outputs)[0]
-        if self.context_per_sentence:
-            batch = batch * hypotheses
-        self.output_kernel = None
-        if not use_cache:
+        batch = ops.shape(encoder_outputs)[0] * hypotheses
+        if use_cache:
+            # One context row per sentence: the step groups the k rows of
+            # each sentence (``Transformer.static_decode_step``).
+            self.context = (model.cross_attention_caches(encoder_outputs),
+                            encoder_mask)
+            self.output_kernel = model.output_kernel()
+            self.initial_state = model.static_empty_self_attention_caches(
+                batch, width, encoder_outputs.dtype)
+        else:
+            if hypotheses > 1:
+                encoder_outputs = ops.repeat(encoder_outputs, hypotheses, 0)
+                encoder_mask = ops.repeat(encoder_mask, hypotheses, 0)
             self.context = (encoder_outputs, encoder_mask)
             self.initial_state = []
-            return
-        self.context = (model.cross_attention_caches(encoder_outputs),
-                        encoder_mask)
-        self.output_kernel = model.output_kernel()
-        if static_cache:
-            self.initial_state = model.static_empty_self_attention_caches(
-                batch, steps, encoder_outputs.dtype)
-        else:
-            self.initial_state = model.empty_self_attention_caches(
-                batch, encoder_outputs.dtype)
 
-    def shape_invariants(self):
-        """For ``tf.while_loop``: (state, context)."""
-        def rows_vary(c):
-            return tf.TensorShape([None]).concatenate(c.shape[1:])
-
-        context = tf.nest.map_structure(rows_vary, self.context)
-        if self.static_cache:
-            return tf.nest.map_structure(rows_vary, self.initial_state), context
-        return ([(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
-                 for k, _ in self.initial_state], context)
-
-    def __call__(self, sequences, index, state, context):
-        """sequences: (N, steps+1) ids; returns logits (N, V) at ``index``."""
-        source, encoder_mask = context
+    def __call__(self, sequences, index, state):
+        """sequences: int ``(N, width)``; returns ``(logits (N, V), state)``
+        at position ``index``."""
+        source, encoder_mask = self.context
+        rows = ops.shape(sequences)[0]
         if self.use_cache:
-            # Width 1 known when traced (a slice to ``index + 1`` would have
-            # an unknown width, which XLA pads and gets wrong).
-            tokens = tf.slice(sequences, [0, index], [-1, 1])
-            if self.static_cache:
-                return self.model.static_decode_step(
-                    tokens, index, state, source, encoder_mask,
-                    self.output_kernel)
-            return self.model.decode_step(
+            tokens = ops.slice(sequences, (0, index), (rows, 1))
+            return self.model.static_decode_step(
                 tokens, index, state, source, encoder_mask, self.output_kernel)
-        prefix = sequences[:, : index + 1]
-        logits = self.model.decode(prefix, source, encoder_mask)
-        return logits[:, -1, :], state
-
-    @staticmethod
-    def reorder(structure, rows):
-        return tf.nest.map_structure(lambda c: tf.gather(c, rows), structure)
-
-    def drop_rows(self, context, rows, num_rows):
-        """``context`` at ``rows``, gathered only when some were dropped."""
-        return tf.cond(
-            tf.size(rows) < num_rows,
-            lambda: self.reorder(context, rows),
-            lambda: context,
-        )
+        # The whole width: positions past ``index`` are PAD (masked keys)
+        # and come after it (causal), so they change nothing at ``index``.
+        logits = self.model.decode(sequences, source, encoder_mask)
+        vocab = ops.shape(logits)[2]
+        return ops.slice(logits, (0, index, 0), (rows, 1, vocab))[:, 0], state
 
 
-def _scatter_rows(full, rows, part):
-    """``full`` with its rows ``rows`` replaced by ``part`` (nested)."""
-    return tf.nest.map_structure(
-        lambda f, p: tf.tensor_scatter_nd_update(f, rows[:, None], p),
-        full, part)
+def _reorder(structure, rows):
+    return keras.tree.map_structure(lambda c: ops.take(c, rows, axis=0),
+                                    structure)
 
+
+def _use_graph_search(static_cache):
+    """TensorFlow's compacting ``tf.while_loop`` by default; the fixed-size
+    loop with ``static_cache`` and on the other backends."""
+    return _is_tensorflow() and not static_cache
+
+
+# model -> {static arguments: jitted search}
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def _run(model, key, run, encoder_tokens, encoder_outputs):
+    """``run(encoder_tokens, encoder_outputs)``; on JAX compiled whole by
+    ``jax.jit`` (once per model, ``key`` of static arguments and input
+    shape), the model's variables passed in as arguments
+    (``keras.StatelessScope``), so the compiled search always reads the
+    current weights. Inside a caller's own ``jax.jit`` it is traced as is.
+    PyTorch runs it under ``torch.no_grad``."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        with torch.no_grad():
+            return run(encoder_tokens, encoder_outputs)
+    if backend != "jax" or not hasattr(model, "variables"):
+        return run(encoder_tokens, encoder_outputs)
+    import jax
+
+    if isinstance(encoder_tokens, jax.core.Tracer) or isinstance(
+            encoder_outputs, jax.core.Tracer):
+        return run(encoder_tokens, encoder_outputs)
+    variables = list(model.variables)
+    functions = _COMPILED.setdefault(model, {})
+    compiled = functions.get(key)
+    if compiled is None:
+        def pure(values, encoder_tokens, encoder_outputs):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return run(encoder_tokens, encoder_outputs)
+
+        compiled = functions[key] = jax.jit(pure)
+    return compiled([variable.value for variable in variables],
+                    encoder_tokens, encoder_outputs)
+
+
+def _static_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
+                   end_id, encoder_outputs):
+    batch = ops.shape(encoder_tokens)[0]
+    encoder_mask = ops.not_equal(encoder_tokens, PAD_ID)
+    stepper = _StaticStepper(model, encoder_outputs, encoder_mask, steps + 1,
+                             use_cache)
+    sequences = ops.concatenate(
+        [ops.full((batch, 1), start_id, "int32"),
+         ops.zeros((batch, steps), "int32")], axis=1)
+    columns = ops.arange(steps + 1, dtype="int32")[None]
+
+    def cond(i, sequences, finished, state):
+        return ops.logical_and(i < steps, ops.logical_not(ops.all(finished)))
+
+    def body(i, sequences, finished, state):
+        logits, state = stepper(sequences, i, state)
+        token, finished = _greedy_update(logits, finished, i, limits, end_id)
+        sequences = ops.where(ops.equal(columns, i + 1),
+                              ops.expand_dims(token, 1), sequences)
+        return i + 1, sequences, finished, state
+
+    loop_vars = (ops.convert_to_tensor(0, "int32"), sequences,
+                 ops.zeros((batch,), "bool"), stepper.initial_state)
+    _, sequences, _, _ = ops.while_loop(cond, body, loop_vars)
+    return sequences[:, 1:]
+
+
+def _static_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
+                 use_cache, start_id, end_id, encoder_outputs, return_all):
+    batch = ops.shape(encoder_tokens)[0]
+    vocab = int(model.target_vocabulary_size)
+    encoder_mask = ops.not_equal(encoder_tokens, PAD_ID)
+    stepper = _StaticStepper(model, encoder_outputs, encoder_mask, steps + 1,
+                             use_cache, hypotheses=k)
+    max_penalties = length_penalty(limits, alpha)
+    row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
+
+    def cond(i, search, state):
+        return ops.logical_and(i < steps,
+                               ops.logical_not(ops.all(search["done"])))
+
+    def body(i, search, state):
+        flat = ops.reshape(search["alive_seq"], (-1, steps + 1))
+        logits, state = stepper(flat, i, state)
+        search, parent = _beam_update(search, logits, i, limits,
+                                      max_penalties, k, alpha, rule, end_id,
+                                      vocab)
+        # Each live hypothesis continues its parent's decoder rows.
+        state = _reorder(state, ops.reshape(parent + row_offsets, (-1,)))
+        return i + 1, search, state
+
+    loop_vars = (ops.convert_to_tensor(0, "int32"),
+                 _initial_beams(batch, k, steps, start_id),
+                 stepper.initial_state)
+    _, search, _ = ops.while_loop(cond, body, loop_vars)
+    return _beam_result(search, limits, k, alpha, return_all)
+
+
+# -- the public searches ---------------------------------------------------
 
 def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
                   static_cache=False, start_id=START_ID, end_id=END_ID,
                   encoder_outputs=None):
     """Greedy decoding: the arg-max token at every step.
 
-    Rows whose sentence has ended are dropped from the decoder's batch
-    (except with ``static_cache``), so a batch costs what its sentences
-    need, not its longest sentence times its size.
+    On TensorFlow (graph or eager) rows whose sentence has ended are
+    dropped from the decoder's batch, except with ``static_cache``, so a
+    batch costs what its sentences need, not its longest sentence times its
+    size. On JAX and PyTorch the search runs over fixed-size caches
+    (``static_cache`` whatever its value).
 
     Args:
-        model: a ``keras_trm.models.Transformer`` (or any object with its
-            decoding methods: ``encode``, ``decode_step``, ...).
+        model: a ``keras_trm.models.Transformer`` (or any ``DecodingModel``).
         encoder_tokens: int ``(batch, T_src)`` source ids (0 = padding).
         max_length: int, tokens to generate at most per sentence (default:
             the sentence's own source length, END included, + 50 (§6.1),
             capped by the model's max_length - 1). The output is as wide
             as the longest limit; a row stops at END or at its limit.
         use_cache: use the key/value cache (False: recompute the prefix).
-        static_cache: use ``static_decode_step``'s fixed-size caches (static
-            shapes, for ``tf.function(jit_compile=True)``); by default the
-            caches grow by one position per step (faster in graph mode).
-            The ids are the same either way.
+        static_cache: on TensorFlow, use ``static_decode_step``'s
+            fixed-size caches (static shapes, for
+            ``tf.function(jit_compile=True)``); by default the caches grow
+            by one position per step (faster in graph mode). The ids are
+            the same either way.
         start_id, end_id: the tokenizer's ``[START]`` / ``[END]`` ids
             (``keras_trm.text``'s reserved ids by default); padding is 0.
         encoder_outputs: optional float ``(batch, T_src, d_model)``,
@@ -300,64 +618,34 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
     ...                     max_length=12)
     >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")   # ids + END, 0-padded
     >>> ids = greedy_search(model, source, max_length=6)
-    >>> tuple(ids.shape), ids.dtype.name
+    >>> tuple(ids.shape), keras.backend.standardize_dtype(ids.dtype)
     ((2, 6), 'int32')
     >>> bool(np.array_equal(ids, greedy_search(model, source, max_length=6,
     ...                                        use_cache=False)))
     True
     """
     encoder_tokens = _check_tokens(encoder_tokens)
-    steps, limits = _decode_length(model, encoder_tokens, max_length)
-    batch = tf.shape(encoder_tokens)[0]
-    encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
-    if encoder_outputs is None:
-        encoder_outputs = model.encode(encoder_tokens)
-    stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
-                       use_cache, static_cache)
+    decode_length(model, encoder_tokens, max_length)  # checks max_length
 
-    sequences = tf.concat(
-        [tf.fill([batch, 1], start_id), tf.zeros([batch, steps], tf.int32)], 1
-    )
-    # Rows still decoded: their sentence, and whether it has ended.
-    active = tf.range(batch)
-    finished = tf.zeros([batch], tf.bool)
+    def run(encoder_tokens, encoder_outputs):
+        steps, limits = decode_length(model, encoder_tokens, max_length)
+        if encoder_outputs is None:
+            encoder_outputs = model.encode(encoder_tokens)
+        if _use_graph_search(static_cache):
+            from keras_trm.decoding.graph_search import graph_greedy
 
-    def cond(i, sequences, active, finished, state, context):
-        return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(finished)))
+            return graph_greedy(model, encoder_tokens, steps, limits,
+                                use_cache, start_id, end_id, encoder_outputs,
+                                _greedy_update)
+        return _static_greedy(model, encoder_tokens, steps, limits, use_cache,
+                              start_id, end_id, encoder_outputs)
 
-    def body(i, sequences, active, finished, state, context):
-        logits, state = stepper(tf.gather(sequences, active), i, state, context)
-        token = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        token = tf.where(finished, PAD_ID, token)
-        sequences = tf.tensor_scatter_nd_update(
-            sequences, tf.stack([active, tf.fill(tf.shape(active), i + 1)], 1),
-            token,
-        )
-        # Ended, or at its sentence's token limit.
-        finished = (finished | tf.equal(token, end_id)
-                    | (i + 1 >= tf.gather(limits, active)))
-        if stepper.compact:
-            keep = tf.cast(tf.reshape(tf.where(~finished), [-1]), tf.int32)
-            state, context = stepper.drop_rows(
-                (state, context), keep, tf.size(active))
-            active = tf.gather(active, keep)
-            finished = tf.gather(finished, keep)
-        return i + 1, sequences, active, finished, state, context
-
-    state_shapes, context_shapes = stepper.shape_invariants()
-    _, sequences, _, _, _, _ = tf.while_loop(
-        cond, body,
-        (tf.constant(0), sequences, active, finished, stepper.initial_state,
-         stepper.context),
-        shape_invariants=(tf.TensorShape([]), sequences.shape,
-                          tf.TensorShape([None]), tf.TensorShape([None]),
-                          state_shapes, context_shapes),
-    )
-    return sequences[:, 1:]
+    key = ("greedy", max_length, use_cache, start_id, end_id)
+    return _run(model, key, run, encoder_tokens, encoder_outputs)
 
 
 def top_k_rows(values, k):
-    """``tf.math.top_k(values, k)`` for float ``(rows, V)`` with ``k`` much
+    """``ops.top_k(values, k)`` for float ``(rows, V)`` with ``k`` much
     smaller than ``V``: the same values and indices in the same order (ties:
     the lower index first), several times faster on CPU.
 
@@ -366,7 +654,7 @@ def top_k_rows(values, k):
     lower chunk) hold the row's ``k`` largest entries, since a chunk left
     out has ``k`` chunks before it, each with an entry that ranks before
     all of its own. Those chunks, taken in index order, are searched with
-    ``tf.math.top_k``, so ties still go to the lower index.
+    ``ops.top_k``, so ties still go to the lower index.
 
     Args:
         values: float ``(rows, V)``, V static.
@@ -377,26 +665,31 @@ def top_k_rows(values, k):
 
     Example:
 
-    >>> x = tf.constant([[0., 3., 1., 3., 2., 5., 4., 0., 1.]])
+    >>> import numpy as np
+    >>> x = np.array([[0., 3., 1., 3., 2., 5., 4., 0., 1.]], "float32")
     >>> v, i = top_k_rows(x, 3)
-    >>> v.numpy().tolist(), i.numpy().tolist()
+    >>> np.asarray(v).tolist(), np.asarray(i).tolist()
     ([[5.0, 4.0, 3.0]], [[5, 6, 1]])
     """
+    values = ops.convert_to_tensor(values)
     width = int(values.shape[-1])
     chunk = max(8, int((width / k) ** 0.5))
     num_chunks = -(-width // chunk)
     if num_chunks <= k or width < 4 * k * chunk:
-        return tf.math.top_k(values, k)
-    rows = tf.shape(values)[0]
+        top_values, indices = ops.top_k(values, k)
+        return top_values, ops.cast(indices, "int32")
     pad = num_chunks * chunk - width
     if pad:
-        values = tf.pad(values, [[0, 0], [0, pad]], constant_values=-float("inf"))
-    chunks = tf.reshape(values, [rows, num_chunks, chunk])
-    _, best = tf.math.top_k(tf.reduce_max(chunks, -1), k)
-    best = tf.sort(best, axis=-1)  # index order: ties go to the lower index
-    candidates = tf.reshape(tf.gather(chunks, best, batch_dims=1), [rows, k * chunk])
-    top_values, at = tf.math.top_k(candidates, k)
-    indices = tf.gather(best, at // chunk, batch_dims=1) * chunk + at % chunk
+        values = ops.pad(values, [[0, 0], [0, pad]],
+                         constant_values=-float("inf"))
+    chunks = ops.reshape(values, (-1, num_chunks, chunk))
+    _, best = ops.top_k(ops.max(chunks, -1), k)
+    # Index order: ties go to the lower index.
+    best = ops.sort(ops.cast(best, "int32"), axis=-1)
+    candidates = ops.reshape(batch_gather(chunks, best), (-1, k * chunk))
+    top_values, at = ops.top_k(candidates, k)
+    at = ops.cast(at, "int32")
+    indices = batch_gather(best, at // chunk) * chunk + at % chunk
     return top_values, indices
 
 
@@ -419,15 +712,6 @@ def stop_rule(early_stopping):
             f"`early_stopping` must be True, False or one of {STOP_RULES}, "
             f"got early_stopping={early_stopping!r}")
     return early_stopping
-
-
-def _sort_by_rank_then_score(rank, score):
-    """Indices ``(batch, n)`` ordering rank (bool) first, then score, both
-    descending; ties keep their order (stable sorts, XLA-compilable)."""
-    by_score = tf.argsort(score, axis=1, direction="DESCENDING", stable=True)
-    rank = tf.cast(tf.gather(rank, by_score, batch_dims=1), tf.int32)
-    by_rank = tf.argsort(rank, axis=1, direction="DESCENDING", stable=True)
-    return tf.gather(by_score, by_rank, batch_dims=1)
 
 
 def beam_search(
@@ -500,6 +784,7 @@ def beam_search(
     ...                                   max_length=6, return_all=True)
     >>> tuple(best.shape), tuple(beams.shape), tuple(scores.shape)
     ((2, 6), (2, 3, 6), (2, 3))
+    >>> scores = np.asarray(scores)
     >>> bool(np.all(scores[:, :-1] >= scores[:, 1:]))   # best first
     True
     >>> bool(np.array_equal(beam_search(model, source, beam_size=1, max_length=6),
@@ -513,7 +798,7 @@ def beam_search(
     ...                 max_length=6)))
     True
     """
-    if int(beam_size) < 1:
+    if isinstance(beam_size, bool) or int(beam_size) < 1:
         raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
     if float(length_penalty_alpha) < 0:
         raise ValueError(
@@ -524,198 +809,22 @@ def beam_search(
     k = int(beam_size)
     alpha = float(length_penalty_alpha)
     encoder_tokens = _check_tokens(encoder_tokens)
-    steps, limits = _decode_length(model, encoder_tokens, max_length)
-    batch = tf.shape(encoder_tokens)[0]
-    vocab = int(model.target_vocabulary_size)
-    # 2k candidates: at most k of them (one per live hypothesis) end, so
-    # at least k remain live.
-    num_candidates = min(2 * k, k * vocab)
-    per_row = min(num_candidates, vocab)
+    decode_length(model, encoder_tokens, max_length)  # checks max_length
 
-    # Encode once; each of the k live hypotheses has its own decoder row.
-    encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
-    if encoder_outputs is None:
-        encoder_outputs = model.encode(encoder_tokens)
-    stepper = _Stepper(model, encoder_outputs, encoder_mask, steps + 1,
-                       use_cache, static_cache, hypotheses=k)
+    def run(encoder_tokens, encoder_outputs):
+        steps, limits = decode_length(model, encoder_tokens, max_length)
+        if encoder_outputs is None:
+            encoder_outputs = model.encode(encoder_tokens)
+        if _use_graph_search(static_cache):
+            from keras_trm.decoding.graph_search import graph_beam
 
-    alive_seq = tf.concat(
-        [tf.fill([batch, k, 1], start_id), tf.zeros([batch, k, steps], tf.int32)],
-        2,
-    )
-    # Per sentence: the search state. Only beam 0 is live at the start (all k
-    # beams are the same prefix).
-    search = dict(
-        alive_seq=alive_seq,
-        alive_logp=tf.tile(
-            tf.constant([[0.0] + [NEG_INF] * (k - 1)], tf.float32), [batch, 1]),
-        finished_seq=tf.zeros_like(alive_seq),
-        finished_score=tf.fill([batch, k], NEG_INF),  # normalized scores
-        finished_flag=tf.zeros([batch, k], tf.bool),
-        done=tf.zeros([batch], tf.bool),
-        alive_len=tf.zeros([batch], tf.int32),  # tokens of the live ones
-    )
-    search_shapes = dict(
-        alive_seq=tf.TensorShape([None, k, None]),
-        alive_logp=tf.TensorShape([None, k]),
-        finished_seq=tf.TensorShape([None, k, None]),
-        finished_score=tf.TensorShape([None, k]),
-        finished_flag=tf.TensorShape([None, k]),
-        done=tf.TensorShape([None]),
-        alive_len=tf.TensorShape([None]),
-    )
-    # lp at each sentence's token limit: the bound's denominator.
-    max_penalties = length_penalty(limits, alpha)
-    beam_ids = tf.range(k)[None]
+            return graph_beam(model, encoder_tokens, steps, limits, k, alpha,
+                              rule, use_cache, start_id, end_id,
+                              encoder_outputs, return_all)
+        return _static_beam(model, encoder_tokens, steps, limits, k, alpha,
+                            rule, use_cache, start_id, end_id,
+                            encoder_outputs, return_all)
 
-    def cond(i, active, search, results, state, context):
-        return tf.logical_and(i < steps,
-                              tf.logical_not(tf.reduce_all(search["done"])))
-
-    def body(i, active, search, results, state, context, first=False):
-        (alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
-         done, alive_len) = (search[key] for key in search_shapes)
-        n = tf.shape(active)[0]  # sentences still searched
-        if first:
-            # Step 0: a sentence's k hypotheses are the same prefix (START)
-            # over the same empty caches, so one row per sentence is
-            # decoded and repeated k times: the logits and caches of k rows,
-            # for 1/k of the work.
-            logits, state = stepper(alive_seq[:, 0], i, state, context)
-            logits = tf.repeat(logits, k, axis=0)
-            state = tf.nest.map_structure(
-                lambda c: tf.repeat(c, k, axis=0), state)
-        else:
-            flat = tf.reshape(alive_seq, [n * k, -1])
-            logits, state = stepper(flat, i, state, context)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        # All candidates have i + 1 tokens: rank them by log-prob. The 2k
-        # best of the k * V are among the 2k best of each hypothesis, so
-        # rank those (top-k over k rows of V, then over k * 2k): the same
-        # candidates in the same order as one top-k over the k * V (ties go
-        # to the lower hypothesis, then the lower token, either way). Adding
-        # a hypothesis' log P keeps the order of its row, so it is added to
-        # the 2k picked per row only (the same sums as over the whole row).
-        row_logp, row_token = top_k_rows(log_probs, per_row)
-        row_logp = alive_logp[:, :, None] + tf.reshape(row_logp, [n, k, per_row])
-        row_token = tf.reshape(row_token, [n, k, per_row])
-        cand_logp, top = tf.math.top_k(
-            tf.reshape(row_logp, [n, k * per_row]), num_candidates
-        )
-        cand_beam = top // per_row
-        cand_token = tf.gather(
-            tf.reshape(row_token, [n, k * per_row]), top, batch_dims=1
-        )
-        cand_seq = tf.gather(alive_seq, cand_beam, batch_dims=1)
-        write = tf.equal(tf.range(tf.shape(alive_seq)[2]), i + 1)
-        cand_seq = tf.where(write, cand_token[:, :, None], cand_seq)
-        ended = tf.equal(cand_token, end_id)
-        live = tf.logical_not(done)[:, None]
-        # END counts only among the k best candidates (fairseq): an END
-        # ranked below k live extensions is dropped, so beam 1 with α = 0
-        # is greedy search.
-        in_top_k = tf.range(num_candidates)[None] < k
-
-        # The k best that have not ended stay live.
-        _, keep = tf.math.top_k(
-            tf.where(ended, -float("inf"), cand_logp), k
-        )
-        new_logp = tf.gather(cand_logp, keep, batch_dims=1)
-        new_seq = tf.gather(cand_seq, keep, batch_dims=1)
-        parent = tf.gather(cand_beam, keep, batch_dims=1)
-
-        # Those that end join the k best finished (sentences not yet done).
-        new_finished = ended & in_top_k & live & (cand_logp > NEG_INF / 2)
-        end_score = tf.where(
-            new_finished, cand_logp / length_penalty(i + 1, alpha), NEG_INF
-        )
-        pool_score = tf.concat([finished_score, end_score], 1)
-        pool_flag = tf.concat([finished_flag, new_finished], 1)
-        pool_seq = tf.concat([finished_seq, cand_seq], 1)
-        finished_score, best = tf.math.top_k(pool_score, k)
-        finished_flag = tf.gather(pool_flag, best, batch_dims=1)
-        finished_seq = tf.gather(pool_seq, best, batch_dims=1)
-
-        # Sentences already done keep their live hypotheses as they were
-        # (only with ``static_cache``: otherwise they have been dropped).
-        alive_seq = tf.where(live[:, :, None], new_seq, alive_seq)
-        alive_logp = tf.where(live, new_logp, alive_logp)
-        alive_len = tf.where(live[:, 0], i + 1, alive_len)
-        parent = tf.where(live, parent, beam_ids)
-
-        # A sentence whose hypotheses reached its token limit is done (the
-        # live ones count as finished at the end).
-        limit = tf.gather(limits, active)
-        done = done | (i + 1 >= limit)
-        if rule != "never":
-            # Done when no live hypothesis can still beat the best finished
-            # one: log P only falls and lp(|Y|) <= lp(its limit)
-            # (tensor2tensor's bound, exact).
-            bound = (tf.reduce_max(alive_logp, 1)
-                     / tf.gather(max_penalties, active))
-            done = done | (tf.reduce_max(finished_score, 1) >= bound)
-        if rule == "first_end":
-            # Or when the best candidate of this step ends (CTranslate2).
-            done = done | new_finished[:, 0]
-        if k == 1:
-            # Beam 1 is greedy search: its one slot is done at the first END
-            # (else, with α > 0, it would search on past greedy's END).
-            done = done | finished_flag[:, 0]
-        search = dict(alive_seq=alive_seq, alive_logp=alive_logp,
-                      finished_seq=finished_seq, finished_score=finished_score,
-                      finished_flag=finished_flag, done=done,
-                      alive_len=alive_len)
-        # Rows of the decoder: each live hypothesis continues its parent's.
-        rows = parent + (tf.range(n) * k)[:, None]
-        if stepper.compact:
-            # Done sentences leave the batch: their state goes to
-            # ``results``; the others' rows are kept (and reordered).
-            results = _scatter_rows(results, active, search)
-            kept = tf.cast(tf.reshape(tf.where(~done), [-1]), tf.int32)
-            rows = tf.gather(rows, kept)
-            if stepper.context_per_sentence:
-                context = stepper.drop_rows(context, kept, n)
-            else:
-                context = stepper.drop_rows(
-                    context, tf.reshape(kept[:, None] * k + beam_ids, [-1]),
-                    n * k)
-            search = stepper.reorder(search, kept)
-            active = tf.gather(active, kept)
-        state = stepper.reorder(state, tf.reshape(rows, [-1]))
-        return i + 1, active, search, results, state, context
-
-    state_shapes, context_shapes = stepper.shape_invariants()
-    loop_vars = (tf.constant(0), tf.range(batch), search, search,
-                 stepper.initial_state, stepper.context)
-    if stepper.context_per_sentence and k > 1 and not static_cache:
-        # Step 0 before the loop, one decoder row per sentence (``first``).
-        # Not under XLA (``static_cache``): a second copy of the step costs
-        # ~0.9 s of compiling per shape and saved nothing measurable.
-        loop_vars = body(*loop_vars[:4], model.empty_self_attention_caches(
-            batch, encoder_outputs.dtype), loop_vars[5], first=True)
-    _, _, search, results, _, _ = tf.while_loop(
-        cond,
-        body,
-        loop_vars,
-        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]),
-                          search_shapes, search_shapes, state_shapes,
-                          context_shapes),
-    )
-    if not stepper.compact:
-        results = search
-    (alive_seq, alive_logp, finished_seq, finished_score, finished_flag, _,
-     alive_len) = (results[key] for key in search_shapes)
-    # Live hypotheses that reached max_length are finished; others only fill
-    # the slots the finished ones leave.
-    alive_score = alive_logp / length_penalty(tf.maximum(alive_len, 1),
-                                              alpha)[:, None]
-    at_max = tf.equal(alive_len, limits)[:, None] & (alive_logp > NEG_INF / 2)
-    pool_seq = tf.concat([finished_seq, alive_seq], 1)
-    pool_score = tf.concat([finished_score, alive_score], 1)
-    pool_rank = tf.concat([finished_flag, at_max], 1)
-    order = _sort_by_rank_then_score(pool_rank, pool_score)[:, :k]
-    beams = tf.gather(pool_seq, order, batch_dims=1)[:, :, 1:]
-    best = beams[:, 0]
-    if return_all:
-        return best, beams, tf.gather(pool_score, order, batch_dims=1)
-    return best
+    key = ("beam", k, alpha, rule, max_length, use_cache, return_all,
+           start_id, end_id)
+    return _run(model, key, run, encoder_tokens, encoder_outputs)

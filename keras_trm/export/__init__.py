@@ -4,6 +4,10 @@ warm-up requests); the recipe export wrappers; a LiteRT translator
 (``keras_trm.export.ctranslate2``, needs the optional ``ctranslate2``
 package, imported only when its functions are called)."""
 
+from keras_trm._optional import require_tensorflow
+
+require_tensorflow("keras_trm.export")  # TensorFlow by design
+
 from keras_trm.export.ctranslate2 import (
     CTranslate2Translator,
     export_ctranslate2,

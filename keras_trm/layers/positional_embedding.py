@@ -169,7 +169,7 @@ class PositionalEmbedding(keras.layers.Layer):
     def _check_ids(self, inputs, start_index):
         v.integer_ids("inputs", inputs)
         length = inputs.shape[-1]
-        if length is not None and isinstance(start_index, int):
+        if isinstance(length, int) and isinstance(start_index, int):
             if start_index + length > self.max_length:
                 raise ValueError(
                     f"`inputs` has sequence length {length} (start_index="
@@ -189,21 +189,36 @@ class PositionalEmbedding(keras.layers.Layer):
         if self.scale_embeddings:
             x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         length = ops.shape(inputs)[-1]
-        if isinstance(length, int) and isinstance(start_index, int):
-            return x + self.position_encoding(length, start_index)
-        import tensorflow as tf
+        if (keras.backend.backend() == "tensorflow"
+                and not (isinstance(length, int)
+                         and isinstance(start_index, int))):
+            # A dynamic length in a TensorFlow graph: checked when it runs,
+            # before the table is sliced (a slice past the table's end
+            # would be cut short and fail to broadcast, or worse). JAX and
+            # PyTorch run with concrete shapes, checked above.
+            import tensorflow as tf
 
-        # Dynamic length: check at run time, before slicing the table.
-        check = tf.debugging.assert_less_equal(
-            start_index + length,
-            self.max_length,
-            message=(
-                f"`inputs` sequence length (plus start_index) exceeds "
-                f"max_length={self.max_length} of layer '{self.name}'"
-            ),
-        )
-        with tf.control_dependencies([check]):
-            return x + self.position_encoding(length, start_index)
+            check = tf.debugging.assert_less_equal(
+                start_index + length,
+                self.max_length,
+                message=(
+                    f"`inputs` sequence length (plus start_index) exceeds "
+                    f"max_length={self.max_length} of layer '{self.name}'"
+                ),
+            )
+            with tf.control_dependencies([check]):
+                return x + self.position_encoding(length, start_index)
+        return x + self.position_encoding(length, start_index)
+
+    def compute_output_spec(self, inputs, start_index=0, reverse=False):
+        # Shapes without tracing ``call``: a symbolic length (JAX's shape
+        # polymorphism in a functional model) cannot be compared with
+        # ``max_length`` or slice the position table.
+        if reverse:
+            return keras.KerasTensor(
+                tuple(inputs.shape[:-1]) + (self.vocabulary_size,), "float32")
+        return keras.KerasTensor(tuple(inputs.shape) + (self.d_model,),
+                                 self.compute_dtype)
 
     def compute_mask(self, inputs, mask=None, start_index=0, reverse=False):
         if reverse or not self.mask_zero:

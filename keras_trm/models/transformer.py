@@ -145,13 +145,12 @@ class Transformer(keras.Model):
                 epsilon=layer_norm_epsilon, dtype=policy, name=layer_name)
 
         if tie_embeddings == "all":
-            self.source_embedding = self.target_embedding = embedding(
+            source_embedding = target_embedding = embedding(
                 vocabulary_size, "embedding")
         else:
-            self.source_embedding = embedding(vocabulary_size,
-                                              "source_embedding")
-            self.target_embedding = embedding(target_vocabulary_size,
-                                              "target_embedding")
+            source_embedding = embedding(vocabulary_size, "source_embedding")
+            target_embedding = embedding(target_vocabulary_size,
+                                         "target_embedding")
         block_kwargs = dict(
             num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
@@ -165,45 +164,56 @@ class Transformer(keras.Model):
         encoder_padding_mask = ops.not_equal(encoder_tokens, 0)
         decoder_padding_mask = ops.not_equal(decoder_tokens, 0)
 
-        # Encoder stack.
-        x = self.source_embedding(encoder_tokens)
+        # Encoder stack. (Layers are kept in locals and set as attributes
+        # after ``super().__init__``: PyTorch's Module refuses sub-modules
+        # assigned before it is initialised.)
+        x = source_embedding(encoder_tokens)
         x = keras.layers.Dropout(dropout_rate, dtype=policy,
                                  name="encoder_dropout")(x)
-        self.encoder_layers = []
+        encoder_layers = []
         for i in range(num_layers):
-            self.encoder_layers.append(TransformerEncoderBlock(
+            encoder_layers.append(TransformerEncoderBlock(
                 **block_kwargs, name=f"encoder_layer_{i}"))
-            x = self.encoder_layers[-1](x, padding_mask=encoder_padding_mask)
-        self.encoder_final_norm = final_norm("encoder_final_norm")
-        if self.encoder_final_norm is not None:
-            x = self.encoder_final_norm(x)
+            x = encoder_layers[-1](x, padding_mask=encoder_padding_mask)
+        encoder_final_norm = final_norm("encoder_final_norm")
+        if encoder_final_norm is not None:
+            x = encoder_final_norm(x)
         encoder_outputs = x
 
         # Decoder stack.
-        y = self.target_embedding(decoder_tokens)
+        y = target_embedding(decoder_tokens)
         y = keras.layers.Dropout(dropout_rate, dtype=policy,
                                  name="decoder_dropout")(y)
-        self.decoder_layers = []
+        decoder_layers = []
         for i in range(num_layers):
-            self.decoder_layers.append(TransformerDecoderBlock(
+            decoder_layers.append(TransformerDecoderBlock(
                 **block_kwargs, name=f"decoder_layer_{i}"))
-            y = self.decoder_layers[-1](
+            y = decoder_layers[-1](
                 y,
                 encoder_outputs,
                 decoder_padding_mask=decoder_padding_mask,
                 encoder_padding_mask=encoder_padding_mask,
             )
-        self.decoder_final_norm = final_norm("decoder_final_norm")
-        self.output_projection = None
+        decoder_final_norm = final_norm("decoder_final_norm")
+        if decoder_final_norm is not None:
+            y = decoder_final_norm(y)
+        output_projection = None
         if tie_embeddings == "none":
-            self.output_projection = keras.layers.Dense(
+            output_projection = keras.layers.Dense(
                 target_vocabulary_size, name="output_projection",
                 dtype="float32")
-        logits = self.logits(self._decoder_final(y))
+        logits = _logits(y, output_projection, target_embedding)
         super().__init__(
             {"encoder_tokens": encoder_tokens,
              "decoder_tokens": decoder_tokens},
             logits, name=name, **kwargs)
+        self.source_embedding = source_embedding
+        self.target_embedding = target_embedding
+        self.encoder_layers = encoder_layers
+        self.encoder_final_norm = encoder_final_norm
+        self.decoder_layers = decoder_layers
+        self.decoder_final_norm = decoder_final_norm
+        self.output_projection = output_projection
 
         # === Config === (also attributes: model.d_model, model.max_length...)
         self._config = dict(
@@ -247,9 +257,7 @@ class Transformer(keras.Model):
         """float ``(..., d_model)`` decoder output -> float32 logits
         ``(..., target vocabulary)`` (the tied ``h Eᵀ``, or the untied
         projection)."""
-        if self.output_projection is not None:
-            return ops.cast(self.output_projection(hidden), "float32")
-        return self.target_embedding(hidden, reverse=True)
+        return _logits(hidden, self.output_projection, self.target_embedding)
 
     def encode(self, encoder_tokens):
         """int ``(batch, T_src)`` ids (0 = padding) -> encoder outputs
@@ -368,6 +376,12 @@ class Transformer(keras.Model):
                               "float32")
             return logits[:, 0, :], new_caches
         return self.logits(y)[:, 0, :], new_caches
+
+
+def _logits(hidden, output_projection, target_embedding):
+    if output_projection is not None:
+        return ops.cast(output_projection(hidden), "float32")
+    return target_embedding(hidden, reverse=True)
 
 
 def transformer(vocabulary_size, **kwargs):

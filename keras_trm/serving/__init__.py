@@ -5,6 +5,10 @@
 ``keras-trm serve`` starts one with ``tensorflow_model_server``'s flags.
 """
 
+from keras_trm._optional import require_tensorflow
+
+require_tensorflow("keras_trm.serving")  # TensorFlow by design
+
 from keras_trm.serving.batching import BatchingOptions, BatchScheduler
 from keras_trm.serving.config import (
     batching_options, configure_tensorflow_threads, model_server_config)

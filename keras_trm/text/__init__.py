@@ -1,5 +1,9 @@
 """Subword vocabularies and in-graph tokenization."""
 
+from keras_trm._optional import require_tensorflow
+
+require_tensorflow("keras_trm.text")  # TensorFlow by design
+
 from keras_trm.text.encoding import encode_lowercase, lowercase
 from keras_trm.text.sentencepiece import (
     SentencePieceTokenizer,

@@ -11,10 +11,10 @@ import pathlib
 import tensorflow as tf
 
 from keras_trm.utils.files import atomic_write
+from keras_trm.utils.ids import END_ID, PAD_ID, START_ID, UNK_ID  # noqa: F401
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED_TOKENS = (PAD, UNK, START, END)
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
 
 # Detokenization: WordPiece splits punctuation off words; these RE2 rules
 # re-attach it so output reads like the references ("läuft." not "läuft .").

@@ -1,16 +1,12 @@
 """Training as in Vaswani et al. (2017): schedule, loss, optimizer,
 distribution, checkpoints."""
 
+from keras_trm._optional import lazy_module_attributes
 from keras_trm.training.checkpoints import (
     EpochCheckpoints,
     average_checkpoints,
     select_checkpoint_average,
     save_weights_atomic,
-)
-from keras_trm.training.distribute import (
-    make_strategy,
-    resolve_jit_compile,
-    split_cpu,
 )
 from keras_trm.training.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_trm.training.precision import (
@@ -23,7 +19,7 @@ from keras_trm.training.presets import PRESETS, apply_preset, preset
 from keras_trm.training.optimizers import FusedAdam
 from keras_trm.training.schedules import NoamSchedule, paper_adam
 
-# Per-step logs, language-model steps (keras_trm.jobs use them).
+# Per-step logs (keras_trm.jobs use them).
 from keras_trm.training.classification import compile_classifier
 from keras_trm.training.history import (
     BatchLoss,
@@ -32,29 +28,27 @@ from keras_trm.training.history import (
     fit_summary,
     restore_best_epoch,
 )
-from keras_trm.training.language_model import (
-    lm_loss,
-    make_train_step,
-    train_segments,
-)
 from keras_trm.training.schedules import warmup_cosine_decay
-# Long runs: accumulation, resume, monitoring, multi-worker (issue #11).
+# Long runs: accumulation, resume (issue #11).
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
-from keras_trm.training.distribute import (
-    build_for_distributed_fit,
-    shard_batches,
-    tf_config,
-    worker_info,
-)
-from keras_trm.training.monitoring import (
-    BleuLog,
-    GreedyBleu,
-    TensorBoardScalars,
-    TimeBudget,
-    TokenCount,
-    tensorboard_writer,
-)
 from keras_trm.training.resume import DataPosition, TrainingBackup
+
+# TensorFlow by design (tf.distribute strategies, tf.summary, the
+# language-model segment stream and the translator behind the BLEU
+# callbacks): imported on first use, with an error naming what to install
+# where TensorFlow is missing.
+_TENSORFLOW_ONLY = {
+    **dict.fromkeys(
+        ("make_strategy", "resolve_jit_compile", "split_cpu",
+         "build_for_distributed_fit", "shard_batches", "tf_config",
+         "worker_info"), "keras_trm.training.distribute"),
+    **dict.fromkeys(("lm_loss", "make_train_step", "train_segments"),
+                    "keras_trm.training.language_model"),
+    **dict.fromkeys(("BleuLog", "GreedyBleu", "TensorBoardScalars",
+                     "TimeBudget", "TokenCount", "tensorboard_writer"),
+                    "keras_trm.training.monitoring"),
+}
+__getattr__ = lazy_module_attributes(__name__, _TENSORFLOW_ONLY)
 
 __all__ = [
     "GreedyBleu",
