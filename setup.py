@@ -32,6 +32,8 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-xdist>=3.5",  # -n 2: the suite on two processes
+                # the core's tests under KERAS_BACKEND=jax and torch (.ci/run)
+                "jax[cpu]>=0.4.30", "torch>=2.4",
                 "requests>=2.31", "psutil>=5.9",
                 # notebooks/ executed by tests/test_notebooks.py
                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],

@@ -16,6 +16,12 @@ from keras_trm.models import (
 )
 
 
+def to_numpy(x, dtype=None):
+    """A tensor of any backend (a PyTorch one that requires grad too) as
+    a NumPy array."""
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype)
+
+
 def expected_parameters(vocab, n, d, d_ff):
     """Closed-form parameter count of a tied, post-LN transformer()."""
     attention = 4 * d * d + 4 * d
@@ -59,26 +65,26 @@ def test_decoder_is_causal_and_padding_is_masked(rng):
     model = _tiny()
     src = random_ids(rng, (2, 7), 50, pad_from=[7, 4])
     tgt = random_ids(rng, (2, 6), 50)
-    out = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt}))
+    out = to_numpy(model({"encoder_tokens": src, "decoder_tokens": tgt}))
     tgt2 = tgt.copy()
     tgt2[:, 4:] = (tgt2[:, 4:] % 49) + 1  # change later target tokens
-    out2 = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt2}))
+    out2 = to_numpy(model({"encoder_tokens": src, "decoder_tokens": tgt2}))
     np.testing.assert_allclose(out[:, :4], out2[:, :4], atol=1e-5)
     assert not np.allclose(out[:, 4:], out2[:, 4:])
     # Extra source padding changes nothing.
     src_padded = np.concatenate([src, np.zeros((2, 3), "int32")], 1)
-    out3 = model({"encoder_tokens": src_padded, "decoder_tokens": tgt})
+    out3 = to_numpy(model({"encoder_tokens": src_padded, "decoder_tokens": tgt}))
     np.testing.assert_allclose(out, out3, atol=1e-5)
 
 
 def test_post_ln_output_is_normalized(rng):
     block = TransformerEncoderBlock(num_heads=2, d_ff=8)
     x = rng.normal(2.0, 3.0, size=(2, 5, 8)).astype("float32")
-    y = np.asarray(block(x))
+    y = to_numpy(block(x))
     np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(y.std(-1), 1.0, atol=1e-3)
     pre = TransformerEncoderBlock(num_heads=2, d_ff=8, norm_first=True)
-    assert not np.allclose(np.asarray(pre(x)).std(-1), 1.0, atol=1e-2)
+    assert not np.allclose(to_numpy(pre(x)).std(-1), 1.0, atol=1e-2)
 
 
 @pytest.mark.parametrize("norm_first, tie", [(False, "all"), (True, "decoder"),
@@ -91,7 +97,7 @@ def test_model_round_trip(tmp_path, rng, norm_first, tie):
     path = tmp_path / "model.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
-    np.testing.assert_array_equal(model(x), loaded(x))
+    np.testing.assert_array_equal(to_numpy(model(x)), to_numpy(loaded(x)))
 
 
 def test_blocks_round_trip(tmp_path, rng):
@@ -104,7 +110,7 @@ def test_blocks_round_trip(tmp_path, rng):
          rng.normal(size=(2, 3, 16)).astype("float32")]
     model.save(tmp_path / "blocks.keras")
     loaded = keras.models.load_model(tmp_path / "blocks.keras")
-    np.testing.assert_array_equal(model(x), loaded(x))
+    np.testing.assert_array_equal(to_numpy(model(x)), to_numpy(loaded(x)))
 
 
 def test_incremental_decoding_equals_full_recompute(rng):
@@ -112,7 +118,7 @@ def test_incremental_decoding_equals_full_recompute(rng):
         model = _tiny(norm_first=norm_first)
         src = random_ids(rng, (2, 7), 50, pad_from=[7, 5])
         tgt = random_ids(rng, (2, 6), 50)
-        full = np.asarray(model({"encoder_tokens": src, "decoder_tokens": tgt}))
+        full = to_numpy(model({"encoder_tokens": src, "decoder_tokens": tgt}))
         enc = model.encode(src)
         cross = model.cross_attention_caches(enc)
         caches = model.static_empty_self_attention_caches(2, 6, "float32")
@@ -120,7 +126,7 @@ def test_incremental_decoding_equals_full_recompute(rng):
         for t in range(6):
             logits, caches = model.static_decode_step(
                 tgt[:, t:t + 1], t, caches, cross, src != 0)
-            steps.append(np.asarray(logits))
+            steps.append(to_numpy(logits))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
         # The blocks' Keras-style cached call (keras-hub's layout: keys and
         # values stacked, (batch, 2, S, h, d_k)) gives the same logits.
@@ -137,7 +143,7 @@ def test_incremental_decoding_equals_full_recompute(rng):
                     self_attention_cache=kv_caches[i],
                     self_attention_cache_update_index=t,
                     cross_attention_cache=kv_cross[i])
-            steps.append(np.asarray(model.logits(model._decoder_final(y))[:, 0]))
+            steps.append(to_numpy(model.logits(model._decoder_final(y))[:, 0]))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
 
 
@@ -172,12 +178,12 @@ def test_transformer_round_trips_and_converts_plain_functional_files(
     model = _tiny(**kwargs)
     x = {"encoder_tokens": random_ids(rng, (2, 5), 50, pad_from=[5, 3]),
          "decoder_tokens": random_ids(rng, (2, 4), 40)}
-    expected = np.asarray(model(x))
+    expected = to_numpy(model(x))
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     assert type(loaded) is Transformer
     assert loaded.get_config() == model.get_config()
-    np.testing.assert_array_equal(loaded(x), expected)
+    np.testing.assert_array_equal(to_numpy(loaded(x)), expected)
 
     keras.Model(model.inputs, model.outputs, name="old").save(
         tmp_path / "functional.keras")
@@ -186,5 +192,5 @@ def test_transformer_round_trips_and_converts_plain_functional_files(
     converted = as_transformer(functional)
     assert type(converted) is Transformer
     assert {**converted.get_config(), "name": model.name} == model.get_config()
-    np.testing.assert_array_equal(converted(x), expected)
+    np.testing.assert_array_equal(to_numpy(converted(x)), expected)
     assert as_transformer(converted) is converted

@@ -17,11 +17,17 @@ from keras_trm import layers as L
 from keras_trm import models as M
 
 
+def to_numpy(x, dtype=None):
+    """A tensor of any backend (a PyTorch one that requires grad too) as
+    a NumPy array."""
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype)
+
+
 def _random_weights(obj):
     """(path, value) of every weight that is not constant at initialization."""
     out = []
     for w in obj.weights:
-        value = np.asarray(keras.ops.convert_to_numpy(w))
+        value = to_numpy(keras.ops.convert_to_numpy(w))
         if value.size > 1 and np.ptp(value) > 0:
             out.append((w.path, value))
     return out
@@ -112,7 +118,7 @@ def test_layer_weights_are_distinct(name):
 def test_attention_q_k_v_kernels_differ():
     # The case reported on main: W_Q = W_K = W_V bit for bit.
     layer = _mha()
-    q, k, val = (np.asarray(w) for w in (
+    q, k, val = (to_numpy(w) for w in (
         layer.query_kernel, layer.key_kernel, layer.value_kernel))
     assert not np.array_equal(q, k) and not np.array_equal(k, val)
     assert not np.array_equal(q, val)
@@ -124,7 +130,7 @@ def test_same_seeded_initializer_gives_equal_layers(name):
     a = make(keras.initializers.GlorotUniform(seed=7))
     b = make(keras.initializers.GlorotUniform(seed=7))
     for wa, wb in zip(a.weights, b.weights):
-        np.testing.assert_array_equal(np.asarray(wa), np.asarray(wb),
+        np.testing.assert_array_equal(to_numpy(wa), to_numpy(wb),
                                       err_msg=wa.path)
     # ... and still no two weights of a seeded layer are equal.
     assert_no_equal_pairs(a)
@@ -175,7 +181,7 @@ def test_model_weights_are_distinct(name):
 def test_transformer_attention_kernels_all_differ():
     # On main, 36 pairs of attention kernels of this model were identical.
     model = MODELS["transformer"]()
-    kernels = [(w.path, np.asarray(w)) for w in model.weights
+    kernels = [(w.path, to_numpy(w)) for w in model.weights
                if "attention" in w.path and w.path.endswith("kernel")]
     assert len(kernels) == 2 * 4 + 2 * 4 + 2 * 4  # enc self, dec self, cross
     for (a, x), (b, y) in itertools.combinations(kernels, 2):
@@ -191,6 +197,6 @@ def test_models_follow_the_global_seed(name):
     b = MODELS[name]()
     c = MODELS[name]()  # same process, no re-seed: a new draw
     for wa, wb in zip(a.weights, b.weights):
-        np.testing.assert_array_equal(np.asarray(wa), np.asarray(wb))
+        np.testing.assert_array_equal(to_numpy(wa), to_numpy(wb))
     ka, kc = _random_weights(a)[0][1], _random_weights(c)[0][1]
     assert not np.array_equal(ka, kc)

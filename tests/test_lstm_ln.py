@@ -1,3 +1,4 @@
+import keras
 """LSTM_LN: the LN-LSTM equations of Ba et al. (2016), masks, serialization."""
 
 import keras_trm  # noqa: F401  (checks the TensorFlow backend first)
@@ -7,6 +8,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from keras_trm.layers.lstm_ln import LSTM_LN, LSTMLNCell  # noqa: E402
+
+
+def to_numpy(x, dtype=None):
+    """A tensor of any backend (a PyTorch one that requires grad too) as
+    a NumPy array."""
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype)
 
 B, T, D, U = 3, 5, 4, 6
 
@@ -23,7 +30,7 @@ def _sigmoid(z):
 
 def numpy_lstm_ln(weights, x, eps=1e-5, h0=None, c0=None):
     """Step-by-step reference of the LN-LSTM equations, gate order (f,i,o,g)."""
-    wx, wh, b, g1, b1, g2, b2, g3, b3 = [np.asarray(w, "float64") for w in weights]
+    wx, wh, b, g1, b1, g2, b2, g3, b3 = [to_numpy(w, "float64") for w in weights]
     units = wh.shape[0]
     h = np.zeros((x.shape[0], units)) if h0 is None else h0.astype("float64")
     c = np.zeros((x.shape[0], units)) if c0 is None else c0.astype("float64")
@@ -39,7 +46,7 @@ def numpy_lstm_ln(weights, x, eps=1e-5, h0=None, c0=None):
 
 def _plain_lstm(weights, x):
     """The same gates without any LN, to show the invariance is LN's."""
-    wx, wh, b = [np.asarray(w, "float64") for w in weights[:3]]
+    wx, wh, b = [to_numpy(w, "float64") for w in weights[:3]]
     h = c = np.zeros((x.shape[0], wh.shape[0]))
     hs = []
     for t in range(x.shape[1]):
@@ -95,7 +102,7 @@ def test_matches_numpy_reference(x, rng, go_backwards):
                     go_backwards=go_backwards)
     layer(x)
     weights = _randomize(layer, rng)
-    seq, h, c = [np.asarray(a) for a in layer(x)]
+    seq, h, c = [to_numpy(a) for a in layer(x)]
     x_ref = x[:, ::-1] if go_backwards else x
     ref_seq, ref_h, ref_c = numpy_lstm_ln(weights, x_ref)
     np.testing.assert_allclose(seq, ref_seq, atol=1e-5)
@@ -112,17 +119,17 @@ def test_initial_state_and_cell_step(x, rng):
     c0 = rng.normal(size=(B, U)).astype("float32")
     out, h, c = layer(x, initial_state=[h0, c0])
     _, ref_h, ref_c = numpy_lstm_ln(weights, x, eps=1e-3, h0=h0, c0=c0)
-    np.testing.assert_allclose(np.asarray(h), ref_h, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(c), ref_c, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(h), ref_h, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(c), ref_c, atol=1e-5)
     # The cell alone computes one step.
     cell = LSTMLNCell(U, epsilon=1e-3)
     cell.build((None, D))
     cell.set_weights(weights)
     h1, (h1b, c1) = cell(x[:, 0], [h0, c0])
     _, ref_h1, ref_c1 = numpy_lstm_ln(weights, x[:, :1], eps=1e-3, h0=h0, c0=c0)
-    np.testing.assert_allclose(np.asarray(h1), ref_h1, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(h1b), ref_h1, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(c1), ref_c1, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(h1), ref_h1, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(h1b), ref_h1, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(c1), ref_c1, atol=1e-5)
 
 
 @pytest.mark.parametrize("which", [0, 1])  # 0: kernel (W_x), 1: recurrent
@@ -130,11 +137,11 @@ def test_kernel_scale_invariance(x, rng, which):
     layer = LSTM_LN(U, return_sequences=True)
     layer(x)
     weights = _randomize(layer, rng)
-    before = np.asarray(layer(x))
+    before = to_numpy(layer(x))
     scaled = list(weights)
     scaled[which] = scaled[which] * 3.7
     layer.set_weights(scaled)
-    after = np.asarray(layer(x))
+    after = to_numpy(layer(x))
     # Only epsilon breaks the invariance, far below this tolerance.
     np.testing.assert_allclose(after, before, atol=1e-4)
     # The rescaled weights are really in use ...
@@ -152,15 +159,15 @@ def test_trailing_padding_is_masked(rng):
     model = keras.Model(ids, [out, h, c])
     tokens = rng.integers(1, vocab, size=(2, 4)).astype("int32")
     padded = np.concatenate([tokens, np.zeros((2, 3), "int32")], axis=1)
-    short = [np.asarray(a) for a in model(tokens)]
-    long = [np.asarray(a) for a in model(padded)]
+    short = [to_numpy(a) for a in model(tokens)]
+    long = [to_numpy(a) for a in model(padded)]
     for a, b in zip(short, long):
         np.testing.assert_allclose(a, b, atol=1e-6)
     # Different padding per row: row 0 unpadded length 4, row 1 length 2.
     ragged = padded.copy()
     ragged[1, 2:] = 0
-    out_r = np.asarray(model(ragged)[1])
-    np.testing.assert_allclose(out_r[1], np.asarray(model(tokens[1:, :2])[1])[0],
+    out_r = to_numpy(model(ragged)[1])
+    np.testing.assert_allclose(out_r[1], to_numpy(model(tokens[1:, :2])[1])[0],
                                atol=1e-6)
 
 
@@ -176,9 +183,9 @@ def test_bidirectional(x):
 
 def test_dropout_train_vs_inference(x):
     layer = LSTM_LN(U, dropout=0.5, recurrent_dropout=0.5, seed=3)
-    infer = np.asarray(layer(x, training=False))
-    np.testing.assert_array_equal(infer, np.asarray(layer(x)))
-    train = np.asarray(layer(x, training=True))
+    infer = to_numpy(layer(x, training=False))
+    np.testing.assert_array_equal(infer, to_numpy(layer(x)))
+    train = to_numpy(layer(x, training=True))
     assert np.all(np.isfinite(train))
     assert not np.allclose(train, infer)
 
@@ -194,12 +201,12 @@ def test_config_and_keras_round_trip(tmp_path, rng):
     model = keras.Model(ids, keras.layers.Dense(2)(h))
     tokens = rng.integers(1, 30, size=(2, 6)).astype("int32")
     tokens[0, 4:] = 0
-    expected = np.asarray(model(tokens))
+    expected = to_numpy(model(tokens))
 
     path = tmp_path / "lstm_ln.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(np.asarray(loaded(tokens)), expected, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(loaded(tokens)), expected, atol=1e-6)
     top = loaded.get_layer("top")
     assert isinstance(top, LSTM_LN) and top.cell.unit_forget_bias is False
 

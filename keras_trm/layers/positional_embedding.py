@@ -159,7 +159,8 @@ class PositionalEmbedding(keras.layers.Layer):
         table = (
             ops.convert_to_tensor(self._pe)
             if self.position == "sinusoidal"
-            else self.position_embeddings
+            # The variable's tensor: JAX's slice takes no Keras variable.
+            else ops.convert_to_tensor(self.position_embeddings)
         )
         return ops.cast(
             ops.slice(table, [start_index, 0], [length, self.d_model]),

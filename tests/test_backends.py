@@ -1,0 +1,339 @@
+"""The core on every Keras backend: these tests use no TensorFlow and run
+once per backend (``.ci/run``: ``KERAS_BACKEND=jax`` / ``torch`` beside the
+TensorFlow suite), with test_blocks_and_models.py, test_initialization.py
+and test_lstm_ln.py. The cross-backend tests start the other backends in
+child processes (bounded in time)."""
+
+import gzip
+import itertools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_trm.decoding import beam_search, greedy_search
+from keras_trm.models import transformer
+from keras_trm.training import (LabelSmoothedCrossEntropy, NoamSchedule,
+                                average_checkpoints, paper_adam)
+
+END_ID, START_ID = 3, 2
+BACKEND = keras.backend.backend()
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def to_numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def _log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """7 ids with an untied output layer flat enough that the length penalty
+    decides between outputs of different lengths; PAD and START never
+    emitted."""
+    keras.utils.set_random_seed(2)
+    model = transformer(7, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                        max_length=8, dropout_rate=0.0, tie_embeddings="none")
+    projection = model.get_layer("output_projection")
+    kernel, bias = projection.get_weights()
+    kernel = np.random.default_rng(2).normal(0.0, 0.15, kernel.shape)
+    bias[:] = 0.0
+    bias[END_ID] = 0.5
+    bias[[0, START_ID]] = -30.0
+    projection.set_weights([kernel.astype("float32"), bias])
+    return model
+
+
+def _exhaustive(model, source, length, alpha):
+    """Every output of at most ``length`` tokens scored from the full
+    (uncached) decoder: ``(hyps (N, length), scores (N,))``."""
+    vocab = model.target_vocabulary_size
+    seqs = np.array(list(itertools.product(range(vocab), repeat=length)),
+                    "int32")
+    n = len(seqs)
+    encoded = ops.repeat(model.encode(source[None]), n, axis=0)
+    mask = np.repeat(source[None] != 0, n, axis=0)
+    inputs = np.concatenate([np.full((n, 1), START_ID, "int32"), seqs[:, :-1]], 1)
+    log_p = _log_softmax(to_numpy(model.decode(inputs, encoded, mask)).astype("float64"))
+    cum = np.cumsum(np.take_along_axis(log_p, seqs[..., None], -1)[..., 0], 1)
+    is_end = seqs == END_ID
+    ends = np.where(is_end.any(1), is_end.argmax(1) + 1, length)
+    hyps = np.where(np.arange(length)[None] < ends[:, None], seqs, 0)
+    return hyps, cum[np.arange(n), ends - 1] / ((5 + ends) / 6) ** alpha
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
+    """A beam that holds every prefix finds the best of all outputs."""
+    length, vocab = 3, tiny_model.target_vocabulary_size
+    source = np.array([[4, 5, 6, 3, 0], [6, 6, 4, 5, 3], [5, 3, 0, 0, 0]],
+                      "int32")
+    best, _, scores = beam_search(
+        tiny_model, source, beam_size=vocab ** (length - 1),
+        length_penalty_alpha=alpha, max_length=length, return_all=True)
+    best, scores = to_numpy(best), to_numpy(scores)
+    for b in range(len(source)):
+        hyps, exact = _exhaustive(tiny_model, source[b], length, alpha)
+        top = int(np.argmax(exact))
+        assert scores[b, 0] == pytest.approx(exact[top], abs=1e-4)
+        runner_up = np.max(exact[(hyps != hyps[top]).any(1)])
+        if exact[top] - runner_up > 1e-4:  # not a tie
+            np.testing.assert_array_equal(best[b], hyps[top])
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    keras.utils.set_random_seed(5)
+    model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
+                        max_length=24, dropout_rate=0.0)
+    model.set_weights([w * 2.0 for w in model.get_weights()])  # fewer near-ties
+    return model
+
+
+@pytest.fixture
+def source():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, 30, (5, 7)).astype("int32")
+    ids[:, -1] = END_ID
+    ids[1, 3:] = [END_ID, 0, 0, 0]
+    ids[3, 1:] = [END_ID] + [0] * 5
+    return ids
+
+
+def test_cached_searches_equal_recompute_and_beam_one_is_greedy(small_model,
+                                                                 source):
+    """The cached step gives the ids of re-running the decoder over the
+    whole prefix; beam 1 is greedy at any length penalty."""
+    greedy = to_numpy(greedy_search(small_model, source, max_length=9))
+    np.testing.assert_array_equal(
+        greedy, to_numpy(greedy_search(small_model, source, max_length=9,
+                                       use_cache=False)))
+    for rule in (True, "first_end", False):
+        cached = beam_search(small_model, source, beam_size=3, max_length=9,
+                             early_stopping=rule)
+        np.testing.assert_array_equal(
+            to_numpy(cached),
+            to_numpy(beam_search(small_model, source, beam_size=3,
+                                 max_length=9, early_stopping=rule,
+                                 use_cache=False)))
+    np.testing.assert_array_equal(
+        greedy, to_numpy(beam_search(small_model, source, beam_size=1,
+                                     length_penalty_alpha=1.0, max_length=9)))
+
+
+def test_a_sentence_decodes_alike_alone_and_in_a_batch(small_model, source):
+    together = to_numpy(beam_search(small_model, source, beam_size=4))
+    for b in (1, 3):
+        alone = to_numpy(beam_search(small_model, source[b:b + 1], beam_size=4))
+        width = alone.shape[1]
+        np.testing.assert_array_equal(alone[0], together[b, :width])
+        assert not together[b, width:].any()
+
+
+def test_search_follows_new_weights(small_model, source):
+    """A compiled search (jax.jit) reads the model's current weights."""
+    before = to_numpy(beam_search(small_model, source, beam_size=2))
+    weights = small_model.get_weights()
+    try:
+        small_model.set_weights([np.roll(w, 1, axis=-1) for w in weights])
+        after = to_numpy(beam_search(small_model, source, beam_size=2))
+        assert not np.array_equal(before, after)
+    finally:
+        small_model.set_weights(weights)
+    np.testing.assert_array_equal(
+        before, to_numpy(beam_search(small_model, source, beam_size=2)))
+
+
+def test_label_smoothed_loss_matches_numpy():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 4, 6)).astype("float32")
+    labels = np.array([[1, 5, 2, 0], [3, 0, 0, 0]])
+    loss = float(to_numpy(LabelSmoothedCrossEntropy(label_smoothing=0.1)(
+        labels, logits)))
+    log_p = _log_softmax(logits.astype("float64"))
+    per = (0.9 * -np.take_along_axis(log_p, labels[..., None], -1)[..., 0]
+           + 0.1 * -log_p.mean(-1))
+    mask = labels != 0
+    assert loss == pytest.approx(per[mask].mean(), rel=1e-5)
+
+
+def test_noam_schedule_is_the_papers_formula():
+    schedule = NoamSchedule(d_model=512, warmup_steps=4000)
+    for step in (0, 3999, 4000, 100000):
+        n = step + 1  # Keras counts from 0, the paper from 1
+        expected = 512 ** -0.5 * min(n ** -0.5, n * 4000 ** -1.5)
+        assert float(to_numpy(schedule(step))) == pytest.approx(expected,
+                                                                rel=1e-5)
+
+
+def _char_pairs(data_dir, n=256, width=24):
+    """The first n Multi30k training pairs as character ids (a real corpus
+    without a tokenizer: 4 + the characters seen)."""
+    folder = pathlib.Path(data_dir) / "multi30k"
+    with gzip.open(folder / "train.en.gz", "rt", encoding="utf-8") as en, \
+            gzip.open(folder / "train.de.gz", "rt", encoding="utf-8") as de:
+        pairs = [(e.strip()[:width - 2], d.strip()[:width - 2])
+                 for e, d in itertools.islice(zip(en, de), n)]
+    chars = sorted({c for pair in pairs for text in pair for c in text})
+    index = {c: i + 4 for i, c in enumerate(chars)}
+
+    def ids(text, prefix):
+        row = prefix + [index[c] for c in text] + [END_ID]
+        return row + [0] * (width - len(row))
+
+    source = np.array([ids(e, []) for e, _ in pairs], "int32")
+    target = np.array([ids(d, [START_ID]) for _, d in pairs], "int32")
+    return source, target, len(chars) + 4
+
+
+def test_training_loss_falls_on_real_data(data_dir):
+    """The paper's recipe (Noam, Adam(0.9, 0.98, 1e-9), label smoothing) on
+    256 real Multi30k pairs: the loss falls."""
+    source, target, vocab = _char_pairs(data_dir)
+    keras.utils.set_random_seed(0)
+    model = transformer(vocab, num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                        max_length=32)
+    model.compile(optimizer=paper_adam(NoamSchedule(d_model=32,
+                                                    warmup_steps=30)),
+                  loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
+    history = model.fit({"encoder_tokens": source,
+                         "decoder_tokens": target[:, :-1]},
+                        target[:, 1:], batch_size=32, epochs=6, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_average_checkpoints_is_the_mean(tmp_path, small_model):
+    weights = small_model.get_weights()
+    try:
+        paths = []
+        for i, scale in enumerate((1.0, 3.0)):
+            small_model.set_weights([w * scale for w in weights])
+            paths.append(tmp_path / f"{i}.weights.h5")
+            small_model.save_weights(paths[-1])
+        average_checkpoints(small_model, paths)
+        for got, w in zip(small_model.get_weights(), weights):
+            np.testing.assert_allclose(got, 2.0 * w, rtol=1e-6)
+    finally:
+        small_model.set_weights(weights)
+
+
+# -- across backends (child processes) -------------------------------------
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np, keras
+    from keras_trm.decoding import beam_search, greedy_search
+    from keras_trm.models import transformer
+    mode, path, out = sys.argv[1:4]
+    keras.utils.set_random_seed(int(mode == "save"))
+    model = transformer(40, num_layers=2, d_model=32, num_heads=4, d_ff=64,
+                        max_length=40, tie_embeddings="none")
+    if mode == "save":
+        model.save_weights(path)
+    else:
+        model.load_weights(path)
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, 40, (4, 9)).astype("int32")
+    src[:, -1] = 3
+    src[1, 4:] = [3, 0, 0, 0, 0]
+    tgt = rng.integers(4, 40, (4, 6)).astype("int32")
+    logits = model({"encoder_tokens": src, "decoder_tokens": tgt})
+    result = dict(
+        backend=keras.backend.backend(),
+        logits=keras.ops.convert_to_numpy(logits).tolist(),
+        greedy=np.asarray(greedy_search(model, src)).tolist(),
+        beam=np.asarray(beam_search(model, src, beam_size=4)).tolist())
+    json.dump(result, open(out, "w"))
+""")
+
+
+def _child(backend, mode, weights, out):
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    subprocess.run([sys.executable, "-c", _CHILD, mode, str(weights), str(out)],
+                   env=env, cwd=ROOT, check=True, timeout=300,
+                   capture_output=True)
+    return json.loads(pathlib.Path(out).read_text())
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow",
+                    reason="run once, from the TensorFlow suite")
+def test_weights_round_trip_across_backends(tmp_path):
+    """``.weights.h5`` written under each backend load under the other two
+    with the same logits (float32, <= 1e-5) and the same greedy and beam
+    ids."""
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    backends = ("tensorflow", "jax", "torch")
+    for writer in backends:
+        weights = tmp_path / f"{writer}.weights.h5"
+        saved = _child(writer, "save", weights, tmp_path / f"{writer}.json")
+        for reader in backends:
+            if reader == writer:
+                continue
+            loaded = _child(reader, "load", weights,
+                            tmp_path / f"{writer}_{reader}.json")
+            assert loaded["backend"] == reader
+            np.testing.assert_allclose(loaded["logits"], saved["logits"],
+                                       atol=1e-5)
+            assert loaded["greedy"] == saved["greedy"], (writer, reader)
+            assert loaded["beam"] == saved["beam"], (writer, reader)
+
+
+_DATA_PARALLEL = textwrap.dedent("""
+    import json, sys
+    import numpy as np, keras, jax
+    from keras_trm.models import transformer
+    from keras_trm.training import LabelSmoothedCrossEntropy
+    devices = jax.devices()
+    assert len(devices) == 2, devices
+    if sys.argv[1] == "2":
+        keras.distribution.set_distribution(
+            keras.distribution.DataParallel(devices=devices))
+    keras.utils.set_random_seed(0)
+    model = transformer(30, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                        max_length=16, dropout_rate=0.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, 30, (8, 7)).astype("int32")
+    tgt = rng.integers(4, 30, (8, 6)).astype("int32")
+    history = model.fit({"encoder_tokens": src, "decoder_tokens": tgt[:, :-1]},
+                        tgt[:, 1:], batch_size=8, epochs=3, shuffle=False,
+                        verbose=0)
+    json.dump(dict(loss=history.history["loss"],
+                   weights=[float(np.sum(w)) for w in model.get_weights()]),
+              open(sys.argv[2], "w"))
+""")
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="run once, from the JAX suite")
+def test_jax_data_parallel_equals_one_device(tmp_path):
+    """``keras.distribution.DataParallel`` over 2 (forced host) devices
+    trains to the losses and weights of one device."""
+    pytest.importorskip("jax")
+    results = []
+    for replicas in ("1", "2"):
+        out = tmp_path / f"{replicas}.json"
+        env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+                   XLA_FLAGS="--xla_force_host_platform_device_count=2")
+        subprocess.run([sys.executable, "-c", _DATA_PARALLEL, replicas, str(out)],
+                       env=env, cwd=ROOT, check=True, timeout=300,
+                       capture_output=True)
+        results.append(json.loads(out.read_text()))
+    one, two = results
+    assert one["loss"][-1] < one["loss"][0]
+    np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-5)
+    np.testing.assert_allclose(two["weights"], one["weights"], rtol=1e-4,
+                               atol=1e-4)
