@@ -571,6 +571,24 @@ def _static_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
     return _beam_result(search, limits, k, alpha, return_all)
 
 
+def _search(model, encoder_tokens, max_length, static_cache,
+            encoder_outputs, key, drive):
+    """Checks the ids and ``max_length``, then runs ``drive(graph, steps,
+    limits, encoder_tokens, encoder_outputs)`` (``graph``: TensorFlow's
+    compacting loop) as ``_run`` does."""
+    encoder_tokens = _check_tokens(encoder_tokens)
+    decode_length(model, encoder_tokens, max_length)  # checks max_length
+
+    def run(encoder_tokens, encoder_outputs):
+        steps, limits = decode_length(model, encoder_tokens, max_length)
+        if encoder_outputs is None:
+            encoder_outputs = model.encode(encoder_tokens)
+        return drive(_use_graph_search(static_cache), steps, limits,
+                     encoder_tokens, encoder_outputs)
+
+    return _run(model, key, run, encoder_tokens, encoder_outputs)
+
+
 # -- the public searches ---------------------------------------------------
 
 def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
@@ -624,14 +642,8 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
     ...                                        use_cache=False)))
     True
     """
-    encoder_tokens = _check_tokens(encoder_tokens)
-    decode_length(model, encoder_tokens, max_length)  # checks max_length
-
-    def run(encoder_tokens, encoder_outputs):
-        steps, limits = decode_length(model, encoder_tokens, max_length)
-        if encoder_outputs is None:
-            encoder_outputs = model.encode(encoder_tokens)
-        if _use_graph_search(static_cache):
+    def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
+        if graph:
             from keras_trm.decoding.graph_search import graph_greedy
 
             return graph_greedy(model, encoder_tokens, steps, limits,
@@ -641,7 +653,8 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
                               start_id, end_id, encoder_outputs)
 
     key = ("greedy", max_length, use_cache, start_id, end_id)
-    return _run(model, key, run, encoder_tokens, encoder_outputs)
+    return _search(model, encoder_tokens, max_length, static_cache,
+                   encoder_outputs, key, drive)
 
 
 def top_k_rows(values, k):
@@ -808,14 +821,8 @@ def beam_search(
     rule = stop_rule(early_stopping)
     k = int(beam_size)
     alpha = float(length_penalty_alpha)
-    encoder_tokens = _check_tokens(encoder_tokens)
-    decode_length(model, encoder_tokens, max_length)  # checks max_length
-
-    def run(encoder_tokens, encoder_outputs):
-        steps, limits = decode_length(model, encoder_tokens, max_length)
-        if encoder_outputs is None:
-            encoder_outputs = model.encode(encoder_tokens)
-        if _use_graph_search(static_cache):
+    def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
+        if graph:
             from keras_trm.decoding.graph_search import graph_beam
 
             return graph_beam(model, encoder_tokens, steps, limits, k, alpha,
@@ -827,4 +834,5 @@ def beam_search(
 
     key = ("beam", k, alpha, rule, max_length, use_cache, return_all,
            start_id, end_id)
-    return _run(model, key, run, encoder_tokens, encoder_outputs)
+    return _search(model, encoder_tokens, max_length, static_cache,
+                   encoder_outputs, key, drive)
