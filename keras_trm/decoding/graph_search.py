@@ -167,16 +167,17 @@ def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
 
 
 def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
-               use_cache, start_id, end_id, encoder_outputs, return_all):
-    """``beam_search`` with finished sentences leaving the batch."""
-    from keras_trm.decoding import search as s
-
+               use_cache, start_id, end_id, encoder_outputs, return_all,
+               beam):
+    """``beam_search`` with finished sentences leaving the batch; ``beam``
+    holds the search's own pieces (``initial``, ``update``, ``result``,
+    ``length_penalty``), so that both loops run the same updates."""
     batch = tf.shape(encoder_tokens)[0]
     vocab = int(model.target_vocabulary_size)
     encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache,
                        hypotheses=k)
-    search = s._initial_beams(batch, k, steps, start_id)
+    search = beam["initial"](batch, k, steps, start_id)
     search_shapes = dict(
         alive_seq=tf.TensorShape([None, k, None]),
         alive_logp=tf.TensorShape([None, k]),
@@ -187,7 +188,7 @@ def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
         alive_len=tf.TensorShape([None]),
     )
     # lp at each sentence's token limit: the bound's denominator.
-    max_penalties = s.length_penalty(limits, alpha)
+    max_penalties = beam["length_penalty"](limits, alpha)
     beam_ids = tf.range(k)[None]
 
     def cond(i, active, search, results, state, context):
@@ -209,7 +210,7 @@ def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
         else:
             flat = tf.reshape(search["alive_seq"], [n * k, -1])
             logits, state = stepper(flat, i, state, context)
-        search, parent = s._beam_update(
+        search, parent = beam["update"](
             search, logits, i, tf.gather(limits, active),
             tf.gather(max_penalties, active), k, alpha, rule, end_id, vocab)
         # Rows of the decoder: each live hypothesis continues its parent's.
@@ -245,4 +246,4 @@ def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
                           search_shapes, search_shapes, state_shapes,
                           context_shapes),
     )
-    return s._beam_result(results, limits, k, alpha, return_all)
+    return beam["result"](results, limits, k, alpha, return_all)

@@ -827,7 +827,10 @@ def beam_search(
 
             return graph_beam(model, encoder_tokens, steps, limits, k, alpha,
                               rule, use_cache, start_id, end_id,
-                              encoder_outputs, return_all)
+                              encoder_outputs, return_all,
+                              dict(initial=_initial_beams, update=_beam_update,
+                                   result=_beam_result,
+                                   length_penalty=length_penalty))
         return _static_beam(model, encoder_tokens, steps, limits, k, alpha,
                             rule, use_cache, start_id, end_id,
                             encoder_outputs, return_all)
