@@ -251,6 +251,31 @@ def decode_length(model, encoder_tokens, max_length):
     return int(max_length), ops.full((batch,), int(max_length), "int32")
 
 
+def top_k(values, k):
+    """The ``k`` largest entries of each row, best first, ties to the lower
+    index, on every backend: ``(values (..., k), indices int32 (..., k))``.
+
+    ``ops.top_k`` on TensorFlow and JAX, which order ties so; PyTorch's
+    ``topk`` promises no order among equal values (on the CPU it returned
+    index 3 before 1 for two equal maxima), so there a stable descending
+    sort picks them (``ops.argsort`` of ``-values`` is stable on PyTorch).
+
+    Example:
+
+    >>> import numpy as np
+    >>> v, i = top_k(np.array([[1., 3., 0., 3.]], "float32"), 2)
+    >>> np.asarray(v).tolist(), np.asarray(i).tolist()
+    ([[3.0, 3.0]], [[1, 3]])
+    """
+    values = ops.convert_to_tensor(values)
+    if keras.backend.backend() == "torch":
+        order = ops.argsort(-values, axis=-1)[..., :k]
+        return ops.take_along_axis(values, order, axis=-1), ops.cast(order,
+                                                                    "int32")
+    top_values, indices = ops.top_k(values, k)
+    return top_values, ops.cast(indices, "int32")
+
+
 # -- the per-step updates (every driver runs these) ------------------------
 
 def _greedy_update(logits, finished, i, limits, end_id):
@@ -328,9 +353,8 @@ def _beam_update(search, logits, i, limits, max_penalties, k, alpha, rule,
     row_logp, row_token = top_k_rows(log_probs, per_row)
     row_logp = ops.expand_dims(alive_logp, 2) + ops.reshape(
         row_logp, (-1, k, per_row))
-    cand_logp, top = ops.top_k(ops.reshape(row_logp, (-1, k * per_row)),
+    cand_logp, top = top_k(ops.reshape(row_logp, (-1, k * per_row)),
                                num_candidates)
-    top = ops.cast(top, "int32")
     cand_beam = top // per_row
     cand_token = batch_gather(ops.reshape(row_token, (-1, k * per_row)), top)
     cand_seq = batch_gather(alive_seq, cand_beam)
@@ -344,8 +368,7 @@ def _beam_update(search, logits, i, limits, max_penalties, k, alpha, rule,
     in_top_k = ops.expand_dims(ops.arange(num_candidates) < k, 0)
 
     # The k best that have not ended stay live.
-    _, keep = ops.top_k(ops.where(ended, -float("inf"), cand_logp), k)
-    keep = ops.cast(keep, "int32")
+    _, keep = top_k(ops.where(ended, -float("inf"), cand_logp), k)
     new_logp = batch_gather(cand_logp, keep)
     new_seq = batch_gather(cand_seq, keep)
     parent = batch_gather(cand_beam, keep)
@@ -357,8 +380,7 @@ def _beam_update(search, logits, i, limits, max_penalties, k, alpha, rule,
     pool_score = ops.concatenate([finished_score, end_score], 1)
     pool_flag = ops.concatenate([finished_flag, new_finished], 1)
     pool_seq = ops.concatenate([finished_seq, cand_seq], 1)
-    finished_score, best = ops.top_k(pool_score, k)
-    best = ops.cast(best, "int32")
+    finished_score, best = top_k(pool_score, k)
     finished_flag = batch_gather(pool_flag, best)
     finished_seq = batch_gather(pool_seq, best)
 
@@ -667,7 +689,7 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
 
 
 def top_k_rows(values, k):
-    """``ops.top_k(values, k)`` for float ``(rows, V)`` with ``k`` much
+    """``top_k(values, k)`` for float ``(rows, V)`` with ``k`` much
     smaller than ``V``: the same values and indices in the same order (ties:
     the lower index first), several times faster on CPU.
 
@@ -698,19 +720,17 @@ def top_k_rows(values, k):
     chunk = max(8, int((width / k) ** 0.5))
     num_chunks = -(-width // chunk)
     if num_chunks <= k or width < 4 * k * chunk:
-        top_values, indices = ops.top_k(values, k)
-        return top_values, ops.cast(indices, "int32")
+        return top_k(values, k)
     pad = num_chunks * chunk - width
     if pad:
         values = ops.pad(values, [[0, 0], [0, pad]],
                          constant_values=-float("inf"))
     chunks = ops.reshape(values, (-1, num_chunks, chunk))
-    _, best = ops.top_k(ops.max(chunks, -1), k)
+    _, best = top_k(ops.max(chunks, -1), k)
     # Index order: ties go to the lower index.
-    best = ops.sort(ops.cast(best, "int32"), axis=-1)
+    best = ops.sort(best, axis=-1)
     candidates = ops.reshape(batch_gather(chunks, best), (-1, k * chunk))
-    top_values, at = ops.top_k(candidates, k)
-    at = ops.cast(at, "int32")
+    top_values, at = top_k(candidates, k)
     indices = batch_gather(best, at // chunk) * chunk + at % chunk
     return top_values, indices
 

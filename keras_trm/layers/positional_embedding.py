@@ -103,7 +103,7 @@ class PositionalEmbedding(keras.layers.Layer):
     >>> x = embed(ids)
     >>> tuple(x.shape)
     (1, 4, 16)
-    >>> embed.compute_mask(ids).numpy().tolist()
+    >>> np.asarray(embed.compute_mask(ids)).tolist()
     [[True, True, True, False]]
     >>> tuple(embed(x, reverse=True).shape)   # logits with the shared table
     (1, 4, 100)

@@ -75,7 +75,7 @@ def relative_position_encoding(length, d_model, clamp_len=None,
     >>> r = relative_position_encoding(5, 8)
     >>> tuple(r.shape)
     (5, 8)
-    >>> r.numpy()[-1].tolist()   # last row: distance 0 -> sines 0, cosines 1
+    >>> np.asarray(r)[-1].tolist()   # last row: distance 0 -> sines 0, cosines 1
     [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     """
     v.positive_int("d_model", d_model)
@@ -128,7 +128,7 @@ def rel_shift(x):
 
     >>> import numpy as np
     >>> x = np.arange(6, dtype="float32").reshape(2, 3)   # T=2, K=3
-    >>> y = rel_shift(x).numpy()
+    >>> y = np.asarray(rel_shift(x))
     >>> y[0, :2].tolist(), y[1].tolist()   # y[i, j] = x[i, j + T - 1 - i]
     ([1.0, 2.0], [3.0, 4.0, 5.0])
     """

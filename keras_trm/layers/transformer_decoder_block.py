@@ -170,6 +170,9 @@ class TransformerDecoderBlock(_BlockBase):
                 grouped, cross_attention_cache, attention_mask=cross_mask)
             return ops.reshape(out, shape)
 
+        # A NumPy array (``__call__`` would convert it) plus a PyTorch tensor
+        # is a TypeError.
+        inputs = ops.convert_to_tensor(inputs, self.compute_dtype)
         x = self._residual(inputs, self.self_attention_norm, self_attend, False)
         x = self._residual(x, self.cross_attention_norm, cross_attend, False)
         return self._ffn(x, False), new_cache

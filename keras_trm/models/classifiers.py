@@ -128,7 +128,7 @@ def lstm_classifier(
     >>> import numpy as np
     >>> model = lstm_classifier(vocabulary_size=50, embedding_dim=8, units=8,
     ...                         layer_norm=True)
-    >>> probs = model(np.array([[4, 5, 6, 0, 0]], "int32"))
+    >>> probs = np.asarray(model(np.array([[4, 5, 6, 0, 0]], "int32")))
     >>> tuple(probs.shape), bool(np.isclose(float(np.sum(probs)), 1.0))
     ((1, 2), True)
     >>> bool(np.allclose(model(np.array([[4, 5, 6]], "int32")), probs, atol=1e-6))
@@ -209,7 +209,7 @@ def encoder_classifier(
     >>> import numpy as np
     >>> model = encoder_classifier(vocabulary_size=50, num_layers=1, d_model=16,
     ...                            num_heads=2, d_ff=32, max_length=16)
-    >>> probs = model(np.array([[4, 5, 6, 0], [7, 8, 0, 0]], "int32"))
+    >>> probs = np.asarray(model(np.array([[4, 5, 6, 0], [7, 8, 0, 0]], "int32")))
     >>> tuple(probs.shape), bool(np.allclose(np.sum(probs, axis=-1), 1.0))
     ((2, 2), True)
     """

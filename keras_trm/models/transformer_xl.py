@@ -353,7 +353,9 @@ class TransformerXLLM(keras.Model):
             memories = [ops.convert_to_tensor(m) for m in memories]
             self._check_memories(memories, token_ids)
         seg = token_ids.shape[1]
-        if seg is None:
+        if seg is None and keras.backend.backend() == "tensorflow":
+            # A dynamic length in a TensorFlow graph, checked when it runs
+            # (JAX and PyTorch have concrete shapes, checked above).
             import tensorflow as tf
 
             tf.debugging.assert_less_equal(
