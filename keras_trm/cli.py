@@ -184,9 +184,29 @@ def parse_config(parser, config_cls, argv):
     (``SystemExit``), so does a config whose ``validate()`` method raises
     ``ValueError``/``TypeError``.
     """
-    namespace = parser.parse_args(normalize_argv(argv, _field_kinds(parser, config_cls)))
-    config = config_cls(**{f.name: namespace[f.name]
-                           for f in dataclasses.fields(config_cls)})
+    argv = normalize_argv(argv, _field_kinds(parser, config_cls))
+    namespace = parser.parse_args(argv)
+    fields = [f.name for f in dataclasses.fields(config_cls)]
+    if "preset" in fields and namespace["preset"]:
+        # The preset's values become the flags' defaults and the arguments
+        # are read again: a flag (or a --config key) always wins, even one
+        # equal to the dataclass default, and the namespace (written to
+        # config.yaml) holds what runs.
+        from keras_trm.training.presets import preset
+
+        values = {k: v for k, v in preset(namespace["preset"]).items()
+                  if k in fields}
+        saved = {k: parser.get_default(k) for k in values}
+        parser.set_defaults(**values)
+        try:
+            namespace = parser.parse_args(argv)
+        finally:
+            parser.set_defaults(**saved)  # the parser may be used again
+    config = config_cls(**{name: namespace[name] for name in fields})
+    if "preset" in fields:
+        # Applied above: the job's own apply_preset must not apply it again
+        # over flags that equal the dataclass defaults.
+        config = dataclasses.replace(config, preset="")
     if hasattr(config, "validate"):
         try:
             config.validate()
@@ -215,6 +235,39 @@ def write_run_config(parser, namespace, workdir=None):
 # --- the subcommands -------------------------------------------------------------
 
 
+def saved_model_problem(path, flag="--model"):
+    """What is wrong with ``path`` as a SavedModel folder, in one line, or
+    None: missing, a file, or a folder without ``saved_model.pb`` (for a
+    model base folder, the versions found in it).
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> base = pathlib.Path(tempfile.mkdtemp())
+    >>> (base / "3").mkdir(); (base / "3" / "saved_model.pb").touch()
+    >>> saved_model_problem(base / "3") is None
+    True
+    >>> print(saved_model_problem(base))   # doctest: +ELLIPSIS
+    --model '...' is a model base folder, not a SavedModel: pass one of its versions [3], e.g. --model .../3
+    """
+    folder = pathlib.Path(path)
+    if not folder.exists():
+        return f"{flag} {str(path)!r} does not exist; expected a SavedModel folder export/<name>/<version>"
+    if not folder.is_dir():
+        return f"{flag} {str(path)!r} is a file; expected a SavedModel folder export/<name>/<version>"
+    if (folder / "saved_model.pb").is_file():
+        return None
+    versions = sorted(int(d.name) for d in folder.iterdir()
+                      if d.is_dir() and d.name.isdigit()
+                      and (d / "saved_model.pb").is_file())
+    if versions:
+        return (f"{flag} {str(path)!r} is a model base folder, not a SavedModel: "
+                f"pass one of its versions {versions}, e.g. {flag} "
+                f"{folder / str(versions[-1])}")
+    return (f"{flag} {str(path)!r} has no saved_model.pb: not a SavedModel "
+            "folder export/<name>/<version>")
+
+
 def translate_main(argv):
     """Translate sentences with an exported translation SavedModel."""
     parser = argparse.ArgumentParser(
@@ -226,6 +279,9 @@ def translate_main(argv):
     parser.add_argument("sentences", nargs="*",
                         help="source sentences (default: read stdin lines)")
     args = parser.parse_args(argv)
+    problem = saved_model_problem(args.model)
+    if problem:
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
     quiet_cuda_probe()
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)

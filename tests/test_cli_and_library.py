@@ -491,3 +491,59 @@ def test_integer_ids_check_names_argument_dtype_and_shape():
     with pytest.raises(TypeError, match="`labels` must be integer class ids, "
                        "got dtype bool"):
         v.integer_ids("labels", np.zeros(3, bool), what="integer class ids")
+
+
+def test_translate_names_a_path_that_is_not_a_saved_model(tmp_path, capsys):
+    """``keras-trm translate --model`` with a missing path, a file, a folder
+    without a SavedModel or a model base folder: exit 2 and one line that
+    says what it expected (the versions found, for a base folder), before
+    TensorFlow loads anything."""
+    base = tmp_path / "model"
+    (base / "2").mkdir(parents=True)
+    (base / "2" / "saved_model.pb").write_bytes(b"")
+    (base / "7").mkdir()  # a version folder without a SavedModel: not listed
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    cases = [(tmp_path / "nope", "does not exist"),
+             (tmp_path / "file.txt", "is a file"),
+             (tmp_path / "empty", "has no saved_model.pb"),
+             (base, f"versions [2], e.g. --model {base / '2'}")]
+    for path, words in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.translate_main(["--model", str(path), "A dog."])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err and str(path) in err, err
+
+
+def test_a_flag_always_wins_over_the_preset(tmp_path):
+    """``--preset tiny --d_model 30 --num_heads 4`` trains with 4 heads
+    although 4 is also the dataclass default; every flag of a preset given
+    explicitly (values equal to the defaults included) is what runs and what
+    config.yaml records; the preset fills the rest."""
+    from keras_trm.jobs.translation import TranslationConfig
+    from keras_trm.training.presets import apply_preset, preset
+
+    parser = _parser(TranslationConfig)
+    run = ["--workdir", str(tmp_path / "run"), "--data-dir", str(tmp_path)]
+    config, args = parse_config(parser, TranslationConfig,
+                                ["--preset", "tiny", "--d_model", "30",
+                                 "--num_heads", "4"] + run)
+    assert (config.d_model, config.num_heads) == (30, 4)
+    assert (config.num_layers, config.d_ff) == (1, 64)  # from the preset
+    assert apply_preset(config) == config  # the job applies nothing more
+    written = yaml.safe_load(cli.write_run_config(parser, args).read_text())
+    assert (written["preset"], written["num_heads"], written["d_ff"]) == ("tiny", 4, 64)
+    defaults = TranslationConfig()
+    tiny = preset("tiny")
+    explicit = []
+    for name in tiny:
+        value = getattr(defaults, name)
+        explicit += [f"--{name}", str(value).lower() if isinstance(value, bool)
+                     else str(value)]
+    config, _ = parse_config(parser, TranslationConfig,
+                             ["--preset", "tiny"] + explicit + run)
+    assert {name: getattr(config, name) for name in tiny} == {
+        name: getattr(defaults, name) for name in tiny}
+    # The parser is left as it was: without --preset, the defaults again.
+    assert parse_config(parser, TranslationConfig, run)[0].d_model == defaults.d_model
