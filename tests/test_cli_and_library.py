@@ -517,7 +517,7 @@ def test_translate_names_a_path_that_is_not_a_saved_model(tmp_path, capsys):
 
 
 def test_a_flag_always_wins_over_the_preset(tmp_path):
-    """``--preset tiny --d_model 30 --num_heads 4`` trains with 4 heads
+    """``--preset tiny --d_model 48 --num_heads 4`` trains with 4 heads
     although 4 is also the dataclass default; every flag of a preset given
     explicitly (values equal to the defaults included) is what runs and what
     config.yaml records; the preset fills the rest."""
@@ -527,9 +527,9 @@ def test_a_flag_always_wins_over_the_preset(tmp_path):
     parser = _parser(TranslationConfig)
     run = ["--workdir", str(tmp_path / "run"), "--data-dir", str(tmp_path)]
     config, args = parse_config(parser, TranslationConfig,
-                                ["--preset", "tiny", "--d_model", "30",
+                                ["--preset", "tiny", "--d_model", "48",
                                  "--num_heads", "4"] + run)
-    assert (config.d_model, config.num_heads) == (30, 4)
+    assert (config.d_model, config.num_heads) == (48, 4)
     assert (config.num_layers, config.d_ff) == (1, 64)  # from the preset
     assert apply_preset(config) == config  # the job applies nothing more
     written = yaml.safe_load(cli.write_run_config(parser, args).read_text())
@@ -547,3 +547,24 @@ def test_a_flag_always_wins_over_the_preset(tmp_path):
         name: getattr(defaults, name) for name in tiny}
     # The parser is left as it was: without --preset, the defaults again.
     assert parse_config(parser, TranslationConfig, run)[0].d_model == defaults.d_model
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--beam_size", "0"], "beam_size=0"),
+    (["--epochs", "0"], "epochs=0"),
+    (["--epochs", "-1"], "epochs=-1"),
+    (["--time_budget_minutes", "-5"], "time_budget_minutes=-5.0"),
+    (["--d_model", "30", "--num_heads", "4"], "d_model=30 and num_heads=4"),
+    (["--length_penalty", "-0.5"], "length_penalty=-0.5"),
+])
+def test_bad_training_flags_stop_before_anything_is_written(tmp_path, capsys,
+                                                            flags, words):
+    """Exit 2 naming the flag and the value, no traceback, no run folder."""
+    workdir = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.train_translation_main(flags + ["--workdir", str(workdir),
+                                            "--data-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+    assert not workdir.exists()

@@ -46,6 +46,7 @@ from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
 from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
+from keras_trm.layers import _validation as v
 from keras_trm.models import transformer
 from keras_trm.text import (
     SentencePieceTokenizer,
@@ -256,6 +257,32 @@ class TranslationConfig:
     ``keras_trm.data.prepare_shards``); with several workers each corpus is
     cut into at least 4 shards per worker."""
 
+    def validate(self):
+        """Raises ``ValueError``/``TypeError`` naming a bad field and its
+        value (``keras-trm train-translation`` turns it into a usage error,
+        exit 2, before anything is written; ``run`` checks too)."""
+        for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
+                     "d_ff", "max_length", "warmup_steps", "tokens_per_batch",
+                     "epochs", "average_last", "beam_size", "parallel_searches",
+                     "eval_every_epochs", "save_freq", "tensorboard_every_steps",
+                     "shuffle_buffer", "pairs_per_shard"):
+            v.positive_int(name, getattr(self, name))
+        for name in ("seed", "limit", "tokens_per_step", "checkpoint_every_steps",
+                     "validation_limit", "export_jit_compile_max_batch_size"):
+            v.non_negative_int(name, getattr(self, name))
+        v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
+        v.rate("dropout_rate", self.dropout_rate)
+        v.rate("label_smoothing", self.label_smoothing)
+        v.positive_float("time_budget_minutes", self.time_budget_minutes)
+        v.positive_float("lr_scale", self.lr_scale)
+        if not self.length_penalty >= 0:
+            raise ValueError("`length_penalty` must be >= 0, got "
+                             f"length_penalty={self.length_penalty!r}")
+        if not self.checkpoint_every_minutes >= 0:
+            raise ValueError("`checkpoint_every_minutes` must be >= 0, got "
+                             f"checkpoint_every_minutes={self.checkpoint_every_minutes!r}")
+        stop_rule(self.early_stopping)
+
 
 def vocabulary_kind(config):
     """The vocabulary a config asks for (``"auto"`` resolved)."""
@@ -433,6 +460,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 
 def _run(config, data_dir, workdir, export_dir, samples):
     config = apply_preset(config or TranslationConfig())
+    config.validate()
     config = dataclasses.replace(config, model_name=_model_name(config))
     stop_rule(config.early_stopping)  # a bad value fails now, not after training
     if config.parallel_searches < 1:
