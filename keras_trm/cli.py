@@ -20,6 +20,7 @@ the same functions.
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import typing
@@ -268,6 +269,35 @@ def saved_model_problem(path, flag="--model"):
             "folder export/<name>/<version>")
 
 
+def folder_problem(flag, path):
+    """Why ``path`` cannot be a folder a job writes into, in one line, or
+    None: it is a file, or it (or its nearest existing parent) is not
+    writable. Nothing is created.
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> folder_problem("--workdir", root / "new" / "run") is None
+    True
+    >>> (root / "f").write_text("x")
+    1
+    >>> print(folder_problem("--export_dir", root / "f"))  # doctest: +ELLIPSIS
+    --export_dir '...f' is a file, not a folder
+    """
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_dir():
+        return f"{flag} {str(path)!r} is a file, not a folder"
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{flag} {str(path)!r}: {str(existing)!r} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {str(path)!r}: {str(existing)!r} is not writable"
+    return None
+
+
 def translate_main(argv):
     """Translate sentences with an exported translation SavedModel."""
     parser = argparse.ArgumentParser(
@@ -304,6 +334,10 @@ def train_translation_main(argv, prog="keras-trm train-translation"):
         "a raw-text SavedModel.", TranslationConfig, "runs/multi30k",
         results_dir=False)
     config, args = parse_config(parser, TranslationConfig, argv)
+    problem = (folder_problem("--workdir", args.workdir)
+               or folder_problem("--export_dir", args.export_dir))
+    if problem:
+        parser.error(problem)
     quiet_cuda_probe()
     write_run_config(parser, args)
     result = run(config, args.data_dir, args.workdir, args.export_dir,
@@ -373,6 +407,9 @@ def serve_parser():
          help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
     flag("max_request_bytes", type=int, default=4 * 1024 * 1024,
          help="largest REST body / gRPC message (default 4 MiB; more gets 413)")
+    flag("max_request_rows", type=int, default=4096,
+         help="most rows (instances) in one request, checked before any "
+         "value is expanded (default 4096; more gets INVALID_ARGUMENT / 400)")
     flag("tensorflow_intra_op_parallelism", type=int, default=0,
          help="threads within one TensorFlow op (0: one per core); 1 serves "
          "many concurrent requests faster")
@@ -423,9 +460,10 @@ def serve_main(argv):
                          rest_api_num_threads=args.rest_api_num_threads,
                          grpc_max_threads=args.grpc_max_threads,
                          max_request_bytes=args.max_request_bytes,
+                         max_request_rows=args.max_request_rows,
                          monitoring_path=metrics_path)
     try:
-        server.serve_forever(grace=args.shutdown_grace_seconds,
+        server.serve_forever(grace=args.shutdown_grace_seconds, exit_after_grace=True,
                              info={"tensorflow_threads": threads})
     except (OSError, ValueError) as err:
         # Start-up failures: a base path that is not a folder, a port in use.

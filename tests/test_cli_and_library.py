@@ -568,3 +568,20 @@ def test_bad_training_flags_stop_before_anything_is_written(tmp_path, capsys,
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err, err
     assert not workdir.exists()
+
+
+def test_unusable_folders_stop_before_anything_is_written(tmp_path, capsys):
+    """An --export_dir or --workdir that is a file (or under one) stops the
+    job at once: exit 2, one error line naming the flag and the path."""
+    (tmp_path / "file").write_text("x")
+    for flags, words in [
+            (["--export_dir", str(tmp_path / "file")], "--export_dir"),
+            (["--workdir", str(tmp_path / "file" / "run")], "--workdir")]:
+        args = ["--workdir", str(tmp_path / "run"), "--data-dir",
+                str(tmp_path)] + flags
+        with pytest.raises(SystemExit) as exit_info:
+            cli.train_translation_main(args)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert words in err and "is a file" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
