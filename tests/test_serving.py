@@ -170,6 +170,11 @@ BAD_BODIES = [
     ({"instances": ["a"]}, "/labels/stable:predict", 404, "stable"),
     ({"instances": ["a"]}, ":classify", 501, "classify"),
     (b'{"instances": ["' + b"a" * 70_000 + b'"]}', ":predict", 413, "limit"),
+    # Nested deeper than Python's recursion limit, under the size limit.
+    (b'{"instances": ' + b"[" * 30_000 + b"]" * 30_000 + b"}", ":predict", 400,
+     "nested too deeply"),
+    # A scalar in columnar form: the signature takes a list of rows.
+    ({"inputs": "A dog."}, ":predict", 400, "shape []"),
 ]
 
 
@@ -191,6 +196,7 @@ def test_unknown_routes_models_and_methods_get_json_errors(server):
                                  ("get", "/v1/models/nope/metadata", 404),
                                  ("post", "/v1/models/nope:predict", 404),
                                  ("get", "/no/such/route", 404),
+                                 ("get", "/v1/models/toy:predict", 405),
                                  ("delete", "/v1/models/toy/versions/2", 405)]:
         reply = getattr(requests, method)(url + path, timeout=TIMEOUT)
         assert reply.status_code == status, (path, reply.text)
@@ -256,6 +262,43 @@ def test_grpc_predict_metadata_and_status(server):
         (2, get_model_status_pb2.ModelVersionStatus.AVAILABLE)]
 
 
+def _declared(values, shape):
+    """A string TensorProto of ``values`` declaring ``shape``."""
+    proto = tf.make_tensor_proto(values)
+    del proto.tensor_shape.dim[:]
+    for size in shape:
+        proto.tensor_shape.dim.add(size=size)
+    return proto
+
+
+def test_grpc_shape_bomb_and_rest_rows_are_refused_by_the_row_limit(server):
+    """More rows than max_request_rows (4096 by default) get
+    INVALID_ARGUMENT / 400 naming the limit, fast; one value filling a small
+    shape is still TensorFlow's splat."""
+    _, url, channel, _ = server
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "toy"
+    request.inputs["text"].CopyFrom(_declared(["a"], [200_000]))
+    assert request.ByteSize() < 100
+    start = time.perf_counter()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Predict(request, timeout=TIMEOUT)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "200000 rows" in err.value.details()
+    assert "max_request_rows" in err.value.details()
+    assert time.perf_counter() - start < TIMEOUT
+    request.inputs["text"].CopyFrom(_declared(["a"], [3]))
+    out = stub.Predict(request, timeout=TIMEOUT).outputs["loud"]
+    assert tf.make_ndarray(out).tolist() == [b"A!"] * 3
+    body = json.dumps({"instances": ["a"] * 5000}).encode()
+    reply = requests.post(f"{url}/v1/models/toy:predict", data=body, timeout=TIMEOUT)
+    assert reply.status_code == 400 and "max_request_rows" in reply.json()["error"]
+    reply = requests.post(f"{url}/v1/models/toy:predict", timeout=TIMEOUT,
+                          data=json.dumps({"inputs": ["a"] * 5000}).encode())
+    assert reply.status_code == 400 and "5000 rows" in reply.json()["error"]
+
+
 @pytest.mark.parametrize("change, code", [
     (lambda r: setattr(r.model_spec, "name", "nope"), grpc.StatusCode.NOT_FOUND),
     (lambda r: r.model_spec.version.CopyFrom(type(r.model_spec.version)(value=7)),
@@ -270,6 +313,12 @@ def test_grpc_predict_metadata_and_status(server):
     (lambda r: r.output_filter.append("nope"), grpc.StatusCode.INVALID_ARGUMENT),
     (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto(["a" * 70_000])),
      grpc.StatusCode.RESOURCE_EXHAUSTED),
+    # A 47-byte shape bomb: one value declared as 200,000 rows (TensorFlow
+    # would repeat it), refused before it is expanded.
+    (lambda r: r.inputs["text"].CopyFrom(_declared(["a"], [200_000])),
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (lambda r: r.inputs["text"].CopyFrom(_declared(["a", "b"], [3])),
+     grpc.StatusCode.INVALID_ARGUMENT),
 ])
 def test_grpc_errors_carry_tf_serving_codes(server, change, code):
     _, _, channel, _ = server
@@ -697,6 +746,63 @@ def test_cli_takes_tf_serving_flags_and_drains_on_sigterm(tmp_path, free_ports):
     # Unloading logs what batching did: the one request ran in one batch.
     assert "batching: 1 requests in 1 batches (1.00 rows per batch)" in (
         tmp_path / "server.log").read_text()
+
+
+class _Spin(tf.Module):
+    """A model that computes for as long as it is asked (``steps`` loop
+    iterations): a server busy in a request."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="steps")])
+    def spin(self, steps):
+        n = tf.cast(steps[0], tf.int64)
+        _, total = tf.while_loop(lambda i, t: i < n,
+                                 lambda i, t: (i + 1, t + tf.sin(t + 1.0)),
+                                 (tf.constant(0, tf.int64), tf.constant(0.0)))
+        return {"total": tf.fill(tf.shape(steps), total)}
+
+
+def test_sigterm_ends_a_busy_server_within_its_grace(tmp_path, free_ports):
+    """A request that would compute for minutes is in a model when SIGTERM
+    arrives: the process exits (status 0) within the grace period plus a
+    margin, not when the computation ends."""
+    spin = _Spin()
+    export_module(spin, tmp_path, "spin", {"serving_default": spin.spin})
+    rest, grpc_port = free_ports(2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keras_trm.cli", "serve", f"--rest_api_port={rest}",
+         "--port", str(grpc_port), "--model_name", "spin", "--model_base_path",
+         str(tmp_path / "spin"), "--file_system_poll_wait_seconds", "0",
+         "--shutdown_grace_seconds", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, "the server did not start"
+        import psutil
+
+        server = psutil.Process(proc.pid)
+        busy_from = sum(server.cpu_times()[:2])
+        channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "spin"
+        # About 10^9 loop iterations: minutes of work. gRPC's worker threads
+        # are joined when the interpreter exits, so this kept the process
+        # alive after "server stopped".
+        request.inputs["steps"].CopyFrom(tf.make_tensor_proto([1e9], tf.float32))
+        pending = prediction_service_pb2_grpc.PredictionServiceStub(
+            channel).Predict.future(request, timeout=TIMEOUT)
+        _wait_for(lambda: sum(server.cpu_times()[:2]) > busy_from + 2.0,
+                  "the server to compute the request")
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(TIMEOUT) == 0
+        assert time.monotonic() - start < 1 + 15
+        assert not pending.done() or pending.exception() is not None
+        channel.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(TIMEOUT)
+        proc.stdout.close()
 
 
 def test_cli_refuses_bad_thread_flags_before_touching_tensorflow(tmp_path, capsys):

@@ -22,6 +22,7 @@ from tensorflow_serving.apis import (
     predict_pb2, prediction_service_pb2_grpc)
 
 from keras_trm.serving.errors import InvalidArgument, ServingError
+from keras_trm.serving.rest import DEFAULT_MAX_REQUEST_ROWS, check_rows
 
 log = logging.getLogger("keras_trm.serving")
 
@@ -57,13 +58,67 @@ def _guard(method):
     return wrapper
 
 
+def _count_values(proto):
+    """How many values a TensorProto carries (``tensor_content`` bytes / the
+    item size, or the length of its typed repeated field); None when the
+    dtype is not one of the request dtypes checked here."""
+    import numpy as np
+    from tensorflow.core.framework import types_pb2
+
+    if proto.dtype == types_pb2.DT_STRING:
+        return len(proto.string_val)
+    fields = {types_pb2.DT_FLOAT: ("float_val", np.float32),
+              types_pb2.DT_DOUBLE: ("double_val", np.float64),
+              types_pb2.DT_INT32: ("int_val", np.int32),
+              types_pb2.DT_INT64: ("int64_val", np.int64),
+              types_pb2.DT_BOOL: ("bool_val", np.bool_)}
+    if proto.dtype not in fields:
+        return None
+    field, dtype = fields[proto.dtype]
+    if proto.tensor_content:
+        return len(proto.tensor_content) // np.dtype(dtype).itemsize
+    return len(getattr(proto, field))
+
+
+def check_tensor_proto(key, proto, max_request_rows):
+    """Refuses, before TensorFlow expands it, a TensorProto whose declared
+    shape has more than ``max_request_rows`` rows, or more elements than its
+    values where it has more than one value (TensorFlow repeats a single
+    value, or the last one, to fill the shape: a 47-byte request can
+    declare millions of elements). One value filling a shape (a splat)
+    stays allowed up to ``max_request_rows`` elements.
+
+    Raises:
+        InvalidArgument: naming the input, the declared shape and the limit.
+    """
+    dims = [d.size for d in proto.tensor_shape.dim]
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"input {key!r}: a negative dimension in shape {dims}")
+    if dims:
+        check_rows(key, dims[0], max_request_rows)
+    elements = 1
+    for d in dims:
+        elements *= d
+    given = _count_values(proto)
+    if given is None or given == elements:
+        return
+    if given > 1 or elements > max_request_rows:
+        raise InvalidArgument(
+            f"input {key!r}: shape {dims} declares {elements} values but the "
+            f"tensor carries {given} (only a single value may fill a shape, "
+            f"and only up to {max_request_rows} values: max_request_rows)")
+
+
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     """``Predict`` and ``GetModelMetadata`` over a ``ModelManager``
-    (``metrics``: an optional ``monitoring.Metrics`` recording each call)."""
+    (``metrics``: an optional ``monitoring.Metrics`` recording each call;
+    ``max_request_rows``: the most rows an input may declare)."""
 
-    def __init__(self, manager, metrics=None):
+    def __init__(self, manager, metrics=None,
+                 max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
         self.manager = manager
         self.metrics = metrics
+        self.max_request_rows = int(max_request_rows)
 
     @_guard
     def Predict(self, request, context):  # noqa: N802 - gRPC method name
@@ -75,10 +130,15 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             servable.input_specs(signature_name)  # NOT_FOUND before parsing
             inputs = {}
             for key, proto in request.inputs.items():
+                check_tensor_proto(key, proto, self.max_request_rows)
                 try:
                     inputs[key] = tf.make_ndarray(proto)
                 except Exception as err:  # noqa: BLE001 - a malformed TensorProto
                     raise InvalidArgument(f"input {key!r}: bad TensorProto: {err}") from err
+            if not context.is_active():
+                # The client gave up (deadline, cancel) before the model ran.
+                raise ServingError("the client cancelled the request or its "
+                                   "deadline passed", code="CANCELLED")
             outputs = servable.predict(signature_name, inputs,
                                        tuple(request.output_filter))
             response = predict_pb2.PredictResponse()
@@ -130,10 +190,11 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-def add_services(server, manager, metrics=None):
+def add_services(server, manager, metrics=None,
+                 max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
     """Registers both services of ``manager`` on a ``grpc.Server``; calls
     are recorded in ``metrics`` (a ``monitoring.Metrics``) where given."""
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionService(manager, metrics), server)
+        PredictionService(manager, metrics, max_request_rows), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(
         ModelService(manager, metrics), server)

@@ -34,6 +34,7 @@ exception) for anything else.
 import base64
 import binascii
 import json
+import sys
 import threading
 import time
 
@@ -43,6 +44,28 @@ from keras_trm.serving.errors import (
     InvalidArgument, ServingError, Unavailable, check_input_names)
 
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# Rows (instances) one request may hold, over REST and gRPC: a body of a
+# million tiny instances, or a gRPC TensorProto declaring shape [200000]
+# with one value (which TensorFlow repeats), stays far below
+# max_request_bytes and would still expand to gigabytes.
+DEFAULT_MAX_REQUEST_ROWS = 4096
+
+
+def check_rows(name, rows, max_request_rows):
+    """Raises ``InvalidArgument`` when input ``name`` has more than
+    ``max_request_rows`` rows (its first dimension).
+
+    Example:
+
+    >>> check_rows("text", 3, 4)
+    >>> check_rows("text", 5, 4)   # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    InvalidArgument: input 'text' has 5 rows, over the limit of 4 rows per request (max_request_rows)
+    """
+    if rows > max_request_rows:
+        raise InvalidArgument(
+            f"input {name!r} has {rows} rows, over the limit of "
+            f"{max_request_rows} rows per request (max_request_rows)")
 # TF Serving's status code name of a REST answer, where no ServingError named it.
 _STATUS_CODE = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
                 413: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -100,6 +123,10 @@ def to_array(value, spec, name):
         check(value)
     try:
         array = tf.constant(value, dtype=spec.dtype).numpy()
+        if not isinstance(array, np.ndarray):
+            # A scalar string comes back as bytes: an array still, so that
+            # the shape check names it.
+            array = np.asarray(array, dtype=object)
     except (TypeError, ValueError, OverflowError, tf.errors.InvalidArgumentError) as err:
         raise InvalidArgument(
             f"input {name!r}: cannot convert to a {spec.dtype.name} tensor "
@@ -107,17 +134,20 @@ def to_array(value, spec, name):
     return array
 
 
-def request_arrays(body, specs):
+def request_arrays(body, specs, max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
     """Parses a ``:predict`` body into ``({name: array}, row_format)``.
 
     Args:
         body: the decoded JSON object.
         specs: ``{input name: tf.TensorSpec}`` of the signature.
+        max_request_rows: the most instances (rows of an input) accepted,
+            checked before any value is converted.
 
     Raises:
         InvalidArgument: both or neither of ``instances``/``inputs``, an
             empty list, instances that are not alike, missing or unknown
-            input names, or values that do not convert.
+            input names, more than ``max_request_rows`` rows, or values
+            that do not convert.
     """
     if ("instances" in body) == ("inputs" in body):
         raise InvalidArgument(
@@ -131,6 +161,7 @@ def request_arrays(body, specs):
                 f"'instances' must be a list, got {type(rows).__name__}")
         if not rows:
             raise InvalidArgument("'instances' is an empty list")
+        check_rows("instances", len(rows), max_request_rows)
         named = all(isinstance(r, dict) and not _is_b64(r) for r in rows)
         if len(specs) == 1 and not (named and set(rows[0]) <= set(specs)):
             columns = {names[0]: rows}
@@ -159,6 +190,8 @@ def request_arrays(body, specs):
     for key, value in columns.items():
         if isinstance(value, list) and not value:
             raise InvalidArgument(f"input {key!r} is an empty list")
+        if isinstance(value, list):
+            check_rows(key, len(value), max_request_rows)
         arrays[key] = to_array(value, specs[key], key)
     return arrays, "instances" in body
 
@@ -237,7 +270,8 @@ class _InFlight:
 
 
 def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
-               metrics=None, metrics_path=None):
+               metrics=None, metrics_path=None,
+               max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
     """A Flask WSGI app answering TF Serving's REST API.
 
     Args:
@@ -246,6 +280,8 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
         model_name: URL name when ``manager`` is a path (default: the
             folder's name).
         max_request_bytes: int, larger bodies get 413.
+        max_request_rows: int, the most instances one request may hold;
+            more get 400 naming the limit (checked before conversion).
         metrics: optional ``keras_trm.serving.monitoring.Metrics``; every
             request naming a model is recorded in it.
         metrics_path: URL path answering ``GET`` with ``metrics`` in the
@@ -366,6 +402,10 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
     @app.get("/v1/models/<name>/versions/<int:version>")
     @app.get("/v1/models/<name>/labels/<label>")
     def status(name, version=None, label=None):
+        if ":" in name:
+            # GET /v1/models/<name>:predict: the POST-only route, not a model
+            # called "<name>:predict".
+            raise werkzeug.exceptions.MethodNotAllowed(valid_methods=["POST"])
         return reply(status_json(manager.status(name, version, label)))
 
     @app.get("/v1/models/<name>/metadata")
@@ -390,6 +430,10 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
             body = json.loads(text)
         except json.JSONDecodeError as err:
             raise InvalidArgument(f"JSON Parse error: {err}") from err
+        except RecursionError:
+            raise InvalidArgument(
+                "JSON Parse error: the body is nested too deeply (more than "
+                f"about {sys.getrecursionlimit()} levels)") from None
         if not isinstance(body, dict):
             raise InvalidArgument(
                 f"the request body must be a JSON object, got {type(body).__name__}")
@@ -409,7 +453,7 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
                 raise InvalidArgument(
                     f"'signature_name' must be a string, got {signature_name!r}")
             specs = servable.input_specs(signature_name)
-            arrays, row_format = request_arrays(body, specs)
+            arrays, row_format = request_arrays(body, specs, max_request_rows)
             outputs = servable.predict(signature_name, arrays)
             return reply(response_json(outputs, row_format))
 

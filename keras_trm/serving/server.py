@@ -8,10 +8,12 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 
-from keras_trm.serving.rest import DEFAULT_MAX_REQUEST_BYTES, create_app
+from keras_trm.serving.rest import (DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_ROWS,
+                                    create_app)
 
 log = logging.getLogger("keras_trm.serving")
 
@@ -54,6 +56,9 @@ class ModelServer:
             once; more wait in its queue).
         grpc_max_threads: gRPC worker threads.
         max_request_bytes: largest REST body / gRPC message accepted.
+        max_request_rows: the most rows (instances) one request may hold,
+            checked before any value is expanded (a gRPC TensorProto may
+            declare a large shape with one value).
         monitoring_path: URL path on the REST port answering TF Serving's
             Prometheus metrics (``keras_trm.serving.monitoring``), e.g.
             ``"/monitoring/prometheus/metrics"``; None: no metrics.
@@ -79,10 +84,12 @@ class ModelServer:
 
     def __init__(self, manager, host="127.0.0.1", rest_api_port=8501, grpc_port=8500,
                  rest_api_num_threads=16, grpc_max_threads=16,
-                 max_request_bytes=DEFAULT_MAX_REQUEST_BYTES, monitoring_path=None):
+                 max_request_bytes=DEFAULT_MAX_REQUEST_BYTES, monitoring_path=None,
+                 max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
         for name, value in (("rest_api_num_threads", rest_api_num_threads),
                             ("grpc_max_threads", grpc_max_threads),
-                            ("max_request_bytes", max_request_bytes)):
+                            ("max_request_bytes", max_request_bytes),
+                            ("max_request_rows", max_request_rows)):
             if int(value) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {name}={value}")
         if monitoring_path is not None and rest_api_port is None:
@@ -102,6 +109,7 @@ class ModelServer:
         self.rest_api_num_threads = int(rest_api_num_threads)
         self.grpc_max_threads = int(grpc_max_threads)
         self.max_request_bytes = int(max_request_bytes)
+        self.max_request_rows = int(max_request_rows)
         self.app = None
         self._rest = None
         self._rest_thread = None
@@ -139,7 +147,8 @@ class ModelServer:
                 concurrent.futures.ThreadPoolExecutor(
                     self.grpc_max_threads, thread_name_prefix="grpc"),
                 options=options, maximum_concurrent_rpcs=4 * self.grpc_max_threads)
-            add_services(self._grpc, self.manager, self.metrics)
+            add_services(self._grpc, self.manager, self.metrics,
+                         self.max_request_rows)
             address = f"{self.host}:{self.grpc_port}"
             try:
                 bound = self._grpc.add_insecure_port(address)
@@ -154,7 +163,8 @@ class ModelServer:
             import waitress
 
             self.app = create_app(self.manager, max_request_bytes=self.max_request_bytes,
-                                  metrics=self.metrics, metrics_path=self.monitoring_path)
+                                  metrics=self.metrics, metrics_path=self.monitoring_path,
+                                  max_request_rows=self.max_request_rows)
             try:
                 self._rest = waitress.create_server(
                     self.app, host=self.host, port=self.rest_api_port,
@@ -221,16 +231,27 @@ class ModelServer:
             self.manager.stop()
         log.info("server stopped")
 
-    def serve_forever(self, grace=30.0, info=None):
+    def serve_forever(self, grace=30.0, info=None, exit_after_grace=False):
         """Starts, then serves until SIGTERM or SIGINT, then ``stop(grace)``.
 
         Once listening, prints one JSON line to stdout (models, host, ports,
-        pid, plus the ``info`` dict) for scripts that wait for it."""
+        pid, plus the ``info`` dict) for scripts that wait for it.
+
+        With ``exit_after_grace`` (``keras-trm serve``) the process then
+        exits (status 0) whatever is still computing: a request still in
+        a model after the grace period is dropped, as TF Serving does, and
+        should the shutdown itself hang, the process exits ``grace`` + 10 s
+        after the signal."""
         stop = threading.Event()
 
         def on_signal(signum, _frame):
             log.info("signal %d: shutting down gracefully", signum)
             stop.set()
+            if exit_after_grace:
+                watchdog = threading.Timer(grace + 10.0, _exit_now,
+                                           args=("shutdown took too long",))
+                watchdog.daemon = True
+                watchdog.start()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -246,3 +267,16 @@ class ModelServer:
             self.stop(grace)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+        if exit_after_grace:
+            # Reached after a signal only. Threads still in a model (their
+            # client has had its grace) would keep the interpreter alive.
+            _exit_now("stopped")
+
+
+def _exit_now(why):
+    """Ends the process at once (status 0), logs and output flushed."""
+    log.info("exiting: %s", why)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
