@@ -1,0 +1,104 @@
+"""Same-run A/B of the training step of two checkouts of keras_trm (for
+example before and after the core moved to ``keras.ops``): each run is a
+child process importing one checkout's ``keras_trm`` (from its folder),
+training ``transformer_small`` (8,000 ids, tied) with the paper's recipe
+(Noam, Adam(0.9, 0.98, 1e-9), label smoothing 0.1) on the same synthetic
+token batches; the checkouts alternate, and target tokens per second of the
+timed steps (after warm-up) are compared.
+
+    git worktree add /tmp/keras_trm_old c009446
+    python bench/bench_train_step_ab.py --a /tmp/keras_trm_old --b . \\
+        --out bench/results/train_step_keras_ops_ab.json
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+from bench_litert import _cpu_model
+
+CHILD = r"""
+import importlib.util, json, os, sys, time
+# This checkout's keras_trm, whatever is installed (an editable install's
+# import hook would win over PYTHONPATH).
+root = os.path.join(os.environ["AB_CHECKOUT"], "keras_trm")
+spec = importlib.util.spec_from_file_location(
+    "keras_trm", os.path.join(root, "__init__.py"),
+    submodule_search_locations=[root])
+package = importlib.util.module_from_spec(spec)
+sys.modules["keras_trm"] = package
+spec.loader.exec_module(package)
+import numpy as np, keras
+from keras_trm.models import transformer_small
+from keras_trm.training import LabelSmoothedCrossEntropy, NoamSchedule, paper_adam
+steps, warmup, batch, length = (int(x) for x in sys.argv[1:5])
+keras.utils.set_random_seed(0)
+model = transformer_small(8000, max_length=128)
+model.compile(optimizer=paper_adam(NoamSchedule(d_model=256, warmup_steps=400)),
+              loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
+rng = np.random.default_rng(0)
+src = rng.integers(4, 8000, (batch, length)).astype("int32")
+tgt = rng.integers(4, 8000, (batch, length + 1)).astype("int32")
+x = {"encoder_tokens": src, "decoder_tokens": tgt[:, :-1]}
+y = tgt[:, 1:]
+for _ in range(warmup):
+    model.train_on_batch(x, y)
+start = time.perf_counter()
+for _ in range(steps):
+    loss = model.train_on_batch(x, y)
+seconds = time.perf_counter() - start
+print(json.dumps({"tokens_per_second": steps * batch * length / seconds,
+                  "loss": float(loss), "file": keras_trm_file}))
+""".replace("keras_trm_file", "__import__('keras_trm').__file__")
+
+
+def run_once(checkout, args):
+    env = dict(os.environ, AB_CHECKOUT=str(pathlib.Path(checkout).resolve()),
+               KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(args.steps), str(args.warmup),
+         str(args.batch), str(args.length)],
+        env=env, check=True, capture_output=True, text=True, timeout=900)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", required=True, help="checkout A (the baseline)")
+    parser.add_argument("--b", required=True, help="checkout B")
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--runs", type=int, default=3, help="runs per checkout")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--length", type=int, default=32)
+    args = parser.parse_args(argv)
+    runs = {"a": [], "b": []}
+    for i in range(args.runs):
+        for name in ("a", "b") if i % 2 == 0 else ("b", "a"):
+            runs[name].append(run_once(getattr(args, name), args))
+    median = {k: statistics.median(r["tokens_per_second"] for r in v)
+              for k, v in runs.items()}
+    result = {
+        "what": "transformer_small training step (train_on_batch), target "
+                "tokens/s, two checkouts alternating in child processes",
+        "host": _cpu_model(), "a": str(args.a), "b": str(args.b),
+        "batch": args.batch, "length": args.length, "steps": args.steps,
+        "runs": runs, "median_tokens_per_second": median,
+        "same_loss": all(ra["loss"] == rb["loss"]
+                         for ra, rb in zip(runs["a"], runs["b"])),
+        "speed_b_over_a": median["b"] / median["a"],
+    }
+    from keras_trm.utils.files import write_json
+
+    write_json(args.out, result)
+    print(json.dumps({k: result[k] for k in ("median_tokens_per_second",
+                                              "same_loss", "speed_b_over_a")}))
+
+
+if __name__ == "__main__":
+    main()
