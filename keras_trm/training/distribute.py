@@ -18,8 +18,10 @@ Multi-worker data: every worker builds the same seeded stream of
 token-count batches and keeps every ``num_workers``-th one
 (``shard_batches``: tf.data's ``AutoShardPolicy.DATA``), so one global step
 trains on ``num_workers`` consecutive batches of the stream, one per worker,
-and the gradients are averaged over workers (each worker's loss is its mean
-over its own real tokens). Only the chief (``task.type == "chief"``, or
+and the gradients are summed over workers; each worker's loss is its tokens'
+share of the mean over all workers' real tokens (``LabelSmoothedCrossEntropy``
+all-reduces the token count), so the update is that of one device on the
+global batch. Only the chief (``task.type == "chief"``, or
 worker 0 when there is no chief) writes checkpoints, logs and exports.
 """
 

@@ -20,6 +20,15 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     (Keras' sparse cross-entropy has no label smoothing, and its categorical
     one needs dense one-hot labels of shape (batch, T, V).)
 
+    Data parallelism: the mean is over the real tokens of the *global* batch,
+    so a replica whose batch is mostly padding weighs by its tokens, not as
+    much as a full one. Under ``keras.distribution.DataParallel`` (JAX) the
+    loss already sees the whole batch. Under ``tf.distribute`` (Mirrored,
+    MultiWorkerMirrored) each replica returns Σ_replica m_t loss_t / Σ_all
+    m_t, the denominator summed over replicas (one scalar all-reduce), so
+    the replicas' gradients, which Keras sums, are the gradient of the global
+    token mean; the loss Keras reports is that mean as well.
+
     Args:
         label_smoothing: ε in [0, 1).
         pad_id: int, label id that is ignored (0).
@@ -32,7 +41,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         float32 scalar; 0 for a batch with no real token (never NaN).
 
     Raises:
-        ValueError: label_smoothing outside [0, 1).
+        ValueError: label_smoothing outside [0, 1); a ``sample_weight`` (the
+            padding mask is the weighting).
 
     Example:
 
@@ -54,6 +64,18 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.label_smoothing = v.rate("label_smoothing", label_smoothing)
         self.pad_id = int(pad_id)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras' Loss.__call__ would weigh the scalar by the output's mask
+        # and divide it by the number of replicas; the token mean needs
+        # neither (see the class docstring).
+        if sample_weight is not None:
+            raise ValueError(
+                "LabelSmoothedCrossEntropy weighs tokens by the padding mask "
+                f"(label pad_id={self.pad_id}) and takes no sample_weight, got "
+                f"sample_weight of shape {ops.shape(sample_weight)}")
+        with keras.name_scope(self.name):
+            return self.call(y_true, y_pred)
+
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
         logits = ops.cast(y_pred, "float32")
@@ -65,12 +87,27 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         smooth = -ops.mean(log_probs, axis=-1)
         per_token = (1.0 - eps) * nll + eps * smooth
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        return ops.sum(per_token * mask) / ops.maximum(ops.sum(mask), 1.0)
+        count = _global_sum(ops.sum(mask))
+        return ops.sum(per_token * mask) / ops.maximum(count, 1.0)
 
     def get_config(self):
         config = super().get_config()
         config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
         return config
+
+
+def _global_sum(value):
+    """``value`` summed over the replicas of a ``tf.distribute`` strategy
+    (in a replica context with more than one replica); ``value`` itself
+    otherwise, and on every other backend."""
+    if keras.backend.backend() != "tensorflow":
+        return value
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
