@@ -326,6 +326,7 @@ def translate_main(argv):
 
 def train_translation_main(argv, prog="keras-trm train-translation"):
     """Train a Transformer translator, report sacreBLEU, export it."""
+    from keras_trm.data import CorpusError
     from keras_trm.jobs.translation import TranslationConfig, run
 
     parser = config_parser(
@@ -340,8 +341,13 @@ def train_translation_main(argv, prog="keras-trm train-translation"):
         parser.error(problem)
     quiet_cuda_probe()
     write_run_config(parser, args)
-    result = run(config, args.data_dir, args.workdir, args.export_dir,
-                 samples=SAMPLES.get(config.source_language, ()))
+    try:
+        result = run(config, args.data_dir, args.workdir, args.export_dir,
+                     samples=SAMPLES.get(config.source_language, ()))
+    except CorpusError as err:
+        # run's first step (check_inputs): a bad corpus file, or a setting it
+        # rules out, found before a vocabulary, shards or weights exist.
+        parser.error(str(err))
     summary = {k: result[k] for k in ("test_bleu", "parameters", "epochs",
                                       "train_minutes", "job_minutes", "export")}
     print(json.dumps(summary, indent=1))

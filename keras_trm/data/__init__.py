@@ -25,7 +25,9 @@ from keras_trm.data.shards import (
 )
 from keras_trm.data.paths import ENV_VAR, resolve_data_dir
 from keras_trm.data.translation import (
+    CorpusError,
     TranslationSplits,
+    check_parallel_corpus,
     load_multi30k,
     load_parallel,
     load_translation_splits,
@@ -41,9 +43,11 @@ from keras_trm.data.validation import check_labels, validation_split
 
 __all__ = [
     "ENV_VAR",
+    "CorpusError",
     "TranslationSplits",
     "Vocabulary",
     "batchify",
+    "check_parallel_corpus",
     "load_imdb",
     "load_mnist",
     "load_multi30k",

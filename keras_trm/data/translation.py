@@ -279,6 +279,149 @@ def iter_lines(path):
             yield line.rstrip("\r\n")
 
 
+
+class CorpusError(ValueError):
+    """A corpus the translation job cannot learn from, found before anything
+    is learned or written: invalid UTF-8, an unreadable gzip file, no text,
+    line counts that differ (``check_parallel_corpus``), or a setting the
+    corpus rules out (a ``vocabulary_size`` too small for its characters).
+    A ``ValueError``; ``keras-trm train-translation`` reports it as a usage
+    error (exit 2, one line)."""
+
+
+def _raw_lines(path):
+    """The lines of ``path`` as bytes, newline included; a damaged gzip
+    file raises ``CorpusError`` naming it and the line reached."""
+    import zlib
+
+    gz = path.name.endswith(".gz")
+    with (gzip.open if gz else open)(path, "rb") as f:
+        n = 0
+        try:
+            for n, raw in enumerate(f, 1):
+                yield raw
+        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            raise CorpusError(
+                f"corpus file {str(path)!r} is not a readable gzip file "
+                f"(after line {n}): {err}") from None
+
+
+def check_parallel_corpus(source_path, target_path, characters=True,
+                          character_lines=0):
+    """Checks a parallel corpus in one streaming pass, before anything is
+    learned or written from it: both files decode as UTF-8, have the same
+    number of lines and hold text.
+
+    Both files (plain or ``.gz``) are read once, together, a line at a time;
+    only counts are kept (memory: a line of each file, plus about 1 MB of
+    text at a time when counting characters). Multi30k's training pair
+    (2 x 29,000 lines) takes about 0.15 s.
+
+    Args:
+        source_path, target_path: str or ``pathlib.Path``; UTF-8 text, one
+            sentence per line, line *i* of one translating line *i* of the
+            other.
+        characters: also count the characters of both files (what a
+            vocabulary learned from them must hold).
+        character_lines: > 0: count the characters of the first n lines of
+            each file only (lines; the lines a ``limit`` smoke run learns
+            from); 0: of all lines. The other checks read every line.
+
+    Returns:
+        dict: ``lines`` (int, the lines of each file), ``pairs`` (int,
+        lines with text on both sides) and ``characters``
+        (``collections.Counter``, character -> occurrences in both files,
+        newlines excepted; empty when ``characters`` is False).
+
+    Raises:
+        FileNotFoundError: a file is missing (the message names it).
+        CorpusError: (a ``ValueError``) a file is not valid UTF-8 (the
+            message names it, the 1-based line and the byte offset, within
+            the line and the file -- the decompressed file for ``.gz``), is
+            not a readable gzip file, or has no line with text (it names
+            the file and its line count); the line counts differ (both
+            files, both counts); no line has text on both sides.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "x.en").write_text("A dog.\\nTwo cats.\\n")
+        >>> _ = (d / "x.de").write_text("Ein Hund.\\n")
+        >>> check_parallel_corpus(d / "x.en", d / "x.de")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        keras_trm.data.translation.CorpusError: parallel corpus line counts differ: '...x.en' has 2 lines but '...x.de' has 1 lines
+        >>> _ = (d / "x.de").write_text("Ein Hund.\\nZwei Katzen.\\n")
+        >>> r = check_parallel_corpus(d / "x.en", d / "x.de")
+        >>> r["lines"], r["pairs"], r["characters"]["a"]
+        (2, 2, 2)
+    """
+    import collections
+    import itertools
+
+    import numpy as np
+
+    paths = (pathlib.Path(source_path), pathlib.Path(target_path))
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
+    lines, text, offset = [0, 0], [0, 0], [0, 0]
+    pairs = 0
+    counts = collections.Counter()
+    pending, pending_chars = [], 0
+
+    def count_pending():
+        codes = np.frombuffer("".join(pending).encode("utf-32-le"), np.uint32)
+        found, times = np.unique(codes, return_counts=True)
+        counts.update(dict(zip(map(chr, found.tolist()), times.tolist())))
+        pending.clear()
+
+    for raws in itertools.zip_longest(*map(_raw_lines, paths)):
+        has_text = []
+        for i, raw in enumerate(raws):
+            if raw is None:
+                has_text.append(False)
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start:err.start + 1].hex()
+                raise CorpusError(
+                    f"corpus file {str(paths[i])!r} is not valid UTF-8: line "
+                    f"{lines[i] + 1}, byte {err.start + 1} of the line (byte "
+                    f"offset {offset[i] + err.start} in the "
+                    f"{'decompressed ' if paths[i].name.endswith('.gz') else ''}"
+                    f"file): {err.reason} (0x{bad})") from None
+            lines[i] += 1
+            offset[i] += len(raw)
+            has_text.append(bool(line.strip()))
+            text[i] += has_text[-1]
+            if characters and (not character_lines or lines[i] <= character_lines):
+                pending.append(line)
+                pending_chars += len(line)
+                if pending_chars > 1 << 20:
+                    count_pending()
+                    pending_chars = 0
+        pairs += all(has_text)
+    if pending:
+        count_pending()
+    counts.pop("\n", None)
+    for path, n, with_text in zip(paths, lines, text):
+        if not with_text:
+            raise CorpusError(
+                f"corpus file {str(path)!r} has no text: "
+                + (f"its {n} lines are all blank" if n else "it is empty (0 lines)"))
+    if lines[0] != lines[1]:
+        raise CorpusError(
+            f"parallel corpus line counts differ: {str(paths[0])!r} has "
+            f"{lines[0]} lines but {str(paths[1])!r} has {lines[1]} lines")
+    if not pairs:
+        raise CorpusError(
+            f"parallel corpus is empty: {str(paths[0])!r} ({lines[0]} lines) "
+            f"and {str(paths[1])!r} ({lines[1]} lines) have no line with text "
+            "on both sides")
+    return {"lines": lines[0], "pairs": pairs, "characters": counts}
+
 def sample_lines(paths, sample_size, seed=0):
     """At most ``sample_size`` non-blank lines drawn uniformly at random
     (seeded reservoir sampling, Vitter's algorithm R) from the files

@@ -30,6 +30,8 @@ import keras
 import tensorflow as tf
 
 from keras_trm.data import (
+    CorpusError,
+    check_parallel_corpus,
     iter_lines,
     load_translation_splits,
     mix_batches,
@@ -339,6 +341,184 @@ def prepare_vocabulary(config, corpora, workdir):
                             config.vocabulary_size, path)
 
 
+# learn_sentencepiece's defaults: the characters a SentencePiece vocabulary
+# must hold cover this share of the text; byte_fallback adds 256 pieces.
+SENTENCEPIECE_COVERAGE = 0.9999
+SENTENCEPIECE_BYTE_PIECES = 256
+WORDPIECE_MAX_CHARACTERS = 1000  # the WordPiece learner's alphabet cap
+
+
+def minimum_vocabulary_size(kind, characters):
+    """The smallest ``vocabulary_size`` a vocabulary learned from text with
+    these characters can have without losing any of them.
+
+    ``wordpiece``: the 4 reserved tokens plus each character twice, as a
+    word and as a ``##`` continuation (whitespace and invisible control or
+    format characters excepted: the learner splits on them; at most 1000
+    characters, its alphabet's cap). With fewer the learner's list is cut
+    short (keras-hub keeps its first ``vocabulary_size`` tokens, the
+    ``##`` characters last), so words with the missing characters become
+    ``[UNK]``. A necessary bound only: a learner that overshoots a size
+    above it is cut short too.
+
+    ``sentencepiece_bpe`` / ``sentencepiece_unigram``: 4 special pieces +
+    256 byte pieces + the characters that cover 99.99% of the text after
+    SentencePiece's ``nmt_nfkc`` normalization (whitespace as one piece,
+    "▁"); the learner raises below that.
+
+    Args:
+        kind: ``"wordpiece"``, ``"sentencepiece_bpe"`` or
+            ``"sentencepiece_unigram"`` (``vocabulary_kind``).
+        characters: mapping character -> occurrences in the training text
+            (``check_parallel_corpus(...)["characters"]``, summed over the
+            corpora, source and target together).
+
+    Returns:
+        ``(minimum, n)``: the size (tokens) and the number of characters
+        it holds.
+
+    Example:
+        >>> import collections
+        >>> text = collections.Counter("Ein Hund. Zwei Hunde.")
+        >>> minimum_vocabulary_size("wordpiece", text)
+        (24, 10)
+        >>> minimum_vocabulary_size("sentencepiece_bpe", text)
+        (271, 11)
+    """
+    import unicodedata
+
+    if kind == "wordpiece":
+        n = sum(1 for c in characters if c != " "
+                and unicodedata.category(c) not in ("Cc", "Cf"))
+        n = min(n, WORDPIECE_MAX_CHARACTERS)
+        return 4 + 2 * n, n
+    if not kind.startswith("sentencepiece_"):
+        raise ValueError(f"`kind` must be one of {VOCABULARIES[1:]}, got kind={kind!r}")
+    normalize = _sentencepiece_normalizer()
+    counts = {}
+    for c, times in characters.items():
+        for piece in normalize(c):
+            counts[piece] = counts.get(piece, 0) + times
+    total, covered, n = sum(counts.values()), 0, 0
+    for times in sorted(counts.values(), reverse=True):
+        if covered >= SENTENCEPIECE_COVERAGE * total:
+            break
+        covered += times
+        n += 1
+    return 4 + SENTENCEPIECE_BYTE_PIECES + n, n
+
+
+def _sentencepiece_normalizer():
+    """One character -> the pieces SentencePiece's ``nmt_nfkc`` turns it
+    into ("" for dropped ones, "▁" for whitespace)."""
+    try:
+        import sentencepiece as spm
+
+        rule = spm.SentencePieceNormalizer(rule_name="nmt_nfkc")
+        return lambda c: rule.normalize("x" + c + "y")[2:-1]
+    except (ImportError, AttributeError):  # sentencepiece < 0.2: NFKC
+        import unicodedata
+
+        return lambda c: ("▁" if c.isspace() else
+                          unicodedata.normalize("NFKC", c))
+
+
+def check_inputs(config, data_dir=None):
+    """Checks the corpora a translation job reads, and what they rule out,
+    before it writes anything; ``run`` calls it first.
+
+    Every training corpus is read once, streaming
+    (``keras_trm.data.check_parallel_corpus``: UTF-8, equal line counts,
+    text), with the ``files`` dataset's validation and test pairs; then
+    ``config.vocabulary_size`` must hold the training text's characters
+    (``minimum_vocabulary_size``; with ``limit``, those of the first
+    ``limit`` lines, what the vocabulary is learned from). Multi30k's files
+    are fetched first when missing and ``config.download`` (as ``run``
+    does); ``wmt14_tfds`` is read from tfds, so nothing is checked.
+
+    Args:
+        config: ``TranslationConfig`` (its ``preset`` is applied).
+        data_dir: data folder for ``multi30k`` / ``wmt14`` (see
+            ``keras_trm.data.resolve_data_dir``).
+
+    Returns:
+        dict: ``corpora`` (name -> ``check_parallel_corpus`` result, its
+        ``characters`` left out) and ``minimum_vocabulary_size`` (tokens;
+        None for ``wmt14_tfds``).
+
+    Raises:
+        CorpusError: (a ``ValueError``) a bad file (the message names it and
+            the value: both line counts, the line and byte of invalid
+            UTF-8, ...), missing ``--validation-source/target`` files, or a
+            ``vocabulary_size`` below the minimum (the message names both).
+        FileNotFoundError: a missing file or data folder.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> for name, text in (("t.en", "A dog.\\n"), ("t.de", "Ein Hund.\\n")):
+        ...     _ = (d / name).write_text(text)
+        >>> config = TranslationConfig(
+        ...     dataset="files", train_source=str(d / "t.en"),
+        ...     train_target=str(d / "t.de"), validation_source=str(d / "t.en"),
+        ...     validation_target=str(d / "t.de"), vocabulary_size=100)
+        >>> check_inputs(config)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        keras_trm.data.translation.CorpusError: `vocabulary_size` (--vocabulary_size) must be at least 271 for a sentencepiece_bpe ...; got vocabulary_size=100
+        >>> check_inputs(dataclasses.replace(config, vocabulary_size=300))
+        {'corpora': {'t': {'lines': 1, 'pairs': 1}}, 'minimum_vocabulary_size': 271}
+    """
+    config = apply_preset(config)
+    kind = vocabulary_kind(config)
+    if config.dataset == "wmt14_tfds":
+        return {"corpora": {}, "minimum_vocabulary_size": None}
+    files = {name: getattr(config, name) for name in (
+        "train_source", "train_target", "validation_source",
+        "validation_target", "test_source", "test_target")}
+    if config.dataset != "files":
+        data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
+    try:
+        corpora = translation_train_files(
+            config.dataset, data_dir if config.dataset != "files" else None,
+            config.source_language, config.target_language, files=files,
+            download=config.download)
+    except ValueError as err:  # the flags name too few files
+        raise CorpusError(str(err)) from None
+    reports, characters = {}, {}
+    for name, source_path, target_path in corpora:
+        report = check_parallel_corpus(source_path, target_path,
+                                       character_lines=config.limit)
+        for c, times in report.pop("characters").items():
+            characters[c] = characters.get(c, 0) + times
+        reports[name] = report
+    if config.dataset == "files":
+        for role in ("validation", "test"):
+            source, target = files[f"{role}_source"], files[f"{role}_target"]
+            if role == "test" and not source and not target:
+                continue  # no test split
+            if not source or not target:
+                raise CorpusError(
+                    f"dataset='files' needs both --{role}-source and "
+                    f"--{role}-target, got {role}_source={source!r}, "
+                    f"{role}_target={target!r}")
+            check_parallel_corpus(source, target, characters=False)
+    minimum, n = minimum_vocabulary_size(kind, characters)
+    if config.vocabulary_size < minimum:
+        what = ("4 reserved tokens + 2 x {n} distinct characters, each as a "
+                "word and as a ##continuation" if kind == "wordpiece" else
+                "4 special + 256 byte pieces + the {n} characters covering "
+                "99.99% of the text")
+        names = ", ".join(repr(c[0]) for c in corpora)
+        raise CorpusError(
+            f"`vocabulary_size` (--vocabulary_size) must be at least {minimum} "
+            f"for a {kind} vocabulary of the training "
+            f"{'corpora' if len(corpora) > 1 else 'corpus'} {names}"
+            f"{f' (first {config.limit} lines)' if config.limit else ''}: "
+            f"{what.format(n=n)}; got vocabulary_size={config.vocabulary_size}")
+    return {"corpora": reports, "minimum_vocabulary_size": minimum}
+
+
 def _tfds_train_files(workdir, source_language, target_language):
     """tfds ``wmt14_translate/de-en`` train written once, streaming, to
     ``workdir/wmt14_train.{src,tgt}.gz`` (what the shards are prepared from)."""
@@ -480,6 +660,9 @@ def _run(config, data_dir, workdir, export_dir, samples):
     keras.utils.set_random_seed(config.seed)
     config = dataclasses.replace(config, precision=apply_precision(config.precision))
     strategy = make_strategy(config.strategy)
+    # The corpora and the vocabulary size they need: a bad file stops the
+    # job now, before the run folder, a vocabulary, shards or weights.
+    check_inputs(config, data_dir)
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
