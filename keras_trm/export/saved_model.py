@@ -7,7 +7,7 @@ import pathlib
 import tensorflow as tf
 
 from keras_trm.export.warmup import warmup_path, write_warmup_requests
-from keras_trm.utils.files import atomic_directory
+from keras_trm.utils.files import atomic_directory, tree_bytes
 
 
 def next_version(model_dir):
@@ -55,6 +55,11 @@ def export_module(module, export_dir, model_name, signatures, version=None,
 
     Raises:
         FileExistsError: the version folder already exists.
+        OSError: ``errno.ENOSPC`` when ``export_dir``'s file system is
+            full, naming the version folder and the space needed (the size
+            of the newest existing version, when there is one) and free,
+            e.g. ``no space left on device writing export/m/2: needed
+            ~4.2 MB, 1.0 MB free``; nothing of the new version remains.
         ValueError: ``model_name`` empty or containing a path separator;
             bad ``warmup_requests`` (before anything is written).
 
@@ -87,7 +92,9 @@ def export_module(module, export_dir, model_name, signatures, version=None,
         raise FileExistsError(f"export version {str(target)!r} already exists")
     if warmup_requests is not None:
         _check_warmup_requests(warmup_requests, signatures)
-    with atomic_directory(target) as tmp:
+    versions = [p for p in model_dir.glob("*") if p.name.isdigit() and p.is_dir()]
+    previous = max(versions, key=lambda p: int(p.name), default=None)
+    with atomic_directory(target, expected_size=previous and tree_bytes(previous)) as tmp:
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         if assets or warmup_requests:
             extra = tmp / "assets.extra"

@@ -630,7 +630,21 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
     """Runs the whole job; returns a dict of the figures it measured.
 
     The job sets Keras' global dtype policy from ``config.precision`` and
-    puts the previous one back when it ends (also on an error)."""
+    puts the previous one back when it ends (also on an error).
+
+    A full disk loses nothing (every file is written under a temporary
+    name and renamed into place; see ``keras_trm.utils.files``):
+
+    - ``workdir`` full during training: the backup or checkpoint write
+      raises ``OSError`` (``errno.ENOSPC``, naming the file and the space
+      needed and free); the previous backup stays complete, so the same
+      command run again once there is space resumes from it.
+    - the export fails (e.g. ``export_dir`` full): ``result.json`` is still
+      written, with ``"export": null`` and ``"export_error"`` (the
+      message), then the export's error is raised (so a script sees a
+      failed run). The same command run again trains no further (its
+      backup is finished) and decodes and exports again.
+    """
     previous_policy = keras.config.dtype_policy()
     try:
         return _run(config, data_dir, workdir, export_dir, samples)
@@ -805,7 +819,8 @@ def _run(config, data_dir, workdir, export_dir, samples):
     print("greedy val BLEU of the average of the last k checkpoints: "
           + ", ".join(f"k={k}: {b:.2f}" for k, b in average_scores.items())
           + f" -> averaging the last {averaged}", flush=True)
-    model.save(workdir / "model.keras")
+    with atomic_file(workdir / "model.keras", suffix=".keras") as tmp:
+        model.save(tmp)
 
     # Test decoding and the export compute in float32 whatever the training
     # precision: the same weights, no per-step casts, portable to CPUs
@@ -840,14 +855,23 @@ def _run(config, data_dir, workdir, export_dir, samples):
         # Replayed at load by the server: XLA compiles then, not on the
         # first request of each batch size and source length.
         warmup = translator_warmup_requests(exported, val_src)
-    path = export_module(
-        exported, export_dir, config.model_name,
-        signatures={"serving_default": exported.translate},
-        assets={"vocab.txt": "\n".join(vocab) + "\n",
-                "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
-        warmup_requests=warmup,
-    )
-    print(f"exported SavedModel to {path}", flush=True)
+    # A failed export (e.g. export_dir's disk full) must not lose the
+    # results: it is recorded in result.json, which is written, and raised
+    # after that.
+    path = export_error = None
+    try:
+        path = export_module(
+            exported, export_dir, config.model_name,
+            signatures={"serving_default": exported.translate},
+            assets={"vocab.txt": "\n".join(vocab) + "\n",
+                    "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
+            warmup_requests=warmup,
+        )
+        print(f"exported SavedModel to {path}", flush=True)
+    except Exception as error:  # noqa: BLE001 -- re-raised below
+        export_error = error
+        print(f"export to {export_dir} failed: {type(error).__name__}: {error}",
+              file=sys.stderr, flush=True)
     for sentence in samples:
         out = translator.translate(tf.constant([sentence]))[0].numpy().decode()
         print(f"  {config.source_language.upper()}: {sentence}\n"
@@ -877,9 +901,17 @@ def _run(config, data_dir, workdir, export_dir, samples):
         "train_real_target_tokens_per_epoch": real_tokens,
         "beam_decode_sentences_per_second": (
             round(len(test_src) / decode_seconds, 1) if decode_seconds else None),
-        "export": str(path),
+        "export": None if path is None else str(path),
+        "export_error": (None if export_error is None
+                         else f"{type(export_error).__name__}: {export_error}"),
         "epochs_log": bleu_log.history,
         "config": dataclasses.asdict(config),
     }
     write_json(workdir / "result.json", result)
+    if export_error is not None:
+        export_error.add_note(
+            f"the results are in {workdir / 'result.json'} (\"export\": null, "
+            "\"export_error\"); run the same command again to export (training "
+            "is not repeated: it resumes from its finished backup)")
+        raise export_error
     return result

@@ -100,6 +100,11 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         ValueError: ``save_freq`` neither ``"epoch"`` nor an int >= 1;
             ``position`` without ``steps_per_epoch``; a backup whose model
             differs.
+        OSError: ``errno.ENOSPC`` out of ``fit`` when ``backup_dir``'s file
+            system is full, naming the file and the space needed and free
+            (see ``save_weights_atomic``). The previous backup stays
+            complete and no temporary or orphan file remains: run again
+            once there is space and training resumes from it.
 
     Example:
         >>> import tempfile, numpy as np, keras
@@ -225,7 +230,21 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
                             for v in _seed_states(self.model)],
             "callbacks": {n: cb.get_state() for n, cb in self.stateful.items()},
         }
-        atomic_write(self.directory / "state.json", json.dumps(state))
+        try:
+            atomic_write(self.directory / "state.json", json.dumps(state))
+        except BaseException:
+            # state.json still names the previous backup: drop the new
+            # weights file (its space is what the next try needs).
+            if name != self._backup_weights_name():
+                (self.directory / name).unlink(missing_ok=True)
+            raise
         for old in self.directory.glob("step_*.weights.h5"):
             if old.name != name:
                 old.unlink()
+
+    def _backup_weights_name(self):
+        """The weights file the current ``state.json`` names, or None."""
+        try:
+            return json.loads((self.directory / "state.json").read_text())["weights"]
+        except (OSError, ValueError, KeyError):
+            return None
