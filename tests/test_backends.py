@@ -255,6 +255,13 @@ _CHILD = textwrap.dedent("""
         logits=keras.ops.convert_to_numpy(logits).tolist(),
         greedy=np.asarray(greedy_search(model, src)).tolist(),
         beam=np.asarray(beam_search(model, src, beam_size=4)).tolist())
+    # Raw text through TensorFlow's tokenizer and this backend's search.
+    from keras_trm.decoding import Translator
+    from keras_trm.text import RESERVED_TOKENS, TextTokenizer
+    words = list(RESERVED_TOKENS) + [f"w{i}" for i in range(40 - len(RESERVED_TOKENS))]
+    sentences = ["w1 w2 w3 .", "  ", "w7 " * 30, "w5"]
+    result["texts"] = Translator(model, TextTokenizer(words),
+                                 beam_size=3).translate_texts(sentences, batch_size=3)
     json.dump(result, open(out, "w"))
 """)
 
@@ -271,8 +278,8 @@ def _child(backend, mode, weights, out):
                     reason="run once, from the TensorFlow suite")
 def test_weights_round_trip_across_backends(tmp_path):
     """``.weights.h5`` written under each backend load under the other two
-    with the same logits (float32, <= 1e-5) and the same greedy and beam
-    ids."""
+    with the same logits (float32, <= 1e-5), the same greedy and beam ids
+    and the same ``Translator.translate_texts`` output (raw text in)."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     backends = ("tensorflow", "jax", "torch")
@@ -289,6 +296,7 @@ def test_weights_round_trip_across_backends(tmp_path):
                                        atol=1e-5)
             assert loaded["greedy"] == saved["greedy"], (writer, reader)
             assert loaded["beam"] == saved["beam"], (writer, reader)
+            assert loaded["texts"] == saved["texts"], (writer, reader)
 
 
 _DATA_PARALLEL = textwrap.dedent("""

@@ -105,3 +105,36 @@ def test_bad_search_options_fail_before_training(bad, data_dir, tmp_path):
     with pytest.raises(ValueError, match=f"{name}={value}"):
         translation.run(config, data_dir, tmp_path / "work", tmp_path / "export")
     assert not (tmp_path / "work").exists()
+
+
+def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
+    """``KERAS_BACKEND=jax keras-trm train-translation``: trains (jax.jit),
+    decodes val and test with the keras.ops search, and its SavedModel,
+    exported by a TensorFlow child process from the trained weights and
+    loaded here without keras_trm, translates the test sentences exactly as
+    the JAX search did."""
+    import os
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 -- the export's tokenizer ops
+
+    pytest.importorskip("jax")
+    work, export = tmp_path / "work", tmp_path / "export"
+    env = dict(os.environ, KERAS_BACKEND="jax", KERAS_TRM_DATA_DIR=str(data_dir))
+    subprocess.run(
+        [sys.executable, "-m", "keras_trm.cli", "train-translation",
+         "--preset", "tiny", "--limit", "120", "--epochs", "2",
+         "--average_last", "1", "--workdir", str(work), "--export_dir",
+         str(export)],
+        env=env, check=True, timeout=600, capture_output=True)
+    result = json.loads((work / "result.json").read_text())
+    assert result["backend"] == "jax" and result["export_error"] is None
+    hyps = (work / "test_2016_flickr.hyp.de").read_text().split("\n")[:-1]
+    test_src, _ = load_multi30k("test_2016_flickr", data_dir)
+    assert len(hyps) == 120
+    served = tf.saved_model.load(result["export"]).signatures["serving_default"]
+    out = served(sentences=tf.constant(test_src[:120]))
+    (texts,) = out.values()
+    assert [t.decode() for t in texts.numpy()] == hyps

@@ -1,6 +1,10 @@
 """Raw text in, translated text out: tokenizer, search and detokenizer in
-one TensorFlow graph (the function a SavedModel serves)."""
+one TensorFlow graph (the function a SavedModel serves). Under the JAX and
+PyTorch backends ``translate_texts`` runs the backend's search between
+TensorFlow's tokenizer and detokenizer."""
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_trm.decoding.search import (beam_search, encode_by_length,
@@ -69,7 +73,11 @@ class Translator(tf.Module):
             ``jit_compile_max_batch_size`` without ``jit_compile``.
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
-    (or all-whitespace) sentence translates to the empty string.
+    (or all-whitespace) sentence translates to the empty string. It is a
+    TensorFlow graph, so it needs the TensorFlow backend; under JAX or
+    PyTorch use ``translate_texts``, which gives the same translations (the
+    search runs on the backend, compiled by ``jax.jit`` on JAX, the source
+    padded to a multiple of 8 tokens as with ``jit_compile``).
 
     Example:
 
@@ -230,10 +238,25 @@ class Translator(tf.Module):
         """Python helper: list of str -> list of str, in batches."""
         from tqdm.auto import tqdm
 
+        translate = (self.translate if keras.backend.backend() == "tensorflow"
+                     else self._translate_on_backend)
         out = []
         starts = range(0, len(sentences), batch_size)
         for start in tqdm(starts, disable=not progress, desc="translate",
                           unit="batch"):
             batch = tf.constant(sentences[start:start + batch_size])
-            out.extend(s.decode("utf-8") for s in self.translate(batch).numpy())
+            out.extend(s.decode("utf-8") for s in translate(batch).numpy())
         return out
+
+    def _translate_on_backend(self, sentences):
+        """``translate`` for JAX and PyTorch models: TensorFlow tokenizes
+        and detokenizes (eagerly), the backend searches the fixed-size loop
+        over a source padded to ``compiled_width`` (one ``jax.jit``
+        compilation per 8 source lengths and batch size)."""
+        tokens = self.encode_text(sentences).numpy()
+        width = int(self.compiled_width(tokens.shape[1]))
+        tokens = np.pad(tokens, [(0, 0), (0, width - tokens.shape[1])])
+        ids = keras.ops.convert_to_numpy(self._search(tokens, static_cache=True))
+        text = self.tokenizer.detokenize(tf.constant(ids, tf.int32))
+        is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
+        return tf.where(is_empty, tf.constant(""), text)

@@ -220,7 +220,8 @@ class TranslationConfig:
     2 logical CPU devices), ``multi_worker`` (cluster from TF_CONFIG)."""
     jit_compile: OnOffAuto = "off"
     """XLA for the training step: ``on``, ``off`` or ``auto`` (off for
-    several CPU replicas, on otherwise)."""
+    several CPU replicas, on otherwise). Under ``KERAS_BACKEND=jax`` the
+    step is always compiled (``jax.jit``)."""
     precision: Precision = "auto"
     """Dtype policy: ``auto`` picks mixed_bfloat16 only on CPUs where it was
     measured faster, else float32."""
@@ -652,6 +653,115 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
         keras.config.set_dtype_policy(previous_policy)
 
 
+def _search_options(config):
+    """The ``Translator`` search arguments of a job's config."""
+    return dict(beam_size=config.beam_size,
+                length_penalty_alpha=config.length_penalty,
+                early_stopping=config.early_stopping,
+                parallel_searches=config.parallel_searches)
+
+
+def export_translation(translator, config, export_dir, warmup_sources=()):
+    """Writes ``translator`` (a float32 model and its tokenizer) as the job's
+    raw-text SavedModel, ``<export_dir>/<config.model_name>/<version>/``,
+    with ``vocab.txt`` and ``config.json`` in its assets; with
+    ``config.export_jit_compile_max_batch_size`` its search is the XLA one
+    for small batches and the SavedModel carries warm-up requests built from
+    ``warmup_sources`` (str, e.g. the val sources). TensorFlow backend only
+    (the SavedModel is a TensorFlow graph); ``export_translation_in_tensorflow``
+    does it from the other backends.
+
+    Returns:
+        ``pathlib.Path`` of the version folder.
+
+    Raises:
+        OSError: ``errno.ENOSPC`` when ``export_dir`` is full (nothing of
+            the version is left, see ``export_module``).
+    """
+    exported, warmup = translator, None
+    if config.export_jit_compile_max_batch_size:
+        exported = Translator(
+            translator.model, translator.tokenizer, **_search_options(config),
+            jit_compile=True,
+            jit_compile_max_batch_size=config.export_jit_compile_max_batch_size)
+        # Replayed at load by the server: XLA compiles then, not on the
+        # first request of each batch size and source length.
+        warmup = translator_warmup_requests(exported, warmup_sources)
+    return export_module(
+        exported, export_dir, config.model_name,
+        signatures={"serving_default": exported.translate},
+        assets={"vocab.txt": "\n".join(translator.tokenizer.vocabulary) + "\n",
+                "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
+        warmup_requests=warmup,
+    )
+
+
+def export_translation_in_tensorflow(model, config, workdir, export_dir,
+                                     warmup_sources=(), timeout=3600):
+    """``export_translation`` for a model trained under JAX or PyTorch: the
+    SavedModel is a TensorFlow graph, so the model is saved (``.keras``,
+    which every backend reads) and a child Python process with
+    ``KERAS_BACKEND=tensorflow`` loads it with the run's tokenizer (cached
+    in ``workdir``) and exports it. The same weights and the same search,
+    so the SavedModel translates as the in-process search does.
+
+    Args:
+        model: the float32 model (``keras_trm.models.transformer``).
+        config: the job's ``TranslationConfig``.
+        workdir: the run folder (its vocabulary; the request files go to a
+            temporary folder inside it, removed afterwards).
+        export_dir: as ``export_translation``.
+        warmup_sources: as ``export_translation``.
+        timeout: seconds the child may take.
+
+    Returns:
+        ``pathlib.Path`` of the version folder.
+
+    Raises:
+        RuntimeError: the child failed (its last output lines in the
+            message).
+    """
+    import subprocess
+    import tempfile
+
+    workdir = pathlib.Path(workdir)
+    with tempfile.TemporaryDirectory(dir=workdir, prefix=".export-") as tmp:
+        tmp = pathlib.Path(tmp)
+        model.save(tmp / "model.keras")
+        request = {"model": str(tmp / "model.keras"), "workdir": str(workdir),
+                   "export_dir": str(export_dir),
+                   "config": dataclasses.asdict(config),
+                   "warmup_sources": list(warmup_sources),
+                   "out": str(tmp / "path.json")}
+        write_json(tmp / "request.json", request)
+        env = dict(__import__("os").environ, KERAS_BACKEND="tensorflow")
+        child = subprocess.run(
+            [sys.executable, "-m", "keras_trm.jobs.translation", "export",
+             str(tmp / "request.json")],
+            env=env, capture_output=True, text=True, timeout=timeout)
+        if child.returncode != 0:
+            tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
+            raise RuntimeError(
+                f"the TensorFlow export process failed (exit {child.returncode}):"
+                f"\n{tail}")
+        return pathlib.Path(json.loads((tmp / "path.json").read_text())["path"])
+
+
+def _export_main(request_path):
+    """The child of ``export_translation_in_tensorflow``."""
+    request = json.loads(pathlib.Path(request_path).read_text())
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
+                           f"got {keras.backend.backend()!r}")
+    config = TranslationConfig(**request["config"])
+    model = keras.saving.load_model(request["model"])
+    tokenizer = prepare_tokenizer(config, [], request["workdir"])
+    translator = Translator(model, tokenizer, **_search_options(config))
+    path = export_translation(translator, config, request["export_dir"],
+                              request["warmup_sources"])
+    write_json(request["out"], {"path": str(path)})
+
+
 def _run(config, data_dir, workdir, export_dir, samples):
     config = apply_preset(config or TranslationConfig())
     config.validate()
@@ -756,7 +866,9 @@ def _run(config, data_dir, workdir, export_dir, samples):
                 gradient_accumulation_steps=accumulate if accumulate > 1 else None),
             loss=LabelSmoothedCrossEntropy(config.label_smoothing),
             metrics=[MaskedAccuracy(), TokenCount()],
-            jit_compile=resolve_jit_compile(
+            # JAX: always compiled (without jax.jit Keras runs the step op
+            # by op); TensorFlow: as the flag says.
+            jit_compile=keras.backend.backend() == "jax" or resolve_jit_compile(
                 {"on": True, "off": False}.get(config.jit_compile, "auto"),
                 strategy,
             ),
@@ -825,11 +937,8 @@ def _run(config, data_dir, workdir, export_dir, samples):
     # Test decoding and the export compute in float32 whatever the training
     # precision: the same weights, no per-step casts, portable to CPUs
     # without native bfloat16.
-    search = dict(beam_size=config.beam_size,
-                  length_penalty_alpha=config.length_penalty,
-                  early_stopping=config.early_stopping,
-                  parallel_searches=config.parallel_searches)
-    translator = Translator(val_bleu.float32_model(model), tokenizer, **search)
+    translator = Translator(val_bleu.float32_model(model), tokenizer,
+                            **_search_options(config))
     test_name = splits.names["test"]
     bleu = signature = line = tok_bleu = tok_line = None
     decode_seconds = 0.0
@@ -847,33 +956,23 @@ def _run(config, data_dir, workdir, export_dir, samples):
         atomic_write(workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
 
-    exported, warmup = translator, None
-    if config.export_jit_compile_max_batch_size:
-        exported = Translator(
-            translator.model, tokenizer, **search, jit_compile=True,
-            jit_compile_max_batch_size=config.export_jit_compile_max_batch_size)
-        # Replayed at load by the server: XLA compiles then, not on the
-        # first request of each batch size and source length.
-        warmup = translator_warmup_requests(exported, val_src)
     # A failed export (e.g. export_dir's disk full) must not lose the
     # results: it is recorded in result.json, which is written, and raised
     # after that.
     path = export_error = None
     try:
-        path = export_module(
-            exported, export_dir, config.model_name,
-            signatures={"serving_default": exported.translate},
-            assets={"vocab.txt": "\n".join(vocab) + "\n",
-                    "config.json": json.dumps(dataclasses.asdict(config), indent=1)},
-            warmup_requests=warmup,
-        )
+        if keras.backend.backend() == "tensorflow":
+            path = export_translation(translator, config, export_dir, val_src)
+        else:
+            path = export_translation_in_tensorflow(
+                translator.model, config, workdir, export_dir, val_src)
         print(f"exported SavedModel to {path}", flush=True)
     except Exception as error:  # noqa: BLE001 -- re-raised below
         export_error = error
         print(f"export to {export_dir} failed: {type(error).__name__}: {error}",
               file=sys.stderr, flush=True)
     for sentence in samples:
-        out = translator.translate(tf.constant([sentence]))[0].numpy().decode()
+        out = translator.translate_texts([sentence])[0]
         print(f"  {config.source_language.upper()}: {sentence}\n"
               f"  {config.target_language.upper()}: {out}", flush=True)
 
@@ -889,6 +988,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
         "train_pairs": {c[0]: m["pairs"] for c, m in zip(corpora, stream["manifests"])},
         "train_weights": stream["weights"],
         "direction": f"{config.source_language}-{config.target_language}",
+        "backend": keras.backend.backend(),
         "vocabulary": vocabulary_kind(config),
         "vocabulary_size": len(vocab),
         "signature": signature,
@@ -915,3 +1015,10 @@ def _run(config, data_dir, workdir, export_dir, samples):
             "is not repeated: it resumes from its finished backup)")
         raise export_error
     return result
+
+
+if __name__ == "__main__":  # python -m keras_trm.jobs.translation export REQUEST
+    if sys.argv[1:2] != ["export"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m keras_trm.jobs.translation export REQUEST.json "
+                 "(the child of export_translation_in_tensorflow)")
+    _export_main(sys.argv[2])
