@@ -33,6 +33,37 @@ def require_tensorflow(feature):
     return tensorflow
 
 
+def require_extra(extra, modules, feature):
+    """Imports ``modules`` (names); the first that is missing raises
+    ``ImportError`` naming ``feature``, the module and the extra that
+    installs it (``pip install "keras_trm[serve]"``).
+
+    The core install (``pip install keras_trm``) holds what the layers,
+    models, training, data, text and decoding need; the server
+    (``serve``: flask, waitress, grpcio, tensorflow-serving-api,
+    prometheus-client), LiteRT (``litert``) and plots (``plots``:
+    matplotlib) are extras.
+
+    Raises:
+        ImportError: a module of ``modules`` is not installed.
+
+    Example:
+
+    >>> require_extra("plots", ["math"], "report plots")
+    >>> require_extra("serve", ["no_such_module_x"], "keras_trm.serving")
+    Traceback (most recent call last):
+    ...
+    ImportError: keras_trm.serving needs 'no_such_module_x', which is not installed: pip install "keras_trm[serve]"
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ImportError(
+                f"{feature} needs {module!r}, which is not installed: "
+                f'pip install "keras_trm[{extra}]"') from err
+
+
 def lazy_module_attributes(package, attributes):
     """A module ``__getattr__`` that imports ``attributes[name]`` (a module
     path) when ``package.name`` is first read, so that TensorFlow-only parts

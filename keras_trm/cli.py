@@ -440,9 +440,12 @@ def serve_main(argv):
     quiet_cuda_probe()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from keras_trm.serving import (
-        ModelManager, ModelServer, batching_options, configure_tensorflow_threads,
-        model_server_config, monitoring_path)
+    try:
+        from keras_trm.serving import (
+            ModelManager, ModelServer, batching_options,
+            configure_tensorflow_threads, model_server_config, monitoring_path)
+    except ImportError as err:  # the [serve] extra is not installed
+        sys.exit(f"keras-trm serve: error: {err}")
 
     try:
         threads = configure_tensorflow_threads(

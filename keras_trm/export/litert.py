@@ -24,6 +24,7 @@ import pathlib
 
 import numpy as np
 
+from keras_trm._optional import require_extra
 from keras_trm.utils.files import atomic_file
 
 
@@ -245,6 +246,7 @@ def _frozen_signatures(module, names):
 
 def _add_metadata(flatbuffer, entries):
     """Returns ``flatbuffer`` (bytes) with named metadata buffers added."""
+    require_extra("litert", ["ai_edge_litert"], "LiteRT metadata")
     from ai_edge_litert import schema_py_generated as schema
     import flatbuffers
 
@@ -271,6 +273,7 @@ def read_litert_metadata(path):
     translator stores ``keras_trm_vocabulary`` (one token a line, UTF-8) and
     ``keras_trm_translator_config`` (JSON) there. Example: see
     ``export_translator_litert``."""
+    require_extra("litert", ["ai_edge_litert"], "LiteRT metadata")
     from ai_edge_litert import schema_py_generated as schema
 
     data = pathlib.Path(path).read_bytes()

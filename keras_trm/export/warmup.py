@@ -16,6 +16,8 @@ import pathlib
 
 import tensorflow as tf
 
+from keras_trm._optional import require_extra
+
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many records from the file.
 MAX_WARMUP_RECORDS = 1000
@@ -59,6 +61,7 @@ def write_warmup_requests(path, requests):
     ...  for name, inputs in read_warmup_requests(path)]
     [('serving_default', [b'A dog runs.'])]
     """
+    require_extra("serve", ["tensorflow_serving"], "warm-up requests")
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
     requests = list(requests)
@@ -110,6 +113,7 @@ def read_warmup_requests(path):
     >>> name, inputs["x"].shape, inputs["x"].dtype.name
     ('classify', TensorShape([1, 2]), 'float32')
     """
+    require_extra("serve", ["tensorflow_serving"], "warm-up requests")
     from tensorflow_serving.apis import prediction_log_pb2
 
     requests = []

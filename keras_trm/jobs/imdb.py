@@ -64,6 +64,7 @@ from keras_trm.training import (
     fit_summary,
     restore_best_epoch,
 )
+from keras_trm.training import plots
 from keras_trm.training.plots import plot_runs, smooth
 from keras_trm.utils import atomic_write, write_json
 
@@ -322,7 +323,9 @@ def write_report(workdir, results_dir, config, extra=None):
     for kind, r in results.items():
         write_json(results_dir / f"{kind}.json", r)
     plot = None
-    if "lstm" in results and "lstm_ln" in results:
+    if "lstm" in results and "lstm_ln" in results and not plots.available():
+        print('no plot: matplotlib is not installed (pip install "keras_trm[plots]")')
+    elif "lstm" in results and "lstm_ln" in results:
         runs = []
         for kind in ("lstm", "lstm_ln"):
             r = results[kind]

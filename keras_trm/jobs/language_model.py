@@ -56,6 +56,7 @@ from keras_trm.training import (
     train_segments,
     warmup_cosine_decay,
 )
+from keras_trm.training import plots
 from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
 
@@ -395,7 +396,11 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
         "export": str(path),
         "config": dataclasses.asdict(config),
     }
-    result["plot"] = str(plot_lm_curves(results_dir / "curves.png", result))
+    result["plot"] = None
+    if plots.available():
+        result["plot"] = str(plot_lm_curves(results_dir / "curves.png", result))
+    else:
+        print('no plot: matplotlib is not installed (pip install "keras_trm[plots]")')
     result["job_minutes"] = round((time.time() - job_start) / 60, 1)
     write_json(results_dir / "result.json", result)
     atomic_write(results_dir / "report.md", _report_markdown(result))

@@ -49,6 +49,7 @@ from keras_trm.training import (
     fit_summary,
     restore_best_epoch,
 )
+from keras_trm.training import plots
 from keras_trm.training.plots import binned, plot_runs
 from keras_trm.utils import atomic_write, write_json
 
@@ -299,12 +300,17 @@ def write_report(workdir, results_dir, config, extra=None):
                              "loss_x": np.arange(1, len(r["step_loss"]) + 1) * b,
                              "epochs": r["epoch_log"]})
         window = max(2560 // b, 1)
-        plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
-                  f"MNIST LeNet, batch size {b}", "training examples seen",
-                  "val_accuracy", "validation accuracy (%)",
-                  smooth_window=window)
-        text += [f"## Batch size {b}", "",
-                 f"![batch {b}](mnist_batch_{b}.png)", "",
+        figure = []
+        if plots.available():
+            plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
+                      f"MNIST LeNet, batch size {b}", "training examples seen",
+                      "val_accuracy", "validation accuracy (%)",
+                      smooth_window=window)
+            figure = [f"![batch {b}](mnist_batch_{b}.png)", ""]
+        else:
+            print('no plot: matplotlib is not installed '
+                  '(pip install "keras_trm[plots]")')
+        text += [f"## Batch size {b}", "", *figure,
                  f"(Loss curves: moving average over {window} steps = "
                  f"{window * b:,} examples.)", "",
                  *_comparison(results, b), ""]

@@ -5,9 +5,11 @@
 ``keras-trm serve`` starts one with ``tensorflow_model_server``'s flags.
 """
 
-from keras_trm._optional import require_tensorflow
+from keras_trm._optional import require_extra, require_tensorflow
 
 require_tensorflow("keras_trm.serving")  # TensorFlow by design
+require_extra("serve", ("flask", "waitress", "grpc", "tensorflow_serving"),
+              "keras_trm.serving")
 
 from keras_trm.serving.batching import BatchingOptions, BatchScheduler
 from keras_trm.serving.config import (

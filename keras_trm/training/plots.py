@@ -11,7 +11,20 @@ import pathlib
 import numpy as np
 
 
+def available():
+    """True when matplotlib (the ``plots`` extra) is installed; the jobs
+    skip their figures, saying so, when it is not."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _pyplot():
+    from keras_trm._optional import require_extra
+
+    require_extra("plots", ["matplotlib"], "keras_trm.training.plots")
     import matplotlib
 
     matplotlib.use("Agg")
