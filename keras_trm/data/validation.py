@@ -3,7 +3,7 @@ split that the classification recipes use for model selection."""
 
 import numpy as np
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 
 def check_labels(labels, num_classes, name="labels", count=None):
     """Validates class ids; returns them as an ``int32`` array ``(N,)``.

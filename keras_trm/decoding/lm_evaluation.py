@@ -20,7 +20,7 @@ import numpy as np
 from keras import ops
 
 from keras_trm.data.language_modeling import segments
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 
 # One compiled evaluation step per (model, mem_len, static shapes or not):
 # repeated evaluations (e.g. on the validation split during training) reuse

@@ -52,7 +52,7 @@ from typing import Protocol
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.utils.ids import END_ID, PAD_ID, START_ID
 
 NEG_INF = -1e9

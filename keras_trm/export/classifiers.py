@@ -12,7 +12,7 @@ name, signatures={"serving_default": wrapper.classify})``.
 
 import tensorflow as tf
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.models.classifiers import check_images
 from keras_trm.text import TextTokenizer, truncate_head_tail
 

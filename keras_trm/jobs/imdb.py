@@ -47,7 +47,7 @@ from keras_trm.data.batching import (
 )
 from keras_trm.export import ReviewClassifier, export_module
 from keras_trm.jobs._setup import start_job
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.models import text_classifier
 from keras_trm.text import (
     TextTokenizer,

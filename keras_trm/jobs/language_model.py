@@ -49,7 +49,7 @@ from keras_trm.decoding import (
 )
 from keras_trm.export import export_language_model
 from keras_trm.jobs._setup import start_job
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
 from keras_trm.training import (
     make_train_step,

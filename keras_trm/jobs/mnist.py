@@ -40,7 +40,7 @@ import numpy as np
 from keras_trm.data import check_labels, load_mnist, validation_split
 from keras_trm.export import DigitClassifier, export_module
 from keras_trm.jobs._setup import start_job
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.models import check_images, lenet_cnn
 from keras_trm.training import (
     BatchLoss,

@@ -48,7 +48,7 @@ from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
 from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.models import transformer
 from keras_trm.text import (
     SentencePieceTokenizer,

@@ -19,7 +19,7 @@ from keras import ops
 # Keras 3's per-sequence dropout masks, reset by keras.layers.RNN.
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
 
 

@@ -6,7 +6,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
 
 # Offsets given to ``clone_initializer``: every weight its own initializer, so

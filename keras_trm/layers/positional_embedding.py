@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
 
 

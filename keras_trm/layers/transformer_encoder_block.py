@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
 from keras_trm.layers.multi_head_attention import MultiHeadAttention
 

@@ -17,7 +17,7 @@ and the memory of the next segment is the layer's input history,
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers.relative_attention import RelativeMultiHeadAttention
 from keras_trm.layers.transformer_encoder_block import _BlockBase
 

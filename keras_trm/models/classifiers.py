@@ -15,7 +15,7 @@ one raises a ``TypeError`` instead.
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers.lstm_ln import LSTM_LN
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock

@@ -15,7 +15,7 @@ transformer_small      3    256      1024  4   0.1      CPU preset
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock

@@ -33,7 +33,7 @@ import math
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock

@@ -3,7 +3,7 @@ outside the exported graph)."""
 
 import tensorflow as tf
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.text.truncation import truncate_head_tail
 
 

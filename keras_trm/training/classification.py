@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.training.history import BatchLoss
 from keras_trm.training.schedules import warmup_cosine_decay
 

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")

@@ -1,4 +1,5 @@
-"""Argument checks shared by the layers: each error names the argument."""
+"""Argument checks shared by the library (layers, models, training, data,
+decoding, jobs): each error names the argument and the value it got."""
 
 import numbers
 
