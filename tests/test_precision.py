@@ -194,7 +194,7 @@ def test_val_bleu_decodes_a_float32_twin_refreshed_from_the_scored_model(
     weights, refreshed at every call (weights changed after the scorer was
     built are the ones scored), with one translator kept across calls."""
     from keras_trm.decoding import corpus_bleu
-    from keras_trm.training import GreedyBleu
+    from keras_trm.decoding import GreedyBleu
 
     kwargs = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
                   max_length=64, dropout_rate=0.0)

@@ -8,6 +8,7 @@ from keras_trm.decoding.search import (DecodingModel, beam_search,
 
 __all__ = [
     "DecodingModel",
+    "GreedyBleu",
     "Translator",
     "beam_search",
     "corpus_bleu",
@@ -24,6 +25,7 @@ __all__ = [
 # segment loops), and sacreBLEU: imported on first use.
 __getattr__ = lazy_module_attributes(__name__, {
     "Translator": "keras_trm.decoding.translator",
+    "GreedyBleu": "keras_trm.decoding.translator",
     "corpus_bleu": "keras_trm.decoding.bleu",
     "evaluate_disjoint_segments": "keras_trm.decoding.lm_evaluation",
     "evaluate_sliding_window": "keras_trm.decoding.lm_evaluation",

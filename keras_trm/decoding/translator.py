@@ -7,10 +7,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_trm.decoding.bleu import corpus_bleu
 from keras_trm.decoding.search import (beam_search, encode_by_length,
                                       greedy_search, stop_rule)
 from keras_trm.models.transformer import as_transformer
 from keras_trm.text.wordpiece import END_ID
+from keras_trm.training.precision import float32_copy
 
 
 class Translator(tf.Module):
@@ -260,3 +262,49 @@ class Translator(tf.Module):
         text = self.tokenizer.detokenize(tf.constant(ids, tf.int32))
         is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
         return tf.where(is_empty, tf.constant(""), text)
+
+
+class GreedyBleu:
+    """``score(model) -> float``: greedy-decoding sacreBLEU on one split,
+    the per-epoch validation score the translation job logs (``BleuLog``)
+    and selects checkpoints by.
+
+    Decodes a float32 twin of the training model (``float32_copy``, built
+    once; the model itself when it is already float32), whose weights are
+    refreshed from the scored model at each call, through one
+    ``Translator`` kept across calls (traced once). A mixed_bfloat16
+    model decoded as it is would cast every weight at every step: ~11 s
+    per Multi30k val pass against ~3 s in float32.
+
+    Args:
+        model: a ``keras_trm.models.transformer()`` model (any precision).
+        tokenizer: its ``keras_trm.text.TextTokenizer``.
+        sources, references: lists of str, the validation split.
+
+    Example:
+
+    >>> from keras_trm.models import transformer
+    >>> from keras_trm.text import RESERVED_TOKENS, TextTokenizer
+    >>> tokenizer = TextTokenizer(list(RESERVED_TOKENS) + list("abc"))
+    >>> model = transformer(tokenizer.vocabulary_size, num_layers=1,
+    ...                     d_model=8, num_heads=2, d_ff=16, max_length=16)
+    >>> score = GreedyBleu(model, tokenizer, ["a b"], ["a b"])
+    >>> 0.0 <= score(model) <= 100.0
+    True
+    """
+
+    def __init__(self, model, tokenizer, sources, references):
+        self.twin = float32_copy(model)
+        self.translator = Translator(self.twin, tokenizer, beam_size=1)
+        self.sources, self.references = sources, references
+
+    def float32_model(self, model):
+        """The twin, holding ``model``'s current weights."""
+        if model is not self.twin:
+            self.twin.set_weights(model.get_weights())
+        return self.twin
+
+    def __call__(self, model):
+        self.float32_model(model)
+        hyps = self.translator.translate_texts(self.sources)
+        return corpus_bleu(hyps, self.references)[0]

@@ -43,7 +43,7 @@ from keras_trm.data import (
     stream_steps,
     translation_train_files,
 )
-from keras_trm.decoding import Translator, corpus_bleu
+from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
@@ -59,7 +59,6 @@ from keras_trm.text import (
 )
 from keras_trm.training import (
     EpochCheckpoints,
-    GreedyBleu,
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
     NoamSchedule,

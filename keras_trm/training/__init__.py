@@ -44,14 +44,26 @@ _TENSORFLOW_ONLY = {
          "worker_info"), "keras_trm.training.distribute"),
     **dict.fromkeys(("lm_loss", "make_train_step", "train_segments"),
                     "keras_trm.training.language_model"),
-    **dict.fromkeys(("BleuLog", "GreedyBleu", "TensorBoardScalars",
+    **dict.fromkeys(("BleuLog", "TensorBoardScalars",
                      "TimeBudget", "TokenCount", "tensorboard_writer"),
                     "keras_trm.training.monitoring"),
 }
-__getattr__ = lazy_module_attributes(__name__, _TENSORFLOW_ONLY)
+_lazy = lazy_module_attributes(__name__, _TENSORFLOW_ONLY)
+
+
+def __getattr__(name):
+    if name == "GreedyBleu":  # moved: training does not import decoding
+        import warnings
+
+        warnings.warn("keras_trm.training.GreedyBleu is now "
+                      "keras_trm.decoding.GreedyBleu", DeprecationWarning,
+                      stacklevel=2)
+        from keras_trm.decoding.translator import GreedyBleu
+
+        return GreedyBleu
+    return _lazy(name)
 
 __all__ = [
-    "GreedyBleu",
     "EpochCheckpoints",
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",

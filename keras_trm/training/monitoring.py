@@ -1,6 +1,7 @@
 """Callbacks that watch a training run: the time budget, a validation score
-log (greedy BLEU in the translation job), TensorBoard scalars and a token
-count metric for tokens/s.
+log (any ``score(model)`` function; the translation job's greedy BLEU is
+``keras_trm.decoding.GreedyBleu``), TensorBoard scalars and a token count
+metric for tokens/s. Nothing here imports the decoding package.
 
 Each keeps what it must carry across a restart in ``get_state()`` /
 ``set_state()``, which ``keras_trm.training.TrainingBackup`` saves and
@@ -16,8 +17,6 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_trm.decoding import Translator, corpus_bleu
-from keras_trm.training.precision import float32_copy
 from keras_trm.utils.files import atomic_write
 
 
@@ -244,49 +243,3 @@ def tensorboard_writer(log_dir):
     """
     pathlib.Path(log_dir).mkdir(parents=True, exist_ok=True)
     return tf.summary.create_file_writer(str(log_dir))
-
-
-class GreedyBleu:
-    """``score(model) -> float``: greedy-decoding sacreBLEU on one split,
-    the per-epoch validation score the translation job logs (``BleuLog``)
-    and selects checkpoints by.
-
-    Decodes a float32 twin of the training model (``float32_copy``, built
-    once; the model itself when it is already float32), whose weights are
-    refreshed from the scored model at each call, through one
-    ``Translator`` kept across calls (traced once). A mixed_bfloat16
-    model decoded as it is would cast every weight at every step: ~11 s
-    per Multi30k val pass against ~3 s in float32.
-
-    Args:
-        model: a ``keras_trm.models.transformer()`` model (any precision).
-        tokenizer: its ``keras_trm.text.TextTokenizer``.
-        sources, references: lists of str, the validation split.
-
-    Example:
-
-    >>> from keras_trm.models import transformer
-    >>> from keras_trm.text import RESERVED_TOKENS, TextTokenizer
-    >>> tokenizer = TextTokenizer(list(RESERVED_TOKENS) + list("abc"))
-    >>> model = transformer(tokenizer.vocabulary_size, num_layers=1,
-    ...                     d_model=8, num_heads=2, d_ff=16, max_length=16)
-    >>> score = GreedyBleu(model, tokenizer, ["a b"], ["a b"])
-    >>> 0.0 <= score(model) <= 100.0
-    True
-    """
-
-    def __init__(self, model, tokenizer, sources, references):
-        self.twin = float32_copy(model)
-        self.translator = Translator(self.twin, tokenizer, beam_size=1)
-        self.sources, self.references = sources, references
-
-    def float32_model(self, model):
-        """The twin, holding ``model``'s current weights."""
-        if model is not self.twin:
-            self.twin.set_weights(model.get_weights())
-        return self.twin
-
-    def __call__(self, model):
-        self.float32_model(model)
-        hyps = self.translator.translate_texts(self.sources)
-        return corpus_bleu(hyps, self.references)[0]
