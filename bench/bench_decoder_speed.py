@@ -225,13 +225,13 @@ def main(argv=None):
             def generate_ids(self, encoder_tokens):
                 return old.beam_search(
                     self.model, encoder_tokens, beam_size=self.beam_size,
-                    length_penalty_alpha=self.length_penalty_alpha)
+                    length_penalty_alpha=self.length_penalty)
 
         export_root = pathlib.Path(tempfile.mkdtemp())
         paths = {}
         for label, cls in (("old", OldTranslator), ("new", Translator)):
             translator = cls(model, tokenizer, beam_size=4,
-                             length_penalty_alpha=0.6)
+                             length_penalty=0.6)
             paths[label] = export_module(
                 translator, export_root, f"bench_{label}",
                 signatures={"serving_default": translator.translate})

@@ -451,7 +451,7 @@ def main(argv=None):
         for name, parts in (("keras_trm", 1), ("keras_trm_parallel", args.parallel)):
             if want(name) and (name == "keras_trm" or parts > 1):
                 translator = Translator(model, tokenizer, beam_size=size,
-                                        length_penalty_alpha=alpha,
+                                        length_penalty=alpha,
                                         parallel_searches=parts)
                 systems[search][name] = (lambda s, t=translator:
                                          t.translate_texts(s, batch_size=len(s)))
@@ -485,7 +485,7 @@ def main(argv=None):
         and adds its SavedModel as row ``name``."""
         options.setdefault("parallel_searches", args.parallel)
         translator = Translator(model, tokenizer, beam_size=beam,
-                                length_penalty_alpha=alpha, **options)
+                                length_penalty=alpha, **options)
         path = export_module(translator, workdir / name, "transformer",
                              signatures={"serving_default": translator.translate})
         systems[f"beam{beam}"][name] = serve(
@@ -498,7 +498,7 @@ def main(argv=None):
     # SavedModel exported from the same weights.
     if want("keras_trm_first_end"):
         first_end = Translator(model, tokenizer, beam_size=beam,
-                               length_penalty_alpha=alpha,
+                               length_penalty=alpha,
                                early_stopping="first_end",
                                parallel_searches=args.parallel)
         systems[f"beam{beam}"]["keras_trm_first_end"] = (
@@ -555,7 +555,7 @@ def main(argv=None):
                 for search, size in searches.items():
                     lite = LiteRTTranslator(
                         path, num_threads=args.threads, beam_size=size,
-                        length_penalty_alpha=alpha,
+                        length_penalty=alpha,
                         batch_size=args.litert_batch_size or args.batch_size)
                     systems[search][name] = lambda s, t=lite: t.translate_texts(s)
         except (ImportError, AttributeError, TypeError) as err:

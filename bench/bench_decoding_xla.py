@@ -85,7 +85,7 @@ def main(argv=None):
     beam, alpha = 4, 0.6
 
     def search(x, **kw):
-        return beam_search(model, x, beam_size=beam, length_penalty_alpha=alpha,
+        return beam_search(model, x, beam_size=beam, length_penalty=alpha,
                            **kw)
 
     step = model.static_decode_step

@@ -131,7 +131,7 @@ def main():
         for beam in args.beams:
             runner = LiteRTTranslator(path, num_threads=args.threads,
                                       beam_size=beam,
-                                      length_penalty_alpha=args.alpha,
+                                      length_penalty=args.alpha,
                                       batch_size=args.batch_size)
             runner.translate_texts(sources[:2])  # warm-up (tokenizer tracing)
             start = time.perf_counter()

@@ -70,7 +70,7 @@ def main(argv=None):
                           ("xla_batch1", {"jit_compile": True,
                                           "jit_compile_max_batch_size": 1})):
         translator = Translator(model, tokenizer, beam_size=4,
-                                length_penalty_alpha=0.6, **options)
+                                length_penalty=0.6, **options)
         path = export_module(translator, workdir, name,
                              signatures={"serving_default": translator.translate})
         serving[name] = tf.saved_model.load(str(path)).signatures["serving_default"]

@@ -144,7 +144,7 @@ def main(argv=None):
 
     def ours(jit, rule, max_length):
         def search(tokens):
-            return beam_search(model, tokens, beam_size=4, length_penalty_alpha=0.6,
+            return beam_search(model, tokens, beam_size=4, length_penalty=0.6,
                                max_length=max_length, early_stopping=rule,
                                static_cache=jit)
         return tf.function(search, jit_compile=jit)

@@ -85,7 +85,7 @@ def main(argv=None):
     sources, _ = load_multi30k(args.split, args.data_dir)
     model = float32_copy(keras.saving.load_model(args.model))
     translator = Translator(model, TextTokenizer(load_vocabulary(args.vocab)),
-                            beam_size=4, length_penalty_alpha=0.6,
+                            beam_size=4, length_penalty=0.6,
                             jit_compile=True, jit_compile_max_batch_size=1)
     warmup = source_bucket_sentences(translator, sources)
     # The probes: the next sentence of each bucket (not a warm-up one).

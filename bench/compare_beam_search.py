@@ -64,7 +64,7 @@ class SearchTranslator(Translator):
     def generate_ids(self, encoder_tokens):
         return self._search_fn(
             self.model, encoder_tokens, beam_size=self.beam_size,
-            length_penalty_alpha=self.length_penalty_alpha,
+            length_penalty_alpha=self.length_penalty,
         )
 
 
@@ -126,7 +126,7 @@ def main(argv=None):
                      ("new", new_search.beam_search)):
         translator = SearchTranslator(
             fn, model, tokenizer, beam_size=args.beam_size,
-            length_penalty_alpha=args.alpha,
+            length_penalty=args.alpha,
         )
         hyps, seconds = decode(translator, sources, args.batch_size)
         bleu, signature, line = corpus_bleu(hyps, references)

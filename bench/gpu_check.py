@@ -313,7 +313,7 @@ def run_child(args):
     test_src, test_tgt = splits.test
     n = args.decode_sentences
     translator = Translator(float32_copy(model), tokenizer, beam_size=4,
-                            length_penalty_alpha=0.6)
+                            length_penalty=0.6)
     t0 = time.perf_counter()
     hyps = translator.translate_texts(test_src[:n], batch_size=50)
     decode_seconds = time.perf_counter() - t0

@@ -118,7 +118,7 @@ def main(argv=None):
     searches = {}
     for name, beam in (("greedy", 1), ("beam4", 4)):
         translator = Translator(model, tokenizer, beam_size=beam,
-                                length_penalty_alpha=0.6)
+                                length_penalty=0.6)
         search = tf.function(translator.generate_ids, input_signature=spec)
         search(batches[0])  # trace and warm up
         start = time.perf_counter()

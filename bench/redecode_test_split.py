@@ -75,7 +75,7 @@ def main(argv=None):
     test_name = splits.names["test"]
     model = float32_copy(as_transformer(keras.saving.load_model(run / "model.keras")))
     translator = Translator(model, tokenizer, beam_size=config.beam_size,
-                            length_penalty_alpha=config.length_penalty,
+                            length_penalty=config.length_penalty,
                             early_stopping=getattr(config, "early_stopping", True))
     start = time.time()
     hyps = translator.translate_texts(sources, batch_size=100)

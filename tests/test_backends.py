@@ -81,7 +81,7 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
                       "int32")
     best, _, scores = beam_search(
         tiny_model, source, beam_size=vocab ** (length - 1),
-        length_penalty_alpha=alpha, max_length=length, return_all=True)
+        length_penalty=alpha, max_length=length, return_all=True)
     best, scores = to_numpy(best), to_numpy(scores)
     for b in range(len(source)):
         hyps, exact = _exhaustive(tiny_model, source[b], length, alpha)
@@ -129,7 +129,7 @@ def test_cached_searches_equal_recompute_and_beam_one_is_greedy(small_model,
                                  use_cache=False)))
     np.testing.assert_array_equal(
         greedy, to_numpy(beam_search(small_model, source, beam_size=1,
-                                     length_penalty_alpha=1.0, max_length=9)))
+                                     length_penalty=1.0, max_length=9)))
 
 
 def test_a_sentence_decodes_alike_alone_and_in_a_batch(small_model, source):

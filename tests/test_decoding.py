@@ -74,7 +74,7 @@ def normalized_score(model, source, hyp, alpha):
 def test_beam_one_equals_greedy(model, source):
     greedy = greedy_search(model, source, max_length=12).numpy()
     for alpha in (0.0, 0.6, 1.0):
-        beam = beam_search(model, source, beam_size=1, length_penalty_alpha=alpha,
+        beam = beam_search(model, source, beam_size=1, length_penalty=alpha,
                            max_length=12).numpy()
         np.testing.assert_array_equal(beam, greedy)
 
@@ -82,7 +82,7 @@ def test_beam_one_equals_greedy(model, source):
 def test_beam_scores_are_model_log_probs_with_length_penalty(model, source):
     alpha = 0.6
     best, beams, scores = beam_search(model, source, beam_size=3,
-                                      length_penalty_alpha=alpha, max_length=10,
+                                      length_penalty=alpha, max_length=10,
                                       return_all=True)
     beams, scores = beams.numpy(), scores.numpy()
     np.testing.assert_array_equal(best.numpy(), beams[:, 0])
@@ -155,7 +155,7 @@ def test_beam_stays_full_after_a_hypothesis_ends(model, source):
     for b in range(len(source)):
         rec = _Recorder(model)
         _, beams, _ = beam_search(rec, source[b:b + 1], beam_size=2,
-                                  length_penalty_alpha=0.6, max_length=10,
+                                  length_penalty=0.6, max_length=10,
                                   use_cache=False, return_all=True)
         # rec.fed[i]: the (2, i + 1) prefixes fed at step i (START first).
         for i, prefixes in enumerate(rec.fed[1:], start=1):
@@ -177,7 +177,7 @@ def test_early_stopping_keeps_the_best_and_stops_early(tiny_model, rng):
             for early in (True, False):
                 rec = _Recorder(tiny_model)
                 best, _, scores = beam_search(
-                    rec, source, beam_size=k, length_penalty_alpha=alpha,
+                    rec, source, beam_size=k, length_penalty=alpha,
                     max_length=7, return_all=True, early_stopping=early)
                 runs.append((best.numpy(), scores.numpy()[:, 0], len(rec.fed)))
             np.testing.assert_array_equal(runs[0][0], runs[1][0])
@@ -207,7 +207,7 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
                     rec = _Recorder(m)
                     best, _, scores = beam_search(
                         rec, source[b:b + 1], beam_size=k,
-                        length_penalty_alpha=alpha, max_length=max_length,
+                        length_penalty=alpha, max_length=max_length,
                         return_all=True, early_stopping=rule)
                     runs.setdefault(rule, []).append(
                         (best.numpy()[0], float(scores.numpy()[0, 0]),
@@ -225,11 +225,11 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
 
 def test_first_end_batched_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
-    best = beam_search(model, source, beam_size=3, length_penalty_alpha=0.6,
+    best = beam_search(model, source, beam_size=3, length_penalty=0.6,
                        max_length=10, early_stopping="first_end").numpy()
     for b in range(len(source)):
         one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
-                          length_penalty_alpha=0.6, max_length=10,
+                          length_penalty=0.6, max_length=10,
                           early_stopping="first_end")
         np.testing.assert_array_equal(one.numpy()[0], best[b])
 
@@ -275,11 +275,11 @@ def test_default_limit_is_per_sentence_so_batching_changes_nothing():
 def test_batched_beam_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
     best, beams, scores = beam_search(model, source, beam_size=3,
-                                      length_penalty_alpha=0.6, max_length=10,
+                                      length_penalty=0.6, max_length=10,
                                       return_all=True)
     for b in range(len(source)):
         one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
-                          length_penalty_alpha=0.6, max_length=10,
+                          length_penalty=0.6, max_length=10,
                           return_all=True)
         np.testing.assert_array_equal(one[0].numpy()[0], best.numpy()[b])
         np.testing.assert_array_equal(one[1].numpy()[0], beams.numpy()[b])
@@ -360,7 +360,7 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
     for early in (True, False):
         best, _, scores = beam_search(
             tiny_model, source, beam_size=vocab ** (length - 1),
-            length_penalty_alpha=alpha, max_length=length, return_all=True,
+            length_penalty=alpha, max_length=length, return_all=True,
             early_stopping=early)
         for b in range(len(source)):
             hyps, exact = exhaustive_scores(tiny_model, source[b], length, alpha)
@@ -445,7 +445,7 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
         if k == 3:
             variants.append({"use_cache": False})
         runs = [beam_search(model, source, beam_size=k,
-                            length_penalty_alpha=alpha, max_length=10,
+                            length_penalty=alpha, max_length=10,
                             return_all=True, **kw)
                 for kw in variants]
         for other in runs[1:]:
@@ -466,7 +466,7 @@ def test_two_stage_top_k_keeps_tie_order():
     projection.set_weights([np.zeros_like(kernel), bias])  # all tokens tie
     source = np.array([[4, 5, 3]], "int32")
     _, beams, _ = beam_search(model, source, beam_size=2, max_length=3,
-                              length_penalty_alpha=0.0, return_all=True,
+                              length_penalty=0.0, return_all=True,
                               early_stopping=False)
     # Step 1: tokens 0 and 1 (lowest ids; END=3 ranks below k). Step 2:
     # hypothesis 0 extended by tokens 0 and 1, and so on.

@@ -109,7 +109,7 @@ def _reference(model, ids, beam_size):
         search = tf.function(lambda x: greedy_search(model, x))
     else:
         search = tf.function(lambda x: beam_search(
-            model, x, beam_size=beam_size, length_penalty_alpha=0.6))
+            model, x, beam_size=beam_size, length_penalty=0.6))
     out = []
     for best in search(tf.constant(ids)).numpy().tolist():
         out.append(best[:best.index(END_ID)] if END_ID in best
@@ -133,18 +133,18 @@ def test_translator_tokens_equal_keras_search(tiny_translator, beam_size):
 
 def test_translate_texts_equals_tf_translator(tiny_translator, tokenizer):
     model, path, _ = tiny_translator
-    runner = LiteRTTranslator(path, beam_size=4, length_penalty_alpha=0.6)
+    runner = LiteRTTranslator(path, beam_size=4, length_penalty=0.6)
     reference = Translator(model, tokenizer, beam_size=4,
-                           length_penalty_alpha=0.6)
+                           length_penalty=0.6)
     sentences = SENTENCES[:3] + ["   "]
     expected = reference.translate_texts(sentences)
     assert runner.translate_texts(sentences) == expected
     assert expected[-1] == "" and all(expected[:3])
     # The same with CTranslate2's early exit: one search rule everywhere.
-    runner = LiteRTTranslator(path, beam_size=4, length_penalty_alpha=0.6,
+    runner = LiteRTTranslator(path, beam_size=4, length_penalty=0.6,
                               early_stopping="first_end")
     reference = Translator(model, tokenizer, beam_size=4,
-                           length_penalty_alpha=0.6, early_stopping="first_end")
+                           length_penalty=0.6, early_stopping="first_end")
     assert runner.translate_texts(sentences) == reference.translate_texts(sentences)
 
 
@@ -244,8 +244,8 @@ def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
         LiteRTTranslator(path, batch_size=0)
     with pytest.raises(ValueError, match="num_threads"):
         LiteRTTranslator(path, num_threads=0)
-    with pytest.raises(ValueError, match="length_penalty_alpha"):
-        LiteRTTranslator(path, length_penalty_alpha=-1)
+    with pytest.raises(ValueError, match="length_penalty=-1"):
+        LiteRTTranslator(path, length_penalty=-1)
     with pytest.raises(ValueError, match="early_stopping='soon'"):
         LiteRTTranslator(path, early_stopping="soon")
     with pytest.raises(FileNotFoundError):

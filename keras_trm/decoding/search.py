@@ -132,6 +132,10 @@ def length_penalty(length, alpha):
     return ops.power((5.0 + length) / 6.0, ops.cast(alpha, "float32"))
 
 
+# The function, for scopes where ``length_penalty`` is the α argument.
+_gnmt_penalty = length_penalty
+
+
 def _check_tokens(encoder_tokens):
     encoder_tokens = ops.convert_to_tensor(encoder_tokens)
     v.integer_ids("encoder_tokens", encoder_tokens)
@@ -760,7 +764,7 @@ def beam_search(
     model,
     encoder_tokens,
     beam_size=4,
-    length_penalty_alpha=0.6,
+    length_penalty=0.6,
     max_length=None,
     use_cache=True,
     return_all=False,
@@ -769,6 +773,7 @@ def beam_search(
     start_id=START_ID,
     end_id=END_ID,
     encoder_outputs=None,
+    length_penalty_alpha=None,
 ):
     """Beam search with the GNMT length penalty and a beam kept full.
 
@@ -787,7 +792,8 @@ def beam_search(
         model: as in ``greedy_search``.
         encoder_tokens: int ``(batch, T_src)``.
         beam_size: int >= 1 (4 in the paper).
-        length_penalty_alpha: α >= 0 (0.6 in the paper; 0 = raw log-prob).
+        length_penalty: the GNMT α >= 0 (0.6 in the paper; 0 = raw
+            log-prob). ``length_penalty_alpha``: its old name, deprecated.
         max_length: as in ``greedy_search`` (a limit per sentence); a
             hypothesis that reaches its limit without END is finished with
             |Y| = the limit.
@@ -834,22 +840,24 @@ def beam_search(
     True
     >>> # CTranslate2's stopping rule: fewer steps, exact only for alpha = 0
     >>> bool(np.array_equal(
-    ...     beam_search(model, source, beam_size=3, length_penalty_alpha=0.0,
+    ...     beam_search(model, source, beam_size=3, length_penalty=0.0,
     ...                 max_length=6, early_stopping="first_end"),
-    ...     beam_search(model, source, beam_size=3, length_penalty_alpha=0.0,
+    ...     beam_search(model, source, beam_size=3, length_penalty=0.0,
     ...                 max_length=6)))
     True
     """
     if isinstance(beam_size, bool) or int(beam_size) < 1:
         raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
-    if float(length_penalty_alpha) < 0:
+    length_penalty = v.renamed("length_penalty_alpha", length_penalty_alpha,
+                               "length_penalty", length_penalty)
+    if float(length_penalty) < 0:
         raise ValueError(
-            "`length_penalty_alpha` must be >= 0, got "
-            f"length_penalty_alpha={length_penalty_alpha}"
+            "`length_penalty` must be >= 0, got "
+            f"length_penalty={length_penalty}"
         )
     rule = stop_rule(early_stopping)
     k = int(beam_size)
-    alpha = float(length_penalty_alpha)
+    alpha = float(length_penalty)
     def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
         if graph:
             from keras_trm.decoding.graph_search import graph_beam
@@ -859,7 +867,7 @@ def beam_search(
                               encoder_outputs, return_all,
                               dict(initial=_initial_beams, update=_beam_update,
                                    result=_beam_result,
-                                   length_penalty=length_penalty))
+                                   length_penalty=_gnmt_penalty))
         return _static_beam(model, encoder_tokens, steps, limits, k, alpha,
                             rule, use_cache, start_id, end_id,
                             encoder_outputs, return_all)

@@ -13,6 +13,7 @@ from keras_trm.decoding.search import (beam_search, encode_by_length,
 from keras_trm.models.transformer import as_transformer
 from keras_trm.text.wordpiece import END_ID
 from keras_trm.training.precision import float32_copy
+from keras_trm.utils import checks as v
 
 
 class Translator(tf.Module):
@@ -22,7 +23,8 @@ class Translator(tf.Module):
         model: a model built by ``keras_trm.models.transformer``.
         tokenizer: ``keras_trm.text.TextTokenizer`` (shared vocabulary).
         beam_size: int >= 1; 1 means greedy search.
-        length_penalty_alpha: α of the length penalty (beam search).
+        length_penalty: α of the GNMT length penalty (beam search).
+        length_penalty_alpha: the old name of ``length_penalty``, deprecated.
         max_source_length: source tokens kept, END included (default: the
             model's max_length). Longer inputs are truncated to their first
             ``max_source_length - 1`` subword tokens.
@@ -95,17 +97,20 @@ class Translator(tf.Module):
     ((2,), 'string', b'')
     """
 
-    def __init__(self, model, tokenizer, beam_size=4, length_penalty_alpha=0.6,
+    def __init__(self, model, tokenizer, beam_size=4, length_penalty=0.6,
                  max_source_length=None, early_stopping=True,
                  jit_compile=False, parallel_searches=1, encode_groups=4,
-                 jit_compile_max_batch_size=None, name=None):
+                 jit_compile_max_batch_size=None, name=None,
+                 length_penalty_alpha=None):
         super().__init__(name=name)
         self.model = as_transformer(model)
         self.tokenizer = tokenizer
         if int(beam_size) < 1:
             raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
         self.beam_size = int(beam_size)
-        self.length_penalty_alpha = float(length_penalty_alpha)
+        self.length_penalty = float(v.renamed(
+            "length_penalty_alpha", length_penalty_alpha, "length_penalty",
+            length_penalty))
         self.early_stopping = stop_rule(early_stopping)
         limit = self.model.max_length
         self.max_source_length = int(max_source_length or limit)
@@ -160,7 +165,7 @@ class Translator(tf.Module):
                                  encoder_outputs=encoder_outputs)
         return beam_search(
             self.model, encoder_tokens, beam_size=self.beam_size,
-            length_penalty_alpha=self.length_penalty_alpha,
+            length_penalty=self.length_penalty,
             early_stopping=self.early_stopping, static_cache=static_cache,
             encoder_outputs=encoder_outputs,
         )

@@ -540,7 +540,8 @@ class LiteRTTranslator:
         path: the ``.tflite`` file.
         num_threads: int >= 1, interpreter threads.
         beam_size: int >= 1; 1 is greedy search.
-        length_penalty_alpha: α >= 0 of the length penalty.
+        length_penalty: the GNMT α >= 0 of the length penalty.
+        length_penalty_alpha: the old name of ``length_penalty``, deprecated.
         batch_size: int >= 1, sentences per search.
         early_stopping: beam search's stopping rule, as for
             ``keras_trm.decoding.Translator``.
@@ -571,7 +572,8 @@ class LiteRTTranslator:
     """
 
     def __init__(self, path, num_threads=2, beam_size=4,
-                 length_penalty_alpha=0.6, batch_size=32, early_stopping=True):
+                 length_penalty=0.6, batch_size=32, early_stopping=True,
+                 length_penalty_alpha=None):
         import json
 
         path = pathlib.Path(path)
@@ -580,9 +582,13 @@ class LiteRTTranslator:
         _check_int_at_least_1("num_threads", num_threads)
         _check_int_at_least_1("beam_size", beam_size)
         _check_int_at_least_1("batch_size", batch_size)
-        if not float(length_penalty_alpha) >= 0:
-            raise ValueError("`length_penalty_alpha` must be >= 0, got "
-                             f"length_penalty_alpha={length_penalty_alpha!r}")
+        from keras_trm.utils import checks
+
+        length_penalty = checks.renamed("length_penalty_alpha", length_penalty_alpha,
+                                        "length_penalty", length_penalty)
+        if not float(length_penalty) >= 0:
+            raise ValueError("`length_penalty` must be >= 0, got "
+                             f"length_penalty={length_penalty!r}")
         metadata = read_litert_metadata(path)
         if _CONFIG_KEY not in metadata or _VOCABULARY_KEY not in metadata:
             raise ValueError(f"{str(path)!r} was not written by "
@@ -606,7 +612,7 @@ class LiteRTTranslator:
         self.path = path
         self.beam_size = beam_size
         self.batch_size = batch_size
-        self.length_penalty_alpha = float(length_penalty_alpha)
+        self.length_penalty = float(length_penalty)
         from keras_trm.decoding.search import stop_rule
 
         self.early_stopping = stop_rule(early_stopping)
@@ -645,7 +651,7 @@ class LiteRTTranslator:
                                          end_id=self.end_id)
                 return beam_search(
                     model, ids, beam_size=self.beam_size,
-                    length_penalty_alpha=self.length_penalty_alpha,
+                    length_penalty=self.length_penalty,
                     early_stopping=self.early_stopping,
                     start_id=self.start_id, end_id=self.end_id)
 

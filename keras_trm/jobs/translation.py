@@ -655,7 +655,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 def _search_options(config):
     """The ``Translator`` search arguments of a job's config."""
     return dict(beam_size=config.beam_size,
-                length_penalty_alpha=config.length_penalty,
+                length_penalty=config.length_penalty,
                 early_stopping=config.early_stopping,
                 parallel_searches=config.parallel_searches)
 

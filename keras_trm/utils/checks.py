@@ -79,3 +79,30 @@ def integer_ids(name, value, what="integer token ids"):
             f"{tuple(value.shape)}); cast ids to int32"
         )
     return dtype
+
+
+def renamed(old_name, old_value, new_name, new_value):
+    """A renamed keyword argument: ``new_value``, or ``old_value`` with a
+    ``DeprecationWarning`` when the caller still used ``old_name`` (not
+    None). One name per concept across the API (e.g. ``length_penalty``
+    for the GNMT α, formerly also ``length_penalty_alpha``).
+
+    Example:
+
+    >>> import warnings
+    >>> renamed("length_penalty_alpha", None, "length_penalty", 0.6)
+    0.6
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     renamed("length_penalty_alpha", 1.0, "length_penalty", 0.6)
+    1.0
+    >>> str(caught[0].message)
+    '`length_penalty_alpha` is now `length_penalty`; the old name will go'
+    """
+    if old_value is None:
+        return new_value
+    import warnings
+
+    warnings.warn(f"`{old_name}` is now `{new_name}`; the old name will go",
+                  DeprecationWarning, stacklevel=3)
+    return old_value
