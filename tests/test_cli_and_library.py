@@ -18,7 +18,7 @@ import yaml
 import keras_trm
 from keras_trm import cli
 from keras_trm.cli import config_parser, parse_bool, parse_config
-from keras_trm.layers import _validation as v
+from keras_trm.utils import checks as v
 from keras_trm.utils import atomic_directory, atomic_write, write_json
 
 PACKAGE = pathlib.Path(keras_trm.__file__).resolve().parent
