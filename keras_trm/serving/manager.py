@@ -9,10 +9,32 @@ version folders holding a ``saved_model.pb``, applies the version policy
 loads a new version before it unloads the one it replaces, so requests keep
 being answered across a version change; a version being unloaded first
 finishes the requests it already has.
+
+A version swap must not stall the requests the old version answers
+(issue #38). Measured by ``bench/bench_version_swap.py`` (a Multi30k-sized
+export, 16 REST clients, 2 cores): ``tf.saved_model.load`` takes 2-7 s
+and holds the interpreter at most ~0.2 s at a time; what made requests
+wait up to 60 s was TensorFlow instantiating a signature's function on
+its first call (~3 s of graph optimization for a beam search), done anew
+by each of the 16 requests that reached the new version at once (50-70 s
+together, and ~1.1 GB more memory that the allocator then kept). So a
+version is prepared before it is ``AVAILABLE``, off the request path:
+each signature is called once (the warm-up file's requests, or one
+minimal row; see ``ServableVersion.load``) in a thread of lower OS
+priority (``loader_niceness``), and a first call that still reaches a
+signature runs alone. An unloaded version's memory is given back: its
+objects are dropped (its ``signature_defs`` too, copied out of the
+parsed SavedModel so as not to keep all of it), garbage is collected and
+the C allocator's free pages are returned to the system (``malloc_trim``).
 """
 
+import ctypes
+import ctypes.util
+import gc
 import logging
+import os
 import pathlib
+import re
 import threading
 import time
 
@@ -28,10 +50,90 @@ log = logging.getLogger("keras_trm.serving")
 
 STATES = ("START", "LOADING", "AVAILABLE", "UNLOADING", "END")
 MAX_LOAD_ATTEMPTS = 3
+# Ops that change state (variables, tables, files): a signature holding one
+# is not called with made-up inputs at load (its first client's call runs
+# alone instead).
+_WRITE_OPS = re.compile(
+    r"^(Assign|ResourceScatter|ResourceApply|ResourceSparseApply|"
+    r"ResourceStridedSliceAssign|LookupTable(Insert|Remove|Import)|"
+    r"InitializeTable|WriteFile|Save|MergeV2Checkpoints|Enqueue|QueueEnqueue|"
+    r"StackPush|Write(Scalar|Histogram|Image|Audio|Graph|Raw|Summary))")
 
 
 def _spec_shape(spec):
     return None if spec.shape.rank is None else spec.shape.as_list()
+
+
+def writes_state(function):
+    """True if a (loaded) concrete function, or a function it calls, holds
+    an op that writes a variable, a table or a file (``_WRITE_OPS``)."""
+    graph_def = function.graph.as_graph_def()
+    ops = {node.op for node in graph_def.node}
+    for library_function in graph_def.library.function:
+        ops.update(node.op for node in library_function.node_def)
+    return any(_WRITE_OPS.match(op) for op in ops)
+
+
+def minimal_inputs(specs):
+    """One row of zeros (empty strings for string inputs) per input spec,
+    every unknown dimension 1; None if an input's rank is unknown.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> inputs = minimal_inputs({"text": tf.TensorSpec([None], tf.string),
+    ...                          "x": tf.TensorSpec([None, 2], tf.float32)})
+    >>> {k: (v.dtype.name, v.shape.as_list()) for k, v in inputs.items()}
+    {'text': ('string', [1]), 'x': ('float32', [1, 2])}
+    """
+    import tensorflow as tf
+
+    inputs = {}
+    for key, spec in specs.items():
+        if spec.shape.rank is None:
+            return None
+        shape = [1 if d is None else d for d in spec.shape.as_list()]
+        inputs[key] = tf.zeros(shape, spec.dtype) if spec.dtype != tf.string else (
+            tf.fill(shape, ""))
+    return inputs
+
+
+_LIBC = None
+
+
+def release_freed_memory():
+    """Collects garbage, then returns the C allocator's free pages to the
+    system (glibc's ``malloc_trim(0)``; a no-op elsewhere). Without it, the
+    memory of an unloaded version stays in the process's malloc arenas
+    (one per thread that allocated), counted in its RSS. Returns True if
+    ``malloc_trim`` ran."""
+    global _LIBC
+    gc.collect()
+    if _LIBC is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _LIBC = ctypes.CDLL(name) if name else False
+        except OSError:
+            _LIBC = False
+    trim = getattr(_LIBC, "malloc_trim", None) if _LIBC else None
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def _lower_thread_priority(niceness):
+    """Raises the calling thread's (Linux: per-thread) nice value by
+    ``niceness``; False where the OS does not allow it."""
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return False
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(current + niceness, 19))
+        return True
+    except OSError:
+        return False
 
 
 class ServableVersion:
@@ -53,6 +155,11 @@ class ServableVersion:
             load, as TF Serving does before a version is ``AVAILABLE``
             (e.g. to compile an XLA search before the first client).
         warmup_seconds: the time they took.
+        warmed_signatures: the signatures called once at load with one
+            minimal row (those the warm-up file did not call; see ``load``).
+        restore_seconds: ``tf.saved_model.load``'s time.
+        prepare_seconds: the minimal-row calls' time.
+        load_seconds: the whole load's time.
     """
 
     def __init__(self, name, version, path):
@@ -64,48 +171,74 @@ class ServableVersion:
         self.signature_defs = {}
         self.warmup_requests = 0
         self.warmup_seconds = 0.0
+        self.warmed_signatures = []
+        self.restore_seconds = 0.0
+        self.prepare_seconds = 0.0
+        self.load_seconds = 0.0
         self._signatures = {}
         self._input_specs = {}
         self._batchable = {}
         self._loaded = None
         self._batcher = None
+        self._called = set()  # signatures whose function ran once
+        self._first_call_locks = {}
+        self._serialize_first_calls = False
         self.in_flight = 0
 
     # -- lifecycle --------------------------------------------------------------
-    def load(self, batching=None):
+    def load(self, batching=None, warm_up_signatures=True, niceness=0):
         """Loads the SavedModel (state ``LOADING`` -> ``AVAILABLE``).
+
+        TensorFlow instantiates a signature's function (graph optimization:
+        ~3 s for a beam search on 2 cores) on its first call, and
+        concurrent first calls each do it: 16 clients reaching a new
+        version at once took up to 60 s and ~1 GB. So, before the version
+        is ``AVAILABLE``: the warm-up file's requests are replayed (TF
+        Serving's behaviour), then, with ``warm_up_signatures``, each
+        signature they did not call is called once with one minimal row
+        (``minimal_inputs``: zeros, empty strings; its answer or error is
+        ignored) unless it writes state (``writes_state``) or has an input
+        of unknown rank; and the first call of a signature still not
+        called runs alone (later callers wait for it).
 
         Args:
             batching: ``BatchingOptions`` to batch concurrent requests, or None.
+            warm_up_signatures: bool, as above; False: the version is
+                ``AVAILABLE`` once restored and the warm-up file replayed,
+                and first calls are not serialized (the old behaviour).
+            niceness: int >= 0; > 0 runs the warm-up calls (the file's and
+                the minimal rows) in a thread of that much lower OS priority
+                (Linux nice, per thread), so that the serving threads keep
+                their share of the cores. ``tf.saved_model.load`` runs in
+                the caller's thread at its priority: it is Python work that
+                holds the interpreter, and a low-priority thread holding it
+                would make every serving thread wait (measured: 2.6 s gaps
+                at nice 10, docs/serving.md).
 
         Raises:
             Exception: whatever ``tf.saved_model.load`` raised; the state is
                 then ``END`` and ``error`` says why.
         """
-        import tensorflow as tf
-
-        try:
-            import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-        except ImportError:  # pragma: no cover - optional
-            pass
-        from tensorflow.core.protobuf import saved_model_pb2
+        from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
         self.state = "LOADING"
+        start = time.perf_counter()
         try:
             proto = saved_model_pb2.SavedModel.FromString(
                 (self.path / "saved_model.pb").read_bytes())
-            self.signature_defs = dict(proto.meta_graphs[0].signature_def)
-            self._loaded = tf.saved_model.load(str(self.path))
-            self._signatures = dict(self._loaded.signatures)
-            for key, function in self._signatures.items():
-                specs = function.structured_input_signature[1]
-                outputs = function.structured_outputs
-                self._input_specs[key] = specs
-                shapes = [_spec_shape(s) for s in list(specs.values())
-                          + list(outputs.values())]
-                self._batchable[key] = bool(specs) and all(
-                    shape and shape[0] is None for shape in shapes)
-            self._warm_up()
+            # Copies: a sub-message keeps its whole parsed SavedModel alive
+            # (upb protobuf; 16 MB for the Multi30k export's 4.5 MB file),
+            # which grew the server by that much per version swapped.
+            self.signature_defs = {}
+            for key, signature in proto.meta_graphs[0].signature_def.items():
+                self.signature_defs[key] = meta_graph_pb2.SignatureDef()
+                self.signature_defs[key].CopyFrom(signature)
+            del proto
+            self._restore(warm_up_signatures)
+            if niceness > 0:
+                self._in_low_priority_thread(niceness, warm_up_signatures)
+            else:
+                self._warm_up_all(warm_up_signatures)
             if batching is not None:
                 self._batcher = BatchScheduler(
                     self._call, batching, name=f"{self.name}/{self.version}")
@@ -115,7 +248,57 @@ class ServableVersion:
             self._loaded = None
             self._signatures = {}
             raise
+        self.load_seconds = time.perf_counter() - start
         self.state = "AVAILABLE"
+
+    def _in_low_priority_thread(self, niceness, warm_up_signatures):
+        from tensorflow.python.eager import context
+
+        # TensorFlow's thread pools are created with its context, and a
+        # thread inherits its creator's priority: create them here first.
+        context.ensure_initialized()
+        failure = []
+
+        def run():
+            _lower_thread_priority(niceness)
+            try:
+                self._warm_up_all(warm_up_signatures)
+            except BaseException as err:  # noqa: BLE001 - re-raised by the caller
+                failure.append(err)
+
+        thread = threading.Thread(target=run, daemon=True,
+                                  name=f"load-{self.name}-{self.version}")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+
+    def _restore(self, warm_up_signatures):
+        import tensorflow as tf
+
+        try:
+            import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+        except ImportError:  # pragma: no cover - optional
+            pass
+        start = time.perf_counter()
+        self._loaded = tf.saved_model.load(str(self.path))
+        self._signatures = dict(self._loaded.signatures)
+        self.restore_seconds = time.perf_counter() - start
+        for key, function in self._signatures.items():
+            specs = function.structured_input_signature[1]
+            outputs = function.structured_outputs
+            self._input_specs[key] = specs
+            shapes = [_spec_shape(s) for s in list(specs.values())
+                      + list(outputs.values())]
+            self._batchable[key] = bool(specs) and all(
+                shape and shape[0] is None for shape in shapes)
+            self._first_call_locks[key] = threading.Lock()
+        self._serialize_first_calls = warm_up_signatures
+
+    def _warm_up_all(self, warm_up_signatures):
+        self._warm_up()
+        if warm_up_signatures:
+            self._warm_up_signatures()
 
     def _warm_up(self):
         """Replays the warm-up file's requests (if any) through the loaded
@@ -136,14 +319,54 @@ class ServableVersion:
             except Exception as err:
                 raise ValueError(f"warm-up request {i} of {str(path)!r} failed: "
                                  f"{type(err).__name__}: {err}") from err
+            self._called.add(signature_name)
+            time.sleep(0)  # let the serving threads have the interpreter
         self.warmup_requests = len(requests)
         self.warmup_seconds = time.perf_counter() - start
         log.info("model %r version %d: %d warm-up requests replayed in %.1f s",
                  self.name, self.version, self.warmup_requests,
                  self.warmup_seconds)
 
+    def _warm_up_signatures(self):
+        """Calls each signature not called yet once with one minimal row, so
+        that TensorFlow instantiates its function now, not on the first
+        clients' requests. Its answer, or error, does not matter."""
+        import tensorflow as tf
+
+        start = time.perf_counter()
+        for key, function in sorted(self._signatures.items()):
+            if key in self._called:
+                continue
+            try:
+                inputs = minimal_inputs(self._input_specs[key])
+                skip = ("an input of unknown rank" if inputs is None else
+                        "it writes state" if writes_state(function) else None)
+            except Exception as err:  # noqa: BLE001 - e.g. an unusual dtype
+                skip = f"{type(err).__name__}: {err}"
+            if skip:
+                log.info("model %r version %d: signature %r is not called at load "
+                         "(%s); its first request runs alone", self.name,
+                         self.version, key, skip)
+                continue
+            try:
+                function(**inputs)
+            except tf.errors.OpError as err:
+                # It ran (so it is instantiated) and refused the made-up row.
+                log.debug("signature %r refused the minimal row: %s", key, err)
+            except Exception as err:  # noqa: BLE001 - only a preparation
+                log.info("model %r version %d: signature %r could not be called "
+                         "with a minimal row (%s: %s); its first request runs alone",
+                         self.name, self.version, key, type(err).__name__, err)
+                continue
+            self._called.add(key)
+            self.warmed_signatures.append(key)
+            time.sleep(0)
+        self.prepare_seconds = time.perf_counter() - start
+
     def unload(self):
-        """Stops batching and drops the SavedModel (state -> ``END``)."""
+        """Stops batching and drops the SavedModel (state -> ``END``); its
+        memory is freed once nothing else refers to it (the manager then
+        calls ``release_freed_memory``)."""
         self.state = "UNLOADING"
         if self._batcher is not None:
             self._batcher.stop()
@@ -155,6 +378,10 @@ class ServableVersion:
                          stats["rows"] / stats["batches"])
             self._batcher = None
         self._signatures = {}
+        self._input_specs = {}
+        self._batchable = {}
+        self._first_call_locks = {}
+        self.signature_defs = {}
         self._loaded = None
         self.state = "END"
 
@@ -232,20 +459,34 @@ class ServableVersion:
         return outputs
 
     def _call(self, signature_name, inputs):
-        import tensorflow as tf
-
         function = self._signatures.get(signature_name)
         if function is None:
             raise Unavailable(
                 f"model {self.name!r} version {self.version} is unloading; retry")
+        if self._serialize_first_calls and signature_name not in self._called:
+            # A signature's first call instantiates its function; concurrent
+            # first calls would each do it (seconds and ~1 GB each): the
+            # others wait for the first, then run side by side.
+            lock = self._first_call_locks.get(signature_name)
+            if lock is not None:
+                with lock:
+                    if signature_name not in self._called:
+                        return self._run(function, signature_name, inputs)
+        return self._run(function, signature_name, inputs)
+
+    def _run(self, function, signature_name, inputs):
+        import tensorflow as tf
+
         try:
             outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
-            return {k: v.numpy() for k, v in outputs.items()}
         except tf.errors.OpError as err:
+            self._called.add(signature_name)  # it ran, and refused the inputs
             error = from_tf_error(err)
             if error.code == "INVALID_ARGUMENT":
                 raise InvalidArgument(str(error)) from err
             raise error from err
+        self._called.add(signature_name)
+        return {k: v.numpy() for k, v in outputs.items()}
 
 
 class _Model:
@@ -282,6 +523,17 @@ class ModelManager:
         file_system_poll_wait_seconds: seconds between scans of the base
             paths for new versions (TF Serving's flag: 0 scans once at
             start, a negative value never).
+        warm_up_signatures: prepare each version before it is
+            ``AVAILABLE`` (``ServableVersion.load``): each signature called
+            once at load, and a first call that still reaches a signature
+            runs alone. False: the behaviour before issue #38 (kept for
+            ``bench/bench_version_swap.py``'s comparison).
+        loader_niceness: how much lower the OS priority (Linux nice) of the
+            thread that loads a version while others serve (after
+            ``start``) is; 0: the poller's own priority.
+        release_memory: after unloading a version, collect garbage and
+            return the allocator's free pages to the system
+            (``release_freed_memory``).
 
     Raises:
         FileNotFoundError: (``start``) a base path is not a folder.
@@ -293,9 +545,18 @@ class ModelManager:
         ...     servable.predict("serving_default", {"reviews": reviews})
     """
 
-    def __init__(self, config, batching=None, file_system_poll_wait_seconds=1.0):
+    def __init__(self, config, batching=None, file_system_poll_wait_seconds=1.0,
+                 warm_up_signatures=True, loader_niceness=10, release_memory=True):
+        if isinstance(loader_niceness, bool) or not isinstance(loader_niceness, int) or (
+                loader_niceness < 0):
+            raise ValueError(f"`loader_niceness` must be an int >= 0, got "
+                             f"loader_niceness={loader_niceness!r}")
         self.batching = batching
         self.poll_wait = float(file_system_poll_wait_seconds)
+        self.warm_up_signatures = bool(warm_up_signatures)
+        self.loader_niceness = loader_niceness
+        self.release_memory = bool(release_memory)
+        self._serving = False  # True once start()'s first loads are done
         self._models = {m.name: _Model(m) for m in config.model_config_list.config}
         self._cond = threading.Condition()
         self._refresh_lock = threading.Lock()
@@ -316,6 +577,7 @@ class ModelManager:
                     f"{model.name!r} is not a folder")
         self.started = True
         self.refresh()
+        self._serving = True
         if self.poll_wait > 0:
             self._poller = threading.Thread(target=self._poll, name="version-poller",
                                             daemon=True)
@@ -346,15 +608,19 @@ class ModelManager:
             servable = ServableVersion(model.name, version, model.base_path / str(version))
             with self._cond:
                 model.versions[version] = servable
-            started = time.monotonic()
             try:
-                servable.load(self.batching)
+                servable.load(self.batching, self.warm_up_signatures,
+                              self.loader_niceness if self._serving else 0)
             except Exception:  # noqa: BLE001 - reported in the status
                 model.attempts[version] = model.attempts.get(version, 0) + 1
                 log.exception("model %r version %d failed to load", model.name, version)
                 continue
-            log.info("model %r version %d AVAILABLE (loaded in %.1f s)", model.name,
-                     version, time.monotonic() - started)
+            log.info("model %r version %d AVAILABLE (loaded in %.1f s: restored in "
+                     "%.1f s, %d warm-up requests in %.1f s, %d signatures called "
+                     "once in %.1f s)", model.name, version, servable.load_seconds,
+                     servable.restore_seconds, servable.warmup_requests,
+                     servable.warmup_seconds, len(servable.warmed_signatures),
+                     servable.prepare_seconds)
         with self._cond:
             available = [v for v, s in model.versions.items() if s.state == "AVAILABLE"]
             if found and not any(v in aspired for v in available):
@@ -366,6 +632,8 @@ class ModelManager:
             with self._cond:
                 self._cond.wait_for(lambda s=servable: s.in_flight == 0, timeout=120)
             servable.unload()
+            if self.release_memory:
+                release_freed_memory()
             log.info("model %r version %d unloaded", model.name, servable.version)
 
     def stop(self):
@@ -470,4 +738,5 @@ class _Lease:
         return False
 
 
-__all__ = ["ModelManager", "ServableVersion", "STATES", "ServingError"]
+__all__ = ["ModelManager", "ServableVersion", "STATES", "ServingError",
+           "minimal_inputs", "release_freed_memory", "writes_state"]
