@@ -585,7 +585,20 @@ def main(argv=None):
             print(f"\nkeras-trm: error: unknown command {argv[0]!r}",
                   file=sys.stderr)
         return 2
-    return COMMANDS[argv[0]](argv[1:]) or 0
+    try:
+        return COMMANDS[argv[0]](argv[1:]) or 0
+    except Exception as err:  # noqa: BLE001 - only a full disk is handled
+        from keras_trm.utils.files import is_no_space_error
+
+        if not is_no_space_error(err):
+            raise
+        # A full disk is the user's to fix, not a bug: one line, no
+        # traceback. Every write is atomic (utils/files.py), so nothing
+        # half-written is left and the last checkpoint stays usable.
+        print(f"keras-trm {argv[0]}: error: {err}\nNothing half-written was "
+              "kept; free some space and run the same command again (training "
+              "resumes from the work directory's last backup).", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -359,3 +359,36 @@ def test_real_full_tmpfs_no_crash_previous_backup_kept_and_resume(tmp_path):
     assert report["export_files"] == ["export/m"]
     assert report["resumed_from"] == 1 and report["resumed_epochs"] == 2
     assert report["final_epoch"] == 3
+
+
+def test_cli_reports_a_full_disk_in_one_line_without_traceback(
+        tmp_path, monkeypatch, capsys):
+    """``keras-trm train-translation`` on a full disk: exit 1 and one
+    message naming the path and the space needed, no traceback; any other
+    error still raises (a bug keeps its traceback)."""
+    from keras_trm import cli
+    from keras_trm.jobs import translation
+
+    path = tmp_path / "work" / "backup" / "step_000000008.weights.h5"
+
+    def full(*args, **kwargs):
+        raise files.no_space_error(path, needed=3_100_000)
+
+    monkeypatch.setattr(translation, "run", full)
+    argv = ["train-translation", "--workdir", str(tmp_path / "work"),
+            "--export_dir", str(tmp_path / "export")]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    first = err.splitlines()[0]
+    assert first.startswith("keras-trm train-translation: error: [Errno 28] "
+                            f"no space left on device writing {path}: "
+                            "needed ~3.1 MB, "), first
+    assert "run the same command again" in err
+
+    def bug(*args, **kwargs):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(translation, "run", bug)
+    with pytest.raises(PermissionError):
+        cli.main(argv)

@@ -10,8 +10,8 @@ import dataclasses
 import gzip
 import os
 import subprocess
+import shutil
 import sys
-import time
 
 import pytest
 
@@ -195,14 +195,13 @@ def test_run_stops_before_the_run_folder_exists(tmp_path):
     assert not (tmp_path / "run").exists() and not (tmp_path / "export").exists()
 
 
-def test_multi30k_is_checked_in_well_under_a_second(data_dir):
-    check_inputs(TranslationConfig(), data_dir)  # the files in the OS's cache
-    start = time.perf_counter()
+def test_multi30k_train_is_counted_and_needs_less_than_the_default_vocabulary(
+        data_dir):
+    # What it costs (about 0.13 s for train on 2 cores) is not a test's
+    # business (docs/long-runs.md has the figure).
     result = check_inputs(TranslationConfig(), data_dir)
-    seconds = time.perf_counter() - start
     assert result["corpora"]["train"] == {"lines": 29000, "pairs": 29000}
     assert result["minimum_vocabulary_size"] < TranslationConfig().vocabulary_size
-    assert seconds < 1.0, seconds  # about 0.13 s on 2 cores
 
 
 # --- the command line -----------------------------------------------------------------
@@ -255,3 +254,26 @@ def test_cli_refuses_a_bad_corpus_with_one_usage_error(tmp_path, case):
     # nothing learned or trained is.
     assert sorted(p.name for p in workdir.iterdir()) == ["config.yaml"]
     assert not export.exists()
+
+
+def test_check_inputs_reads_multi30k_val_and_test_and_names_missing_files(
+        data_dir, tmp_path):
+    """Multi30k's val and test_2016_flickr are checked too: a damaged test
+    file, or a missing one (``--download false``), stops the job before
+    anything is written, as a ``CorpusError`` naming the file."""
+    local = tmp_path / "data" / "multi30k"
+    local.mkdir(parents=True)
+    for path in (data_dir / "multi30k").glob("*.gz"):
+        shutil.copy(path, local / path.name)
+    config = TranslationConfig(download=False)
+    assert check_inputs(config, tmp_path / "data")["corpora"]["train"]["pairs"] == 29000
+    lines = gzip.decompress((local / "test_2016_flickr.de.gz").read_bytes())
+    (local / "test_2016_flickr.de.gz").write_bytes(gzip.compress(
+        lines.replace(b"\n", b"\n\xff", 1)))  # line 2 gets a bad byte
+    with pytest.raises(CorpusError, match=r"test_2016_flickr\.de\.gz' is not "
+                                          r"valid UTF-8: line 2, byte 1"):
+        check_inputs(config, tmp_path / "data")
+    (local / "val.en.gz").unlink()
+    with pytest.raises(CorpusError, match=r"Multi30k split 'val' not found: "
+                                          r"expected val\.en\[\.gz\]"):
+        check_inputs(config, tmp_path / "data")

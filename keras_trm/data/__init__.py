@@ -35,6 +35,7 @@ from keras_trm.data.translation import (
     iter_lines,
     read_lines,
     sample_lines,
+    translation_eval_files,
     translation_train_files,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "stream_batches",
     "stream_steps",
     "token_bucket_batches",
+    "translation_eval_files",
     "translation_train_files",
     # Label checks and the seeded validation split.
     "check_labels",

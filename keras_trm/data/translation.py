@@ -542,6 +542,76 @@ def translation_train_files(dataset="multi30k", data_dir=None,
     return out
 
 
+def translation_eval_files(dataset="multi30k", data_dir=None,
+                           source_language="en", target_language="de",
+                           files=None, download=False):
+    """The validation and test files of a translation corpus, without
+    reading them (``translation_train_files``' counterpart; what a job
+    checks before it starts, ``keras_trm.jobs.translation.check_inputs``).
+
+    Args:
+        dataset: ``"multi30k"`` (val, test_2016_flickr), ``"wmt14"`` (local
+            newstest2013, newstest2014) or ``"files"``
+            (``files["validation_source"]`` ... ``["test_target"]``; no
+            test files: no test split).
+        data_dir, source_language, target_language, download: as in
+            ``load_translation_splits``.
+
+    Returns:
+        list of ``(role, name, source_path, target_path)``, ``role`` being
+        ``"validation"`` or ``"test"``.
+
+    Raises:
+        ValueError: ``dataset="files"`` with one file of a pair missing;
+            ``"wmt14_tfds"`` (read through tfds: no files); an unknown one.
+        FileNotFoundError: a missing file (the message names the files
+            expected and the folder).
+
+    Example:
+        >>> [(r, n) for r, n, _, _ in translation_eval_files("multi30k")]  # doctest: +SKIP
+        [('validation', 'val'), ('test', 'test_2016_flickr')]
+    """
+    src, tgt = source_language, target_language
+    out = []
+    if dataset == "multi30k":
+        directory = resolve_data_dir(data_dir, must_exist=not download) / "multi30k"
+        for role, split in (("validation", "val"), ("test", "test_2016_flickr")):
+            paths = [_find(directory, f"{split}.{lang}") for lang in (src, tgt)]
+            if None in paths:  # downloads it, or names what is missing
+                load_multi30k(split, data_dir, src, tgt, download=download)
+                paths = [_find(directory, f"{split}.{lang}") for lang in (src, tgt)]
+            out.append((role, split, *paths))
+        return out
+    if dataset == "wmt14":
+        directory = resolve_data_dir(data_dir) / "wmt14_en_de"
+        for role in ("validation", "test"):
+            stem = WMT14_ROLES[role]
+            paths = [_find(directory, f"{stem}.{lang}") for lang in (src, tgt)]
+            if None in paths:
+                load_wmt14(role, data_dir, src, tgt)  # raises, naming the files
+            out.append((role, stem, *paths))
+        return out
+    if dataset != "files":
+        raise ValueError(f"`dataset` must be 'multi30k', 'wmt14' or 'files' for "
+                         f"file-based validation and test data, got dataset={dataset!r}")
+    files = files or {}
+    for role in ("validation", "test"):
+        source = str(files.get(f"{role}_source") or "")
+        target = str(files.get(f"{role}_target") or "")
+        if role == "test" and not source and not target:
+            continue  # no test split
+        if not source or not target:
+            raise ValueError(
+                f"dataset='files' needs both --{role}-source and "
+                f"--{role}-target, got {role}_source={source!r}, "
+                f"{role}_target={target!r}")
+        for path in (source, target):
+            if not pathlib.Path(path).is_file():
+                raise FileNotFoundError(f"corpus file {path!r} does not exist")
+        out.append((role, _split_name(source, src), pathlib.Path(source),
+                    pathlib.Path(target)))
+    return out
+
 def _split_name(path, language):
     """``dir/newstest2014.de.gz`` -> ``newstest2014`` (the name reported)."""
     name = pathlib.Path(path).name

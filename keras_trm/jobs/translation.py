@@ -41,6 +41,7 @@ from keras_trm.data import (
     sample_lines,
     stream_batches,
     stream_steps,
+    translation_eval_files,
     translation_train_files,
 )
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
@@ -429,7 +430,10 @@ def check_inputs(config, data_dir=None):
 
     Every training corpus is read once, streaming
     (``keras_trm.data.check_parallel_corpus``: UTF-8, equal line counts,
-    text), with the ``files`` dataset's validation and test pairs; then
+    text), then every validation and test pair of files
+    (``keras_trm.data.translation_eval_files``: Multi30k's val and
+    test_2016_flickr, WMT14's newstest2013/2014, or the ``files``
+    dataset's own); then
     ``config.vocabulary_size`` must hold the training text's characters
     (``minimum_vocabulary_size``; with ``limit``, those of the first
     ``limit`` lines, what the vocabulary is learned from). Multi30k's files
@@ -450,8 +454,9 @@ def check_inputs(config, data_dir=None):
         CorpusError: (a ``ValueError``) a bad file (the message names it and
             the value: both line counts, the line and byte of invalid
             UTF-8, ...), missing ``--validation-source/target`` files, or a
-            ``vocabulary_size`` below the minimum (the message names both).
-        FileNotFoundError: a missing file or data folder.
+            ``vocabulary_size`` below the minimum (the message names both),
+            or a missing file or data folder (the message names the files
+            expected and where).
 
     Example:
         >>> import tempfile, pathlib
@@ -476,13 +481,18 @@ def check_inputs(config, data_dir=None):
     files = {name: getattr(config, name) for name in (
         "train_source", "train_target", "validation_source",
         "validation_target", "test_source", "test_target")}
-    if config.dataset != "files":
-        data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
+    where = dict(source_language=config.source_language,
+                 target_language=config.target_language, files=files,
+                 download=config.download)
     try:
-        corpora = translation_train_files(
-            config.dataset, data_dir if config.dataset != "files" else None,
-            config.source_language, config.target_language, files=files,
-            download=config.download)
+        if config.dataset != "files":
+            data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
+        else:
+            data_dir = None
+        corpora = translation_train_files(config.dataset, data_dir, **where)
+        evaluation = translation_eval_files(config.dataset, data_dir, **where)
+    except FileNotFoundError as err:  # a usage error: names the files expected
+        raise CorpusError(str(err)) from None
     except ValueError as err:  # the flags name too few files
         raise CorpusError(str(err)) from None
     reports, characters = {}, {}
@@ -492,17 +502,8 @@ def check_inputs(config, data_dir=None):
         for c, times in report.pop("characters").items():
             characters[c] = characters.get(c, 0) + times
         reports[name] = report
-    if config.dataset == "files":
-        for role in ("validation", "test"):
-            source, target = files[f"{role}_source"], files[f"{role}_target"]
-            if role == "test" and not source and not target:
-                continue  # no test split
-            if not source or not target:
-                raise CorpusError(
-                    f"dataset='files' needs both --{role}-source and "
-                    f"--{role}-target, got {role}_source={source!r}, "
-                    f"{role}_target={target!r}")
-            check_parallel_corpus(source, target, characters=False)
+    for _, _, source_path, target_path in evaluation:
+        check_parallel_corpus(source_path, target_path, characters=False)
     minimum, n = minimum_vocabulary_size(kind, characters)
     if config.vocabulary_size < minimum:
         what = ("4 reserved tokens + 2 x {n} distinct characters, each as a "
