@@ -1,5 +1,44 @@
-"""End-to-end jobs behind the recipes and the CLI."""
+"""End-to-end jobs behind the recipes and the CLI.
+
+TensorFlow by design (tf.data shards, tf-text tokenizers, SavedModels),
+except ``keras_trm.jobs.portable_training`` (and its files,
+``portable_files``): it trains on files that ``keras-trm
+prepare-translation`` wrote, on JAX or PyTorch, where no TensorFlow is
+installed (the usual GPU machine). Without TensorFlow those modules
+import; every other job raises ``require_tensorflow``'s ``ImportError``
+(what to install) when it is imported.
+"""
+
+import importlib.util
+import sys
 
 from keras_trm._optional import require_tensorflow
 
-require_tensorflow("keras_trm.jobs")  # TensorFlow by design
+# The jobs that run without TensorFlow (module names in this package).
+TENSORFLOW_FREE = frozenset({"portable_files", "portable_training"})
+
+
+class _TensorFlowJobs:
+    """``sys.meta_path`` finder, installed only where TensorFlow is missing:
+    importing a job outside ``TENSORFLOW_FREE`` raises
+    ``require_tensorflow``'s error instead of a bare ``No module named
+    'tensorflow'`` from deep inside it."""
+
+    def find_spec(self, name, path=None, target=None):
+        head, dot, rest = name.partition(__name__ + ".")
+        if not head and dot and rest.split(".")[0] not in TENSORFLOW_FREE:
+            require_tensorflow(name)  # raises ImportError
+        return None
+
+
+def _tensorflow_installed():
+    """Whether ``import tensorflow`` can find it (without importing it: a
+    JAX process on a machine that has TensorFlow does not pay for it)."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if not _tensorflow_installed():
+    sys.meta_path.insert(0, _TensorFlowJobs())

@@ -31,6 +31,7 @@ from keras_trm.training.history import (
 from keras_trm.training.schedules import warmup_cosine_decay
 # Long runs: accumulation, resume (issue #11).
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
+from keras_trm.training.progress import TimeBudget, TokenCount
 from keras_trm.training.resume import DataPosition, TrainingBackup
 
 # TensorFlow by design (tf.distribute strategies, tf.summary, the
@@ -44,8 +45,7 @@ _TENSORFLOW_ONLY = {
          "worker_info"), "keras_trm.training.distribute"),
     **dict.fromkeys(("lm_loss", "make_train_step", "train_segments"),
                     "keras_trm.training.language_model"),
-    **dict.fromkeys(("BleuLog", "TensorBoardScalars",
-                     "TimeBudget", "TokenCount", "tensorboard_writer"),
+    **dict.fromkeys(("BleuLog", "TensorBoardScalars", "tensorboard_writer"),
                     "keras_trm.training.monitoring"),
 }
 _lazy = lazy_module_attributes(__name__, _TENSORFLOW_ONLY)

@@ -1,0 +1,99 @@
+"""Progress callbacks and metrics that need no TensorFlow: the training
+time budget and the count of real target tokens (tokens/s). The translation
+job uses them through ``keras_trm.training`` (``monitoring`` re-exports
+them); the TensorFlow-free trainer of ``keras_trm.jobs.portable_training``
+runs the time budget on JAX and PyTorch.
+
+Each callback keeps what it must carry across a restart in
+``get_state()`` / ``set_state()`` (``keras_trm.training.TrainingBackup``).
+"""
+
+import time
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_trm")
+class TokenCount(keras.metrics.Sum):
+    """Number of non-padding labels seen in the epoch (a ``Sum``); the
+    callbacks divide its growth by wall time for tokens/s.
+
+    Example:
+        >>> import numpy as np
+        >>> m = TokenCount()
+        >>> m.update_state(np.array([[3, 4, 0]]), np.zeros((1, 3, 5)))
+        >>> float(m.result())
+        2.0
+    """
+
+    def __init__(self, pad_id=0, name="tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        mask = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id),
+                        "float32")
+        return super().update_state(ops.sum(mask))
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training so that it ends within ``seconds`` of training time:
+    after an epoch, when one more epoch as long as the longest so far would
+    cross the budget. (Stopping only after crossing it overshot by most of
+    an epoch on slow CPUs.)
+
+    Training time is wall time inside ``fit``, summed over restarts: the
+    elapsed seconds and the longest epoch are part of ``get_state()``.
+
+    Args:
+        seconds: float > 0, the training-time budget (s).
+
+    Raises:
+        ValueError: ``seconds`` <= 0.
+
+    Example:
+        >>> b = TimeBudget(60.0)
+        >>> b.set_state({"elapsed_seconds": 50.0, "longest_epoch": 20.0})
+        >>> round(b.get_state()["elapsed_seconds"])
+        50
+    """
+
+    def __init__(self, seconds):
+        super().__init__()
+        if not float(seconds) > 0:
+            raise ValueError(f"`seconds` must be > 0, got seconds={seconds!r}")
+        self.seconds = float(seconds)
+        self._offset, self._longest = 0.0, 0.0
+        self._start = self._epoch_start = time.time()
+
+    def elapsed(self):
+        """Training seconds so far, earlier runs included."""
+        return self._offset + time.time() - self._start
+
+    def on_train_begin(self, logs=None):
+        self._start = self._epoch_start = time.time()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.time()
+        self._longest = max(self._longest, now - self._epoch_start)
+        elapsed = self._offset + now - self._start
+        if elapsed + self._longest > self.seconds:
+            print(f"time budget of {self.seconds / 60:.1f} min: stopping "
+                  f"after epoch {epoch + 1} ({elapsed / 60:.1f} min), "
+                  "another epoch would cross it", flush=True)
+            self.model.stop_training = True
+
+    def get_state(self):
+        return {"elapsed_seconds": self.elapsed(), "longest_epoch": self._longest}
+
+    def set_state(self, state):
+        self._offset = float(state["elapsed_seconds"])
+        self._longest = float(state["longest_epoch"])
+        self._start = self._epoch_start = time.time()
