@@ -1,9 +1,8 @@
-"""Benchmark: the translation job's in-memory data path vs the streaming
-shards of ``keras_trm.data.shards``, at growing corpus sizes.
+"""Benchmark: the streaming shards of ``keras_trm.data.shards`` (the
+translation jobs' input pipeline) at growing corpus sizes.
 
     python bench/bench_data_pipeline.py --sizes 200000 1000000 [5000000]
         [--workdir /tmp/keras_trm_bench_data] [--batches 2000] [--warmup 200]
-        [--skip-old-above 1000000]
         [--vocabulary sentencepiece_bpe] [--out bench/results/data_pipeline.json]
 
 Corpora: ``n`` real sentence pairs drawn with replacement (seeded) from the
@@ -17,10 +16,6 @@ pool.
 Each configuration runs in a fresh child process (``ru_maxrss`` of that
 process is its peak RSS):
 
-- ``old``: what ``jobs/translation.py`` does today: ``load_parallel`` (all
-  lines as Python str), blank pairs dropped, the job's ``_encode``
-  (tokenize in chunks of 50,000 into Python lists + START/END), pairs over
-  ``max_length`` dropped, ``token_bucket_batches(repeat=True)``.
 - ``prepare``: ``prepare_shards`` (streaming read + tokenize + TFRecord
   write), timed once per size; not part of the time to first batch.
 - ``new``: ``stream_batches(repeat=True)`` over the prepared shards.
@@ -28,10 +23,16 @@ process is its peak RSS):
 Figures: ``rss_mb`` (peak, ``ru_maxrss``), ``rss_now_mb`` (VmRSS at the
 end), ``rss_after_imports_mb`` (peak of the same process after importing
 TensorFlow and building the tokenizer, before touching data), ``first_batch_s`` (from building the input --
-reading files for ``old`` -- to the first batch in hand), ``batches_per_s``
+opening the shards -- to the first batch in hand), ``batches_per_s``
 over ``--batches`` batches after ``--warmup`` untimed ones (the pipeline
-alone, no model: steady state; both pipelines ramp up), pairs.
+alone, no model: steady state; the pipeline ramps up), pairs.
 Job settings: tokens_per_batch 4096, max_length 128, the job's boundaries.
+
+The ``old`` rows of ``bench/results/data_pipeline.json`` (the job's
+in-memory path before issue #23: every sentence tokenized into Python
+lists, then a Python-generator batcher) were measured by this script at
+commit 4e0ac09, with ``--skip-old-above``; that path was removed in issue
+#41 (one input pipeline), and with it the ``old`` mode here.
 
 The machine may be shared with other jobs; the host line names the CPU.
 """
@@ -146,38 +147,11 @@ def child(args):
     out = {"mode": args.child, "rss_after_imports_mb": _rss_mb(),
            "keras_trm": str(pathlib.Path(keras_trm.__file__).parent)}
     start = time.perf_counter()
-    if args.child == "old":
-        from keras_trm.data import load_parallel, token_bucket_batches
-        from keras_trm.text import START_ID
-
-        from keras_trm.text import END_ID
-
-        def _encode(tokenizer, sentences, prefix, chunk=50_000):
-            # The translation job's in-memory encoding before issue #23.
-            res = []
-            for i in range(0, len(sentences), chunk):
-                ids = tokenizer.tokenize(
-                    tf.constant(sentences[i:i + chunk])).to_list()
-                res.extend(prefix + row + [END_ID] for row in ids)
-            return res
-        src, tgt = load_parallel(args.source, args.target)
-        pairs = [(s, t) for s, t in zip(src, tgt) if s.strip() and t.strip()]
-        src, tgt = [p[0] for p in pairs], [p[1] for p in pairs]
-        del pairs
-        src_ids = _encode(tok, src, [])
-        tgt_ids = _encode(tok, tgt, [START_ID])
-        keep = [i for i in range(len(src_ids))
-                if len(src_ids[i]) <= MAX_LENGTH and len(tgt_ids[i]) <= MAX_LENGTH]
-        src_ids = [src_ids[i] for i in keep]
-        tgt_ids = [tgt_ids[i] for i in keep]
-        out["pairs"] = len(src_ids)
-        ds = token_bucket_batches(src_ids, tgt_ids, TOKENS_PER_BATCH,
-                                  BOUNDARIES, seed=0, repeat=True)
-    elif args.child == "prepare":
+    if args.child == "prepare":
         from keras_trm.data import prepare_shards
 
         manifest = prepare_shards(args.source, args.target, tok, args.shards,
-                                  max_length=MAX_LENGTH)
+                                  max_train_length=MAX_LENGTH)
         out.update(prepare_s=time.perf_counter() - start,
                    pairs=manifest["pairs"], shards=len(manifest["shards"]),
                    reused=manifest["reused"],
@@ -252,13 +226,11 @@ def main():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--vocabulary", default="sentencepiece_bpe",
                         choices=("sentencepiece_bpe", "wordpiece"))
-    parser.add_argument("--skip-old-above", type=int, default=0,
-                        help="skip the old path for sizes above this (0: never)")
     parser.add_argument("--out", type=pathlib.Path,
                         default=ROOT / "bench" / "results" / "data_pipeline.json")
     parser.add_argument("--data-dir", default=None)
     # child mode (internal)
-    parser.add_argument("--child", choices=("old", "prepare", "new"))
+    parser.add_argument("--child", choices=("prepare", "new"))
     parser.add_argument("--source"), parser.add_argument("--target")
     parser.add_argument("--shards"), parser.add_argument("--tokenizer-path")
     args = parser.parse_args()
@@ -292,12 +264,10 @@ def main():
         row = {"corpus_gz_mb": (src.stat().st_size + tgt.stat().st_size) / 2**20}
         row["prepare"] = _run_child("prepare", common)
         row["new"] = _run_child("new", common)
-        if not args.skip_old_above or n <= args.skip_old_above:
-            row["old"] = _run_child("old", common)
         result["sizes"][str(n)] = row
     sizes = [str(n) for n in args.sizes]
     summary = {}
-    for mode in ("new", "old", "prepare"):
+    for mode in ("new", "prepare"):
         have = [n for n in sizes if mode in result["sizes"][n]]
         for key in ("rss_mb", "first_batch_s", "batches_per_s", "prepare_s"):
             values = {n: result["sizes"][n][mode].get(key) for n in have}

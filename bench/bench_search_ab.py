@@ -46,7 +46,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     tf.keras.utils.set_random_seed(0)
-    model = transformer_small(8000, max_length=128)
+    model = transformer_small(8000, max_sequence_length=128)
     rng = np.random.default_rng(0)
     lengths = rng.integers(6, 26, args.batch)
     source = np.zeros((args.batch, int(lengths.max())), "int32")

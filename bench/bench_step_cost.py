@@ -13,7 +13,7 @@ runtime and sentence, taking turns, each after an untimed 20 ms pause:
   tokens with END; ours ``early_stopping="never"``, CTranslate2
   ``min_decoding_length = max_decoding_length = L``), four live rows all
   the way;
-- ``one``: a single step (``max_length=1``; CTranslate2 min = max = 1).
+- ``one``: a single step (``max_decoding_length=1``; CTranslate2 min = max = 1).
 
 A step costs (full - one) / (L - 1): four rows through the decoder, the
 output projection, log-softmax, top-k and the cache reorder. The steps a
@@ -60,9 +60,9 @@ def parse_args(argv=None):
 
 def step_limit(model, tokens):
     """The sentence's token limit, as ``beam_search`` sets it: n + 50
-    (n source tokens with END), at most the model's max_length - 1."""
+    (n source tokens with END), at most the model's max_sequence_length - 1."""
     n = int((tokens != 0).sum())
-    return min(n + 50, model.max_length - 1)
+    return min(n + 50, model.max_sequence_length - 1)
 
 
 def matmul_floor(model, steps, rows=4):
@@ -142,10 +142,11 @@ def main(argv=None):
     ct2_dir = export_ctranslate2(model, workdir / "ct2", vocab)
     ct2 = SubprocessCTranslate2(ct2_dir, num_threads=args.threads)
 
-    def ours(jit, rule, max_length):
+    def ours(jit, rule, max_decoding_length):
         def search(tokens):
             return beam_search(model, tokens, beam_size=4, length_penalty=0.6,
-                               max_length=max_length, early_stopping=rule,
+                               max_decoding_length=max_decoding_length,
+                               early_stopping=rule,
                                static_cache=jit)
         return tf.function(search, jit_compile=jit)
 

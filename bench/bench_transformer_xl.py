@@ -121,7 +121,8 @@ def vanilla_runner(streams, vocabulary_size, length, jit_compile):
     token of every stream, the whole window of ``length`` recomputed."""
     batch = streams.shape[0]
     model = vanilla_transformer_lm(
-        vocabulary_size, d_ff=VANILLA_D_FF, max_length=length, dropout_rate=0.0,
+        vocabulary_size, d_ff=VANILLA_D_FF, max_sequence_length=length,
+        dropout_rate=0.0,
         **SIZE)
 
     @tf.function(input_signature=[tf.TensorSpec((batch, length), tf.int32),

@@ -44,7 +44,7 @@ import tensorflow as tf  # noqa: E402
 
 import keras_trm  # noqa: E402,F401
 from keras_trm.utils import write_json  # noqa: E402
-from keras_trm.data import load_multi30k, token_bucket_batches  # noqa: E402
+from keras_trm.data import load_multi30k, shards_from_pairs, stream_batches  # noqa: E402
 from keras_trm.decoding import beam_search, greedy_search  # noqa: E402
 from keras_trm.models import transformer  # noqa: E402
 from keras_trm.text import END_ID, START_ID, TextTokenizer, load_vocabulary  # noqa: E402
@@ -57,6 +57,14 @@ from keras_trm.training import (  # noqa: E402
 )
 
 D_MODEL, D_FF, HEADS, LAYERS = 256, 1024, 4, 3
+BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
+
+
+def job_batches(tokenizer, src, tgt):
+    """The translation job's batches of the pairs (its shard stream: pairs
+    over 128 ids dropped, 4096 tokens a side, one seeded epoch)."""
+    shards = shards_from_pairs(src, tgt, tokenizer, max_train_length=128)
+    return stream_batches(shards, 4096, BOUNDARIES, seed=0)
 
 
 def encode(tokenizer, sentences, prefix):
@@ -87,7 +95,7 @@ def ours_model(vocab, policy):
     keras.mixed_precision.set_global_policy(policy)
     try:
         model = transformer(vocab, num_layers=LAYERS, d_model=D_MODEL,
-                            num_heads=HEADS, d_ff=D_FF, max_length=128)
+                            num_heads=HEADS, d_ff=D_FF, max_sequence_length=128)
         model.compile(optimizer=paper_adam(NoamSchedule(D_MODEL, 400, 0.6)),
                       loss=LabelSmoothedCrossEntropy(0.1))
     finally:
@@ -143,11 +151,7 @@ def epoch_child(vocab_path, policy, max_steps):
     (getrusage: user, sys, minor page faults) as JSON."""
     tokenizer = TextTokenizer(load_vocabulary(vocab_path))
     src, tgt = load_multi30k("train")
-    S = encode(tokenizer, src, [])
-    T = encode(tokenizer, tgt, [START_ID])
-    keep = [i for i in range(len(S)) if len(S[i]) <= 128 and len(T[i]) <= 128]
-    ds = token_bucket_batches([S[i] for i in keep], [T[i] for i in keep], 4096,
-                              (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128), seed=0)
+    ds = job_batches(tokenizer, src, tgt)
     model = ours_model(tokenizer.vocabulary_size, policy)
     model.fit(ds.take(3), epochs=1, verbose=0)  # trace outside the timing
     if max_steps:
@@ -229,7 +233,7 @@ def bench_training(tokenizer, steps, warmup, rounds=3):
     vocab = tokenizer.vocabulary_size
     results = {}
 
-    ds = token_bucket_batches(S, T, 4096, (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128))
+    ds = job_batches(tokenizer, src, tgt)
     policies = ["float32"] + (["mixed_bfloat16"] if cpu_has_native_bf16() else [])
     models = {p: ours_model(vocab, p) for p in policies}
     timed = time_interleaved(models, ds, steps, warmup, rounds)

@@ -126,7 +126,7 @@ def build_export(work_dir):
     vocab = multi30k_vocabulary(MODEL["vocabulary_size"])
     model = transformer(len(vocab), num_layers=MODEL["num_layers"],
                         d_model=MODEL["d_model"], num_heads=MODEL["num_heads"],
-                        d_ff=MODEL["d_ff"], max_length=MODEL["max_length"])
+                        d_ff=MODEL["d_ff"], max_sequence_length=MODEL["max_length"])
     translator = Translator(model, TextTokenizer(vocab), beam_size=MODEL["beam_size"])
     if root.exists():
         shutil.rmtree(root)

@@ -271,7 +271,7 @@ def run_child(args):
     # the same seeded stream, so counting its batches here sees exactly the
     # batches fit() trains on.
     stream = prepare_training_stream(
-        TranslationConfig(dataset="wmt14", max_length=limit,
+        TranslationConfig(dataset="wmt14", max_sequence_length=limit,
                           tokens_per_batch=tokens_per_batch, seed=0),
         corpora, tokenizer, workdir / "shards", boundaries, DataPosition())
     train = stream["dataset"]
@@ -293,7 +293,7 @@ def run_child(args):
             else len(tokenizer.vocabulary),
             num_layers=m["num_layers"], d_model=m["d_model"],
             num_heads=m["num_heads"], d_ff=m["d_ff"],
-            max_length=m["max_length"])
+            max_sequence_length=m["max_length"])
         model.compile(
             optimizer=paper_adam(NoamSchedule(m["d_model"], 4000)),
             loss=LabelSmoothedCrossEntropy(0.1),

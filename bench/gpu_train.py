@@ -262,8 +262,9 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     random.seed(0)  # keras' layer seeds; set_random_seed would import TF
     np.random.seed(0)
     build = getattr(models, name, None) if name != "tiny" else None
-    model = (build(vocab, max_length=BOUNDARIES[-1]) if build
-             else models.transformer(vocab, max_length=BOUNDARIES[-1], **cfg))
+    model = (build(vocab, max_sequence_length=BOUNDARIES[-1]) if build
+             else models.transformer(vocab, max_sequence_length=BOUNDARIES[-1],
+                                     **cfg))
     assert all(getattr(model, k) == v for k, v in cfg.items()), (name, cfg)
     model.compile(optimizer=paper_adam(NoamSchedule(model.d_model, warmup_steps)),
                   loss=LabelSmoothedCrossEntropy(0.1), jit_compile=jit)

@@ -6,6 +6,9 @@
     keras-trm train-lm [--corpus tinyshakespeare|ptb] [--steps 1500] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
+    keras-trm prepare-translation [train-translation's flags] [--output_dir DIR]
+    keras-trm train-portable --prepared DIR [--workdir runs/portable] ...  (no TensorFlow)
+    keras-trm export-portable --prepared DIR --weights DIR [--test]
 
 Every ``train-*`` subcommand has one flag per field of its job's config
 dataclass, parsed by jsonargparse (``config_parser``): the help line of a
@@ -24,6 +27,7 @@ import os
 import pathlib
 import sys
 import typing
+import warnings
 
 from keras_trm._runtime import (
     quiet_cuda_probe,
@@ -51,7 +55,7 @@ FLAG_RULES = (
 
 
 def config_parser(prog, description, config_cls, workdir, results_dir=True,
-                  report_only=False):
+                  report_only=False, export_dir=True):
     """The ``jsonargparse`` parser of a ``train-*`` command: ``--config``,
     ``--data_dir``, ``--workdir``, ``--export_dir`` (and ``--results_dir``,
     ``--report_only``), then one flag per field of the dataclass
@@ -87,8 +91,9 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
     parser.add_argument(
         "--workdir", type=str, default=workdir,
         help="run folder: vocabulary, checkpoints, logs, config.yaml")
-    parser.add_argument("--export_dir", type=str, default="export",
-                        help="SavedModels go to <export_dir>/<model>/<version>/")
+    if export_dir:
+        parser.add_argument("--export_dir", type=str, default="export",
+                            help="SavedModels go to <export_dir>/<model>/<version>/")
     if results_dir:
         parser.add_argument(
             "--results_dir", type=typing.Optional[str], default=None,
@@ -184,6 +189,13 @@ def parse_config(parser, config_cls, argv):
     A bad flag or value exits with status 2 and a usage message naming it
     (``SystemExit``), so does a config whose ``validate()`` method raises
     ``ValueError``/``TypeError``.
+
+    Renamed fields: a config class's ``RENAMED_FIELDS`` maps an old field,
+    still a flag and a YAML key, to the fields it now sets (e.g.
+    ``--max_length``, which sets ``--max_sequence_length`` and
+    ``--max_train_length``). Given, it works as before, a deprecation
+    message names the new flags on stderr, and the namespace (what
+    config.yaml records) holds the new fields instead.
     """
     argv = normalize_argv(argv, _field_kinds(parser, config_cls))
     namespace = parser.parse_args(argv)
@@ -203,7 +215,21 @@ def parse_config(parser, config_cls, argv):
             namespace = parser.parse_args(argv)
         finally:
             parser.set_defaults(**saved)  # the parser may be used again
-    config = config_cls(**{name: namespace[name] for name in fields})
+    renamed = [old for old in getattr(config_cls, "RENAMED_FIELDS", {})
+               if namespace.get(old) is not None]
+    for old in renamed:
+        new = " and ".join(f"--{name}" for name in config_cls.RENAMED_FIELDS[old])
+        print(f"{parser.prog}: deprecated: --{old} (also as a --config key) "
+              f"is now {new}; it sets {'both' if ' and ' in new else 'it'} "
+              "and will go", file=sys.stderr, flush=True)
+    with warnings.catch_warnings():
+        # The config's own DeprecationWarning: said just above.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        config = config_cls(**{name: namespace[name] for name in fields})
+    for old in renamed:
+        namespace[old] = None
+        for name in config_cls.RENAMED_FIELDS[old]:
+            namespace[name] = getattr(config, name)
     if "preset" in fields:
         # Applied above: the job's own apply_preset must not apply it again
         # over flags that equal the dataclass defaults.
@@ -545,6 +571,60 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
     return 0
 
 
+# --- training on a GPU machine without TensorFlow (docs/long-runs.md) ----------
+
+
+def prepare_translation_main(argv, prog="keras-trm prepare-translation"):
+    """Tokenize a corpus into portable files for train-portable (TensorFlow)."""
+    from keras_trm.data import CorpusError
+    from keras_trm.jobs.portable_tensorflow import check_settings, prepare_translation
+    from keras_trm.jobs.translation import TranslationConfig
+
+    parser = config_parser(
+        prog, "Tokenize a corpus as train-translation does (same flags) and "
+        "write it, with the vocabulary and the model config, as files that "
+        "`keras-trm train-portable` reads without TensorFlow.",
+        TranslationConfig, "runs/multi30k", results_dir=False, export_dir=False)
+    parser.add_argument("--output_dir", type=typing.Optional[str], default=None,
+                        help="the prepared folder (default <workdir>/portable); "
+                        "copy it to the training machine")
+    parser.add_argument("--max_file_mib", type=float, default=16.0,
+                        help="the largest token-id file (MiB)")
+    config, args = parse_config(parser, TranslationConfig, argv)
+    output_dir = args.output_dir or str(pathlib.Path(args.workdir) / "portable")
+    problem = (folder_problem("--workdir", args.workdir)
+               or folder_problem("--output_dir", output_dir))
+    try:
+        check_settings(config, args.max_file_mib)
+    except ValueError as err:
+        problem = problem or str(err)
+    if problem:
+        parser.error(problem)
+    quiet_cuda_probe()
+    write_run_config(parser, args, output_dir)
+    try:
+        prepare_translation(config, args.data_dir, args.workdir, output_dir,
+                            args.max_file_mib)
+    except CorpusError as err:  # check_inputs: before anything is written
+        parser.error(str(err))
+    return 0
+
+
+def train_portable_main(argv, prog="keras-trm train-portable"):
+    """Train from prepare-translation's files on JAX/PyTorch, no TensorFlow."""
+    from keras_trm.jobs.portable_training import main
+
+    return main(argv, prog)
+
+
+def export_portable_main(argv, prog="keras-trm export-portable"):
+    """Export train-portable's weights as a SavedModel, report BLEU."""
+    from keras_trm.jobs.portable_tensorflow import export_main
+
+    quiet_cuda_probe()
+    return export_main(argv, prog)
+
+
 COMMANDS = {
     "train-translation": train_translation_main,
     "train-imdb": train_imdb_main,
@@ -552,6 +632,9 @@ COMMANDS = {
     "train-lm": train_lm_main,
     "translate": translate_main,
     "serve": serve_main,
+    "prepare-translation": prepare_translation_main,
+    "train-portable": train_portable_main,
+    "export-portable": export_portable_main,
 }
 
 

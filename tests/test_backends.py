@@ -44,7 +44,7 @@ def tiny_model():
     emitted."""
     keras.utils.set_random_seed(2)
     model = transformer(7, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        max_length=8, dropout_rate=0.0, tie_embeddings="none")
+                        max_sequence_length=8, dropout_rate=0.0, tie_embeddings="none")
     projection = model.get_layer("output_projection")
     kernel, bias = projection.get_weights()
     kernel = np.random.default_rng(2).normal(0.0, 0.15, kernel.shape)
@@ -81,7 +81,7 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
                       "int32")
     best, _, scores = beam_search(
         tiny_model, source, beam_size=vocab ** (length - 1),
-        length_penalty=alpha, max_length=length, return_all=True)
+        length_penalty=alpha, max_decoding_length=length, return_all=True)
     best, scores = to_numpy(best), to_numpy(scores)
     for b in range(len(source)):
         hyps, exact = _exhaustive(tiny_model, source[b], length, alpha)
@@ -96,7 +96,7 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
 def small_model():
     keras.utils.set_random_seed(5)
     model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                        max_length=24, dropout_rate=0.0)
+                        max_sequence_length=24, dropout_rate=0.0)
     model.set_weights([w * 2.0 for w in model.get_weights()])  # fewer near-ties
     return model
 
@@ -115,21 +115,21 @@ def test_cached_searches_equal_recompute_and_beam_one_is_greedy(small_model,
                                                                  source):
     """The cached step gives the ids of re-running the decoder over the
     whole prefix; beam 1 is greedy at any length penalty."""
-    greedy = to_numpy(greedy_search(small_model, source, max_length=9))
+    greedy = to_numpy(greedy_search(small_model, source, max_decoding_length=9))
     np.testing.assert_array_equal(
-        greedy, to_numpy(greedy_search(small_model, source, max_length=9,
+        greedy, to_numpy(greedy_search(small_model, source, max_decoding_length=9,
                                        use_cache=False)))
     for rule in (True, "first_end", False):
-        cached = beam_search(small_model, source, beam_size=3, max_length=9,
+        cached = beam_search(small_model, source, beam_size=3, max_decoding_length=9,
                              early_stopping=rule)
         np.testing.assert_array_equal(
             to_numpy(cached),
             to_numpy(beam_search(small_model, source, beam_size=3,
-                                 max_length=9, early_stopping=rule,
+                                 max_decoding_length=9, early_stopping=rule,
                                  use_cache=False)))
     np.testing.assert_array_equal(
         greedy, to_numpy(beam_search(small_model, source, beam_size=1,
-                                     length_penalty=1.0, max_length=9)))
+                                     length_penalty=1.0, max_decoding_length=9)))
 
 
 def test_a_sentence_decodes_alike_alone_and_in_a_batch(small_model, source):
@@ -153,6 +153,31 @@ def test_search_follows_new_weights(small_model, source):
         small_model.set_weights(weights)
     np.testing.assert_array_equal(
         before, to_numpy(beam_search(small_model, source, beam_size=2)))
+
+
+def test_searches_stop_at_the_end_id_they_are_given():
+    """The special ids are arguments (issue #41): a toy model that always
+    emits id 5 stops at once with end_id=5, filling with the given pad_id,
+    and runs to the limit with the default END (3)."""
+    keras.utils.set_random_seed(0)
+    model = transformer(8, num_layers=1, d_model=8, num_heads=2, d_ff=8,
+                        max_sequence_length=12, tie_embeddings="none",
+                        target_vocabulary_size=8)
+    projection = model.get_layer("output_projection")
+    kernel, bias = projection.get_weights()
+    bias[:] = 0.0
+    bias[5] = 30.0
+    projection.set_weights([np.zeros_like(kernel), bias])
+    source = np.array([[6, 7, 6, 7], [7, 6, 1, 1]], "int32")
+    ids = dict(start_id=4, end_id=5, pad_id=1)
+    for search in (greedy_search,
+                   lambda m, x, **kw: beam_search(m, x, beam_size=2, **kw)):
+        out = to_numpy(search(model, source, **ids))
+        assert out.shape == (2, 11)
+        assert (out[:, 0] == 5).all() and (out[:, 1:] == 1).all()
+        np.testing.assert_array_equal(
+            to_numpy(search(model, source, max_decoding_length=6)),
+            np.full((2, 6), 5))
 
 
 def test_label_smoothed_loss_matches_numpy():
@@ -203,7 +228,7 @@ def test_training_loss_falls_on_real_data(data_dir):
     source, target, vocab = _char_pairs(data_dir)
     keras.utils.set_random_seed(0)
     model = transformer(vocab, num_layers=1, d_model=32, num_heads=2, d_ff=64,
-                        max_length=32)
+                        max_sequence_length=32)
     model.compile(optimizer=paper_adam(NoamSchedule(d_model=32,
                                                     warmup_steps=30)),
                   loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
@@ -239,7 +264,7 @@ _CHILD = textwrap.dedent("""
     mode, path, out = sys.argv[1:4]
     keras.utils.set_random_seed(int(mode == "save"))
     model = transformer(40, num_layers=2, d_model=32, num_heads=4, d_ff=64,
-                        max_length=40, tie_embeddings="none")
+                        max_sequence_length=40, tie_embeddings="none")
     if mode == "save":
         model.save_weights(path)
     else:
@@ -311,7 +336,7 @@ _DATA_PARALLEL = textwrap.dedent("""
             keras.distribution.DataParallel(devices=devices))
     keras.utils.set_random_seed(0)
     model = transformer(30, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        max_length=16, dropout_rate=0.0)
+                        max_sequence_length=16, dropout_rate=0.0)
     model.compile(optimizer=keras.optimizers.SGD(0.5),
                   loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
     rng = np.random.default_rng(0)

@@ -17,7 +17,7 @@ from bench_step_cost import matmul_floor, step_limit  # noqa: E402
 
 def _model():
     return transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=40,
-                       max_length=64, dropout_rate=0.0)
+                       max_sequence_length=64, dropout_rate=0.0)
 
 
 def test_never_stopping_runs_to_the_step_limit():
@@ -28,7 +28,7 @@ def test_never_stopping_runs_to_the_step_limit():
                       early_stopping="never")
     assert ids.shape[1] == step_limit(model, tokens)
     long = np.array([[5] * 20 + [3]], np.int32)
-    assert step_limit(model, long) == 63  # capped at max_length - 1
+    assert step_limit(model, long) == 63  # capped at max_sequence_length - 1
     assert beam_search(model, tf.constant(long), beam_size=2,
                        early_stopping="never").shape[1] == 63
 

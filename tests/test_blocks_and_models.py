@@ -56,7 +56,7 @@ def test_three_way_tying_is_one_variable():
 
 def _tiny(**kwargs):
     config = dict(num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                  max_length=20, dropout_rate=0.1)
+                  max_sequence_length=20, dropout_rate=0.1)
     config.update(kwargs)
     return transformer(50, **config)
 
@@ -194,3 +194,107 @@ def test_transformer_round_trips_and_converts_plain_functional_files(
     assert {**converted.get_config(), "name": model.name} == model.get_config()
     np.testing.assert_array_equal(to_numpy(converted(x)), expected)
     assert as_transformer(converted) is converted
+
+
+def _saved_before_the_rename(path):
+    """Rewrites a ``.keras`` file as keras_trm wrote it before issue #41:
+    the position table's size named ``max_length`` in every config."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    text = files["config.json"].decode("utf-8")
+    assert '"max_sequence_length"' in text
+    files["config.json"] = text.replace('"max_sequence_length"',
+                                        '"max_length"').encode("utf-8")
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_files_and_configs_saved_with_max_length_still_load(rng, tmp_path):
+    """Issue #41: ``max_length`` (the position table) is now
+    ``max_sequence_length``. ``.keras`` files and configs written before
+    load silently (the old key is read as the new one): a Transformer, the
+    same layers as a plain functional model, a classifier and a
+    PositionalEmbedding config."""
+    import warnings
+
+    from keras_trm.layers import PositionalEmbedding
+    from keras_trm.models import encoder_classifier
+
+    model = _tiny(tie_embeddings="decoder", target_vocabulary_size=40)
+    x = {"encoder_tokens": random_ids(rng, (2, 5), 50, pad_from=[5, 3]),
+         "decoder_tokens": random_ids(rng, (2, 4), 40)}
+    classifier = encoder_classifier(50, num_layers=1, d_model=16, num_heads=2,
+                                    d_ff=32, max_sequence_length=12)
+    ids = random_ids(rng, (2, 6), 50, pad_from=[6, 2])
+    model.save(tmp_path / "model.keras")
+    keras.Model(model.inputs, model.outputs, name="old").save(
+        tmp_path / "functional.keras")
+    classifier.save(tmp_path / "classifier.keras")
+    config = PositionalEmbedding(50, 8, max_sequence_length=6).get_config()
+    config["max_length"] = config.pop("max_sequence_length")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DeprecationWarning either
+        loaded = keras.saving.load_model(
+            _saved_before_the_rename(tmp_path / "model.keras"))
+        functional = keras.saving.load_model(
+            _saved_before_the_rename(tmp_path / "functional.keras"))
+        old_classifier = keras.saving.load_model(
+            _saved_before_the_rename(tmp_path / "classifier.keras"))
+        layer = PositionalEmbedding.from_config(config)
+        old_config = {**model.get_config(), "max_length": 20}
+        del old_config["max_sequence_length"]
+        rebuilt = Transformer.from_config(old_config)
+    assert layer.max_sequence_length == 6
+    assert type(loaded) is Transformer and loaded.max_sequence_length == 20
+    assert loaded.get_config() == model.get_config()
+    assert rebuilt.get_config() == model.get_config()
+    np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(model(x)))
+    converted = as_transformer(functional)
+    assert converted.max_sequence_length == 20
+    np.testing.assert_array_equal(to_numpy(converted(x)), to_numpy(model(x)))
+    assert old_classifier.get_layer("embedding").max_sequence_length == 12
+    np.testing.assert_array_equal(to_numpy(old_classifier(ids)),
+                                  to_numpy(classifier(ids)))
+
+
+def test_the_old_max_length_keyword_and_attribute_still_work():
+    """``max_length=`` of the builders and the layer, and ``.max_length`` of
+    the model and the layer: the same as ``max_sequence_length``, with a
+    DeprecationWarning naming the new name."""
+    from keras_trm.layers import PositionalEmbedding
+    from keras_trm.models import (encoder_classifier, text_classifier,
+                                  vanilla_transformer_lm)
+
+    message = "`max_length` is now `max_sequence_length`"
+    with pytest.deprecated_call(match=message):
+        model = _tiny(max_length=12, max_sequence_length=256)
+    assert model.max_sequence_length == 12
+    assert model.get_config()["max_sequence_length"] == 12
+    assert "max_length" not in model.get_config()
+    with pytest.deprecated_call(match=message):
+        assert model.max_length == 12
+    with pytest.deprecated_call(match=message):
+        layer = PositionalEmbedding(10, 4, max_length=7)
+    with pytest.deprecated_call(match=message):
+        assert layer.max_length == 7
+    assert "max_length" not in dir(layer)  # Keras' saving never reads it
+    for build in (
+            lambda **kw: encoder_classifier(50, num_layers=1, d_model=8,
+                                            num_heads=2, d_ff=8, **kw),
+            lambda **kw: text_classifier("encoder", 50, d_model=8,
+                                         num_heads=2, d_ff=8, **kw),
+            lambda **kw: vanilla_transformer_lm(50, num_layers=1, d_model=8,
+                                                num_heads=2, d_ff=8, **kw)):
+        with pytest.deprecated_call(match=message):
+            built = build(max_length=9)
+        assert built.get_layer("embedding").max_sequence_length == 9
+    with pytest.raises(TypeError, match="max_sequence_length"):
+        PositionalEmbedding(10, 4)
+    with pytest.raises(ValueError, match="max_sequence_length=0"):
+        PositionalEmbedding(10, 4, max_sequence_length=0)
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        model.no_such_thing

@@ -108,10 +108,10 @@ SEQUENCE_MODELS = {
         VOCAB, embedding_dim=8, units=8, layer_norm=True, bidirectional=True
     ),
     "encoder_mean": lambda: encoder_classifier(
-        VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=16
+        VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_sequence_length=16
     ),
     "encoder_cls_sin": lambda: encoder_classifier(
-        VOCAB, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=16,
+        VOCAB, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_sequence_length=16,
         pooling="cls", position="sinusoidal", num_classes=3,
     ),
 }
@@ -154,7 +154,7 @@ def test_lenet_round_trip(norm, mnist_train, tmp_path):
 @pytest.mark.parametrize("position", ["learned", "sinusoidal"])
 def test_encoder_mean_pooling_ignores_padding(position, rng):
     model = encoder_classifier(
-        VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=32,
+        VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_sequence_length=32,
         position=position,
     )
     ids = _ids(rng, (3, 8), pad_from=[8, 5, 1])
@@ -187,7 +187,7 @@ def test_bad_arguments_and_inputs(rng):
     encoder = SEQUENCE_MODELS["encoder_mean"]()
     with pytest.raises(TypeError, match="float32"):
         encoder(_ids(rng, (2, 5)).astype("float32"))
-    with pytest.raises(ValueError, match="max_length=16"):
+    with pytest.raises(ValueError, match="max_sequence_length=16"):
         encoder(_ids(rng, (2, 17)))
 
 

@@ -271,7 +271,9 @@ def test_train_translation_help_explains_every_flag(capsys):
     assert "{multi30k,wmt14,wmt14_tfds,files}" in text
     assert "{auto,float32,mixed_bfloat16,mixed_float16}" in text
     assert "Dtype policy: ``auto`` picks mixed_bfloat16" in text  # field docs
-    assert "Longest sentence kept for training, per side (tokens)." in text
+    assert ("Training pairs whose source or target ids (START/END included) "
+            "are longer are dropped") in text
+    assert "Deprecated: ``max_sequence_length`` and ``max_train_length``" in text
     assert "default: multi30k" in text and "default: 12" in text
 
 
@@ -318,7 +320,9 @@ def test_yaml_config_equals_flags_and_round_trips(tmp_path):
     path = cli.write_run_config(parser, args)
     assert path == tmp_path / "run" / "config.yaml"
     written = yaml.safe_load(path.read_text())
-    assert set(written) >= {f.name for f in dataclasses.fields(TranslationConfig)}
+    # Every field but those left None (jsonargparse writes no nulls).
+    assert set(written) >= {f.name for f in dataclasses.fields(TranslationConfig)
+                            if getattr(from_flags, f.name) is not None}
     assert written["data_dir"] == str(tmp_path)
     again, again_args = parse_config(parser, TranslationConfig,
                                      ["--config", str(path)])
@@ -327,6 +331,53 @@ def test_yaml_config_equals_flags_and_round_trips(tmp_path):
     # Flags override the file, wherever --config stands.
     assert parse_config(parser, TranslationConfig,
                         ["--epochs", "5", "--config", str(path)])[0].epochs == 5
+
+
+def test_the_old_max_length_flag_sets_both_new_lengths(tmp_path, capsys):
+    """Issue #41: ``--max_length`` (flag or --config key) was one length for
+    the model's positions and the training filter; it still sets both
+    (``--max_sequence_length``, ``--max_train_length``), says so on stderr,
+    and config.yaml records the new flags (which re-run the same job)."""
+    from keras_trm.jobs.translation import TranslationConfig, train_length
+    from keras_trm.training.presets import apply_preset
+
+    parser = _parser(TranslationConfig)
+    run = ["--workdir", str(tmp_path / "run"), "--data-dir", str(tmp_path)]
+    config, args = parse_config(parser, TranslationConfig,
+                                ["--max-length", "80", "--preset", "tiny"] + run)
+    err = capsys.readouterr().err
+    assert "deprecated: --max_length" in err, err
+    assert "--max_sequence_length and --max_train_length" in err
+    assert (config.max_sequence_length, train_length(config),
+            config.max_length, config.d_model) == (80, 80, None, 32)
+    written = yaml.safe_load(cli.write_run_config(parser, args).read_text())
+    # max_train_length null (not written): the same as max_sequence_length.
+    assert (written["max_sequence_length"], written.get("max_train_length"),
+            written.get("max_length")) == (80, None, None)
+    (tmp_path / "old.yaml").write_text("max_length: 48\nepochs: 2\n")
+    from_yaml, _ = parse_config(parser, TranslationConfig,
+                                ["--config", str(tmp_path / "old.yaml")] + run)
+    assert "deprecated: --max_length" in capsys.readouterr().err
+    assert (from_yaml.max_sequence_length, train_length(from_yaml),
+            from_yaml.epochs) == (48, 48, 2)
+    # The new flags: the filter follows the positions unless given.
+    new, _ = parse_config(parser, TranslationConfig,
+                          ["--max_sequence_length", "96"] + run)
+    assert (new.max_train_length, train_length(new)) == (None, 96)
+    new, _ = parse_config(parser, TranslationConfig,
+                          ["--max_sequence_length", "96",
+                           "--max_train_length", "40"] + run)
+    assert (new.max_sequence_length, train_length(new)) == (96, 40)
+    assert capsys.readouterr().err == ""
+    # The Python API: the same, with a DeprecationWarning.
+    with pytest.deprecated_call(match="sets both"):
+        old = TranslationConfig(max_length=32)
+    assert (old.max_sequence_length, train_length(old)) == (32, 32)
+    # As the one length did: a preset's value replaces a default one.
+    with pytest.deprecated_call():
+        old = apply_preset(TranslationConfig(max_length=128, preset="tiny"))
+    old.validate()
+    assert (old.max_sequence_length, train_length(old)) == (64, 64)
 
 
 def test_bad_choice_is_a_usage_error_naming_flag_and_value(capsys):
@@ -556,6 +607,9 @@ def test_a_flag_always_wins_over_the_preset(tmp_path):
     (["--time_budget_minutes", "-5"], "time_budget_minutes=-5.0"),
     (["--d_model", "30", "--num_heads", "4"], "d_model=30 and num_heads=4"),
     (["--length_penalty", "-0.5"], "length_penalty=-0.5"),
+    (["--max_train_length", "200"],
+     "max_train_length=200 and max_sequence_length=128"),
+    (["--max_length", "0"], "max_sequence_length=0"),
 ])
 def test_bad_training_flags_stop_before_anything_is_written(tmp_path, capsys,
                                                             flags, words):

@@ -49,7 +49,7 @@ def test_scores_equal_our_log_probs(tmp_path, rng, options):
     """CT2's score_batch on the exported model equals our forward pass."""
     vocab = list(RESERVED_TOKENS) + [f"t{i}" for i in range(36)]
     model = transformer(len(vocab), num_layers=2, d_model=16, num_heads=2,
-                        d_ff=32, max_length=20, dropout_rate=0.0, **options)
+                        d_ff=32, max_sequence_length=20, dropout_rate=0.0, **options)
     # Non-trivial norms and biases, so that a mis-mapped one shows.
     for w in model.weights:
         if "gamma" in w.path or "beta" in w.path or "bias" in w.path:
@@ -89,7 +89,7 @@ def trained(multi30k_small, tokenizer, tmp_path_factory):
     dec_in = pad([[START_ID] + r[:max_len - 1] for r in t_ids])
     dec_out = pad([r[:max_len - 1] + [END_ID] for r in t_ids])
     model = transformer(len(vocab), num_layers=2, d_model=64, num_heads=4,
-                        d_ff=128, max_length=64, dropout_rate=0.0)
+                        d_ff=128, max_sequence_length=64, dropout_rate=0.0)
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
                   loss=LabelSmoothedCrossEntropy(label_smoothing=0.0))
     model.fit({"encoder_tokens": enc, "decoder_tokens": dec_in}, dec_out,
@@ -298,13 +298,34 @@ def test_exported_directory_has_vocabulary_and_special_tokens(trained):
     assert vocab.index("[UNK]") == 1 and vocab.index("[START]") == START_ID
     assert vocab.index("[END]") == END_ID
     meta = json.loads((path / "keras_trm.json").read_text())
-    assert meta["max_length"] == 64
+    assert meta["max_sequence_length"] == 64
+    assert meta["source_max_sequence_length"] == 64
+
+
+def test_exports_written_before_the_rename_still_load(trained, tmp_path):
+    """Issue #41: a directory whose keras_trm.json says ``max_length`` and
+    ``source_max_length`` (before ``max_sequence_length``) loads and
+    translates alike; the old attribute names still read, deprecated."""
+    import shutil
+
+    old = shutil.copytree(trained["float32"], tmp_path / "old")
+    meta = json.loads((old / "keras_trm.json").read_text())
+    meta["max_length"] = meta.pop("max_sequence_length")
+    meta["source_max_length"] = meta.pop("source_max_sequence_length")
+    (old / "keras_trm.json").write_text(json.dumps(meta))
+    ct2 = CTranslate2Translator(old, num_threads=1)
+    assert (ct2.max_sequence_length, ct2.source_max_sequence_length) == (64, 64)
+    with pytest.deprecated_call(match="max_sequence_length"):
+        assert ct2.max_length == 64
+    new = CTranslate2Translator(trained["float32"], num_threads=1)
+    sentences = ["Two dogs are playing in the snow.", "A man is walking."]
+    assert ct2.translate_texts(sentences) == new.translate_texts(sentences)
 
 
 def test_errors_and_no_partial_directory(tmp_path):
     vocab = list(RESERVED_TOKENS) + list("abcdef")
     model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-                        d_ff=16, max_length=16)
+                        d_ff=16, max_sequence_length=16)
     (tmp_path / "exists").mkdir()
     with pytest.raises(FileExistsError, match="exists"):
         export_ctranslate2(model, tmp_path / "exists", vocab)
@@ -315,7 +336,7 @@ def test_errors_and_no_partial_directory(tmp_path):
     with pytest.raises(ValueError, match="must start with"):
         build_spec(model, vocab[::-1])
     gelu = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-                       d_ff=16, max_length=16)
+                       d_ff=16, max_sequence_length=16)
     for block in ("encoder_layer_0", "decoder_layer_0"):
         gelu.get_layer(block).activation = keras.activations.gelu
     with pytest.raises(ValueError, match="activation"):

@@ -18,7 +18,7 @@ from keras_trm.text import END_ID, PAD_ID, START_ID
 def model():
     tf.keras.utils.set_random_seed(3) if hasattr(tf, "keras") else None
     model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                        max_length=24, dropout_rate=0.0)
+                        max_sequence_length=24, dropout_rate=0.0)
     # Make END reasonably likely so that hypotheses end at different steps.
     emb = model.get_layer("embedding")
     table = emb.embeddings.numpy()
@@ -46,8 +46,8 @@ def sequence_log_prob(model, source, hyp):
 
 
 def test_cached_greedy_equals_recompute(model, source):
-    cached = greedy_search(model, source, max_length=12).numpy()
-    full = greedy_search(model, source, max_length=12, use_cache=False).numpy()
+    cached = greedy_search(model, source, max_decoding_length=12).numpy()
+    full = greedy_search(model, source, max_decoding_length=12, use_cache=False).numpy()
     np.testing.assert_array_equal(cached, full)
     # After END only padding.
     for row in cached:
@@ -56,7 +56,7 @@ def test_cached_greedy_equals_recompute(model, source):
 
 
 def test_greedy_is_the_argmax_path(model, source):
-    out = greedy_search(model, source, max_length=6).numpy()
+    out = greedy_search(model, source, max_decoding_length=6).numpy()
     prefix = np.full((len(source), 1), START_ID, "int32")
     for t in range(6):
         logits = model({"encoder_tokens": source, "decoder_tokens": prefix})
@@ -72,17 +72,17 @@ def normalized_score(model, source, hyp, alpha):
 
 
 def test_beam_one_equals_greedy(model, source):
-    greedy = greedy_search(model, source, max_length=12).numpy()
+    greedy = greedy_search(model, source, max_decoding_length=12).numpy()
     for alpha in (0.0, 0.6, 1.0):
         beam = beam_search(model, source, beam_size=1, length_penalty=alpha,
-                           max_length=12).numpy()
+                           max_decoding_length=12).numpy()
         np.testing.assert_array_equal(beam, greedy)
 
 
 def test_beam_scores_are_model_log_probs_with_length_penalty(model, source):
     alpha = 0.6
     best, beams, scores = beam_search(model, source, beam_size=3,
-                                      length_penalty=alpha, max_length=10,
+                                      length_penalty=alpha, max_decoding_length=10,
                                       return_all=True)
     beams, scores = beams.numpy(), scores.numpy()
     np.testing.assert_array_equal(best.numpy(), beams[:, 0])
@@ -95,8 +95,8 @@ def test_beam_scores_are_model_log_probs_with_length_penalty(model, source):
 
 
 def test_cached_beam_equals_recompute(model, source):
-    a = beam_search(model, source, beam_size=3, max_length=10).numpy()
-    b = beam_search(model, source, beam_size=3, max_length=10, use_cache=False).numpy()
+    a = beam_search(model, source, beam_size=3, max_decoding_length=10).numpy()
+    b = beam_search(model, source, beam_size=3, max_decoding_length=10, use_cache=False).numpy()
     np.testing.assert_array_equal(a, b)
 
 
@@ -111,8 +111,98 @@ def test_decoding_bad_input(model, source):
         greedy_search(model, source.astype("float32"))
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, source, beam_size=0)
-    with pytest.raises(ValueError, match="max_length"):
-        greedy_search(model, source, max_length=24)
+    with pytest.raises(ValueError, match="max_decoding_length"):
+        greedy_search(model, source, max_decoding_length=24)
+    with pytest.raises(ValueError, match="end_id=-1"):
+        beam_search(model, source, beam_size=2, end_id=-1)
+
+
+def _end_at_five_model():
+    """A toy model whose every step's arg max is id 5 (its logits are the
+    output bias alone)."""
+    model, projection = _untied_model(vocab=8, max_sequence_length=12, seed=0)
+    kernel, bias = projection.get_weights()
+    bias[:] = 0.0
+    bias[5] = 30.0
+    projection.set_weights([np.zeros_like(kernel), bias])
+    return model
+
+
+@pytest.mark.parametrize("static_cache", [False, True])
+def test_searches_take_their_special_ids_as_arguments(static_cache):
+    """Issue #41: the searches read no module-level ids. With END = 5 (a
+    toy model that always emits 5) every sentence stops at its first token
+    and the rest is the given pad_id; with the default END (3) the same
+    model runs to each sentence's limit. The decoder starts from start_id;
+    a sentence's own length (its limit) counts the ids that are not
+    pad_id."""
+    model = _end_at_five_model()
+    pad, start = 1, 4
+    source = np.array([[6, 7, 6, 7], [7, 6, pad, pad]], "int32")
+    ids = dict(start_id=start, end_id=5, pad_id=pad, static_cache=static_cache)
+    for search in (greedy_search,
+                   lambda m, x, **kw: beam_search(m, x, beam_size=2, **kw)):
+        rec = _Recorder(model)
+        out = search(rec, source, **ids).numpy()
+        assert out.shape == (2, 11)  # width 4 + 50, capped at 12 - 1
+        np.testing.assert_array_equal(out[:, 0], [5, 5])
+        assert (out[:, 1:] == pad).all()
+        assert (rec.fed[0] == start).all()  # START = start_id
+        # The default END (3) never comes: 5 until each sentence's limit.
+        default = search(model, source, max_decoding_length=6,
+                         static_cache=static_cache).numpy()
+        np.testing.assert_array_equal(default, np.full((2, 6), 5))
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_translator_passes_its_tokenizers_special_ids(beam_size):
+    """``Translator`` searches with its tokenizer's ``end_id`` (here 5):
+    the source ends with it and the search stops at it."""
+    from keras_trm.decoding import Translator
+    from keras_trm.text import RESERVED_TOKENS, TextTokenizer
+
+    class EndAtFive(TextTokenizer):
+        end_id = 5
+
+    vocab = list(RESERVED_TOKENS) + ["a", "b", "c", "d"]
+    translator = Translator(_end_at_five_model(), EndAtFive(vocab),
+                            beam_size=beam_size)
+    assert (translator.start_id, translator.end_id, translator.pad_id) == (
+        START_ID, 5, PAD_ID)
+    tokens = translator.encode_text(tf.constant(["a c", "d"])).numpy()
+    np.testing.assert_array_equal(tokens, [[4, 6, 5], [7, 5, PAD_ID]])
+    ids = translator.generate_ids(tf.constant(tokens)).numpy()
+    assert (ids[:, 0] == 5).all() and (ids[:, 1:] == PAD_ID).all()
+
+
+def test_old_search_keyword_still_works_with_a_warning(model, source):
+    with pytest.deprecated_call(match="`max_length` is now `max_decoding_length`"):
+        old = greedy_search(model, source, max_length=6).numpy()
+    np.testing.assert_array_equal(
+        old, greedy_search(model, source, max_decoding_length=6).numpy())
+    with pytest.deprecated_call(match="max_decoding_length"):
+        beam_search(model, source, beam_size=2, max_length=6)
+
+
+def test_a_model_with_the_old_positions_attribute_still_decodes():
+    """A ``DecodingModel`` written before the rename (``max_length``, no
+    ``max_sequence_length``): the same ids, with a DeprecationWarning."""
+    model = _end_at_five_model()
+    source = np.array([[6, 7, 3], [7, 3, 0]], "int32")
+
+    class Old:
+        def __init__(self, model):
+            self._model = model
+            self.max_length = model.max_sequence_length
+
+        def __getattr__(self, name):
+            if name == "max_sequence_length":
+                raise AttributeError(name)
+            return getattr(self._model, name)
+
+    with pytest.deprecated_call(match="max_sequence_length"):
+        out = greedy_search(Old(model), source).numpy()
+    np.testing.assert_array_equal(out, greedy_search(model, source).numpy())
 
 
 def test_corpus_bleu_uses_sacrebleu():
@@ -155,7 +245,7 @@ def test_beam_stays_full_after_a_hypothesis_ends(model, source):
     for b in range(len(source)):
         rec = _Recorder(model)
         _, beams, _ = beam_search(rec, source[b:b + 1], beam_size=2,
-                                  length_penalty=0.6, max_length=10,
+                                  length_penalty=0.6, max_decoding_length=10,
                                   use_cache=False, return_all=True)
         # rec.fed[i]: the (2, i + 1) prefixes fed at step i (START first).
         for i, prefixes in enumerate(rec.fed[1:], start=1):
@@ -178,7 +268,7 @@ def test_early_stopping_keeps_the_best_and_stops_early(tiny_model, rng):
                 rec = _Recorder(tiny_model)
                 best, _, scores = beam_search(
                     rec, source, beam_size=k, length_penalty=alpha,
-                    max_length=7, return_all=True, early_stopping=early)
+                    max_decoding_length=7, return_all=True, early_stopping=early)
                 runs.append((best.numpy(), scores.numpy()[:, 0], len(rec.fed)))
             np.testing.assert_array_equal(runs[0][0], runs[1][0])
             np.testing.assert_allclose(runs[0][1], runs[1][1], atol=1e-5)
@@ -198,7 +288,7 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
     cases = [(tiny_model, random_ids(rng, (6, 5), 7, pad_from=[5, 3, 4, 2, 5, 1]), 7),
              (model, random_ids(rng, (5, 6), 30, pad_from=[6, 4, 5, 2, 3]), 12)]
     fewer_steps = 0
-    for m, source, max_length in cases:
+    for m, source, limit in cases:
         # Both beam sizes without a length penalty; one each with.
         for alpha, k in ((0.0, 2), (0.0, 4), (0.6, 4), (1.0, 2)):
             runs = {}
@@ -207,7 +297,7 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
                     rec = _Recorder(m)
                     best, _, scores = beam_search(
                         rec, source[b:b + 1], beam_size=k,
-                        length_penalty=alpha, max_length=max_length,
+                        length_penalty=alpha, max_decoding_length=limit,
                         return_all=True, early_stopping=rule)
                     runs.setdefault(rule, []).append(
                         (best.numpy()[0], float(scores.numpy()[0, 0]),
@@ -226,10 +316,10 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
 def test_first_end_batched_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
     best = beam_search(model, source, beam_size=3, length_penalty=0.6,
-                       max_length=10, early_stopping="first_end").numpy()
+                       max_decoding_length=10, early_stopping="first_end").numpy()
     for b in range(len(source)):
         one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
-                          length_penalty=0.6, max_length=10,
+                          length_penalty=0.6, max_decoding_length=10,
                           early_stopping="first_end")
         np.testing.assert_array_equal(one.numpy()[0], best[b])
 
@@ -240,11 +330,11 @@ def test_unknown_early_stopping_is_refused(model, source, bad):
         beam_search(model, source, beam_size=2, early_stopping=bad)
 
 
-def _untied_model(vocab, max_length, seed):
+def _untied_model(vocab, max_sequence_length, seed):
     """A one-layer model with an untied output layer, and that layer."""
     keras.utils.set_random_seed(seed)
     model = transformer(vocab, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        max_length=max_length, dropout_rate=0.0,
+                        max_sequence_length=max_sequence_length, dropout_rate=0.0,
                         tie_embeddings="none", target_vocabulary_size=vocab)
     return model, model.get_layer("output_projection")
 
@@ -254,7 +344,7 @@ def test_default_limit_is_per_sentence_so_batching_changes_nothing():
     tokens (§6.1), not the padded batch width's: a short sentence batched
     with a long one gives what it gives alone. A model that never emits END
     runs every sentence to its limit."""
-    m, projection = _untied_model(vocab=12, max_length=80, seed=5)
+    m, projection = _untied_model(vocab=12, max_sequence_length=80, seed=5)
     kernel, bias = projection.get_weights()
     bias[END_ID] = -1e4
     projection.set_weights([kernel, bias])
@@ -275,11 +365,11 @@ def test_default_limit_is_per_sentence_so_batching_changes_nothing():
 def test_batched_beam_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
     best, beams, scores = beam_search(model, source, beam_size=3,
-                                      length_penalty=0.6, max_length=10,
+                                      length_penalty=0.6, max_decoding_length=10,
                                       return_all=True)
     for b in range(len(source)):
         one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
-                          length_penalty=0.6, max_length=10,
+                          length_penalty=0.6, max_decoding_length=10,
                           return_all=True)
         np.testing.assert_array_equal(one[0].numpy()[0], best.numpy()[b])
         np.testing.assert_array_equal(one[1].numpy()[0], beams.numpy()[b])
@@ -309,7 +399,7 @@ def tiny_model():
     made flat enough that the length penalty decides between outputs of 1,
     2 and 4 tokens; PAD and START are never emitted (as in a trained model).
     """
-    model, projection = _untied_model(vocab=7, max_length=8, seed=2)
+    model, projection = _untied_model(vocab=7, max_sequence_length=8, seed=2)
     kernel, bias = projection.get_weights()
     kernel = np.random.default_rng(2).normal(0.0, 0.15, kernel.shape)
     bias[:] = 0.0
@@ -324,7 +414,7 @@ def exhaustive_scores(model, source, length, alpha):
 
     Enumerates all V^length token sequences; each stands for the hypothesis
     cut after its first END, or all ``length`` tokens when it has none (it
-    hit max_length). Log-probs come from one teacher-forced pass with the
+    hit its limit). Log-probs come from one teacher-forced pass with the
     decoder cache. Returns ``(hyps (N, length) PAD after END, scores (N,))``.
     """
     vocab = model.target_vocabulary_size
@@ -360,7 +450,7 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
     for early in (True, False):
         best, _, scores = beam_search(
             tiny_model, source, beam_size=vocab ** (length - 1),
-            length_penalty=alpha, max_length=length, return_all=True,
+            length_penalty=alpha, max_decoding_length=length, return_all=True,
             early_stopping=early)
         for b in range(len(source)):
             hyps, exact = exhaustive_scores(tiny_model, source[b], length, alpha)
@@ -374,7 +464,7 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
 def _small_model(tie, norm_first, seed):
     keras.utils.set_random_seed(seed)
     model = transformer(30, num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                        max_length=24, dropout_rate=0.0, tie_embeddings=tie,
+                        max_sequence_length=24, dropout_rate=0.0, tie_embeddings=tie,
                         norm_first=norm_first,
                         target_vocabulary_size=None if tie == "all" else 30)
     weights = model.get_weights()  # sharper outputs: fewer near-ties
@@ -436,7 +526,7 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
     the prefix, over beam sizes and length penalties."""
     model = _small_model(tie, norm_first, seed=5)
     source = random_ids(rng, (5, 7), 30, pad_from=[7, 3, 5, 2, 6])
-    greedy = [greedy_search(model, source, max_length=12, **kw).numpy()
+    greedy = [greedy_search(model, source, max_decoding_length=12, **kw).numpy()
               for kw in ({}, {"static_cache": True}, {"use_cache": False})]
     np.testing.assert_array_equal(greedy[0], greedy[1])
     np.testing.assert_array_equal(greedy[0], greedy[2])
@@ -445,7 +535,7 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
         if k == 3:
             variants.append({"use_cache": False})
         runs = [beam_search(model, source, beam_size=k,
-                            length_penalty=alpha, max_length=10,
+                            length_penalty=alpha, max_decoding_length=10,
                             return_all=True, **kw)
                 for kw in variants]
         for other in runs[1:]:
@@ -458,14 +548,14 @@ def test_two_stage_top_k_keeps_tie_order():
     index wins, as with one top-k over all k * V candidates."""
     keras.utils.set_random_seed(0)
     model = transformer(7, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-                        max_length=8, dropout_rate=0.0, tie_embeddings="none",
+                        max_sequence_length=8, dropout_rate=0.0, tie_embeddings="none",
                         target_vocabulary_size=7)
     projection = model.get_layer("output_projection")
     kernel, bias = projection.get_weights()
     bias[:] = 0.0
     projection.set_weights([np.zeros_like(kernel), bias])  # all tokens tie
     source = np.array([[4, 5, 3]], "int32")
-    _, beams, _ = beam_search(model, source, beam_size=2, max_length=3,
+    _, beams, _ = beam_search(model, source, beam_size=2, max_decoding_length=3,
                               length_penalty=0.0, return_all=True,
                               early_stopping=False)
     # Step 1: tokens 0 and 1 (lowest ids; END=3 ranks below k). Step 2:
@@ -498,12 +588,12 @@ def test_beam_with_chunked_top_k_equals_beam_with_tf_top_k(rng, monkeypatch):
 
     keras.utils.set_random_seed(3)
     model = transformer(3000, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        max_length=12, dropout_rate=0.0)
+                        max_sequence_length=12, dropout_rate=0.0)
     source = rng.integers(4, 3000, size=(3, 5)).astype("int32")
     source[:, -1] = END_ID
-    chunked = beam_search(model, source, beam_size=4, max_length=8, return_all=True)
+    chunked = beam_search(model, source, beam_size=4, max_decoding_length=8, return_all=True)
     monkeypatch.setattr(search, "top_k_rows", lambda v, k: tf.math.top_k(v, k))
-    plain = beam_search(model, source, beam_size=4, max_length=8, return_all=True)
+    plain = beam_search(model, source, beam_size=4, max_decoding_length=8, return_all=True)
     np.testing.assert_array_equal(chunked[1].numpy(), plain[1].numpy())
     np.testing.assert_array_equal(chunked[2].numpy(), plain[2].numpy())
 
@@ -516,13 +606,13 @@ def test_jit_compiled_searches_equal_graph_searches_over_many_steps(rng):
     ids from the fourth step on)."""
     keras.utils.set_random_seed(3)
     model = transformer(3000, num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                        max_length=24, dropout_rate=0.0)
+                        max_sequence_length=24, dropout_rate=0.0)
     source = rng.integers(4, 3000, size=(3, 6)).astype("int32")
     source[:, -1] = END_ID
     for search in (greedy_search,
                    lambda m, x, **kw: beam_search(m, x, beam_size=3, **kw)):
-        graph = search(model, source, max_length=12).numpy()
-        jit = tf.function(lambda x: search(model, x, max_length=12,
+        graph = search(model, source, max_decoding_length=12).numpy()
+        jit = tf.function(lambda x: search(model, x, max_decoding_length=12,
                                            static_cache=True),
                           jit_compile=True)
         np.testing.assert_array_equal(jit(source).numpy(), graph)
@@ -531,10 +621,10 @@ def test_jit_compiled_searches_equal_graph_searches_over_many_steps(rng):
 def test_jit_compiled_search_equals_graph_search(model, source):
     """``static_cache=True`` compiles with XLA, runs in a plain graph (the
     batch size known when traced) and gives the same ids either way."""
-    graph = beam_search(model, source, beam_size=3, max_length=8).numpy()
+    graph = beam_search(model, source, beam_size=3, max_decoding_length=8).numpy()
 
     def static(x):
-        return beam_search(model, x, beam_size=3, max_length=8,
+        return beam_search(model, x, beam_size=3, max_decoding_length=8,
                            static_cache=True)
 
     jit = tf.function(static, jit_compile=True)
@@ -543,4 +633,4 @@ def test_jit_compiled_search_equals_graph_search(model, source):
     one = source[:1, :int((source[0] != 0).sum())]   # batch 1, a shape case
     np.testing.assert_array_equal(tf.function(static)(one).numpy(),
                                   beam_search(model, one, beam_size=3,
-                                              max_length=8).numpy())
+                                              max_decoding_length=8).numpy())

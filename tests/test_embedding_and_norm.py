@@ -39,7 +39,7 @@ def test_pe_pos_plus_k_is_linear_in_pe_pos(k):
 
 
 def test_embedding_scaled_plus_positions(rng):
-    layer = PositionalEmbedding(20, 8, max_length=10)
+    layer = PositionalEmbedding(20, 8, max_sequence_length=10)
     ids = np.array([[3, 4, 5, 0]], "int32")
     out = np.asarray(layer(ids))
     table = np.asarray(layer.embeddings)
@@ -52,7 +52,7 @@ def test_embedding_scaled_plus_positions(rng):
 
 
 def test_reverse_gives_tied_logits(rng):
-    layer = PositionalEmbedding(20, 8, max_length=10)
+    layer = PositionalEmbedding(20, 8, max_sequence_length=10)
     layer(np.ones((1, 1), "int32"))
     h = rng.normal(size=(2, 3, 8)).astype("float32")
     np.testing.assert_allclose(layer(h, reverse=True),
@@ -61,7 +61,7 @@ def test_reverse_gives_tied_logits(rng):
 
 def test_learned_positions_and_round_trip(tmp_path):
     ids_in = keras.Input((None,), dtype="int32")
-    out = PositionalEmbedding(20, 8, max_length=10, position="learned")(ids_in)
+    out = PositionalEmbedding(20, 8, max_sequence_length=10, position="learned")(ids_in)
     model = keras.Model(ids_in, out)
     ids = np.array([[1, 2, 3], [4, 5, 0]], "int32")
     model.save(tmp_path / "emb.keras")
@@ -71,28 +71,28 @@ def test_learned_positions_and_round_trip(tmp_path):
 
 
 def test_float_ids_are_rejected():
-    layer = PositionalEmbedding(20, 8, max_length=10)
+    layer = PositionalEmbedding(20, 8, max_sequence_length=10)
     with pytest.raises(TypeError, match="integer token ids.*float32"):
         layer(np.ones((1, 3), "float32"))
 
 
 def test_too_long_sequences_are_rejected():
-    layer = PositionalEmbedding(20, 8, max_length=4)
-    with pytest.raises(ValueError, match="sequence length 5.*max_length=4"):
+    layer = PositionalEmbedding(20, 8, max_sequence_length=4)
+    with pytest.raises(ValueError, match="sequence length 5.*max_sequence_length=4"):
         layer(np.ones((1, 5), "int32"))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def dynamic(ids):
         return layer(ids)
 
-    with pytest.raises(tf.errors.InvalidArgumentError, match="max_length=4"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=4"):
         dynamic(tf.ones((1, 6), tf.int32))
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(vocabulary_size=0, d_model=8, max_length=4), "vocabulary_size"),
-    (dict(vocabulary_size=5, d_model=7, max_length=4), "d_model"),
-    (dict(vocabulary_size=5, d_model=8, max_length=4, position="rope"), "position"),
+    (dict(vocabulary_size=0, d_model=8, max_sequence_length=4), "vocabulary_size"),
+    (dict(vocabulary_size=5, d_model=7, max_sequence_length=4), "d_model"),
+    (dict(vocabulary_size=5, d_model=8, max_sequence_length=4, position="rope"), "position"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

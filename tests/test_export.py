@@ -17,7 +17,7 @@ SENTENCES = [
     "A man is riding a bike.",
     "",
     "   ",
-    "Two dogs " * 200,  # far longer than the model's max_length
+    "Two dogs " * 200,  # far longer than the model's max_sequence_length
     "A little girl climbing into a wooden playhouse.",
 ]
 
@@ -48,7 +48,7 @@ def _fresh_process_translations(path, tmp_path):
 @pytest.fixture(scope="module")
 def translator(tokenizer):
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=16,
-                        num_heads=2, d_ff=32, max_length=32)
+                        num_heads=2, d_ff=32, max_sequence_length=32)
     return Translator(model, tokenizer, beam_size=2)
 
 
@@ -119,7 +119,7 @@ def test_xla_for_small_batches_only(translator, tmp_path):
     translator's strings either way, in process and from the SavedModel."""
     # 64 positions: the two searches' output widths differ (below).
     model = transformer(translator.tokenizer.vocabulary_size, num_layers=1,
-                        d_model=16, num_heads=2, d_ff=32, max_length=64)
+                        d_model=16, num_heads=2, d_ff=32, max_sequence_length=64)
     plain = Translator(model, translator.tokenizer, beam_size=2)
     hybrid = Translator(model, translator.tokenizer, beam_size=2,
                         jit_compile=True, jit_compile_max_batch_size=1)
@@ -164,7 +164,7 @@ def test_warmup_requests_cover_each_xla_bucket_and_batch_size(translator):
         hybrid._compiled(hybrid.encode_text(tf.constant([sentence])))
         return widths[0]
 
-    # 1 to 39 words (ids + END: 2 to 40, past max_length 32), blanks skipped.
+    # 1 to 39 words (ids + END: 2 to 40, past max_sequence_length 32), blanks skipped.
     sentences = ["", "  "] + [" ".join(["a"] * n) for n in range(39, 0, -1)]
     by_width = {}
     for sentence in sentences[2:]:

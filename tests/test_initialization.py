@@ -93,7 +93,7 @@ def _lstm_ln(init="glorot_uniform"):
 
 
 def _embedding(init=None):
-    layer = L.PositionalEmbedding(50, 16, max_length=16, position="learned",
+    layer = L.PositionalEmbedding(50, 16, max_sequence_length=16, position="learned",
                                   embeddings_initializer=init)
     layer.build((1, 5))
     return layer
@@ -152,14 +152,14 @@ def test_lstm_ln_cell_weights_are_distinct():
 
 MODELS = {
     "transformer": lambda: M.transformer(
-        100, num_layers=2, d_model=32, num_heads=2, d_ff=64, max_length=16),
+        100, num_layers=2, d_model=32, num_heads=2, d_ff=64, max_sequence_length=16),
     "transformer_untied": lambda: M.transformer(
-        100, num_layers=2, d_model=32, num_heads=2, d_ff=32, max_length=16,
+        100, num_layers=2, d_model=32, num_heads=2, d_ff=32, max_sequence_length=16,
         tie_embeddings="none", position="learned"),
     "transformer_small": lambda: M.transformer_small(
-        vocabulary_size=64, max_length=16),
+        vocabulary_size=64, max_sequence_length=16),
     "encoder_classifier": lambda: M.encoder_classifier(
-        100, num_layers=2, d_model=32, num_heads=2, d_ff=32, max_length=16),
+        100, num_layers=2, d_model=32, num_heads=2, d_ff=32, max_sequence_length=16),
     "lstm_classifier": lambda: M.lstm_classifier(100, 16, 16),
     "lstm_ln_classifier": lambda: M.lstm_classifier(100, 16, 16, layer_norm=True),
     "lenet_none": lambda: M.lenet_cnn(None),
@@ -169,7 +169,7 @@ MODELS = {
         60, num_layers=2, d_model=32, num_heads=2, d_ff=32, mem_len=4,
         untie_biases=False),
     "vanilla_transformer_lm": lambda: M.vanilla_transformer_lm(
-        60, num_layers=2, d_model=32, num_heads=2, d_ff=32, max_length=16),
+        60, num_layers=2, d_model=32, num_heads=2, d_ff=32, max_sequence_length=16),
 }
 
 

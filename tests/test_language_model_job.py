@@ -177,7 +177,7 @@ def test_bad_config_and_arguments(tmp_path):
         job.run(too_short, workdir=tmp_path / "w", export_dir=tmp_path / "e",
                 results_dir=tmp_path / "r", verbose=0)
     vanilla = vanilla_transformer_lm(65, num_layers=1, d_model=16,
-                                     num_heads=2, d_ff=32, max_length=8)
+                                     num_heads=2, d_ff=32, max_sequence_length=8)
     with pytest.raises(TypeError, match="TransformerXLLM"):
         TransformerXLServing(vanilla)
 

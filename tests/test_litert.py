@@ -20,7 +20,7 @@ def test_lenet_layer_norm(tmp_path, rng):
 
 def test_encoder_classifier_with_padding(tmp_path, rng):
     model = encoder_classifier(500, num_layers=1, d_model=16, num_heads=2,
-                               d_ff=32, max_length=64)
+                               d_ff=32, max_sequence_length=64)
     ids = random_ids(rng, (3, 24), 500, pad_from=[24, 10, 3])
     path = export_litert(model, tmp_path / "encoder.tflite")
     got = litert_predict(path, ids)
@@ -33,7 +33,7 @@ def test_encoder_classifier_with_padding(tmp_path, rng):
 
 def test_transformer_teacher_forced(tmp_path, rng):
     model = transformer(300, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        max_length=32)
+                        max_sequence_length=32)
     inputs = {"encoder_tokens": random_ids(rng, (2, 9), 300, pad_from=[9, 4]),
               "decoder_tokens": random_ids(rng, (2, 7), 300, pad_from=[7, 5])}
     path = export_litert(model, tmp_path / "transformer.tflite")
@@ -68,7 +68,7 @@ from keras_trm.export.litert import (  # noqa: E402
     litert_op_names,
     read_litert_metadata,
 )
-from keras_trm.text import END_ID  # noqa: E402
+from keras_trm.text import END_ID, START_ID  # noqa: E402
 
 SENTENCES = [
     "A man in an orange hat starring at something.",
@@ -84,10 +84,10 @@ def tiny_translator(small_vocab, tmp_path_factory):
     """A random tiny model on the real Multi30k vocabulary, float32 and int8
     files. END's embedding row is scaled so that hypotheses end at varied
     lengths (END paths) while others run to the step limit (39 steps:
-    min(T_src + 50, max_length - 1) for any T_src here)."""
+    min(T_src + 50, max_sequence_length - 1) for any T_src here)."""
     keras.utils.set_random_seed(7)
     model = transformer(len(small_vocab), num_layers=2, d_model=32,
-                        num_heads=2, d_ff=64, max_length=40, dropout_rate=0.0)
+                        num_heads=2, d_ff=64, max_sequence_length=40, dropout_rate=0.0)
     embedding = model.get_layer("embedding").embeddings
     weights = embedding.numpy()
     weights[END_ID] *= 32.0
@@ -262,7 +262,7 @@ def test_mixed_precision_model_exports_its_float32_weights(tiny_translator,
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
         mixed = transformer(len(small_vocab), num_layers=2, d_model=32,
-                            num_heads=2, d_ff=64, max_length=40,
+                            num_heads=2, d_ff=64, max_sequence_length=40,
                             dropout_rate=0.0)
     finally:
         keras.config.set_dtype_policy("float32")
@@ -272,6 +272,33 @@ def test_mixed_precision_model_exports_its_float32_weights(tiny_translator,
     ids = LiteRTTranslator(float32, beam_size=1).encode_texts(SENTENCES)
     assert (LiteRTTranslator(path, beam_size=2).translate_ids(ids)
             == LiteRTTranslator(float32, beam_size=2).translate_ids(ids))
+
+
+def test_files_written_before_the_rename_still_load(tiny_translator,
+                                                   tmp_path):
+    """Issue #41: a translator file whose config names the model's
+    positions ``max_length`` (before ``max_sequence_length``) loads and
+    translates as the new file; ``runner.max_length`` still reads, with a
+    DeprecationWarning. The special ids are the file vocabulary's."""
+    import json
+
+    from keras_trm.export.litert import _add_metadata
+
+    _, float32, _ = tiny_translator
+    new = LiteRTTranslator(float32, beam_size=1)
+    config = json.loads(read_litert_metadata(float32)[
+        "keras_trm_translator_config"])
+    config["max_length"] = config.pop("max_sequence_length")
+    old_path = tmp_path / "old.tflite"
+    old_path.write_bytes(_add_metadata(float32.read_bytes(), {
+        "keras_trm_translator_config": json.dumps(config).encode()}))
+    old = LiteRTTranslator(old_path, beam_size=1)
+    assert old.max_sequence_length == new.max_sequence_length == 40
+    with pytest.deprecated_call(match="max_sequence_length"):
+        assert old.max_length == 40
+    assert (old.start_id, old.end_id, old.pad_id) == (START_ID, END_ID, 0)
+    ids = new.encode_texts(SENTENCES)
+    assert old.translate_ids(ids) == new.translate_ids(ids)
 
 
 def test_fixed_shape_files_of_older_versions_are_refused(tiny_translator,

@@ -56,7 +56,7 @@ SCRIPT = textwrap.dedent("""
     num_workers, index, chief = worker_info(strategy)
     with strategy.scope():
         model = transformer(30, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                            dropout_rate=0.0, max_length=8)
+                            dropout_rate=0.0, max_sequence_length=8)
         # SGD: Adam with epsilon 1e-9 turns 1e-9 round-off in near-zero
         # gradients into lr-sized steps; SGD compares the gradients.
         model.compile(optimizer=keras.optimizers.SGD(0.5),

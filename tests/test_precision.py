@@ -11,14 +11,12 @@ import sys
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_trm import _runtime
-from keras_trm.data import token_bucket_batches
+from keras_trm.data import shards_from_pairs, stream_batches
 from keras_trm.decoding import Translator
 from keras_trm.layers import MultiHeadAttention
 from keras_trm.models import transformer
-from keras_trm.text import END_ID, START_ID
 from keras_trm.training import (
     LabelSmoothedCrossEntropy,
     NoamSchedule,
@@ -122,22 +120,20 @@ def ops_float(t):
     return np.asarray(keras.ops.cast(t, "float32"))
 
 
-def _batches(tokenizer, pairs, tokens_per_batch=600):
-    src, tgt = pairs
-    S = [r + [END_ID] for r in tokenizer.tokenize(tf.constant(src)).to_list()]
-    T = [[START_ID] + r + [END_ID] for r in tokenizer.tokenize(tf.constant(tgt)).to_list()]
-    keep = [i for i in range(len(S)) if max(len(S[i]), len(T[i])) <= 64]
-    S, T = [S[i] for i in keep], [T[i] for i in keep]
-    return token_bucket_batches(S, T, tokens_per_batch, (16, 32, 64), seed=0)
+def _batches(tokenizer, pairs, folder, tokens_per_batch=600):
+    """The jobs' token-count batches of ``pairs`` (pairs over 64 ids
+    dropped), one epoch, seeded."""
+    shards = shards_from_pairs(*pairs, tokenizer, folder, max_train_length=64)
+    return stream_batches(shards, tokens_per_batch, (16, 32, 64), seed=0)
 
 
 def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
-        restore_policy, multi30k_small, tokenizer):
+        restore_policy, multi30k_small, tokenizer, tmp_path):
     apply_precision("mixed_bfloat16", log=None)
     pairs = (multi30k_small[0][:240], multi30k_small[1][:240])
-    train = _batches(tokenizer, pairs).cache()
+    train = _batches(tokenizer, pairs, tmp_path).cache()
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=64,
-                        num_heads=2, d_ff=128, dropout_rate=0.0, max_length=64)
+                        num_heads=2, d_ff=128, dropout_rate=0.0, max_sequence_length=64)
     assert all(w.dtype == "float32" for w in model.weights)
     assert {layer.compute_dtype for layer in model.layers
             if layer.weights} == {"bfloat16"}
@@ -165,7 +161,7 @@ def test_float32_copy_of_a_bf16_model_is_the_float32_model():
     from keras_trm.decoding import beam_search
 
     kwargs = dict(num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                  max_length=16, dropout_rate=0.0)
+                  max_sequence_length=16, dropout_rate=0.0)
     keras.utils.set_random_seed(4)
     reference = transformer(30, **kwargs)
     keras.config.set_dtype_policy("mixed_bfloat16")
@@ -182,7 +178,7 @@ def test_float32_copy_of_a_bf16_model_is_the_float32_model():
     assert mixed.get_layer("decoder_layer_0").compute_dtype == "bfloat16"
     assert type(copy) is type(reference)  # still decodes
     ids = [beam_search(m, inputs["encoder_tokens"], beam_size=3,
-                       max_length=8).numpy()
+                       max_decoding_length=8).numpy()
            for m in (copy, reference)]
     np.testing.assert_array_equal(ids[0], ids[1])
 
@@ -197,7 +193,7 @@ def test_val_bleu_decodes_a_float32_twin_refreshed_from_the_scored_model(
     from keras_trm.decoding import GreedyBleu
 
     kwargs = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
-                  max_length=64, dropout_rate=0.0)
+                  max_sequence_length=64, dropout_rate=0.0)
     src, tgt = multi30k_small[0][:12], multi30k_small[1][:12]
     keras.utils.set_random_seed(1)
     first = transformer(tokenizer.vocabulary_size, **kwargs)

@@ -3,11 +3,12 @@ epoch and started again with the same command ends with the same weights as
 the same run uninterrupted, and repeats at most ``save_freq`` steps.
 
 The script below trains with the pieces the translation job uses
-(``token_bucket_batches(repeat=True, position=...)``, ``TrainingBackup``
-first in the callback list, ``EpochCheckpoints``, ``TimeBudget``,
-``BleuLog``, Noam + Adam, dropout 0.1) on a tiny Transformer and seeded
-random token ids, so that three runs fit in well under a minute; the real
-job wires the same callbacks the same way.
+(shards, ``stream_batches(repeat=True, position=...)``, ``stream_steps``
+as the epoch length, ``TrainingBackup`` first in the
+callback list, ``EpochCheckpoints``, ``TimeBudget``, ``BleuLog``, Noam +
+Adam, dropout 0.1) on a tiny Transformer and seeded random sentences of a
+46-word vocabulary, so that three runs fit in well under a minute; the
+real job wires the same callbacks the same way.
 """
 
 import json
@@ -23,9 +24,9 @@ import numpy as np
 SCRIPT = textwrap.dedent("""
     import json, pathlib, sys, time
     import numpy as np, keras
-    from keras_trm.data import token_bucket_batches
-    from keras_trm.data.batching import steps_per_epoch
+    from keras_trm.data import shards_from_pairs, stream_batches, stream_steps
     from keras_trm.models import transformer
+    from keras_trm.text import RESERVED_TOKENS, TextTokenizer
     from keras_trm.training import (
         BleuLog, DataPosition, EpochCheckpoints, LabelSmoothedCrossEntropy,
         NoamSchedule, TimeBudget, TrainingBackup, paper_adam)
@@ -34,16 +35,21 @@ SCRIPT = textwrap.dedent("""
     pause_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    src = [list(rng.integers(3, 50, rng.integers(3, 15))) + [2] for _ in range(100)]
-    tgt = [[1] + list(rng.integers(3, 50, rng.integers(3, 15))) + [2] for _ in range(100)]
+    words = [f"w{i}" for i in range(4, 50)]  # ids 4..49
+    tokenizer = TextTokenizer(list(RESERVED_TOKENS) + words)
+    sentence = lambda: " ".join(rng.choice(words, rng.integers(3, 15)))
+    src = [sentence() for _ in range(100)]
+    tgt = [sentence() for _ in range(100)]
+    # The same folder in every run of one work dir: the resumed run reuses it.
+    shards = shards_from_pairs(src, tgt, tokenizer, work / "shards",
+                               max_train_length=16)
     boundaries = (8, 16)
     position = DataPosition()
-    data = token_bucket_batches(src, tgt, 128, boundaries, seed=0, repeat=True,
-                                position=position)
-    batches = steps_per_epoch([max(len(s), len(t) - 1) for s, t in zip(src, tgt)],
-                              128, boundaries)
+    data = stream_batches(shards, 128, boundaries, seed=0, repeat=True,
+                          position=position)
+    batches = stream_steps(shards, 128, boundaries)
     model = transformer(50, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                        dropout_rate=0.1, max_length=16)
+                        dropout_rate=0.1, max_sequence_length=16)
     model.compile(optimizer=paper_adam(NoamSchedule(16, 10)),
                   loss=LabelSmoothedCrossEntropy(0.1), jit_compile=False)
 
@@ -67,7 +73,8 @@ SCRIPT = textwrap.dedent("""
               callbacks=[backup, checkpoints, score, budget, StepLog()])
     np.savez(work / "final.npz", *model.get_weights())
     (work / "done.json").write_text(json.dumps(
-        {"batches_per_epoch": batches,
+        {"batches_per_epoch": batches, "pairs": shards["pairs"],
+         "shards_reused": shards["reused"],
          "checkpoints": [p.name for p in checkpoints.paths],
          "log_epochs": [e["epoch"] for e in score.history],
          "train_seconds": budget.elapsed(),
@@ -99,6 +106,7 @@ def test_sigkill_mid_epoch_then_same_command_matches_uninterrupted(tmp_path):
     info = json.loads((clean / "done.json").read_text())
     per_epoch = info["batches_per_epoch"]
     assert per_epoch >= 8 and info["restored"] is None
+    assert info["pairs"] == 100 and not info["shards_reused"]
 
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -130,6 +138,7 @@ def test_sigkill_mid_epoch_then_same_command_matches_uninterrupted(tmp_path):
     resumed = json.loads((killed / "done.json").read_text())
     restored = resumed["restored"]
     assert restored is not None and restored["epoch"] == 1
+    assert resumed["shards_reused"]  # the killed run's shards, unchanged
     assert 0 < restored["batch"] < per_epoch       # restored mid-epoch
 
     steps = _steps(killed)

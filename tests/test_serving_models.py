@@ -51,11 +51,11 @@ def exports(tmp_path_factory):
     vocab = _vocabulary(SENTENCES + ["the a an of is are on in with"])
     translator = Translator(
         transformer(len(vocab), num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                    max_length=32), TextTokenizer(vocab), beam_size=2)
+                    max_sequence_length=32), TextTokenizer(vocab), beam_size=2)
     export_module(translator, root, "translator",
                   {"serving_default": translator.translate})
     classifier = ReviewClassifier(
-        text_classifier("encoder", len(vocab), max_length=32, d_model=16,
+        text_classifier("encoder", len(vocab), max_sequence_length=32, d_model=16,
                         num_heads=2, d_ff=32, name="imdb_encoder"), vocab, 24)
     export_module(classifier, root, "classifier",
                   {"serving_default": classifier.classify})

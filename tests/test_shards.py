@@ -1,8 +1,9 @@
-"""Streaming translation data (keras_trm.data.shards) on real Multi30k
-pairs: prepared shards hold the job's ids, an epoch streams every pair
-once (also split over workers), weights set corpus shares, iterators
-resume exactly, and preparations are reused only when complete and
-current."""
+"""Streaming translation data (keras_trm.data.shards), the one input
+pipeline of translation training, on real Multi30k pairs: prepared shards
+hold the job's ids (also from pairs held in memory, shards_from_pairs), an
+epoch streams every pair once in batches of at most tokens_per_batch
+(also split over workers), weights set corpus shares, iterators resume
+exactly, and preparations are reused only when complete and current."""
 
 import collections
 import gzip
@@ -12,12 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_trm.data import token_bucket_batches
 from keras_trm.data.shards import (
     MANIFEST,
+    PAIR_FILES,
     mix_batches,
     prepare_shards,
     read_manifest,
+    shards_from_pairs,
     stream_batches,
     stream_steps,
 )
@@ -104,7 +106,7 @@ def prepared(corpus, tokenizer, tmp_path_factory):
     src_path, tgt_path, _, _ = corpus
     folder = tmp_path_factory.mktemp("shards")
     return prepare_shards(src_path, tgt_path, tokenizer, folder,
-                          max_length=MAX_LENGTH, pairs_per_shard=128,
+                          max_train_length=MAX_LENGTH, pairs_per_shard=128,
                           chunk_size=100)
 
 
@@ -131,13 +133,16 @@ def test_shards_round_trip_to_the_jobs_ids(corpus, tokenizer, prepared):
 def test_limit_reads_only_the_first_lines(corpus, tokenizer, tmp_path):
     src_path, tgt_path, src, tgt = corpus
     manifest = prepare_shards(src_path, tgt_path, tokenizer, tmp_path / "s",
-                              max_length=MAX_LENGTH, limit=50)
+                              max_train_length=MAX_LENGTH, limit=50)
     assert manifest["lines"] == 50
     assert _decode_shards(manifest) == _reference(tokenizer, src[:50], tgt[:50])
 
 
-def test_one_epoch_streams_every_pair_once_in_the_old_batch_shapes(
+def test_one_epoch_streams_every_pair_once_in_token_count_batches(
         corpus, tokenizer, prepared):
+    """_rows checks every batch: one static (tokens_per_batch // L, L)
+    shape per bucket (so at most tokens_per_batch tokens a side), the
+    smallest bucket that holds the pair, teacher forcing, padding rows."""
     _, _, src, tgt = corpus
     reference = _reference(tokenizer, src, tgt)
     ds = stream_batches(prepared["directory"], TOKENS, BOUNDARIES, seed=3,
@@ -146,14 +151,16 @@ def test_one_epoch_streams_every_pair_once_in_the_old_batch_shapes(
     assert collections.Counter(rows) == collections.Counter(reference)
     assert rows != reference  # shuffled
     assert len(shapes) == stream_steps(prepared, TOKENS, BOUNDARIES)
-    # token_bucket_batches (the job's path) gives the same batch shapes.
-    old = token_bucket_batches([list(s) for s, _ in reference],
-                               [list(t) for _, t in reference], TOKENS,
-                               BOUNDARIES, seed=3)
-    old_rows, old_shapes = _rows(old)
-    assert collections.Counter(shapes) == collections.Counter(old_shapes)
-    assert collections.Counter(old_rows) == collections.Counter(rows)
+    # Per bucket: ceil(pairs / batch) batches, the last one short (padded).
+    per_bucket = collections.Counter(
+        min(b for b in BOUNDARIES if b >= max(len(s), len(t) - 1))
+        for s, t in reference)
+    assert collections.Counter(length for _, length in shapes) == {
+        b: -(-n // (TOKENS // b)) for b, n in per_bucket.items()}
     assert ds.element_spec[1].dtype == tf.int32
+    # Unshuffled: the same batches in the same order on every iteration.
+    plain = stream_batches(prepared, TOKENS, BOUNDARIES, shuffle=False)
+    assert _rows(plain) == _rows(plain)
 
 
 def test_epochs_differ_and_repeat_is_seeded(prepared):
@@ -197,7 +204,7 @@ def test_weights_set_the_corpus_shares(multi30k_small, tokenizer, tmp_path):
         s = _write(tmp_path / f"c{i}.en", src[lo:hi])
         t = _write(tmp_path / f"c{i}.de", tgt[lo:hi])
         manifests.append(prepare_shards(s, t, tokenizer, tmp_path / f"s{i}",
-                                        max_length=MAX_LENGTH, pairs_per_shard=64))
+                                        max_train_length=MAX_LENGTH, pairs_per_shard=64))
         sets.append(set(_reference(tokenizer, src[lo:hi], tgt[lo:hi])))
     draws = 4000
     rows, _ = _rows(mix_batches(manifests, [1, 3], TOKENS, BOUNDARIES, seed=5,
@@ -304,10 +311,10 @@ def test_prepared_files_are_reused_and_rewritten_when_the_corpus_changes(
     s = _write(tmp_path / "a.en.gz", src[:200])
     t = _write(tmp_path / "a.de.gz", tgt[:200])
     folder = tmp_path / "shards"
-    first = prepare_shards(s, t, tokenizer, folder, max_length=MAX_LENGTH,
+    first = prepare_shards(s, t, tokenizer, folder, max_train_length=MAX_LENGTH,
                            pairs_per_shard=64)
     stamps = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    second = prepare_shards(s, t, tokenizer, folder, max_length=MAX_LENGTH,
+    second = prepare_shards(s, t, tokenizer, folder, max_train_length=MAX_LENGTH,
                             pairs_per_shard=64)
     assert not first["reused"] and second["reused"]
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == stamps
@@ -315,7 +322,7 @@ def test_prepared_files_are_reused_and_rewritten_when_the_corpus_changes(
 
     _write(s, src[:150])  # the corpus changes: fewer lines
     _write(t, tgt[:150])
-    third = prepare_shards(s, t, tokenizer, folder, max_length=MAX_LENGTH,
+    third = prepare_shards(s, t, tokenizer, folder, max_train_length=MAX_LENGTH,
                            pairs_per_shard=64)
     assert not third["reused"] and third["key"] != first["key"]
     assert third["lines"] == 150
@@ -323,9 +330,41 @@ def test_prepared_files_are_reused_and_rewritten_when_the_corpus_changes(
     assert sorted(p.name for p in folder.glob("shard-*")) == [
         sh["file"] for sh in third["shards"]]  # the old extra shard is gone
     assert not list(folder.glob(".shard-*"))  # no temporary left
-    # Another max_length is another key, too.
-    assert not prepare_shards(s, t, tokenizer, folder, max_length=24,
+    # Another max_train_length is another key, too.
+    assert not prepare_shards(s, t, tokenizer, folder, max_train_length=24,
                               pairs_per_shard=64)["reused"]
+
+
+def test_the_old_max_length_still_works_and_old_preparations_are_reused(
+        multi30k_small, tokenizer, tmp_path):
+    """``max_length`` (before ``max_train_length``, issue #41): the same
+    filter with a DeprecationWarning; a folder prepared before the rename
+    (its manifest says ``max_length``) is reused, its manifest read with the
+    new name."""
+    import json
+
+    src, tgt = multi30k_small
+    s = _write(tmp_path / "a.en", src[:100])
+    t = _write(tmp_path / "a.de", tgt[:100])
+    folder = tmp_path / "shards"
+    new = prepare_shards(s, t, tokenizer, folder, max_train_length=24)
+    assert new["max_train_length"] == 24 and "max_length" not in new
+    with pytest.deprecated_call(match="`max_length` is now `max_train_length`"):
+        old = prepare_shards(s, t, tokenizer, folder, max_length=24)
+    assert old["reused"] and old["key"] == new["key"]
+    with pytest.deprecated_call(match="max_train_length"):
+        memory = shards_from_pairs(src[:100], tgt[:100], tokenizer,
+                                   tmp_path / "memory", max_length=24)
+    assert memory["too_long"] == new["too_long"]
+    # A manifest written before the rename: the same key, the old name.
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["max_length"] = manifest.pop("max_train_length")
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    again = prepare_shards(s, t, tokenizer, folder, max_train_length=24)
+    assert again["reused"] and again["max_train_length"] == 24
+    assert "max_length" not in again
+    with pytest.raises(ValueError, match="max_train_length=1"):
+        prepare_shards(s, t, tokenizer, folder, max_train_length=1)
 
 
 def test_a_partial_preparation_is_not_reused(multi30k_small, tokenizer, tmp_path):
@@ -333,7 +372,7 @@ def test_a_partial_preparation_is_not_reused(multi30k_small, tokenizer, tmp_path
     s = _write(tmp_path / "a.en", src[:200])
     t = _write(tmp_path / "a.de", tgt[:200])
     folder = tmp_path / "shards"
-    good = prepare_shards(s, t, tokenizer, folder, max_length=MAX_LENGTH,
+    good = prepare_shards(s, t, tokenizer, folder, max_train_length=MAX_LENGTH,
                           pairs_per_shard=64)
     reference = _decode_shards(good)
     # Interrupted before the manifest: shards present, no manifest.
@@ -343,13 +382,13 @@ def test_a_partial_preparation_is_not_reused(multi30k_small, tokenizer, tmp_path
     assert read_manifest(folder) is None
     with pytest.raises(ValueError, match="no complete preparation"):
         stream_batches(folder, TOKENS, BOUNDARIES)
-    again = prepare_shards(s, t, tokenizer, folder, max_length=MAX_LENGTH,
+    again = prepare_shards(s, t, tokenizer, folder, max_train_length=MAX_LENGTH,
                            pairs_per_shard=64)
     assert not again["reused"] and _decode_shards(again) == reference
     # A manifest whose shard was truncated later is not reused either.
     shard.write_bytes(shard.read_bytes()[:100])
     assert read_manifest(folder) is None
-    assert not prepare_shards(s, t, tokenizer, folder, max_length=MAX_LENGTH,
+    assert not prepare_shards(s, t, tokenizer, folder, max_train_length=MAX_LENGTH,
                               pairs_per_shard=64)["reused"]
 
 
@@ -378,7 +417,96 @@ def test_sentencepiece_ids_round_trip(multi30k_small, tmp_path):
     s = _write(tmp_path / "a.en", src[:150])
     t = _write(tmp_path / "a.de", tgt[:150])
     manifest = prepare_shards(s, t, tok, tmp_path / "shards",
-                              max_length=MAX_LENGTH, pairs_per_shard=50)
+                              max_train_length=MAX_LENGTH, pairs_per_shard=50)
     assert _decode_shards(manifest) == _reference(tok, src[:150], tgt[:150])
     import hashlib
     assert manifest["tokenizer"] == hashlib.sha256(model.read_bytes()).hexdigest()
+
+
+def test_pairs_in_memory_go_through_the_same_shards(corpus, tokenizer, prepared,
+                                                    tmp_path):
+    """shards_from_pairs (the README's, the notebooks' and the tests' way in)
+    gives the shards, manifest and batches of prepare_shards over the same
+    lines on disk; generators work; the same pairs again reuse the files."""
+    _, _, src, tgt = corpus
+    common = dict(max_train_length=MAX_LENGTH, pairs_per_shard=128, chunk_size=100)
+    memory = shards_from_pairs(src, tgt, tokenizer, tmp_path / "mem", **common)
+    assert _decode_shards(memory) == _decode_shards(prepared)
+    for key in ("lines", "blank", "too_long", "pairs", "source_tokens",
+                "target_tokens", "max_pair_length", "tokenizer"):
+        assert memory[key] == prepared[key], key
+    assert [s["length_counts"] for s in memory["shards"]] == [
+        s["length_counts"] for s in prepared["shards"]]
+    assert not memory["reused"]
+    assert sorted(p.name for p in (tmp_path / "mem").iterdir()) == sorted(
+        [MANIFEST, *PAIR_FILES, *(s["file"] for s in memory["shards"])])
+
+    def labels(shards):
+        return [y.numpy() for _, y in stream_batches(
+            shards, TOKENS, BOUNDARIES, seed=3, shuffle_buffer=100)]
+
+    same, want = labels(memory), labels(prepared)
+    assert len(same) == len(want) and all(
+        a.shape == b.shape and (a == b).all() for a, b in zip(same, want))
+
+    # Generators, read once in step, in chunks of 7 pairs.
+    streamed = shards_from_pairs(iter(src), (t for t in tgt), tokenizer,
+                                 tmp_path / "gen", **dict(common, chunk_size=7))
+    assert _decode_shards(streamed) == _decode_shards(prepared)
+
+    folder = tmp_path / "mem"
+    stamps = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    again = shards_from_pairs(list(src), list(tgt), tokenizer, folder, **common)
+    assert again["reused"] and again["key"] == memory["key"]
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == stamps
+    other = shards_from_pairs(src[:100], tgt[:100], tokenizer, folder, **common)
+    assert not other["reused"] and other["lines"] == 100
+    assert _decode_shards(other) == _reference(tokenizer, src[:100], tgt[:100])
+    assert not list(folder.glob(".*"))  # no temporary left
+
+
+def test_pairs_in_memory_default_to_a_temporary_folder(multi30k_small,
+                                                       tokenizer):
+    import tempfile
+
+    src, tgt = multi30k_small
+    shards = shards_from_pairs(src[:50], tgt[:50], tokenizer,
+                               max_train_length=MAX_LENGTH)
+    folder = shards["directory"]
+    assert os.path.dirname(folder) == tempfile.gettempdir()
+    assert read_manifest(folder)["pairs"] == shards["pairs"] > 0
+    rows, _ = _rows(stream_batches(shards, TOKENS, BOUNDARIES))
+    assert collections.Counter(rows) == collections.Counter(
+        _reference(tokenizer, src[:50], tgt[:50]))
+    # Another call, another folder.
+    assert shards_from_pairs(src[:50], tgt[:50], tokenizer,
+                             max_train_length=MAX_LENGTH)["directory"] != folder
+
+
+def test_pairs_in_memory_errors_name_the_problem(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="differ in length: 2 vs 1"):
+        shards_from_pairs(["a", "b"], ["a"], tokenizer, tmp_path / "a")
+    with pytest.raises(ValueError, match="`targets` ends after 1 strings"):
+        shards_from_pairs(iter(["a", "b"]), iter(["a"]), tokenizer,
+                          tmp_path / "b")
+    with pytest.raises(ValueError, match="source 1 holds a line break"):
+        shards_from_pairs(["a", "b\nc"], ["a", "b"], tokenizer, tmp_path / "c")
+    with pytest.raises(TypeError, match="target 0 is a list, not a str"):
+        shards_from_pairs(["a"], [[4, 5]], tokenizer, tmp_path / "d")
+    with pytest.raises(ValueError, match="no pair"):
+        shards_from_pairs(["", " "], ["a", "b"], tokenizer, tmp_path / "e")
+    with pytest.raises(ValueError, match="chunk_size"):
+        shards_from_pairs(["a"], ["b"], tokenizer, tmp_path / "f", chunk_size=0)
+    for name in "abcdef":
+        assert read_manifest(tmp_path / name) is None
+        assert not list((tmp_path / name).glob(".pairs-*"))  # temporaries gone
+
+
+def test_the_removed_generator_pipeline_names_its_replacement():
+    import keras_trm.data
+
+    with pytest.raises(ImportError, match="shards_from_pairs.*stream_batches"):
+        from keras_trm.data import token_bucket_batches  # noqa: F401
+    with pytest.raises(ImportError, match="shards_from_pairs"):
+        keras_trm.data.token_bucket_batches
+    assert not hasattr(keras_trm.data, "no_such_name")

@@ -1,4 +1,6 @@
-"""Noam schedule, label-smoothed loss, batching, checkpoints, distribution."""
+"""Noam schedule, label-smoothed loss, training on the shard stream
+(keras_trm.data.shards; its batching is tested in test_shards.py),
+checkpoints, distribution."""
 
 import json
 import subprocess
@@ -10,8 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_trm.data import token_bucket_batches
-from keras_trm.data.batching import bucket_plan
+from keras_trm.data import shards_from_pairs, stream_batches
 from keras_trm.training import (
     LabelSmoothedCrossEntropy,
     NoamSchedule,
@@ -157,34 +158,6 @@ def test_loss_ignores_padding_and_never_nans(rng):
         LabelSmoothedCrossEntropy(1.5)
 
 
-def test_token_batches_cover_every_pair_once(rng):
-    lengths = rng.integers(2, 40, size=300)
-    sources = [list(rng.integers(1, 50, size=n)) for n in lengths]
-    targets = [[2] + list(rng.integers(4, 50, size=max(n - 3, 1))) + [3] for n in lengths]
-    ds = token_bucket_batches(sources, targets, tokens_per_batch=256,
-                              boundaries=(8, 16, 24, 48))
-    seen = []
-    for inputs, labels in ds:
-        enc = inputs["encoder_tokens"].numpy()
-        batch, width = enc.shape
-        assert width in (8, 16, 24, 48)
-        assert batch * width <= 256 and batch == 256 // width  # one shape per bucket
-        for row in enc:
-            if row.any():
-                seen.append(tuple(row[row != 0]))
-        # Teacher forcing: decoder input = START + labels[:-1]; labels end in END.
-        dec, lab = inputs["decoder_tokens"].numpy(), labels.numpy()
-        for d_row, l_row in zip(dec, lab):
-            n = int((l_row != 0).sum())
-            if n:
-                assert d_row[0] == 2 and l_row[n - 1] == 3
-                np.testing.assert_array_equal(d_row[1:n], l_row[:n - 1])
-                assert not d_row[n:].any()
-    assert sorted(seen) == sorted(tuple(s) for s in sources)
-    with pytest.raises(ValueError, match="exceeds the last bucket boundary"):
-        bucket_plan([5, 60], 256, (8, 48))
-
-
 def test_atomic_save_and_checkpoint_average(tmp_path, rng):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     paths = []
@@ -205,17 +178,17 @@ def test_atomic_save_and_checkpoint_average(tmp_path, rng):
         average_checkpoints(model, [tmp_path / "missing.weights.h5"])
 
 
-def test_training_lowers_the_loss_on_real_data(multi30k_small, tokenizer):
+def test_training_lowers_the_loss_on_real_data(multi30k_small, tokenizer,
+                                               tmp_path):
     from keras_trm.models import transformer
-    from keras_trm.text import END_ID, START_ID
 
     src, tgt = multi30k_small
-    S = [r + [END_ID] for r in tokenizer.tokenize(tf.constant(src[:600])).to_list()]
-    T = [[START_ID] + r + [END_ID] for r in tokenizer.tokenize(tf.constant(tgt[:600])).to_list()]
-    ds = token_bucket_batches(S, T, tokens_per_batch=1024,
-                              boundaries=(16, 24, 32, 64, 128)).cache()
+    shards = shards_from_pairs(src[:600], tgt[:600], tokenizer, tmp_path,
+                               max_train_length=128)
+    ds = stream_batches(shards, tokens_per_batch=1024,
+                        boundaries=(16, 24, 32, 64, 128)).cache()
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=32,
-                        num_heads=2, d_ff=64, max_length=128)
+                        num_heads=2, d_ff=64, max_sequence_length=128)
     model.compile(optimizer=paper_adam(NoamSchedule(32, 30, scale=2.0)),
                   loss=LabelSmoothedCrossEntropy(0.1))
     first = model.evaluate(ds, verbose=0)
@@ -241,7 +214,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
         ({"encoder_tokens": src, "decoder_tokens": tgt}, tgt))
     with strategy.scope():
         model = transformer(40, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                            dropout_rate=0.0, max_length=8)
+                            dropout_rate=0.0, max_sequence_length=8)
         # SGD: its update is the gradient itself (Adam would hide a scale).
         model.compile(optimizer=keras.optimizers.SGD(0.5),
                       loss=LabelSmoothedCrossEntropy(0.1),
@@ -380,7 +353,7 @@ def test_gradient_accumulation_of_two_micro_batches_equals_one_batch(rng):
     def run(accumulate):
         keras.utils.set_random_seed(3)
         model = transformer(30, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                            dropout_rate=0.0, max_length=8)
+                            dropout_rate=0.0, max_sequence_length=8)
         init = model.get_weights()
         schedule = NoamSchedule(16, 4)
         if accumulate > 1:
@@ -465,33 +438,3 @@ def test_bad_tf_config_is_named(monkeypatch, value, match):
     monkeypatch.delenv("TF_CONFIG")
     with pytest.raises(ValueError, match="TF_CONFIG"):
         make_strategy("multi_worker")
-
-
-def test_data_position_reenters_the_same_stream(rng):
-    """token_bucket_batches(position=...) started at (epoch 1, skip 2) yields
-    exactly the batches an uninterrupted stream yields from there on; without
-    a position the stream is what it was before (same seed, same order)."""
-    from keras_trm.training import DataPosition
-
-    src = [list(rng.integers(3, 40, rng.integers(2, 14))) + [2] for _ in range(60)]
-    tgt = [[1] + list(rng.integers(3, 40, rng.integers(2, 14))) + [2] for _ in range(60)]
-
-    def take(ds, n):
-        return [np.concatenate([x["encoder_tokens"].numpy().ravel(),
-                                y.numpy().ravel()]) for x, y in ds.take(n)]
-
-    plain = token_bucket_batches(src, tgt, 96, (8, 16), seed=5, repeat=True)
-    per_epoch = len(list(token_bucket_batches(src, tgt, 96, (8, 16), seed=5)))
-    stream = take(plain, 3 * per_epoch)
-    pos = DataPosition(epoch=1, skip=2)
-    resumed = take(token_bucket_batches(src, tgt, 96, (8, 16), seed=5,
-                                        repeat=True, position=pos),
-                   2 * per_epoch - 2)
-    assert len(resumed) == 2 * per_epoch - 2
-    assert all(np.array_equal(a, b)
-               for a, b in zip(resumed, stream[per_epoch + 2:]))
-    # A fresh position (0, 0) is the plain stream.
-    fresh = take(token_bucket_batches(src, tgt, 96, (8, 16), seed=5, repeat=True,
-                                      position=DataPosition()), per_epoch)
-    assert all(np.array_equal(a, b) for a, b in zip(fresh, stream))
-    assert not np.array_equal(stream[0], stream[per_epoch])  # reshuffled

@@ -199,7 +199,7 @@ def test_keras_round_trip(tmp_path):
 def test_vanilla_baseline_causal_and_round_trip(tmp_path):
     model = vanilla_transformer_lm(
         VOCAB, num_layers=LAYERS, d_model=D_MODEL, num_heads=HEADS,
-        d_ff=D_FF, max_length=16, dropout_rate=0.0,
+        d_ff=D_FF, max_sequence_length=16, dropout_rate=0.0,
     )
     x = random_ids((2, 7))
     logits = model(x)
@@ -219,7 +219,7 @@ def test_vanilla_baseline_causal_and_round_trip(tmp_path):
 def test_sliding_window_evaluation():
     model = vanilla_transformer_lm(
         VOCAB, num_layers=1, d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF,
-        max_length=8, dropout_rate=0.0,
+        max_sequence_length=8, dropout_rate=0.0,
     )
     streams = random_ids((2, 14), 11)
     ctx = 4
@@ -345,7 +345,7 @@ def test_bad_call_arguments():
     with pytest.raises(ValueError, match="seg_len"):
         evaluate_with_memory(model, random_ids((2, 20)), 7)
     vanilla = vanilla_transformer_lm(VOCAB, num_layers=1, d_model=D_MODEL,
-                                     num_heads=HEADS, d_ff=D_FF, max_length=8)
+                                     num_heads=HEADS, d_ff=D_FF, max_sequence_length=8)
     with pytest.raises(ValueError, match="context_len"):
         evaluate_sliding_window(vanilla, random_ids((2, 20)), 9)
 

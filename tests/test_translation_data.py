@@ -201,7 +201,7 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
         files[f"{role}_target"] = str(_write(tmp_path / f"{role}.en", [p[1] for p in part]))
     config = translation.TranslationConfig(
         dataset="files", source_language="de", target_language="en",
-        preset="tiny", vocabulary_size=1000, max_length=48, epochs=1,
+        preset="tiny", vocabulary_size=1000, max_sequence_length=48, epochs=1,
         average_last=1, export_jit_compile_max_batch_size=1, **files)
     result = translation.run(config, None, tmp_path / "work", tmp_path / "export")
     assert result["direction"] == "de-en" and result["test_split"] == "test"
@@ -224,7 +224,7 @@ def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path
     assert warmup and all(len(w) == 1 and w[0].decode() in val_src for w in warmup)
     tokenizer = SentencePieceTokenizer(tmp_path / "work" / "spm_bpe_1000.model")
 
-    def buckets(sentences):  # source ids + END, at most max_length, per 8
+    def buckets(sentences):  # source ids + END, at most max_sequence_length, per 8
         ids = tokenizer.tokenize(tf.constant(sentences))
         return [min(-(-(min(int(n), 47) + 1) // 8) * 8, 48)
                 for n in ids.row_lengths().numpy()]

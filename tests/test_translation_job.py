@@ -24,7 +24,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     monkeypatch.setattr(translator_module.Translator, "translate_texts", spy)
     config = translation.TranslationConfig(
         vocabulary_size=400, num_layers=1, d_model=32, num_heads=2, d_ff=64,
-        max_length=48, warmup_steps=10, tokens_per_batch=1024, epochs=3,
+        max_sequence_length=48, warmup_steps=10, tokens_per_batch=1024, epochs=3,
         average_last=3, limit=240, model_name="tiny_multi30k")
     result = translation.run(config, data_dir, tmp_path / "work",
                              tmp_path / "export")
@@ -97,7 +97,7 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
 @pytest.mark.parametrize("bad", [{"parallel_searches": 0},
                                  {"export_jit_compile_max_batch_size": -1},
                                  # 63 x 16 buckets > TF Serving's 1000 warm-up
-                                 # requests (max_length 128)
+                                 # requests (max_sequence_length 128)
                                  {"export_jit_compile_max_batch_size": 63}])
 def test_bad_search_options_fail_before_training(bad, data_dir, tmp_path):
     config = translation.TranslationConfig(limit=10, **bad)

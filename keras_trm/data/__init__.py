@@ -4,7 +4,6 @@ from keras_trm._optional import require_tensorflow
 
 require_tensorflow("keras_trm.data")  # TensorFlow by design
 
-from keras_trm.data.batching import token_bucket_batches
 from keras_trm.data.imdb import load_imdb
 from keras_trm.data.language_modeling import (
     Vocabulary,
@@ -20,6 +19,7 @@ from keras_trm.data.shards import (
     mix_steps,
     prepare_shards,
     read_manifest,
+    shards_from_pairs,
     stream_batches,
     stream_steps,
 )
@@ -66,12 +66,35 @@ __all__ = [
     "resolve_data_dir",
     "sample_lines",
     "segments",
+    "shards_from_pairs",
     "stream_batches",
     "stream_steps",
-    "token_bucket_batches",
     "translation_eval_files",
     "translation_train_files",
     # Label checks and the seeded validation split.
     "check_labels",
     "validation_split",
 ]
+
+
+# Removed names and what replaces them. The error is an ImportError, not
+# an AttributeError: ``from keras_trm.data import <name>`` (how old code
+# meets it) replaces an AttributeError by a bare "cannot import name",
+# dropping the message; an ImportError reaches the caller as it is.
+_REMOVED = {
+    "token_bucket_batches": (
+        "keras_trm.data.token_bucket_batches was removed (issue #41: one "
+        "input pipeline). Prepare the pairs as shards and stream them: "
+        "shards = keras_trm.data.shards_from_pairs(source_texts, "
+        "target_texts, tokenizer, max_train_length=...) for pairs in memory (or "
+        "prepare_shards(source_path, target_path, tokenizer, folder) for "
+        "files), then keras_trm.data.stream_batches(shards, "
+        "tokens_per_batch, boundaries, seed=..., repeat=...); "
+        "stream_steps(shards, ...) counts the batches of an epoch."),
+}
+
+
+def __getattr__(name):
+    if name in _REMOVED:
+        raise ImportError(_REMOVED[name], name=name, path=__file__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,41 +1,44 @@
 """Streaming translation data: prepared TFRecord shards and token-count
-batches read from them, with memory flat in the corpus size.
+batches read from them, with memory flat in the corpus size. This is the
+one input pipeline of translation training: the jobs, the library example
+of the README, the notebooks and the tests all train on its batches.
 
-The translation job used to tokenize the whole corpus into Python lists
-and feed ``token_bucket_batches`` from a Python generator, so memory grew
-with the corpus. This module splits that work in two:
+The work is split in two:
 
 ``prepare_shards`` (once per corpus and vocabulary)
     reads a line-aligned parallel corpus (plain or ``.gz``) line by line,
     tokenizes it in chunks with the job's in-graph tokenizer
     (``TextTokenizer`` or ``SentencePieceTokenizer``), applies the job's
     filters (pairs blank on either side are dropped; pairs whose source
-    ids + END or START + target ids + END exceed ``max_length`` are
+    ids + END or START + target ids + END exceed ``max_train_length`` are
     dropped) and writes the kept pairs, in corpus order, to TFRecord
     shards of ``pairs_per_shard`` pairs. Each shard is written under a
     temporary name and renamed into place; ``manifest.json`` is written
     last. A later call with the same key (corpus files' paths, sizes and
-    modification times, the tokenizer's vocabulary hash, ``max_length``,
+    modification times, the tokenizer's vocabulary hash, ``max_train_length``,
     ``pairs_per_shard``, ``limit``) reuses the files; a folder without a valid
-    manifest (an interrupted run) is rewritten.
+    manifest (an interrupted run) is rewritten. ``shards_from_pairs`` does
+    the same for pairs held in memory (lists of strings): it writes them,
+    in chunks, as a line-aligned corpus into a (temporary) folder and
+    prepares that.
 
 ``stream_batches`` (every run)
-    a ``tf.data`` pipeline over the shards with the batches of
-    ``token_bucket_batches`` (Vaswani et al. 2017, §5.1: "Sentence pairs
-    were batched together by approximate sequence length. Each training
-    batch contained a set of sentence pairs containing approximately 25000
-    source tokens and 25000 target tokens."): each pair goes to the
-    smallest bucket boundary ``L`` that holds ``max(len(source ids),
-    len(target ids) - 1)``; a bucket of boundary ``L`` holds
-    ``tokens_per_batch // L`` pairs padded to exactly ``(batch, L)``, so
-    each bucket has one static shape. ``mix_batches`` samples several
-    prepared corpora with weights.
+    a ``tf.data`` pipeline over the shards with token-count batches
+    (Vaswani et al. 2017, §5.1: "Sentence pairs were batched together by
+    approximate sequence length. Each training batch contained a set of
+    sentence pairs containing approximately 25000 source tokens and 25000
+    target tokens."): each pair goes to the smallest bucket boundary ``L``
+    that holds ``max(len(source ids), len(target ids) - 1)``; a bucket of
+    boundary ``L`` holds ``tokens_per_batch // L`` pairs padded to exactly
+    ``(batch, L)``, so each bucket has one static shape (XLA compiles once
+    per bucket). ``stream_steps`` counts one epoch's batches;
+    ``mix_batches`` samples several prepared corpora with weights.
 
 Record format: each TFRecord record is one pair, the little-endian int32
 vector ``[n_source, n_target, source ids (END last)..., target ids (START
 first, END last)...]``; the ids are those ``_encode`` in the job builds.
 
-Differences from ``token_bucket_batches`` (documented, tested):
+Order and batches (documented, tested):
 
 - Shuffling is local, not global: every epoch the shard order is permuted
   (seeded), ``cycle_length`` shards are read interleaved, and the pairs are
@@ -45,18 +48,16 @@ Differences from ``token_bucket_batches`` (documented, tested):
   restarted process reproduces it.
 - Bucketing is done block by block, vectorized (no per-pair Python, no
   ``group_by_window`` dataset per window, which measured several times
-  slower than the old generator here): a
-  ``tf.data`` ``scan`` sorts each block of ``shuffle_buffer`` pairs into
-  buckets, emits every full batch and carries each bucket's unfilled rest
-  (< one batch) into the next block, so the batches are exactly those of
-  grouping the whole epoch by bucket. A block's batches come out in a
-  seeded permuted order; the order is not a permutation of all the
-  epoch's batches as in ``token_bucket_batches``.
+  slower here): a ``tf.data`` ``scan`` sorts each block of
+  ``shuffle_buffer`` pairs into buckets, emits every full batch and
+  carries each bucket's unfilled rest (< one batch) into the next block,
+  so the batches are exactly those of grouping the whole epoch by bucket.
+  A block's batches come out in a seeded permuted order (not a
+  permutation of all the epoch's batches).
 - Partial last windows: at the end of each epoch every bucket's unfilled
   rest is emitted as one short batch filled with all-padding rows to
-  ``(batch, L)`` (exactly as ``token_bucket_batches`` does), so every pair
-  of the epoch is seen once and shapes stay static; the loss ignores
-  padding rows. Nothing is dropped.
+  ``(batch, L)``, so every pair of the epoch is seen once and shapes stay
+  static; the loss ignores padding rows. Nothing is dropped.
 
 Memory: blocks of encoded pairs (``shuffle_buffer`` records of about 0.27
 KB each), their decoded batches in flight (tf.data AUTOTUNE), the carried
@@ -74,22 +75,27 @@ Resume: ``stream_batches`` iterators can be saved with
 ``tf.train.Checkpoint(iterator=iterator)`` (exact: the restored iterator
 yields exactly the remaining batches, also from the middle of a shard);
 or, without a checkpoint, ``start_epoch`` / ``skip_batches`` (or a
-``position`` object, as ``token_bucket_batches`` takes) give the batches
+``position`` object, ``keras_trm.training.DataPosition``) give the batches
 of an uninterrupted run from that point, since every epoch's order is a
 pure function of ``(seed, epoch)``.
 """
 
+import atexit
+import filecmp
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 
 import numpy as np
 import tensorflow as tf
 
 from keras_trm.data.batching import DEFAULT_BOUNDARIES
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import write_json
 
 FORMAT = "keras_trm.shards/1"
@@ -136,10 +142,14 @@ def _file_identity(path):
     return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _key(files, fingerprint, max_length, pairs_per_shard, skip_blank, limit):
+def _key(files, fingerprint, max_train_length, pairs_per_shard, skip_blank,
+         limit):
+    # "max_length": the name before the rename, kept in the hashed blob so
+    # that shards prepared before it stay valid (not rewritten).
     blob = json.dumps({
         "format": FORMAT, "files": files, "tokenizer": fingerprint,
-        "max_length": int(max_length), "pairs_per_shard": int(pairs_per_shard),
+        "max_length": int(max_train_length),
+        "pairs_per_shard": int(pairs_per_shard),
         "skip_blank": bool(skip_blank), "limit": int(limit)}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -207,8 +217,8 @@ def read_manifest(directory):
 
 
 def prepare_shards(source_path, target_path, tokenizer, directory,
-                   max_length=128, pairs_per_shard=100_000, chunk_size=10_000,
-                   skip_blank=True, limit=0):
+                   max_train_length=128, pairs_per_shard=100_000, chunk_size=10_000,
+                   skip_blank=True, limit=0, max_length=None):
     """Tokenizes a parallel corpus into TFRecord shards, streaming (never
     the whole corpus in memory); reuses an earlier preparation with the
     same key.
@@ -216,7 +226,7 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     Ids are those of the translation job: source ids + END, START + target
     ids + END. Dropped, as the job does: pairs blank on either side
     (``skip_blank``), then pairs whose source or target ids (with START /
-    END) are longer than ``max_length``. Kept pairs go to the shards in
+    END) are longer than ``max_train_length``. Kept pairs go to the shards in
     corpus order, ``pairs_per_shard`` per shard (the last one shorter).
 
     Args:
@@ -228,7 +238,8 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
         directory: output folder (created). Holds ``shard-NNNNN.tfrecord``
             files and ``manifest.json``; other shard files found there are
             deleted when it is (re)written.
-        max_length: int, the longest id sequence kept (START/END included).
+        max_train_length: int >= 2, the longest id sequence kept
+            (START/END included). ``max_length``: its old name, deprecated.
         pairs_per_shard: int > 0. For ``num_workers`` workers reading
             their own shards, make the corpus give at least that many
             shards (and a multiple of it for balanced workers).
@@ -240,7 +251,7 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     Returns:
         dict, the manifest: ``format``, ``key``, ``files`` (path, size,
         mtime_ns of each corpus file), ``tokenizer`` (vocabulary SHA-256),
-        ``max_length``, ``lines`` (read), ``blank`` and ``too_long``
+        ``max_train_length``, ``lines`` (read), ``blank`` and ``too_long``
         (dropped), ``pairs`` (kept), ``source_tokens`` and
         ``target_tokens`` (ids of the kept pairs: source + END, and the
         labels, target + END, the job's ``real_tokens``),
@@ -253,7 +264,7 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
 
     Raises:
         FileNotFoundError: a corpus file is missing.
-        ValueError: the files' line counts differ, ``max_length`` < 2,
+        ValueError: the files' line counts differ, ``max_train_length`` < 2,
             ``pairs_per_shard`` or ``chunk_size`` < 1, or no pair is left
             after filtering.
 
@@ -274,8 +285,11 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     >>> prepare_shards(d / "x.en", d / "x.de", Tok(), d / "shards")["reused"]
     True
     """
-    if int(max_length) < 2:
-        raise ValueError(f"`max_length` must be >= 2, got {max_length}")
+    max_train_length = v.positive_int("max_train_length", v.renamed(
+        "max_length", max_length, "max_train_length", max_train_length))
+    if max_train_length < 2:
+        raise ValueError("`max_train_length` must be >= 2 (an END and a "
+                         f"token), got max_train_length={max_train_length}")
     if int(pairs_per_shard) < 1 or int(chunk_size) < 1:
         raise ValueError(
             f"`pairs_per_shard` and `chunk_size` must be >= 1, got "
@@ -283,11 +297,13 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     directory = pathlib.Path(directory)
     files = [_file_identity(source_path), _file_identity(target_path)]
     fingerprint = tokenizer_fingerprint(tokenizer)
-    key = _key(files, fingerprint, max_length, pairs_per_shard, skip_blank,
+    key = _key(files, fingerprint, max_train_length, pairs_per_shard, skip_blank,
                limit)
     old = read_manifest(directory)
     if old is not None and old.get("key") == key:
         old["reused"] = True
+        if "max_length" in old:  # written before the rename
+            old.setdefault("max_train_length", old.pop("max_length"))
         return old
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -307,7 +323,7 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
                                    suffix=".tmp")
         os.close(fd)
         return {"tmp": tmp, "writer": tf.io.TFRecordWriter(tmp), "pairs": 0,
-                "counts": np.zeros(int(max_length) + 1, np.int64)}
+                "counts": np.zeros(max_train_length + 1, np.int64)}
 
     def close_shard(shard):
         shard["writer"].close()
@@ -330,7 +346,7 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
             if not chunk:
                 continue
             records, lengths, tokens = _encode_chunk(tokenizer, chunk,
-                                                     int(max_length))
+                                                     max_train_length)
             stats["source_tokens"] += tokens[0]
             stats["target_tokens"] += tokens[1]
             stats["too_long"] += len(chunk) - len(records)
@@ -358,17 +374,148 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     if not stats["pairs"]:
         raise ValueError(
             f"no pair of {str(source_path)!r} / {str(target_path)!r} is left "
-            f"after dropping blank pairs and pairs over {max_length} tokens "
+            f"after dropping blank pairs and pairs over {max_train_length} tokens "
             f"({stats})")
     manifest = {"format": FORMAT, "key": key, "files": files,
-                "tokenizer": fingerprint, "max_length": int(max_length),
+                "tokenizer": fingerprint, "max_train_length": max_train_length,
                 "pairs_per_shard": int(pairs_per_shard),
                 "skip_blank": bool(skip_blank), **stats, "shards": shards}
     write_json(directory / MANIFEST, manifest)  # last: marks it complete
     return dict(manifest, directory=str(directory), reused=False)
 
 
-def _encode_chunk(tokenizer, chunk, max_length):
+# The line-aligned corpus ``shards_from_pairs`` writes beside the shards.
+PAIR_FILES = ("source.txt", "target.txt")
+
+
+def shards_from_pairs(sources, targets, tokenizer, directory=None,
+                      max_train_length=128, pairs_per_shard=100_000,
+                      chunk_size=10_000, skip_blank=True, max_length=None):
+    """``prepare_shards`` for translation pairs held in memory: a small
+    corpus (a notebook's, a test's, the README's example) goes through the
+    jobs' own input pipeline, so ``stream_batches`` gives it the batches
+    the jobs train on.
+
+    The pairs are written ``chunk_size`` at a time (never copied whole) as
+    a line-aligned UTF-8 corpus, ``source.txt`` and ``target.txt``
+    (``PAIR_FILES``), into ``directory``, and ``prepare_shards`` tokenizes
+    it into shards beside them: the same ids (source ids + END; START +
+    target ids + END), the same filters (blank pairs; pairs whose ids
+    exceed ``max_train_length``) and the same manifest. A text file whose
+    content did not change is left as it was, so the same pairs into the
+    same ``directory`` reuse the earlier preparation (``reused`` is True).
+
+    Args:
+        sources, targets: iterables of ``str`` of equal length (lists, or
+            generators read once, in step); pair *i* is ``(sources[i],
+            targets[i])``. A string must not hold a line break (``"\\n"``).
+        tokenizer: as for ``prepare_shards`` (``TextTokenizer`` or
+            ``SentencePieceTokenizer``).
+        directory: folder for the text files and the shards (created);
+            None: a new temporary folder, removed when the process exits
+            (pass a folder to keep the shards or reuse them).
+        max_train_length, pairs_per_shard, chunk_size, skip_blank: as for
+            ``prepare_shards`` (``max_length``: the old name of
+            ``max_train_length``, deprecated).
+
+    Returns:
+        dict, the manifest of ``prepare_shards`` (``directory`` the
+        folder, ``pairs`` the kept pairs, ``blank`` and ``too_long`` the
+        dropped ones, ``reused``): what ``stream_batches``,
+        ``stream_steps`` and ``mix_batches`` take.
+
+    Raises:
+        TypeError: a source or target that is not a ``str``.
+        ValueError: ``sources`` and ``targets`` differ in length, a string
+            holds a line break, ``chunk_size`` < 1, or an error of
+            ``prepare_shards`` (``max_train_length`` < 2, no pair left after
+            filtering, ...).
+
+    Example:
+
+    >>> from keras_trm.text import TextTokenizer
+    >>> tokenizer = TextTokenizer(["[PAD]", "[UNK]", "[START]", "[END]", "a", "b"])
+    >>> shards = shards_from_pairs(["a b", "b", "b a a", " "], ["b", "b a", "a", "a"],
+    ...                            tokenizer)
+    >>> shards["pairs"], shards["blank"]
+    (3, 1)
+    >>> ds = stream_batches(shards, tokens_per_batch=8, boundaries=(4, 8))
+    >>> [(tuple(x["encoder_tokens"].shape), y.dtype.name) for x, y in ds]
+    [((2, 4), 'int32'), ((2, 4), 'int32')]
+    >>> x, y = next(iter(stream_batches(shards, 8, (4, 8), shuffle=False)))
+    >>> x["encoder_tokens"][0].numpy().tolist(), y[0].numpy().tolist()
+    ([4, 5, 3, 0], [5, 3, 0, 0])
+    >>> d = tempfile.mkdtemp()
+    >>> [shards_from_pairs(["a"], ["b"], tokenizer, d)["reused"] for _ in range(2)]
+    [False, True]
+    """
+    max_train_length = v.renamed("max_length", max_length, "max_train_length",
+                                 max_train_length)
+    if int(chunk_size) < 1:
+        raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
+    if (hasattr(sources, "__len__") and hasattr(targets, "__len__")
+            and len(sources) != len(targets)):
+        raise ValueError(f"`sources` and `targets` differ in length: "
+                         f"{len(sources)} vs {len(targets)}")
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="keras_trm_shards_")
+        atexit.register(shutil.rmtree, directory, True)
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / name for name in PAIR_FILES]
+    tmps = []
+    try:
+        for _ in paths:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".pairs-",
+                                       suffix=".tmp")
+            os.close(fd)
+            tmps.append(tmp)
+        _write_pairs(sources, targets, tmps, int(chunk_size))
+        for tmp, path in zip(tmps, paths):
+            if path.is_file() and filecmp.cmp(tmp, path, shallow=False):
+                continue  # unchanged: same size and mtime, same key
+            os.replace(tmp, path)
+    finally:
+        for tmp in tmps:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+    return prepare_shards(paths[0], paths[1], tokenizer, directory,
+                          max_train_length=max_train_length,
+                          pairs_per_shard=pairs_per_shard,
+                          chunk_size=chunk_size, skip_blank=skip_blank)
+
+
+def _write_pairs(sources, targets, paths, chunk_size):
+    """Writes the pairs as two line-aligned UTF-8 files, ``chunk_size``
+    pairs at a time; returns the number of pairs."""
+    missing = object()
+    pairs = itertools.zip_longest(sources, targets, fillvalue=missing)
+    n = 0
+    with open(paths[0], "w", encoding="utf-8", newline="\n") as fs, \
+            open(paths[1], "w", encoding="utf-8", newline="\n") as ft:
+        while True:
+            chunk = list(itertools.islice(pairs, chunk_size))
+            if not chunk:
+                return n
+            for i, pair in enumerate(chunk, n):
+                for side, text in zip(("source", "target"), pair):
+                    if text is missing:
+                        longer = "targets" if side == "source" else "sources"
+                        raise ValueError(
+                            f"`sources` and `targets` differ in length: "
+                            f"`{side}s` ends after {i} strings, `{longer}` "
+                            f"goes on")
+                    if not isinstance(text, str):
+                        raise TypeError(f"{side} {i} is a "
+                                        f"{type(text).__name__}, not a str")
+                    if "\n" in text:
+                        raise ValueError(f"{side} {i} holds a line break: "
+                                         f"{text!r}")
+            fs.write("".join(s + "\n" for s, _ in chunk))
+            ft.write("".join(t + "\n" for _, t in chunk))
+            n += len(chunk)
+
+
+def _encode_chunk(tokenizer, chunk, max_train_length):
     """Tokenizes (source, target) pairs; returns the kept pairs' records
     (bytes) and pair lengths, in order, and their (source, label) id
     counts."""
@@ -379,7 +526,7 @@ def _encode_chunk(tokenizer, chunk, max_length):
     start = tf.fill([n, 1], _START_ID)
     ns = src.row_lengths().numpy() + 1  # + END
     nt = tgt.row_lengths().numpy() + 2  # START + END
-    keep = (ns <= max_length) & (nt <= max_length)
+    keep = (ns <= max_train_length) & (nt <= max_train_length)
     header = tf.RaggedTensor.from_tensor(
         tf.stack([tf.constant(ns, tf.int32), tf.constant(nt, tf.int32)], 1))
     rows = tf.concat([header, tf.cast(src, tf.int32), end, start,
@@ -419,7 +566,7 @@ def _check(boundaries, tokens_per_batch, manifests):
             raise ValueError(
                 f"a pair of length {m['max_pair_length']} in "
                 f"{m.get('directory')!r} exceeds the last bucket boundary "
-                f"{boundaries[-1]}; prepare with a smaller max_length")
+                f"{boundaries[-1]}; prepare with a smaller max_train_length")
     return boundaries
 
 
@@ -569,12 +716,12 @@ def stream_batches(prepared, tokens_per_batch=4096,
     """Token-count batches (Vaswani et al. 2017, §5.1) streamed from shards
     written by ``prepare_shards``; memory does not grow with the corpus.
 
-    Same batches as ``keras_trm.data.token_bucket_batches`` (bucket of a
-    pair: the smallest boundary ``L >= max(len(source), len(target) - 1)``;
-    ``tokens_per_batch // L`` pairs padded to exactly ``(batch, L)``; short
-    last batches of an epoch filled with all-padding rows); only the order
-    differs (local shuffling, see the module docstring). One epoch holds
-    every pair of this worker's shards exactly once.
+    The bucket of a pair is the smallest boundary ``L >= max(len(source),
+    len(target) - 1)``; a batch is ``tokens_per_batch // L`` pairs padded
+    to exactly ``(batch, L)``; the short last batch of a bucket in an
+    epoch is filled with all-padding rows. The order is shuffled locally
+    (see the module docstring). One epoch holds every pair of this
+    worker's shards exactly once.
 
     Args:
         prepared: the folder given to ``prepare_shards``, or its manifest.
@@ -584,7 +731,10 @@ def stream_batches(prepared, tokens_per_batch=4096,
         shuffle: permute shards and pairs every epoch (seeded by ``seed``
             and the epoch; independent of TensorFlow's global seed).
         repeat: epochs ``start_epoch``, ``start_epoch + 1``, ... forever;
-            otherwise only epoch ``start_epoch``.
+            otherwise only epoch ``start_epoch`` (iterated again, the
+            dataset gives that epoch again, in the same order: for several
+            epochs of ``fit`` use ``repeat=True`` with
+            ``steps_per_epoch=stream_steps(...)``).
         worker_index, num_workers: worker ``i`` of ``n`` reads shards
             ``i, i + n, ...`` (file-level sharding; workers get different
             batch counts, see ``stream_steps``). The dataset's auto-shard
@@ -597,9 +747,11 @@ def stream_batches(prepared, tokens_per_batch=4096,
             first ``skip_batches`` batches (what an uninterrupted run gave).
         position: optional object with int ``epoch`` and ``skip``
             (``keras_trm.training.DataPosition``), read when iteration
-            starts, replacing ``start_epoch`` / ``skip_batches`` (as in
-            ``token_bucket_batches``; such an iterator cannot be saved with
-            ``tf.train.Checkpoint``, one without ``position`` can).
+            starts, replacing ``start_epoch`` / ``skip_batches`` (how a
+            resumed job, ``keras_trm.training.TrainingBackup``, sees
+            exactly the batches the interrupted one had not trained on;
+            such an iterator cannot be saved with ``tf.train.Checkpoint``,
+            one without ``position`` can).
 
     Returns:
         ``tf.data.Dataset`` of ``({"encoder_tokens": int32 (B, L),

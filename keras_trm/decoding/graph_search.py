@@ -20,12 +20,11 @@ fixed-size loop. Imported by the searches on the TensorFlow backend only.
 
 import tensorflow as tf
 
-from keras_trm.utils.ids import PAD_ID
 
-
-def encode_in_groups(model, encoder_tokens, groups):
-    """``encode_by_length``'s grouped encoding (see there)."""
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, PAD_ID),
+def encode_in_groups(model, encoder_tokens, groups, pad_id):
+    """``encode_by_length``'s grouped encoding (see there); ``pad_id``: the
+    padding id, which a sentence's length does not count."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, pad_id),
                                     tf.int32), 1)
     order = tf.argsort(lengths, stable=True)
     size = (tf.size(order) + groups - 1) // groups
@@ -123,14 +122,15 @@ def _scatter_rows(full, rows, part):
 
 
 def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
-                 end_id, encoder_outputs, update):
+                 end_id, pad_id, encoder_outputs, update):
     """``greedy_search`` with finished rows leaving the batch; ``update``
-    is the search's ``_greedy_update``."""
+    is the search's ``_greedy_update``; the special ids are its
+    arguments."""
     batch = tf.shape(encoder_tokens)[0]
-    encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
+    encoder_mask = tf.not_equal(encoder_tokens, pad_id)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache)
     sequences = tf.concat(
-        [tf.fill([batch, 1], start_id), tf.zeros([batch, steps], tf.int32)], 1
+        [tf.fill([batch, 1], start_id), tf.fill([batch, steps], pad_id)], 1
     )
     # Rows still decoded: their sentence, and whether it has ended.
     active = tf.range(batch)
@@ -142,7 +142,7 @@ def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
     def body(i, sequences, active, finished, state, context):
         logits, state = stepper(tf.gather(sequences, active), i, state, context)
         token, finished = update(logits, finished, i,
-                                 tf.gather(limits, active), end_id)
+                                 tf.gather(limits, active), end_id, pad_id)
         sequences = tf.tensor_scatter_nd_update(
             sequences, tf.stack([active, tf.fill(tf.shape(active), i + 1)], 1),
             token,
@@ -167,17 +167,18 @@ def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
 
 
 def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
-               use_cache, start_id, end_id, encoder_outputs, return_all,
-               beam):
+               use_cache, start_id, end_id, pad_id, encoder_outputs,
+               return_all, beam):
     """``beam_search`` with finished sentences leaving the batch; ``beam``
     holds the search's own pieces (``initial``, ``update``, ``result``,
-    ``length_penalty``), so that both loops run the same updates."""
+    ``length_penalty``), so that both loops run the same updates; the
+    special ids are its arguments."""
     batch = tf.shape(encoder_tokens)[0]
     vocab = int(model.target_vocabulary_size)
-    encoder_mask = tf.not_equal(encoder_tokens, PAD_ID)
+    encoder_mask = tf.not_equal(encoder_tokens, pad_id)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache,
                        hypotheses=k)
-    search = beam["initial"](batch, k, steps, start_id)
+    search = beam["initial"](batch, k, steps, start_id, pad_id)
     search_shapes = dict(
         alive_seq=tf.TensorShape([None, k, None]),
         alive_logp=tf.TensorShape([None, k]),

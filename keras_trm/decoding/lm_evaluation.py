@@ -131,7 +131,8 @@ def evaluate_disjoint_segments(model, streams, seg_len):
     >>> import numpy as np
     >>> from keras_trm.models import vanilla_transformer_lm
     >>> model = vanilla_transformer_lm(7, num_layers=1, d_model=8,
-    ...                                num_heads=2, d_ff=16, max_length=4)
+    ...                                num_heads=2, d_ff=16,
+    ...                                max_sequence_length=4)
     >>> 0.0 < evaluate_disjoint_segments(model, np.ones((2, 9), "int32"), 4)
     True
     """
@@ -173,7 +174,7 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
             ``(batch, T, V)``, e.g. ``vanilla_transformer_lm(...)``.
         streams: int ``(batch_size, n)`` from ``batchify``.
         context_len: int > 0, the window length (at most the model's
-            ``max_length``).
+            ``max_sequence_length``).
         max_tokens: optional int > 0, score only the first ``max_tokens``
             predictions of *each* stream (targets at positions
             ``1..max_tokens``); default all ``n - 1``.
@@ -183,7 +184,7 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
         predictions.
 
     Raises:
-        ValueError: ``context_len`` above the model's ``max_length``, bad
+        ValueError: ``context_len`` above the model's ``max_sequence_length``, bad
             ``streams``/``max_tokens``.
 
     Example (on streams no longer than the window, the sliding window and
@@ -191,7 +192,7 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
 
     >>> import numpy as np
     >>> from keras_trm.models import vanilla_transformer_lm
-    >>> lm = vanilla_transformer_lm(7, 1, 8, 2, 16, max_length=4)
+    >>> lm = vanilla_transformer_lm(7, 1, 8, 2, 16, max_sequence_length=4)
     >>> streams = np.arange(10, dtype="int32").reshape(2, 5) % 7
     >>> sliding = evaluate_sliding_window(lm, streams, context_len=4)
     >>> abs(sliding - evaluate_disjoint_segments(lm, streams, 4)) < 1e-5
@@ -201,13 +202,13 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
 
     context_len = v.positive_int("context_len", context_len)
     try:
-        max_length = vanilla_model.get_layer("embedding").max_length
+        positions = vanilla_model.get_layer("embedding").max_sequence_length
     except (ValueError, AttributeError):
-        max_length = None
-    if max_length is not None and context_len > max_length:
+        positions = None
+    if positions is not None and context_len > positions:
         raise ValueError(
-            f"`context_len`={context_len} is longer than max_length="
-            f"{max_length} of model '{vanilla_model.name}'"
+            f"`context_len`={context_len} is longer than max_sequence_length="
+            f"{positions} of model '{vanilla_model.name}'"
         )
     streams = np.asarray(streams)
     if streams.ndim != 2 or streams.shape[1] < 2:

@@ -28,7 +28,7 @@ rank among the first k, as in fairseq) into a per-sentence set of the k
 best finished hypotheses, and goes on with the k best that have not ended.
 Each sentence has a token limit: its own source length (END included,
 padding not) + 50, as in §6.1, capped by the model's positions (or the
-``max_length`` given), so a sentence decodes alike alone or in any batch.
+``max_decoding_length`` given), so a sentence decodes alike alone or in any batch.
 A hypothesis that reaches the limit without END is finished with |Y| = the
 limit (fairseq). A sentence stops when no live hypothesis can still beat
 its best finished one: log-probabilities only decrease and lp only grows,
@@ -44,6 +44,11 @@ could still have won, so outputs may differ, for fewer steps (measured in
 
 The model: anything with the methods of ``DecodingModel`` (a
 ``keras_trm.models.Transformer``, or the LiteRT translator's wrapper).
+
+The special ids are arguments (``start_id``, ``end_id``, ``pad_id``): the
+callers (``Translator``, the LiteRT and SavedModel exports) pass their
+tokenizer's; the defaults are ``keras_trm.text``'s reserved ids (PAD 0,
+START 2, END 3), read here only as those defaults.
 """
 
 import weakref
@@ -53,6 +58,7 @@ import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
+# Only the defaults of the ``start_id``, ``end_id``, ``pad_id`` arguments.
 from keras_trm.utils.ids import END_ID, PAD_ID, START_ID
 
 NEG_INF = -1e9
@@ -65,14 +71,16 @@ class DecodingModel(Protocol):
     cached positions.
 
     Attributes:
-        max_length: int, positions of the model (START included).
+        max_sequence_length: int, positions of the model (START included);
+            a model with only the old ``max_length`` still works
+            (deprecated).
         target_vocabulary_size: int, V.
 
     Example:
 
     >>> from keras_trm.models import transformer
     >>> model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                     max_length=8)
+    ...                     max_sequence_length=8)
     >>> all(callable(getattr(model, name)) for name in (
     ...     "encode", "cross_attention_caches", "output_kernel",
     ...     "static_empty_self_attention_caches", "static_decode_step",
@@ -80,7 +88,7 @@ class DecodingModel(Protocol):
     True
     """
 
-    max_length: int
+    max_sequence_length: int
     target_vocabulary_size: int
 
     def encode(self, encoder_tokens):
@@ -93,10 +101,10 @@ class DecodingModel(Protocol):
     def output_kernel(self):
         """``(d_model, V)`` of a tied output layer, or None."""
 
-    def static_empty_self_attention_caches(self, batch_size, max_length,
+    def static_empty_self_attention_caches(self, batch_size, num_positions,
                                            dtype):
         """Per decoder layer ``(keys, values)`` of zeros, ``(batch, h,
-        max_length, d_k)``."""
+        num_positions, d_k)``."""
 
     def static_decode_step(self, tokens, index, self_caches, cross_caches,
                            encoder_padding_mask, output_kernel=None):
@@ -180,7 +188,7 @@ def batch_gather(x, indices):
     return ops.take_along_axis(x, indices, axis=1)
 
 
-def encode_by_length(model, encoder_tokens, groups=4):
+def encode_by_length(model, encoder_tokens, groups=4, pad_id=PAD_ID):
     """``model.encode(encoder_tokens)`` with less padding (TensorFlow
     graphs; on other backends ``model.encode``).
 
@@ -199,8 +207,10 @@ def encode_by_length(model, encoder_tokens, groups=4):
 
     Args:
         model: a ``keras_trm.models.Transformer``.
-        encoder_tokens: int ``(batch, T_src)`` source ids (0 = padding).
+        encoder_tokens: int ``(batch, T_src)`` source ids.
         groups: int >= 1, the groups (1: ``model.encode`` as it is).
+        pad_id: the tokenizer's padding id (default 0, ``keras_trm.text``'s
+            ``PAD_ID``): what a sentence's length does not count.
 
     Returns:
         float ``(batch, T_src, d_model)``, as ``model.encode``.
@@ -213,7 +223,7 @@ def encode_by_length(model, encoder_tokens, groups=4):
     >>> import numpy as np
     >>> from keras_trm.models import transformer
     >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-    ...                     max_length=12)
+    ...                     max_sequence_length=12)
     >>> source = np.array([[5, 6, 7, 8, 3], [7, 3, 0, 0, 0]], "int32")
     >>> grouped = encode_by_length(model, source, groups=2)
     >>> tuple(grouped.shape)
@@ -228,31 +238,56 @@ def encode_by_length(model, encoder_tokens, groups=4):
         return model.encode(encoder_tokens)
     from keras_trm.decoding.graph_search import encode_in_groups
 
-    return encode_in_groups(model, encoder_tokens, groups)
+    return encode_in_groups(model, encoder_tokens, groups, pad_id)
 
 
-def decode_length(model, encoder_tokens, max_length):
+def model_positions(model):
+    """The positions of a ``DecodingModel`` (START included):
+    ``model.max_sequence_length``, or, for a model written before the
+    rename, its ``max_length`` (with a ``DeprecationWarning``)."""
+    if hasattr(model, "max_sequence_length"):
+        return int(model.max_sequence_length)
+    import warnings
+
+    warnings.warn("a decoding model's `max_length` is now "
+                  "`max_sequence_length`; the old name will go",
+                  DeprecationWarning, stacklevel=v.caller_stacklevel())
+    return int(model.max_length)
+
+
+def check_decoding_length(model, max_decoding_length):
+    """``max_decoding_length`` as an int in [1, the model's positions - 1],
+    or None (the default limit); ValueError/TypeError naming it otherwise."""
+    if max_decoding_length is None:
+        return None
+    positions = model_positions(model)
+    value = v.positive_int("max_decoding_length", max_decoding_length)
+    if value >= positions:
+        raise ValueError(
+            f"`max_decoding_length` must be in [1, {positions - 1}] for this "
+            f"model ({positions} positions incl. START: max_sequence_length="
+            f"{positions}), got max_decoding_length={max_decoding_length}"
+        )
+    return value
+
+
+def decode_length(model, encoder_tokens, max_decoding_length, pad_id=PAD_ID):
     """``(steps, limits)``: the output width and each sentence's token limit
     (int32 ``(batch,)``). By default a sentence of n source tokens (END
-    included, padding not) gets min(n + 50 (§6.1), model max_length - 1)
-    and ``steps`` is that of the padded width (a Python int when the width
-    is known); an int ``max_length`` is every sentence's limit."""
-    if max_length is None:
-        cap = int(model.max_length) - 1
-        own = ops.sum(ops.cast(ops.not_equal(encoder_tokens, PAD_ID), "int32"),
+    included, ``pad_id`` not) gets min(n + 50 (§6.1), the model's
+    max_sequence_length - 1) and ``steps`` is that of the padded width (a
+    Python int when the width is known); an int ``max_decoding_length``
+    (checked by ``check_decoding_length``) is every sentence's limit."""
+    if max_decoding_length is None:
+        cap = model_positions(model) - 1
+        own = ops.sum(ops.cast(ops.not_equal(encoder_tokens, pad_id), "int32"),
                       axis=1)
         width = ops.shape(encoder_tokens)[1]
         steps = (min(width + 50, cap) if isinstance(width, int)
                  else ops.minimum(width + 50, cap))
         return steps, ops.minimum(own + 50, cap)
-    if not 0 < int(max_length) < model.max_length:
-        raise ValueError(
-            f"`max_length` must be in [1, {model.max_length - 1}] for this "
-            f"model (max_length {model.max_length} positions incl. START), "
-            f"got max_length={max_length}"
-        )
     batch = ops.shape(encoder_tokens)[0]
-    return int(max_length), ops.full((batch,), int(max_length), "int32")
+    return max_decoding_length, ops.full((batch,), max_decoding_length, "int32")
 
 
 def top_k(values, k):
@@ -282,10 +317,10 @@ def top_k(values, k):
 
 # -- the per-step updates (every driver runs these) ------------------------
 
-def _greedy_update(logits, finished, i, limits, end_id):
+def _greedy_update(logits, finished, i, limits, end_id, pad_id):
     """One greedy step for the rows given: ``(token, finished)``, the arg-max
-    token (PAD where the row had finished) and whether each row has now
-    ended (END, or its token limit)."""
+    token (``pad_id`` where the row had finished) and whether each row has
+    now ended (``end_id``, or its token limit)."""
     if _is_tensorflow():
         # Keras' float argmax adds four element-wise passes over the
         # (rows, V) logits (a -0.0 fix-up): greedy ran 0.960x the
@@ -296,7 +331,7 @@ def _greedy_update(logits, finished, i, limits, end_id):
         token = tf.argmax(logits, axis=-1, output_type=tf.int32)
     else:
         token = ops.cast(ops.argmax(logits, axis=-1), "int32")
-    token = ops.where(finished, PAD_ID, token)
+    token = ops.where(finished, pad_id, token)
     finished = ops.logical_or(
         finished, ops.logical_or(ops.equal(token, end_id),
                                  ops.greater_equal(i + 1, limits)))
@@ -307,17 +342,18 @@ SEARCH_KEYS = ("alive_seq", "alive_logp", "finished_seq", "finished_score",
                "finished_flag", "done", "alive_len")
 
 
-def _initial_beams(batch, k, steps, start_id):
+def _initial_beams(batch, k, steps, start_id, pad_id):
     """The search state of ``batch`` sentences before step 0. Only beam 0
-    is live (all k beams are the same prefix, START)."""
+    is live (all k beams are the same prefix, START); positions not yet
+    written hold ``pad_id``."""
     alive_seq = ops.concatenate(
         [ops.full((batch, k, 1), start_id, "int32"),
-         ops.zeros((batch, k, steps), "int32")], axis=2)
+         ops.full((batch, k, steps), pad_id, "int32")], axis=2)
     first = ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32")
     return dict(
         alive_seq=alive_seq,
         alive_logp=ops.tile(first, (batch, 1)),
-        finished_seq=ops.zeros_like(alive_seq),
+        finished_seq=ops.full(ops.shape(alive_seq), pad_id, "int32"),
         finished_score=ops.full((batch, k), NEG_INF, "float32"),
         finished_flag=ops.zeros((batch, k), "bool"),
         done=ops.zeros((batch,), "bool"),
@@ -440,7 +476,7 @@ def _beam_result(search, limits, k, alpha, return_all):
     """The best hypotheses once the loop has stopped."""
     (alive_seq, alive_logp, finished_seq, finished_score, finished_flag, _,
      alive_len) = (search[key] for key in SEARCH_KEYS)
-    # Live hypotheses that reached max_length are finished; others only fill
+    # Live hypotheses that reached their limit are finished; others only fill
     # the slots the finished ones leave.
     alive_score = alive_logp / ops.expand_dims(
         length_penalty(ops.maximum(alive_len, 1), alpha), 1)
@@ -549,14 +585,14 @@ def _run(model, key, run, encoder_tokens, encoder_outputs):
 
 
 def _static_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
-                   end_id, encoder_outputs):
+                   end_id, pad_id, encoder_outputs):
     batch = ops.shape(encoder_tokens)[0]
-    encoder_mask = ops.not_equal(encoder_tokens, PAD_ID)
+    encoder_mask = ops.not_equal(encoder_tokens, pad_id)
     stepper = _StaticStepper(model, encoder_outputs, encoder_mask, steps + 1,
                              use_cache)
     sequences = ops.concatenate(
         [ops.full((batch, 1), start_id, "int32"),
-         ops.zeros((batch, steps), "int32")], axis=1)
+         ops.full((batch, steps), pad_id, "int32")], axis=1)
     columns = ops.arange(steps + 1, dtype="int32")[None]
 
     def cond(i, sequences, finished, state):
@@ -564,7 +600,8 @@ def _static_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
 
     def body(i, sequences, finished, state):
         logits, state = stepper(sequences, i, state)
-        token, finished = _greedy_update(logits, finished, i, limits, end_id)
+        token, finished = _greedy_update(logits, finished, i, limits, end_id,
+                                         pad_id)
         sequences = ops.where(ops.equal(columns, i + 1),
                               ops.expand_dims(token, 1), sequences)
         return i + 1, sequences, finished, state
@@ -576,10 +613,11 @@ def _static_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
 
 
 def _static_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
-                 use_cache, start_id, end_id, encoder_outputs, return_all):
+                 use_cache, start_id, end_id, pad_id, encoder_outputs,
+                 return_all):
     batch = ops.shape(encoder_tokens)[0]
     vocab = int(model.target_vocabulary_size)
-    encoder_mask = ops.not_equal(encoder_tokens, PAD_ID)
+    encoder_mask = ops.not_equal(encoder_tokens, pad_id)
     stepper = _StaticStepper(model, encoder_outputs, encoder_mask, steps + 1,
                              use_cache, hypotheses=k)
     max_penalties = length_penalty(limits, alpha)
@@ -600,22 +638,29 @@ def _static_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
         return i + 1, search, state
 
     loop_vars = (ops.convert_to_tensor(0, "int32"),
-                 _initial_beams(batch, k, steps, start_id),
+                 _initial_beams(batch, k, steps, start_id, pad_id),
                  stepper.initial_state)
     _, search, _ = ops.while_loop(cond, body, loop_vars)
     return _beam_result(search, limits, k, alpha, return_all)
 
 
-def _search(model, encoder_tokens, max_length, static_cache,
+def _check_special_ids(start_id, end_id, pad_id):
+    """The three special ids as ints >= 0 (TypeError/ValueError naming
+    the argument otherwise)."""
+    return tuple(v.non_negative_int(name, value) for name, value in (
+        ("start_id", start_id), ("end_id", end_id), ("pad_id", pad_id)))
+
+
+def _search(model, encoder_tokens, max_decoding_length, pad_id, static_cache,
             encoder_outputs, key, drive):
-    """Checks the ids and ``max_length``, then runs ``drive(graph, steps,
-    limits, encoder_tokens, encoder_outputs)`` (``graph``: TensorFlow's
-    compacting loop) as ``_run`` does."""
+    """Runs ``drive(graph, steps, limits, encoder_tokens, encoder_outputs)``
+    (``graph``: TensorFlow's compacting loop) as ``_run`` does, on the
+    checked ids (``max_decoding_length`` checked by the caller)."""
     encoder_tokens = _check_tokens(encoder_tokens)
-    decode_length(model, encoder_tokens, max_length)  # checks max_length
 
     def run(encoder_tokens, encoder_outputs):
-        steps, limits = decode_length(model, encoder_tokens, max_length)
+        steps, limits = decode_length(model, encoder_tokens,
+                                      max_decoding_length, pad_id)
         if encoder_outputs is None:
             encoder_outputs = model.encode(encoder_tokens)
         return drive(_use_graph_search(static_cache), steps, limits,
@@ -626,9 +671,10 @@ def _search(model, encoder_tokens, max_length, static_cache,
 
 # -- the public searches ---------------------------------------------------
 
-def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
-                  static_cache=False, start_id=START_ID, end_id=END_ID,
-                  encoder_outputs=None):
+def greedy_search(model, encoder_tokens, max_decoding_length=None,
+                  use_cache=True, static_cache=False, start_id=START_ID,
+                  end_id=END_ID, encoder_outputs=None, pad_id=PAD_ID,
+                  max_length=None):
     """Greedy decoding: the arg-max token at every step.
 
     On TensorFlow (graph or eager) rows whose sentence has ended are
@@ -639,57 +685,70 @@ def greedy_search(model, encoder_tokens, max_length=None, use_cache=True,
 
     Args:
         model: a ``keras_trm.models.Transformer`` (or any ``DecodingModel``).
-        encoder_tokens: int ``(batch, T_src)`` source ids (0 = padding).
-        max_length: int, tokens to generate at most per sentence (default:
-            the sentence's own source length, END included, + 50 (§6.1),
-            capped by the model's max_length - 1). The output is as wide
-            as the longest limit; a row stops at END or at its limit.
+        encoder_tokens: int ``(batch, T_src)`` source ids (``pad_id`` =
+            padding).
+        max_decoding_length: int, tokens to generate at most per sentence
+            (default: the sentence's own source length, END included, + 50
+            (§6.1), capped by the model's max_sequence_length - 1). The
+            output is as wide as the longest limit; a row stops at END or
+            at its limit. ``max_length``: its old name, deprecated.
         use_cache: use the key/value cache (False: recompute the prefix).
         static_cache: on TensorFlow, use ``static_decode_step``'s
             fixed-size caches (static shapes, for
             ``tf.function(jit_compile=True)``); by default the caches grow
             by one position per step (faster in graph mode). The ids are
             the same either way.
-        start_id, end_id: the tokenizer's ``[START]`` / ``[END]`` ids
-            (``keras_trm.text``'s reserved ids by default); padding is 0.
+        start_id, end_id, pad_id: the tokenizer's ``[START]``, ``[END]``
+            and padding ids, ints >= 0 (default: ``keras_trm.text``'s
+            reserved ids, START 2, END 3, PAD 0). The decoder starts from
+            ``start_id``, a sentence stops at ``end_id``; ``pad_id`` marks
+            the source's padding and fills the output after END (the
+            ``keras_trm`` models' own attention masks take id 0 as
+            padding).
         encoder_outputs: optional float ``(batch, T_src, d_model)``,
             ``model.encode(encoder_tokens)`` computed already (e.g. by
             ``encode_by_length``); by default the search encodes.
 
     Returns:
         int32 ``(batch, steps)`` generated ids (without START); after END
-        every position is PAD (0).
+        every position is ``pad_id``.
 
     Raises:
-        TypeError: non-integer ids. ValueError: bad shapes or max_length.
+        TypeError: non-integer ids. ValueError: bad shapes, special ids or
+            max_decoding_length.
 
     Example:
 
     >>> import numpy as np
     >>> from keras_trm.models import transformer
     >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-    ...                     max_length=12)
+    ...                     max_sequence_length=12)
     >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")   # ids + END, 0-padded
-    >>> ids = greedy_search(model, source, max_length=6)
+    >>> ids = greedy_search(model, source, max_decoding_length=6)
     >>> tuple(ids.shape), keras.backend.standardize_dtype(ids.dtype)
     ((2, 6), 'int32')
-    >>> bool(np.array_equal(ids, greedy_search(model, source, max_length=6,
+    >>> bool(np.array_equal(ids, greedy_search(model, source,
+    ...                                        max_decoding_length=6,
     ...                                        use_cache=False)))
     True
     """
+    max_decoding_length = check_decoding_length(model, v.renamed(
+        "max_length", max_length, "max_decoding_length", max_decoding_length))
+    start_id, end_id, pad_id = _check_special_ids(start_id, end_id, pad_id)
+
     def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
         if graph:
             from keras_trm.decoding.graph_search import graph_greedy
 
             return graph_greedy(model, encoder_tokens, steps, limits,
-                                use_cache, start_id, end_id, encoder_outputs,
-                                _greedy_update)
+                                use_cache, start_id, end_id, pad_id,
+                                encoder_outputs, _greedy_update)
         return _static_greedy(model, encoder_tokens, steps, limits, use_cache,
-                              start_id, end_id, encoder_outputs)
+                              start_id, end_id, pad_id, encoder_outputs)
 
-    key = ("greedy", max_length, use_cache, start_id, end_id)
-    return _search(model, encoder_tokens, max_length, static_cache,
-                   encoder_outputs, key, drive)
+    key = ("greedy", max_decoding_length, use_cache, start_id, end_id, pad_id)
+    return _search(model, encoder_tokens, max_decoding_length, pad_id,
+                   static_cache, encoder_outputs, key, drive)
 
 
 def top_k_rows(values, k):
@@ -765,7 +824,7 @@ def beam_search(
     encoder_tokens,
     beam_size=4,
     length_penalty=0.6,
-    max_length=None,
+    max_decoding_length=None,
     use_cache=True,
     return_all=False,
     early_stopping=True,
@@ -774,6 +833,8 @@ def beam_search(
     end_id=END_ID,
     encoder_outputs=None,
     length_penalty_alpha=None,
+    pad_id=PAD_ID,
+    max_length=None,
 ):
     """Beam search with the GNMT length penalty and a beam kept full.
 
@@ -794,9 +855,10 @@ def beam_search(
         beam_size: int >= 1 (4 in the paper).
         length_penalty: the GNMT α >= 0 (0.6 in the paper; 0 = raw
             log-prob). ``length_penalty_alpha``: its old name, deprecated.
-        max_length: as in ``greedy_search`` (a limit per sentence); a
-            hypothesis that reaches its limit without END is finished with
-            |Y| = the limit.
+        max_decoding_length: as in ``greedy_search`` (a limit per
+            sentence); a hypothesis that reaches its limit without END is
+            finished with |Y| = the limit. ``max_length``: its old name,
+            deprecated.
         use_cache: as in ``greedy_search``.
         return_all: also return the k best hypotheses and their normalized
             scores.
@@ -807,43 +869,45 @@ def beam_search(
             only for α = 0); False or ``"never"``, at its token limit
             (the best hypothesis is that of ``"bound"``).
         static_cache: as in ``greedy_search``.
-        start_id, end_id, encoder_outputs: as in ``greedy_search``.
+        start_id, end_id, pad_id, encoder_outputs: as in ``greedy_search``.
 
     Returns:
         int32 ``(batch, steps)`` best hypothesis per sentence (without
-        START, PAD after END); with ``return_all`` the tuple
+        START, ``pad_id`` after END); with ``return_all`` the tuple
         ``(best, beams (batch, beam_size, steps), scores (batch, beam_size))``
-        sorted best first: the finished hypotheses (END or max_length), then,
+        sorted best first: the finished hypotheses (END or the limit), then,
         if fewer than k finished, the best live ones at the stop, scored by
         their length so far. Slots no hypothesis reached score about -1e9.
 
     Raises:
         ValueError: beam_size < 1, α < 0, an unknown ``early_stopping``,
-            bad shapes or max_length.
+            bad shapes, special ids or max_decoding_length.
 
     Example:
 
     >>> import numpy as np
     >>> from keras_trm.models import transformer
     >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-    ...                     max_length=12)
+    ...                     max_sequence_length=12)
     >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")
     >>> best, beams, scores = beam_search(model, source, beam_size=3,
-    ...                                   max_length=6, return_all=True)
+    ...                                   max_decoding_length=6,
+    ...                                   return_all=True)
     >>> tuple(best.shape), tuple(beams.shape), tuple(scores.shape)
     ((2, 6), (2, 3, 6), (2, 3))
     >>> scores = np.asarray(scores)
     >>> bool(np.all(scores[:, :-1] >= scores[:, 1:]))   # best first
     True
-    >>> bool(np.array_equal(beam_search(model, source, beam_size=1, max_length=6),
-    ...                     greedy_search(model, source, max_length=6)))
+    >>> bool(np.array_equal(
+    ...     beam_search(model, source, beam_size=1, max_decoding_length=6),
+    ...     greedy_search(model, source, max_decoding_length=6)))
     True
     >>> # CTranslate2's stopping rule: fewer steps, exact only for alpha = 0
     >>> bool(np.array_equal(
     ...     beam_search(model, source, beam_size=3, length_penalty=0.0,
-    ...                 max_length=6, early_stopping="first_end"),
+    ...                 max_decoding_length=6, early_stopping="first_end"),
     ...     beam_search(model, source, beam_size=3, length_penalty=0.0,
-    ...                 max_length=6)))
+    ...                 max_decoding_length=6)))
     True
     """
     if isinstance(beam_size, bool) or int(beam_size) < 1:
@@ -858,21 +922,25 @@ def beam_search(
     rule = stop_rule(early_stopping)
     k = int(beam_size)
     alpha = float(length_penalty)
+    max_decoding_length = check_decoding_length(model, v.renamed(
+        "max_length", max_length, "max_decoding_length", max_decoding_length))
+    start_id, end_id, pad_id = _check_special_ids(start_id, end_id, pad_id)
+
     def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
         if graph:
             from keras_trm.decoding.graph_search import graph_beam
 
             return graph_beam(model, encoder_tokens, steps, limits, k, alpha,
-                              rule, use_cache, start_id, end_id,
+                              rule, use_cache, start_id, end_id, pad_id,
                               encoder_outputs, return_all,
                               dict(initial=_initial_beams, update=_beam_update,
                                    result=_beam_result,
                                    length_penalty=_gnmt_penalty))
         return _static_beam(model, encoder_tokens, steps, limits, k, alpha,
-                            rule, use_cache, start_id, end_id,
+                            rule, use_cache, start_id, end_id, pad_id,
                             encoder_outputs, return_all)
 
-    key = ("beam", k, alpha, rule, max_length, use_cache, return_all,
-           start_id, end_id)
-    return _search(model, encoder_tokens, max_length, static_cache,
-                   encoder_outputs, key, drive)
+    key = ("beam", k, alpha, rule, max_decoding_length, use_cache, return_all,
+           start_id, end_id, pad_id)
+    return _search(model, encoder_tokens, max_decoding_length, pad_id,
+                   static_cache, encoder_outputs, key, drive)

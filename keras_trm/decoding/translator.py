@@ -11,8 +11,8 @@ from keras_trm.decoding.bleu import corpus_bleu
 from keras_trm.decoding.search import (beam_search, encode_by_length,
                                       greedy_search, stop_rule)
 from keras_trm.models.transformer import as_transformer
-from keras_trm.text.wordpiece import END_ID
 from keras_trm.training.precision import float32_copy
+from keras_trm.utils import ids as reserved
 from keras_trm.utils import checks as v
 
 
@@ -21,12 +21,15 @@ class Translator(tf.Module):
 
     Args:
         model: a model built by ``keras_trm.models.transformer``.
-        tokenizer: ``keras_trm.text.TextTokenizer`` (shared vocabulary).
+        tokenizer: ``keras_trm.text.TextTokenizer`` (shared vocabulary) or
+            ``SentencePieceTokenizer``; its ``start_id``, ``end_id`` and
+            ``pad_id`` are the searches' special ids (the reserved ids
+            where it has none).
         beam_size: int >= 1; 1 means greedy search.
         length_penalty: α of the GNMT length penalty (beam search).
         length_penalty_alpha: the old name of ``length_penalty``, deprecated.
         max_source_length: source tokens kept, END included (default: the
-            model's max_length). Longer inputs are truncated to their first
+            model's max_sequence_length). Longer inputs are truncated to their first
             ``max_source_length - 1`` subword tokens.
         early_stopping: beam search's stopping rule (``beam_search``): True
             / ``"bound"`` (exact), ``"first_end"`` (CTranslate2's early
@@ -90,7 +93,7 @@ class Translator(tf.Module):
     >>> from keras_trm.text import RESERVED_TOKENS, TextTokenizer
     >>> vocab = list(RESERVED_TOKENS) + ["a", "dog", "runs", ".", "ein", "Hund"]
     >>> model = transformer(len(vocab), num_layers=1, d_model=16, num_heads=2,
-    ...                     d_ff=32, max_length=12)
+    ...                     d_ff=32, max_sequence_length=12)
     >>> translator = Translator(model, TextTokenizer(vocab), beam_size=2)
     >>> out = translator.translate(tf.constant(["a dog runs .", "  "]))
     >>> tuple(out.shape), out.dtype.name, out[1].numpy()   # empty in, empty out
@@ -105,6 +108,11 @@ class Translator(tf.Module):
         super().__init__(name=name)
         self.model = as_transformer(model)
         self.tokenizer = tokenizer
+        # The searches' special ids: the tokenizer's own.
+        self.start_id, self.end_id, self.pad_id = (
+            int(getattr(tokenizer, name, default)) for name, default in (
+                ("start_id", reserved.START_ID), ("end_id", reserved.END_ID),
+                ("pad_id", reserved.PAD_ID)))
         if int(beam_size) < 1:
             raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
         self.beam_size = int(beam_size)
@@ -112,7 +120,7 @@ class Translator(tf.Module):
             "length_penalty_alpha", length_penalty_alpha, "length_penalty",
             length_penalty))
         self.early_stopping = stop_rule(early_stopping)
-        limit = self.model.max_length
+        limit = self.model.max_sequence_length
         self.max_source_length = int(max_source_length or limit)
         if not 1 < self.max_source_length <= limit:
             raise ValueError(
@@ -147,44 +155,50 @@ class Translator(tf.Module):
                 jit_compile=True)
 
     def encode_text(self, sentences):
-        """str ``(batch,)`` -> int32 ``(batch, T)``: ids + END, 0-padded."""
+        """str ``(batch,)`` -> int32 ``(batch, T)``: ids + END, padded with
+        the tokenizer's ``pad_id``."""
         ids = self.tokenizer.tokenize(sentences)
         ids = ids[:, : self.max_source_length - 1]
-        end = tf.fill([ids.nrows(), 1], END_ID)
+        end = tf.fill([ids.nrows(), 1], self.end_id)
         ids = tf.concat([ids, tf.RaggedTensor.from_tensor(end)], axis=1)
-        return ids.to_tensor(default_value=0)
+        return ids.to_tensor(default_value=self.pad_id)
 
     def _search(self, encoder_tokens, static_cache=False):
         encoder_outputs = None
         if not static_cache:
             encoder_outputs = encode_by_length(self.model, encoder_tokens,
-                                               self.encode_groups)
+                                               self.encode_groups,
+                                               pad_id=self.pad_id)
+        ids = dict(start_id=self.start_id, end_id=self.end_id,
+                   pad_id=self.pad_id)
         if self.beam_size == 1:
             return greedy_search(self.model, encoder_tokens,
                                  static_cache=static_cache,
-                                 encoder_outputs=encoder_outputs)
+                                 encoder_outputs=encoder_outputs, **ids)
         return beam_search(
             self.model, encoder_tokens, beam_size=self.beam_size,
             length_penalty=self.length_penalty,
             early_stopping=self.early_stopping, static_cache=static_cache,
-            encoder_outputs=encoder_outputs,
+            encoder_outputs=encoder_outputs, **ids,
         )
 
     def generate_ids(self, encoder_tokens):
-        """int ``(batch, T)`` ids + END, 0-padded -> int32 ``(batch,
-        steps)`` ids (PAD after END)."""
+        """int ``(batch, T)`` ids + END, padded with ``pad_id`` -> int32
+        ``(batch, steps)`` ids (``pad_id`` after END)."""
         parts = self.parallel_searches
         if parts == 1:
             return self._search_batch(encoder_tokens)
         # Sentences sorted by source length, dealt round-robin. Every part
         # keeps the batch's width, so each row is computed as in one search
         # (and gets the same number of steps, ``steps`` depending on it).
-        lengths = tf.reduce_sum(tf.cast(encoder_tokens > 0, tf.int32), 1)
+        lengths = tf.reduce_sum(
+            tf.cast(tf.not_equal(encoder_tokens, self.pad_id), tf.int32), 1)
         order = tf.argsort(lengths, stable=True)
         rows = [order[i::parts] for i in range(parts)]
         outs = [self._search_batch(tf.gather(encoder_tokens, r)) for r in rows]
         width = tf.reduce_max(tf.stack([tf.shape(o)[1] for o in outs]))
-        outs = [tf.pad(o, [[0, 0], [0, width - tf.shape(o)[1]]]) for o in outs]
+        outs = [tf.pad(o, [[0, 0], [0, width - tf.shape(o)[1]]],
+                       constant_values=self.pad_id) for o in outs]
         return tf.dynamic_stitch(rows, outs)
 
     def _search_batch(self, encoder_tokens):
@@ -202,7 +216,7 @@ class Translator(tf.Module):
     def compiled_width(self, width):
         """The source width the XLA search (``jit_compile``) runs at for a
         batch of source ids ``width`` tokens wide (END included): rounded
-        up to a multiple of 8, at most the model's ``max_length``. XLA
+        up to a multiple of 8, at most the model's ``max_sequence_length``. XLA
         compiles once per width (and batch size), so once per 8 lengths
         instead of once per length; padding only adds masked positions.
 
@@ -217,14 +231,14 @@ class Translator(tf.Module):
         >>> from keras_trm.models import transformer
         >>> from keras_trm.text import TextTokenizer
         >>> model = transformer(8, num_layers=1, d_model=8, num_heads=2,
-        ...                     d_ff=8, max_length=20)
+        ...                     d_ff=8, max_sequence_length=20)
         >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]", "a", "b", "c", "d"]
         >>> translator = Translator(model, TextTokenizer(vocab))
         >>> translator.compiled_width([1, 8, 9, 17]).numpy().tolist()
         [8, 8, 16, 20]
         """
         width = tf.convert_to_tensor(width, tf.int32)
-        return tf.minimum((width + 7) // 8 * 8, self.model.max_length)
+        return tf.minimum((width + 7) // 8 * 8, self.model.max_sequence_length)
 
     def _compiled(self, encoder_tokens):
         # The same ids as unpadded up to float rounding (1000 of 1000 equal
@@ -232,7 +246,8 @@ class Translator(tf.Module):
         width = tf.shape(encoder_tokens)[1]
         padded = self.compiled_width(width)
         return self._compiled_search(
-            tf.pad(encoder_tokens, [[0, 0], [0, padded - width]]))
+            tf.pad(encoder_tokens, [[0, 0], [0, padded - width]],
+                   constant_values=self.pad_id))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def translate(self, sentences):
@@ -262,7 +277,8 @@ class Translator(tf.Module):
         compilation per 8 source lengths and batch size)."""
         tokens = self.encode_text(sentences).numpy()
         width = int(self.compiled_width(tokens.shape[1]))
-        tokens = np.pad(tokens, [(0, 0), (0, width - tokens.shape[1])])
+        tokens = np.pad(tokens, [(0, 0), (0, width - tokens.shape[1])],
+                        constant_values=self.pad_id)
         ids = keras.ops.convert_to_numpy(self._search(tokens, static_cache=True))
         text = self.tokenizer.detokenize(tf.constant(ids, tf.int32))
         is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
@@ -292,7 +308,8 @@ class GreedyBleu:
     >>> from keras_trm.text import RESERVED_TOKENS, TextTokenizer
     >>> tokenizer = TextTokenizer(list(RESERVED_TOKENS) + list("abc"))
     >>> model = transformer(tokenizer.vocabulary_size, num_layers=1,
-    ...                     d_model=8, num_heads=2, d_ff=16, max_length=16)
+    ...                     d_model=8, num_heads=2, d_ff=16,
+    ...                     max_sequence_length=16)
     >>> score = GreedyBleu(model, tokenizer, ["a b"], ["a b"])
     >>> 0.0 <= score(model) <= 100.0
     True

@@ -57,6 +57,7 @@ import platform
 
 import numpy as np
 
+from keras_trm.utils.checks import RenamedAttributes
 from keras_trm.utils.files import atomic_directory
 from keras_trm.text.wordpiece import (
     END,
@@ -357,7 +358,7 @@ def build_spec(model, vocabulary):
     >>> from keras_trm.models import transformer
     >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-    ...                     d_ff=16, max_length=16)
+    ...                     d_ff=16, max_sequence_length=16)
     >>> spec = build_spec(model, vocab)
     >>> spec.decoder.position_encodings.encodings.shape
     (16, 8)
@@ -457,7 +458,7 @@ def ctranslate2_converter(model, vocabulary):
     >>> from keras_trm.models import transformer
     >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-    ...                     d_ff=16, max_length=16)
+    ...                     d_ff=16, max_sequence_length=16)
     >>> converter = ctranslate2_converter(model, vocab)
     >>> isinstance(converter, ctranslate2.converters.Converter)
     True
@@ -517,7 +518,7 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
     >>> from keras_trm.models import transformer
     >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-    ...                     d_ff=16, max_length=16)
+    ...                     d_ff=16, max_sequence_length=16)
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "ct2"
     >>> path = export_ctranslate2(model, out, vocab, quantization="int8")
     >>> sorted(p.name for p in path.iterdir())
@@ -542,8 +543,9 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
         metadata = {
             "format": "keras_trm CTranslate2 export",
             "model_name": model.name,
-            "max_length": int(model.max_length),
-            "source_max_length": int(model.source_embedding.max_length),
+            "max_sequence_length": int(model.max_sequence_length),
+            "source_max_sequence_length": int(
+                model.source_embedding.max_sequence_length),
             "quantization": quantization,
             "reserved_tokens": list(RESERVED_TOKENS),
             "pad_id": PAD_ID,
@@ -576,15 +578,16 @@ def load_exported_vocabulary(model_dir):
     raise FileNotFoundError(f"no shared_vocabulary.json in {str(model_dir)!r}")
 
 
-class CTranslate2Translator:
+class CTranslate2Translator(RenamedAttributes):
     """Raw text -> text with a directory written by ``export_ctranslate2``.
 
     Tokenizes with our WordPiece ``TextTokenizer`` (the exported
     vocabulary), translates the token strings with
     ``ctranslate2.Translator.translate_batch`` and detokenizes with the same
     rules as ``keras_trm.decoding.Translator``, so outputs (and BLEU) compare
-    one to one. Settings mirror ours: sources truncated to ``max_length - 1``
-    subword tokens + [END]; at most ``min(T_src + 50, max_length - 1)``
+    one to one. Settings mirror ours: sources truncated to
+    ``max_sequence_length - 1`` subword tokens + [END]; at most
+    ``min(T_src + 50, max_sequence_length - 1)``
     generated tokens with T_src the sentence's own source length (END
     included; CTranslate2 decodes the batch to its longest limit and each
     output is cut to its own, which is exact for greedy search); an empty
@@ -634,7 +637,7 @@ class CTranslate2Translator:
     >>> from keras_trm.models import transformer
     >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-    ...                     d_ff=16, max_length=16)
+    ...                     d_ff=16, max_sequence_length=16)
     >>> out = export_ctranslate2(
     ...     model, pathlib.Path(tempfile.mkdtemp()) / "ct2", vocab)
     >>> translator = CTranslate2Translator(out, num_threads=1)
@@ -642,6 +645,9 @@ class CTranslate2Translator:
     >>> len(hyps), hyps[1]
     (2, '')
     """
+
+    RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length",
+                          "source_max_length": "source_max_sequence_length"}
 
     def __init__(self, model_dir, num_threads=2, device="cpu",
                  compute_type="default", inter_threads=1):
@@ -664,9 +670,14 @@ class CTranslate2Translator:
         self.vocabulary = load_exported_vocabulary(self.model_dir)
         self.token_ids = {token: i for i, token in enumerate(self.vocabulary)}
         self.tokenizer = TextTokenizer(self.vocabulary)
-        self.max_length = int(self.metadata["max_length"])
-        self.source_max_length = int(self.metadata.get("source_max_length",
-                                                       self.max_length))
+        # Exports written before the rename name them ``max_length`` and
+        # ``source_max_length``.
+        meta = self.metadata
+        self.max_sequence_length = int(meta.get("max_sequence_length",
+                                                meta.get("max_length")))
+        self.source_max_sequence_length = int(meta.get(
+            "source_max_sequence_length",
+            meta.get("source_max_length", self.max_sequence_length)))
         if compute_type == "default":
             compute_type = default_compute_type(
                 self.metadata.get("quantization", "float32"), device)
@@ -688,7 +699,7 @@ class CTranslate2Translator:
         if not sentences:
             return []
         ids = self.tokenizer.tokenize(tf.constant(list(sentences))).to_list()
-        limit = self.source_max_length - 1
+        limit = self.source_max_sequence_length - 1
         return [[self.vocabulary[i] for i in row[:limit]] for row in ids]
 
     def detokenize(self, token_lists):
@@ -714,12 +725,13 @@ class CTranslate2Translator:
         decodes exactly that many steps).
 
         Raises:
-            ValueError: ``max_decoding_length`` not in [1, max_length - 1],
+            ValueError: ``max_decoding_length`` not in [1,
+                max_sequence_length - 1],
                 or ``min_decoding_length`` not in [0, the limit].
         """
         if not token_lists:
             return []
-        cap = self.max_length - 1
+        cap = self.max_sequence_length - 1
         if max_decoding_length is None:
             limits = [min(len(t) + 1 + 50, cap) for t in token_lists]
         else:

@@ -25,6 +25,7 @@ import pathlib
 import numpy as np
 
 from keras_trm._optional import require_extra
+from keras_trm.utils.checks import RenamedAttributes
 from keras_trm.utils.files import atomic_file
 
 
@@ -336,7 +337,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
             was trained with (first four tokens ``RESERVED_TOKENS``).
         quantize: ``None`` (float32) or ``"dynamic_int8"``.
         max_source_length: source tokens kept by ``LiteRTTranslator``, END
-            included (default: the model's max_length); longer sources are
+            included (default: the model's max_sequence_length); longer sources are
             truncated.
 
     Returns:
@@ -356,7 +357,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     >>> from keras_trm.text import RESERVED_TOKENS
     >>> vocab = list(RESERVED_TOKENS) + ["a", "b", "c", "d"]
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-    ...                     d_ff=16, max_length=8)
+    ...                     d_ff=16, max_sequence_length=8)
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "tiny.tflite"
     >>> export_translator_litert(model, out, vocab).name
     'tiny.tflite'
@@ -389,7 +390,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     # LiteRT builtins are float32 (or int8): a bf16-trained model is
     # exported from a float32 copy of its weights, as the SavedModel is.
     model = float32_copy(as_transformer(model))
-    limit = int(model.max_length)
+    limit = int(model.max_sequence_length)
     source_length = limit if max_source_length is None else max_source_length
     if isinstance(source_length, bool) or not isinstance(source_length, int) \
             or not 1 < source_length <= limit:
@@ -425,7 +426,8 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
                 "the translator graph needs ops that are not LiteRT builtins "
                 f"(Select TF ops are not allowed): {error}") from error
         config = {"format": _FORMAT, "max_source_length": source_length,
-                  "max_length": limit, "num_layers": len(model.decoder_layers),
+                  "max_sequence_length": limit,
+                  "num_layers": len(model.decoder_layers),
                   "num_heads": int(model.num_heads),
                   "key_dim": int(model.key_dim),
                   "vocabulary_size": len(vocabulary), "quantize": quantize}
@@ -447,7 +449,7 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
 class _LiteRTModel:
     """The decoding interface of ``Transformer`` (``encode``,
     ``cross_attention_caches``, ``empty_self_attention_caches``,
-    ``output_kernel``, ``decode_step``, ``max_length``,
+    ``output_kernel``, ``decode_step``, ``max_sequence_length``,
     ``target_vocabulary_size``: what ``keras_trm.decoding.search`` calls)
     over a translator file's ``encode`` / ``decode_step`` signatures, so
     that the searches run unchanged, in a ``tf.function``, with one
@@ -460,7 +462,7 @@ class _LiteRTModel:
 
     def __init__(self, runner):
         self.runner = runner
-        self.max_length = runner.max_length
+        self.max_sequence_length = runner.max_sequence_length
         self.target_vocabulary_size = int(runner.config["vocabulary_size"])
         self.num_layers = runner.num_layers
         self._cache_shape = [None, int(runner.config["num_heads"]), None,
@@ -521,17 +523,17 @@ class _LiteRTModel:
         return logits, list(zip(flat[0::2], flat[1::2]))
 
 
-class LiteRTTranslator:
+class LiteRTTranslator(RenamedAttributes):
     """Translates raw text with a ``.tflite`` from ``export_translator_litert``.
 
     The graph runs on the LiteRT interpreter (``ai_edge_litert``); the
     search is ``keras_trm.decoding.search``'s ``greedy_search`` /
     ``beam_search`` itself (the same code as in process and in the
     SavedModel, in a ``tf.function`` on the host) over the file's
-    ``decode_step``, with the ``[START]`` / ``[END]`` ids of the file's
-    vocabulary. Sentences are decoded ``batch_size`` at a time, and a
+    ``decode_step``, with the ``[START]`` / ``[END]`` / ``[PAD]`` ids of the
+    file's vocabulary. Sentences are decoded ``batch_size`` at a time, and a
     sentence of T source tokens (END included) gets at most min(T + 50,
-    max_length - 1) generated tokens, as in the searches. Tokenization uses the vocabulary stored in the file with
+    max_sequence_length - 1) generated tokens, as in the searches. Tokenization uses the vocabulary stored in the file with
     ``keras_trm.text.TextTokenizer`` (TensorFlow on the host: kept simple,
     not a device tokenizer). Sources longer than ``max_source_length - 1``
     subwords are truncated, as in ``decoding.Translator``.
@@ -564,12 +566,14 @@ class LiteRTTranslator:
     >>> from keras_trm.text import RESERVED_TOKENS
     >>> vocab = list(RESERVED_TOKENS) + ["a", "b"]
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
-    ...                     d_ff=16, max_length=6)
+    ...                     d_ff=16, max_sequence_length=6)
     >>> path = export_translator_litert(
     ...     model, pathlib.Path(tempfile.mkdtemp()) / "t.tflite", vocab)
     >>> len(LiteRTTranslator(path, beam_size=1).translate_texts(["a b"]))
     1
     """
+
+    RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length"}
 
     def __init__(self, path, num_threads=2, beam_size=4,
                  length_penalty=0.6, batch_size=32, early_stopping=True,
@@ -600,15 +604,17 @@ class LiteRTTranslator:
                 "older keras_trm; export it again with export_translator_litert")
         self.vocabulary = metadata[_VOCABULARY_KEY].decode("utf-8").split("\n")[:-1]
         # The special ids, from the file's own vocabulary (the tokenizer's
-        # [START] / [END]); padding is id 0, the model's mask convention.
-        from keras_trm.text.wordpiece import END, START
+        # [START] / [END] / [PAD]; the export checks that [PAD] is id 0,
+        # the model's mask convention).
+        from keras_trm.text.wordpiece import END, PAD, START
 
-        missing = [t for t in (START, END) if t not in self.vocabulary]
+        missing = [t for t in (START, END, PAD) if t not in self.vocabulary]
         if missing:
             raise ValueError(f"{str(path)!r}: the vocabulary in the file has no "
                              f"{' / '.join(missing)} token")
         self.start_id = self.vocabulary.index(START)
         self.end_id = self.vocabulary.index(END)
+        self.pad_id = self.vocabulary.index(PAD)
         self.path = path
         self.beam_size = beam_size
         self.batch_size = batch_size
@@ -617,7 +623,9 @@ class LiteRTTranslator:
 
         self.early_stopping = stop_rule(early_stopping)
         self.num_layers = int(self.config["num_layers"])
-        self.max_length = int(self.config["max_length"])
+        # Files exported before the rename name it ``max_length``.
+        self.max_sequence_length = int(self.config.get(
+            "max_sequence_length", self.config.get("max_length")))
         self.max_source_length = int(self.config["max_source_length"])
         try:
             from ai_edge_litert.interpreter import Interpreter
@@ -646,20 +654,20 @@ class LiteRTTranslator:
 
             @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
             def search(ids):
+                special = dict(start_id=self.start_id, end_id=self.end_id,
+                               pad_id=self.pad_id)
                 if self.beam_size == 1:
-                    return greedy_search(model, ids, start_id=self.start_id,
-                                         end_id=self.end_id)
+                    return greedy_search(model, ids, **special)
                 return beam_search(
                     model, ids, beam_size=self.beam_size,
                     length_penalty=self.length_penalty,
-                    early_stopping=self.early_stopping,
-                    start_id=self.start_id, end_id=self.end_id)
+                    early_stopping=self.early_stopping, **special)
 
             self._search_function = search
         return self._search_function(tf.constant(block)).numpy()
 
     def translate_ids(self, source_ids):
-        """int ``(n, T)`` source ids (END included, 0-padded, T <=
+        """int ``(n, T)`` source ids (END included, ``pad_id``-padded, T <=
         ``max_source_length``) -> list of n lists of generated ids (END and
         what follows dropped)."""
         source_ids = np.asarray(source_ids)
@@ -671,13 +679,14 @@ class LiteRTTranslator:
         results = []
         for start in range(0, len(padded), self.batch_size):
             block = padded[start:start + self.batch_size]
-            used = np.flatnonzero((block != 0).any(0))  # drop padding columns
+            # Drop padding columns.
+            used = np.flatnonzero((block != self.pad_id).any(0))
             block = block[:, :used[-1] + 1 if len(used) else 1]
             for row in self._search(block):
                 row = row.tolist()
                 results.append(row[:row.index(self.end_id)]
                                if self.end_id in row else
-                               [t for t in row if t != 0])
+                               [t for t in row if t != self.pad_id])
         return results
 
     @property
@@ -689,11 +698,12 @@ class LiteRTTranslator:
         return self._tokenizer
 
     def encode_texts(self, sentences):
-        """list of str -> int32 (n, T) ids + END, 0-padded (as
+        """list of str -> int32 (n, T) ids + END, ``pad_id``-padded (as
         ``decoding.Translator.encode_text``)."""
         ids = self.tokenizer.tokenize(list(sentences)).to_list()
         ids = [row[:self.max_source_length - 1] + [self.end_id] for row in ids]
-        out = np.zeros((len(ids), max(map(len, ids), default=1)), np.int32)
+        out = np.full((len(ids), max(map(len, ids), default=1)), self.pad_id,
+                      np.int32)
         for i, row in enumerate(ids):
             out[i, :len(row)] = row
         return out

@@ -172,7 +172,7 @@ def source_bucket_sentences(translator, sentences, max_sentences=10_000):
     >>> tokenizer = TextTokenizer(
     ...     ["[PAD]", "[UNK]", "[START]", "[END]", "a", "dog"])
     >>> model = transformer(6, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                     max_length=32)
+    ...                     max_sequence_length=32)
     >>> translator = Translator(model, tokenizer)
     >>> source_bucket_sentences(translator, ["a dog", "a dog a", "a " * 12])
     ['a dog', 'a a a a a a a a a a a a ']
@@ -235,7 +235,7 @@ def translator_warmup_requests(translator, sentences, signature_name="serving_de
     >>> tokenizer = TextTokenizer(
     ...     ["[PAD]", "[UNK]", "[START]", "[END]", "a", "dog"])
     >>> model = transformer(6, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                     max_length=32)
+    ...                     max_sequence_length=32)
     >>> translator = Translator(model, tokenizer, jit_compile=True,
     ...                         jit_compile_max_batch_size=2)
     >>> for name, inputs in translator_warmup_requests(

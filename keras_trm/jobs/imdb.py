@@ -174,7 +174,8 @@ def classifier_options(kind, config):
     for ``kind`` (the model is named ``imdb_<kind>``, its export folder)."""
     v.one_of("kind", kind, set(MODEL_KINDS))
     return dict(
-        max_length=config.encoder_max_length, num_layers=config.num_layers,
+        max_sequence_length=config.encoder_max_length,
+        num_layers=config.num_layers,
         d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
         embedding_dim=config.embedding_dim, units=config.units,
         dropout_rate=(config.encoder_dropout_rate if kind == "encoder"

@@ -179,7 +179,7 @@ def _matched_d_ff(config, vocabulary_size, target):
         return vanilla_transformer_lm(
             vocabulary_size, num_layers=config.num_layers,
             d_model=config.d_model, num_heads=config.num_heads, d_ff=d_ff,
-            max_length=config.seg_len).count_params()
+            max_sequence_length=config.seg_len).count_params()
 
     base = count(config.d_ff)
     per_unit = config.num_layers * (2 * config.d_model + 1)
@@ -308,7 +308,7 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
     vanilla = vanilla_transformer_lm(
         len(vocab), num_layers=config.num_layers, d_model=config.d_model,
         num_heads=config.num_heads, d_ff=vanilla_d_ff,
-        max_length=config.seg_len, dropout_rate=config.dropout_rate,
+        max_sequence_length=config.seg_len, dropout_rate=config.dropout_rate,
         name=f"vanilla_{config.corpus}",
     )
     vanilla_params = int(vanilla.count_params())

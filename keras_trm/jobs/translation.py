@@ -24,7 +24,8 @@ import json
 import pathlib
 import sys
 import time
-from typing import Literal, get_args
+import warnings
+from typing import Literal, Optional, get_args
 
 import keras
 import tensorflow as tf
@@ -167,8 +168,18 @@ class TranslationConfig:
     """Feed-forward inner width (units)."""
     dropout_rate: float = 0.1
     """Dropout rate (fraction, 0-1)."""
-    max_length: int = 128
-    """Longest sentence kept for training, per side (tokens)."""
+    max_sequence_length: int = 128
+    """The model's positions: the longest source or target id sequence it
+    takes, START/END included (tokens; ``transformer(max_sequence_length=)``,
+    and the longest source the export translates)."""
+    max_train_length: Optional[int] = None
+    """Training pairs whose source or target ids (START/END included) are
+    longer are dropped (tokens, at most ``max_sequence_length``;
+    ``prepare_shards(max_train_length=)``); null: ``max_sequence_length``."""
+    max_length: Optional[int] = None
+    """Deprecated: ``max_sequence_length`` and ``max_train_length`` in one
+    (the single setting they replace); it sets both: ``max_sequence_length``
+    to it, ``max_train_length`` to null (the same value) (tokens)."""
     label_smoothing: float = 0.1
     """Label smoothing (epsilon_ls, fraction)."""
     warmup_steps: int = 400
@@ -260,12 +271,29 @@ class TranslationConfig:
     ``keras_trm.data.prepare_shards``); with several workers each corpus is
     cut into at least 4 shards per worker."""
 
+    # Old field -> the fields it now sets (``keras_trm.cli.parse_config``
+    # says so on the command line and records the new ones).
+    RENAMED_FIELDS = {"max_length": ("max_sequence_length", "max_train_length")}
+
+    def __post_init__(self):
+        if self.max_length is not None:  # the old single length: sets both
+            warnings.warn(
+                "`max_length` is now `max_sequence_length` (the model's "
+                "positions) and `max_train_length` (the longest training "
+                "pair kept); the old name sets both and will go",
+                DeprecationWarning, stacklevel=v.caller_stacklevel())
+            # The training filter follows the positions (None), as the one
+            # length did, also when a preset then sets the positions.
+            self.max_sequence_length = self.max_length
+            self.max_train_length = None
+            self.max_length = None
+
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
         value (``keras-trm train-translation`` turns it into a usage error,
         exit 2, before anything is written; ``run`` checks too)."""
         for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
-                     "d_ff", "max_length", "warmup_steps", "tokens_per_batch",
+                     "d_ff", "max_sequence_length", "warmup_steps", "tokens_per_batch",
                      "epochs", "average_last", "beam_size", "parallel_searches",
                      "eval_every_epochs", "save_freq", "tensorboard_every_steps",
                      "shuffle_buffer", "pairs_per_shard"):
@@ -274,6 +302,18 @@ class TranslationConfig:
                      "validation_limit", "export_jit_compile_max_batch_size"):
             v.non_negative_int(name, getattr(self, name))
         v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
+        if self.max_train_length is not None:
+            v.positive_int("max_train_length", self.max_train_length)
+            if self.max_train_length > self.max_sequence_length:
+                raise ValueError(
+                    "`max_train_length` must be at most `max_sequence_length` "
+                    f"(the model's positions), got max_train_length="
+                    f"{self.max_train_length} and max_sequence_length="
+                    f"{self.max_sequence_length}")
+        if train_length(self) < 2:  # START or END and one token
+            raise ValueError(
+                "`max_train_length` (default: `max_sequence_length`) must be "
+                f">= 2, got {train_length(self)}")
         v.rate("dropout_rate", self.dropout_rate)
         v.rate("label_smoothing", self.label_smoothing)
         v.positive_float("time_budget_minutes", self.time_budget_minutes)
@@ -285,6 +325,15 @@ class TranslationConfig:
             raise ValueError("`checkpoint_every_minutes` must be >= 0, got "
                              f"checkpoint_every_minutes={self.checkpoint_every_minutes!r}")
         stop_rule(self.early_stopping)
+
+
+def train_length(config):
+    """The longest training pair a config keeps (tokens, START/END
+    included): ``max_train_length``, or ``max_sequence_length`` where it is
+    None."""
+    if config.max_train_length is None:
+        return config.max_sequence_length
+    return config.max_train_length
 
 
 def vocabulary_kind(config):
@@ -579,7 +628,7 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
             per_shard = max(1, min(per_shard, lines // (4 * num_workers)))
         manifests.append(prepare_shards(
             source_path, target_path, tokenizer, pathlib.Path(shard_root) / name,
-            max_length=config.max_length, pairs_per_shard=per_shard,
+            max_train_length=train_length(config), pairs_per_shard=per_shard,
             limit=config.limit))
     common = dict(tokens_per_batch=config.tokens_per_batch, boundaries=boundaries)
     if len(manifests) == 1 and weights is None:
@@ -772,11 +821,11 @@ def _run(config, data_dir, workdir, export_dir, samples):
                          f"parallel_searches={config.parallel_searches}")
     # Its warm-up requests (one per batch size and 8-token bucket) must fit
     # TF Serving's 1000: checked now, not after training.
-    most = MAX_WARMUP_RECORDS // -(-config.max_length // 8)
+    most = MAX_WARMUP_RECORDS // -(-config.max_sequence_length // 8)
     if not 0 <= config.export_jit_compile_max_batch_size <= most:
         raise ValueError(
             f"`export_jit_compile_max_batch_size` must be in [0, {most}] "
-            f"(warm-up requests for {-(-config.max_length // 8)} source "
+            f"(warm-up requests for {-(-config.max_sequence_length // 8)} source "
             "buckets at each batch size fit TF Serving's "
             f"{MAX_WARMUP_RECORDS}), got export_jit_compile_max_batch_size="
             f"{config.export_jit_compile_max_batch_size}")
@@ -826,7 +875,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
     vocab = tokenizer.vocabulary
     num_workers, worker_index, is_chief = worker_info(strategy)
     boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
-                       if b < config.max_length) + (config.max_length,)
+                       if b < train_length(config)) + (train_length(config),)
     position = DataPosition()  # where a resumed run re-enters the stream
     # Two processes must not write one folder: workers prepare their own.
     shard_root = workdir / ("shards" if is_chief else f"shards_worker{worker_index}")
@@ -838,7 +887,7 @@ def _run(config, data_dir, workdir, export_dir, samples):
     real_tokens = sum(m["target_tokens"] for m in stream["manifests"])
     for (name, _, _), m in zip(corpora, stream["manifests"]):
         print(f"{name}: {m['pairs']:,} of {m['lines']:,} pairs kept ({m['blank']:,} "
-              f"blank, {m['too_long']:,} over {config.max_length} tokens), "
+              f"blank, {m['too_long']:,} over {train_length(config)} tokens), "
               f"{len(m['shards'])} shard(s){' (reused)' if m.get('reused') else ''}",
               flush=True)
     if stream["weights"] is not None:
@@ -853,7 +902,8 @@ def _run(config, data_dir, workdir, export_dir, samples):
         model = transformer(
             len(vocab), num_layers=config.num_layers, d_model=config.d_model,
             num_heads=config.num_heads, d_ff=config.d_ff,
-            dropout_rate=config.dropout_rate, max_length=config.max_length,
+            dropout_rate=config.dropout_rate,
+            max_sequence_length=config.max_sequence_length,
             name=config.model_name,
         )
         schedule = NoamSchedule(config.d_model, config.warmup_steps,

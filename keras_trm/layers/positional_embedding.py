@@ -54,7 +54,7 @@ def sinusoidal_position_encoding(length, d_model, dtype="float32"):
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
-class PositionalEmbedding(keras.layers.Layer):
+class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
     """Token embedding scaled by sqrt(d_model) plus position encoding.
 
     Vaswani et al. (2017) §3.4: embeddings are multiplied by sqrt(d_model);
@@ -69,7 +69,10 @@ class PositionalEmbedding(keras.layers.Layer):
     Args:
         vocabulary_size: int > 0.
         d_model: int > 0 (even for sinusoidal positions).
-        max_length: int > 0, the longest sequence accepted.
+        max_sequence_length: int > 0, the positions of the table: the
+            longest sequence accepted (keras-hub's backbones' name).
+            ``max_length``: its old name, deprecated (a config saved with
+            it still loads).
         position: ``"sinusoidal"`` or ``"learned"``.
         mask_zero: bool; if True id 0 is padding and a Keras mask
             ``ids != 0`` is produced.
@@ -92,13 +95,14 @@ class PositionalEmbedding(keras.layers.Layer):
 
     Raises:
         TypeError: non-integer token ids (e.g. float tensors).
-        ValueError: a sequence longer than ``max_length`` (checked on static
+        ValueError: a sequence longer than ``max_sequence_length`` (checked on static
             shapes when called and at run time otherwise), bad arguments.
 
     Example:
 
     >>> import numpy as np
-    >>> embed = PositionalEmbedding(vocabulary_size=100, d_model=16, max_length=32)
+    >>> embed = PositionalEmbedding(vocabulary_size=100, d_model=16,
+    ...                             max_sequence_length=32)
     >>> ids = np.array([[5, 7, 9, 0]], "int32")   # 0 = padding
     >>> x = embed(ids)
     >>> tuple(x.shape)
@@ -109,21 +113,30 @@ class PositionalEmbedding(keras.layers.Layer):
     (1, 4, 100)
     """
 
+    RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length"}
+
     def __init__(
         self,
         vocabulary_size,
         d_model,
-        max_length,
+        max_sequence_length=None,
         position="sinusoidal",
         mask_zero=True,
         scale_embeddings=True,
         embeddings_initializer=None,
+        max_length=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        max_sequence_length = v.renamed("max_length", max_length,
+                                        "max_sequence_length",
+                                        max_sequence_length)
+        if max_sequence_length is None:
+            raise TypeError("PositionalEmbedding needs `max_sequence_length`")
         self.vocabulary_size = v.positive_int("vocabulary_size", vocabulary_size)
         self.d_model = v.positive_int("d_model", d_model)
-        self.max_length = v.positive_int("max_length", max_length)
+        self.max_sequence_length = v.positive_int("max_sequence_length",
+                                                  max_sequence_length)
         self.position = v.one_of("position", position, {"sinusoidal", "learned"})
         self.mask_zero = bool(mask_zero)
         self.scale_embeddings = bool(scale_embeddings)
@@ -135,7 +148,8 @@ class PositionalEmbedding(keras.layers.Layer):
             embeddings_initializer
         )
         if self.position == "sinusoidal":
-            self._pe = sinusoidal_position_encoding(max_length, d_model)
+            self._pe = sinusoidal_position_encoding(self.max_sequence_length,
+                                                    d_model)
         self.supports_masking = self.mask_zero
 
     def build(self, inputs_shape=None):
@@ -147,7 +161,7 @@ class PositionalEmbedding(keras.layers.Layer):
         if self.position == "learned":
             self.position_embeddings = self.add_weight(
                 name="position_embeddings",
-                shape=(self.max_length, self.d_model),
+                shape=(self.max_sequence_length, self.d_model),
                 initializer=keras.initializers.RandomNormal(
                     stddev=self.d_model**-0.5
                 ),
@@ -171,11 +185,11 @@ class PositionalEmbedding(keras.layers.Layer):
         v.integer_ids("inputs", inputs)
         length = inputs.shape[-1]
         if isinstance(length, int) and isinstance(start_index, int):
-            if start_index + length > self.max_length:
+            if start_index + length > self.max_sequence_length:
                 raise ValueError(
                     f"`inputs` has sequence length {length} (start_index="
-                    f"{start_index}), longer than max_length="
-                    f"{self.max_length} of layer '{self.name}'"
+                    f"{start_index}), longer than max_sequence_length="
+                    f"{self.max_sequence_length} of layer '{self.name}'"
                 )
 
     def call(self, inputs, start_index=0, reverse=False):
@@ -201,10 +215,11 @@ class PositionalEmbedding(keras.layers.Layer):
 
             check = tf.debugging.assert_less_equal(
                 start_index + length,
-                self.max_length,
+                self.max_sequence_length,
                 message=(
                     f"`inputs` sequence length (plus start_index) exceeds "
-                    f"max_length={self.max_length} of layer '{self.name}'"
+                    f"max_sequence_length={self.max_sequence_length} of layer "
+                    f"'{self.name}'"
                 ),
             )
             with tf.control_dependencies([check]):
@@ -214,7 +229,7 @@ class PositionalEmbedding(keras.layers.Layer):
     def compute_output_spec(self, inputs, start_index=0, reverse=False):
         # Shapes without tracing ``call``: a symbolic length (JAX's shape
         # polymorphism in a functional model) cannot be compared with
-        # ``max_length`` or slice the position table.
+        # ``max_sequence_length`` or slice the position table.
         if reverse:
             return keras.KerasTensor(
                 tuple(inputs.shape[:-1]) + (self.vocabulary_size,), "float32")
@@ -231,7 +246,7 @@ class PositionalEmbedding(keras.layers.Layer):
         config.update(
             vocabulary_size=self.vocabulary_size,
             d_model=self.d_model,
-            max_length=self.max_length,
+            max_sequence_length=self.max_sequence_length,
             position=self.position,
             mask_zero=self.mask_zero,
             scale_embeddings=self.scale_embeddings,
@@ -240,3 +255,9 @@ class PositionalEmbedding(keras.layers.Layer):
             ),
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # Configs saved before the rename name the table ``max_length``.
+        return super().from_config(
+            v.renamed_key(config, "max_length", "max_sequence_length"))

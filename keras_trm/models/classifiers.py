@@ -158,8 +158,8 @@ def lstm_classifier(
 
 def encoder_classifier(
     vocabulary_size, num_layers=2, d_model=128, num_heads=4, d_ff=256,
-    max_length=512, dropout_rate=0.1, pooling="mean", num_classes=2,
-    position="learned", name="encoder_classifier",
+    max_sequence_length=512, dropout_rate=0.1, pooling="mean", num_classes=2,
+    position="learned", name="encoder_classifier", max_length=None,
 ):
     """Builds a BERT-style Transformer-encoder sequence classifier.
 
@@ -184,7 +184,9 @@ def encoder_classifier(
         num_layers: int > 0, encoder blocks.
         d_model, num_heads, d_ff: width, heads (must divide ``d_model``), FFN
             inner width.
-        max_length: int > 0, the longest sequence accepted.
+        max_sequence_length: int > 0, the positions of the embedding's
+            table: the longest sequence accepted. ``max_length``: its old
+            name, deprecated.
         dropout_rate: float in [0, 1), on the embeddings, every residual
             sub-layer and the pooled vector.
         pooling: ``"mean"`` or ``"cls"``.
@@ -194,7 +196,7 @@ def encoder_classifier(
 
     Returns:
         ``ClassifierModel`` with input ``"token_ids"``: int32 ``(batch, T)``,
-        ``T <= max_length``, and output float32 probabilities ``(batch,
+        ``T <= max_sequence_length``, and output float32 probabilities ``(batch,
         num_classes)``.
 
     Raises:
@@ -202,24 +204,26 @@ def encoder_classifier(
             not divisible by ``num_heads``, unknown ``pooling`` or
             ``position``, rates outside [0, 1)); the message names the
             argument. When called: TypeError for non-integer ids (names the
-            dtype), ValueError for ``T > max_length``.
+            dtype), ValueError for ``T > max_sequence_length``.
 
     Example:
 
     >>> import numpy as np
     >>> model = encoder_classifier(vocabulary_size=50, num_layers=1, d_model=16,
-    ...                            num_heads=2, d_ff=32, max_length=16)
+    ...                            num_heads=2, d_ff=32, max_sequence_length=16)
     >>> probs = np.asarray(model(np.array([[4, 5, 6, 0], [7, 8, 0, 0]], "int32")))
     >>> tuple(probs.shape), bool(np.allclose(np.sum(probs, axis=-1), 1.0))
     ((2, 2), True)
     """
+    max_sequence_length = v.renamed("max_length", max_length,
+                                    "max_sequence_length", max_sequence_length)
     v.positive_int("vocabulary_size", vocabulary_size)
     v.positive_int("num_layers", num_layers)
     v.positive_int("d_model", d_model)
     v.positive_int("num_heads", num_heads)
     v.positive_int("d_ff", d_ff)
     v.divisible("d_model", d_model, "num_heads", num_heads)
-    v.positive_int("max_length", max_length)
+    v.positive_int("max_sequence_length", max_sequence_length)
     v.rate("dropout_rate", dropout_rate)
     v.one_of("pooling", pooling, POOLING_MODES)
     v.one_of("position", position, {"learned", "sinusoidal"})
@@ -228,7 +232,7 @@ def encoder_classifier(
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     padding_mask = ops.not_equal(token_ids, 0)
     x = PositionalEmbedding(
-        vocabulary_size, d_model, max_length, position=position,
+        vocabulary_size, d_model, max_sequence_length, position=position,
         name="embedding",
     )(token_ids)
     x = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(x)
@@ -255,14 +259,15 @@ MNIST_IMAGE_SHAPE = (28, 28)
 TEXT_CLASSIFIER_KINDS = ("encoder", "lstm_ln", "lstm")
 
 
-def text_classifier(kind, vocabulary_size, max_length=512, num_layers=1,
-                    d_model=128, num_heads=4, d_ff=256, embedding_dim=64,
-                    units=128, dropout_rate=0.2, num_classes=2, name=None):
+def text_classifier(kind, vocabulary_size, max_sequence_length=512,
+                    num_layers=1, d_model=128, num_heads=4, d_ff=256,
+                    embedding_dim=64, units=128, dropout_rate=0.2,
+                    num_classes=2, name=None, max_length=None):
     """One of three token-id text classifiers, by name, so that a recipe
     can train them on the same data and compare them.
 
     * ``"encoder"``: ``encoder_classifier`` (``num_layers``, ``d_model``,
-      ``num_heads``, ``d_ff``, ``max_length``; mean pooling);
+      ``num_heads``, ``d_ff``, ``max_sequence_length``; mean pooling);
     * ``"lstm_ln"``: ``lstm_classifier`` with ``LSTM_LN`` (Ba et al. 2016,
       §3.1; ``embedding_dim``, ``units``);
     * ``"lstm"``: the same with ``keras.layers.LSTM``.
@@ -272,8 +277,9 @@ def text_classifier(kind, vocabulary_size, max_length=512, num_layers=1,
     Args:
         kind: ``"encoder"``, ``"lstm_ln"`` or ``"lstm"``.
         vocabulary_size: int > 0; id 0 is padding.
-        max_length: int > 0, the encoder's longest input (tokens); the
-            LSTMs take any length.
+        max_sequence_length: int > 0, the encoder's longest input (tokens);
+            the LSTMs take any length. ``max_length``: its old name,
+            deprecated.
         dropout_rate: float in [0, 1), the kind's dropout.
         num_classes: int >= 2.
         name: the model's name (default ``"<kind>_classifier"``).
@@ -293,12 +299,15 @@ def text_classifier(kind, vocabulary_size, max_length=512, num_layers=1,
     >>> model.name, tuple(model(np.ones((3, 7), "int32")).shape)
     ('lstm_ln_classifier', (3, 2))
     """
+    max_sequence_length = v.renamed("max_length", max_length,
+                                    "max_sequence_length", max_sequence_length)
     v.one_of("kind", kind, set(TEXT_CLASSIFIER_KINDS))
     name = name or f"{kind}_classifier"
     if kind == "encoder":
         return encoder_classifier(
             vocabulary_size, num_layers=num_layers, d_model=d_model,
-            num_heads=num_heads, d_ff=d_ff, max_length=max_length,
+            num_heads=num_heads, d_ff=d_ff,
+            max_sequence_length=max_sequence_length,
             dropout_rate=dropout_rate, pooling="mean", num_classes=num_classes,
             name=name)
     return lstm_classifier(

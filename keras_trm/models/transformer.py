@@ -24,7 +24,7 @@ TIE_MODES = {"all", "decoder", "none"}
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
-class Transformer(keras.Model):
+class Transformer(v.RenamedAttributes, keras.Model):
     """The encoder-decoder Transformer: a functional model that decodes.
 
     Architecture (Vaswani et al. 2017, §3, Figure 1): token embedding x
@@ -56,7 +56,10 @@ class Transformer(keras.Model):
             FFN inner width.
         dropout_rate: residual and embedding dropout P_drop.
         attention_dropout_rate: dropout on attention probabilities.
-        max_length: longest source or target sequence (tokens).
+        max_sequence_length: the positions of the embeddings' tables: the
+            longest source or target sequence (tokens, START/END included).
+            ``max_length``: its old name, deprecated (a config saved with
+            it still loads).
         position: ``"sinusoidal"`` (paper) or ``"learned"``.
         tie_embeddings: ``"all"``, ``"decoder"`` or ``"none"``.
         target_vocabulary_size: int; target vocabulary when not shared.
@@ -78,7 +81,7 @@ class Transformer(keras.Model):
 
     >>> import numpy as np
     >>> model = Transformer(vocabulary_size=20, num_layers=1, d_model=8,
-    ...                     num_heads=2, d_ff=8, max_length=8)
+    ...                     num_heads=2, d_ff=8, max_sequence_length=8)
     >>> src = np.array([[5, 6, 3]], "int32")
     >>> enc = model.encode(src)
     >>> cross = model.cross_attention_caches(enc)
@@ -93,6 +96,8 @@ class Transformer(keras.Model):
     True
     """
 
+    RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length"}
+
     def __init__(
         self,
         vocabulary_size,
@@ -102,7 +107,7 @@ class Transformer(keras.Model):
         d_ff=2048,
         dropout_rate=0.1,
         attention_dropout_rate=0.0,
-        max_length=256,
+        max_sequence_length=256,
         position="sinusoidal",
         tie_embeddings="all",
         target_vocabulary_size=None,
@@ -110,8 +115,12 @@ class Transformer(keras.Model):
         layer_norm_epsilon=1e-6,
         dtype=None,
         name="transformer",
+        max_length=None,
         **kwargs,
     ):
+        max_sequence_length = v.renamed("max_length", max_length,
+                                        "max_sequence_length",
+                                        max_sequence_length)
         v.positive_int("vocabulary_size", vocabulary_size)
         v.positive_int("num_layers", num_layers)
         v.positive_int("d_model", d_model)
@@ -134,7 +143,7 @@ class Transformer(keras.Model):
         # layers draw their initializer and dropout seeds when they are
         # made, so this order fixes the initial weights for a given seed.
         def embedding(vocab, layer_name):
-            return PositionalEmbedding(vocab, d_model, max_length,
+            return PositionalEmbedding(vocab, d_model, max_sequence_length,
                                        position=position, dtype=policy,
                                        name=layer_name)
 
@@ -215,13 +224,14 @@ class Transformer(keras.Model):
         self.decoder_final_norm = decoder_final_norm
         self.output_projection = output_projection
 
-        # === Config === (also attributes: model.d_model, model.max_length...)
+        # === Config === (also attributes: model.d_model,
+        # model.max_sequence_length...)
         self._config = dict(
             vocabulary_size=vocabulary_size, num_layers=num_layers,
             d_model=d_model, num_heads=num_heads, d_ff=d_ff,
             dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
-            max_length=max_length, position=position,
+            max_sequence_length=max_sequence_length, position=position,
             tie_embeddings=tie_embeddings,
             target_vocabulary_size=target_vocabulary_size,
             norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon,
@@ -237,7 +247,8 @@ class Transformer(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        # Configs saved before the rename name the positions ``max_length``.
+        return cls(**v.renamed_key(config, "max_length", "max_sequence_length"))
 
     # -- the pieces (what the functional graph above is made of) ----------
 
@@ -326,12 +337,12 @@ class Transformer(keras.Model):
 
     # -- the same step over fixed-size caches (static shapes, for XLA) -----
 
-    def static_empty_self_attention_caches(self, batch_size, max_length,
+    def static_empty_self_attention_caches(self, batch_size, num_positions,
                                            dtype):
         """Per decoder layer ``(keys, values)`` of zeros, each float
-        ``(batch, h, max_length, d_k)``: fixed-size caches for
+        ``(batch, h, num_positions, d_k)``: fixed-size caches for
         ``static_decode_step``."""
-        shape = (batch_size, self.num_heads, max_length, self.key_dim)
+        shape = (batch_size, self.num_heads, num_positions, self.key_dim)
         return [(ops.zeros(shape, dtype), ops.zeros(shape, dtype))
                 for _ in self.decoder_layers]
 
@@ -401,7 +412,7 @@ def transformer(vocabulary_size, **kwargs):
     >>> import keras
     >>> import numpy as np
     >>> model = transformer(vocabulary_size=100, num_layers=1, d_model=16,
-    ...                     num_heads=2, d_ff=32, max_length=20)
+    ...                     num_heads=2, d_ff=32, max_sequence_length=20)
     >>> logits = model({"encoder_tokens": np.array([[5, 6, 3, 0]], "int32"),
     ...                 "decoder_tokens": np.array([[2, 7, 8]], "int32")})
     >>> tuple(logits.shape), keras.backend.standardize_dtype(logits.dtype)
@@ -481,7 +492,7 @@ def as_transformer(model):
 
     >>> import numpy as np
     >>> new = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                   max_length=8)
+    ...                   max_sequence_length=8)
     >>> old = keras.Model(new.inputs, new.outputs)   # a plain functional model
     >>> model = as_transformer(old)
     >>> type(model).__name__, all(np.array_equal(a, b) for a, b in
@@ -515,7 +526,8 @@ def as_transformer(model):
         num_heads=block.num_heads, d_ff=block.d_ff,
         dropout_rate=block.dropout_rate,
         attention_dropout_rate=block.attention_dropout_rate,
-        max_length=source.max_length, position=source.position,
+        max_sequence_length=source.max_sequence_length,
+        position=source.position,
         tie_embeddings=tie, target_vocabulary_size=target_vocabulary_size,
         norm_first=block.norm_first, layer_norm_epsilon=block.layer_norm_epsilon,
         dtype=block.dtype_policy.name, name=model.name)

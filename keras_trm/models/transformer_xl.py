@@ -396,9 +396,9 @@ class TransformerXLLM(keras.Model):
 # -- vanilla baseline ----------------------------------------------------------
 def vanilla_transformer_lm(
     vocabulary_size, num_layers=4, d_model=256, num_heads=4, d_ff=1024,
-    max_length=512, dropout_rate=0.1, attention_dropout_rate=0.0,
+    max_sequence_length=512, dropout_rate=0.1, attention_dropout_rate=0.0,
     position="sinusoidal", norm_first=False, layer_norm_epsilon=1e-5,
-    name="vanilla_transformer_lm",
+    name="vanilla_transformer_lm", max_length=None,
 ):
     """The fixed-context baseline: absolute positions, causal attention.
 
@@ -416,7 +416,9 @@ def vanilla_transformer_lm(
             ``d_model``, ``num_heads``, ``d_ff``, ``dropout_rate``,
             ``attention_dropout_rate``, ``norm_first`` and
             ``layer_norm_epsilon``.
-        max_length: int, the longest segment (and evaluation context).
+        max_sequence_length: int, the positions of the embedding's table:
+            the longest segment (and evaluation context). ``max_length``:
+            its old name, deprecated.
         position: ``"sinusoidal"`` (default) or ``"learned"``.
 
     Returns:
@@ -431,10 +433,12 @@ def vanilla_transformer_lm(
 
     >>> import numpy as np
     >>> lm = vanilla_transformer_lm(11, num_layers=1, d_model=8, num_heads=2,
-    ...                             d_ff=16, max_length=6)
+    ...                             d_ff=16, max_sequence_length=6)
     >>> tuple(lm(np.ones((2, 6), "int32")).shape)
     (2, 6, 11)
     """
+    max_sequence_length = v.renamed("max_length", max_length,
+                                    "max_sequence_length", max_sequence_length)
     v.positive_int("vocabulary_size", vocabulary_size)
     v.positive_int("num_layers", num_layers)
     v.positive_int("d_model", d_model)
@@ -442,7 +446,7 @@ def vanilla_transformer_lm(
     v.divisible("d_model", d_model, "num_heads", num_heads)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     embedding = PositionalEmbedding(
-        vocabulary_size, d_model, max_length, position=position,
+        vocabulary_size, d_model, max_sequence_length, position=position,
         mask_zero=False, name="embedding",
     )
     x = embedding(token_ids)

@@ -130,6 +130,10 @@ class SentencePieceTokenizer(tf.Module):
         model: path of a ``.model`` file written by ``learn_sentencepiece``
             (or its serialized bytes).
 
+    ``start_id``, ``end_id``, ``pad_id``: its special ids (the reserved
+    ``START_ID``, ``END_ID``, ``PAD_ID``, checked at load), what the
+    searches take.
+
     Raises:
         FileNotFoundError: ``model`` path missing.
         ValueError: the model's ids 0-3 are not PAD, UNK, START, END.
@@ -143,6 +147,8 @@ class SentencePieceTokenizer(tf.Module):
         >>> tok.detokenize(ids).numpy()[0].decode()
         'Ein Hund läuft.'
     """
+
+    start_id, end_id, pad_id = START_ID, END_ID, PAD_ID
 
     def __init__(self, model, name=None):
         super().__init__(name=name)

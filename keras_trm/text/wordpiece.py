@@ -110,7 +110,12 @@ class TextTokenizer(tf.Module):
     ``(batch, None)`` WordPiece ids (no START/END).
     ``detokenize(ids)``: int ``(batch, T)`` (dense, padded, or ragged) ->
     str ``(batch,)``; reads up to the first END, drops PAD/START/END.
+
+    ``start_id``, ``end_id``, ``pad_id``: its special ids (the reserved
+    ``START_ID``, ``END_ID``, ``PAD_ID``), what the searches take.
     """
+
+    start_id, end_id, pad_id = START_ID, END_ID, PAD_ID
 
     def __init__(self, vocabulary, name=None):
         super().__init__(name=name)

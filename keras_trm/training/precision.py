@@ -188,7 +188,7 @@ def float32_copy(model):
     >>> from keras_trm.models import transformer
     >>> keras.config.set_dtype_policy("mixed_bfloat16")
     >>> mixed = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                     max_length=8)
+    ...                     max_sequence_length=8)
     >>> keras.config.set_dtype_policy("float32")
     >>> plain = float32_copy(mixed)
     >>> {layer.dtype_policy.name for layer in plain.layers[2:]}

@@ -104,5 +104,88 @@ def renamed(old_name, old_value, new_name, new_value):
     import warnings
 
     warnings.warn(f"`{old_name}` is now `{new_name}`; the old name will go",
-                  DeprecationWarning, stacklevel=3)
+                  DeprecationWarning, stacklevel=caller_stacklevel())
     return old_value
+
+
+def caller_stacklevel():
+    """The ``stacklevel`` for ``warnings.warn``, called by the function
+    that calls this one, that points at the first caller outside
+    keras_trm: a deprecation is the caller's code to change, also when it
+    reaches the check through a builder (``transformer_base`` ->
+    ``transformer`` -> ``Transformer``), and Python shows a
+    ``DeprecationWarning`` only where that code is ``__main__``.
+
+    Example:
+
+    >>> def warn():   # a doctest's frames are keras_trm's module's
+    ...     return caller_stacklevel()
+    >>> warn() >= 2
+    True
+    """
+    import sys
+
+    frame, level = sys._getframe(2), 2  # the warning function's caller
+    while frame is not None and frame.f_back is not None and (
+            frame.f_globals.get("__name__") or "").partition(".")[0] == "keras_trm":
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def renamed_key(config, old_name, new_name):
+    """``config`` (a dict, e.g. a layer's saved config) with ``old_name``
+    moved to ``new_name``, silently: configs saved before a rename still
+    load (the saved file is not the caller's code to fix). A new copy;
+    ``config`` itself is left as it is.
+
+    Example:
+
+    >>> renamed_key({"max_length": 8, "d_model": 4}, "max_length",
+    ...             "max_sequence_length")
+    {'d_model': 4, 'max_sequence_length': 8}
+    """
+    config = dict(config)
+    if old_name in config:
+        value = config.pop(old_name)
+        config.setdefault(new_name, value)
+    return config
+
+
+class RenamedAttributes:
+    """Mixin: an attribute read by its old name (``RENAMED_ATTRIBUTES``,
+    old name -> new name) gives the new one's value with a
+    ``DeprecationWarning``.
+
+    Through ``__getattr__`` (only called for names not found otherwise),
+    so ``dir()`` does not list the old names and what walks an object's
+    attributes (Keras' saving) never reads them.
+
+    Example:
+
+    >>> import warnings
+    >>> class Table(RenamedAttributes):
+    ...     RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length"}
+    ...     max_sequence_length = 8
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     Table().max_length
+    8
+    >>> str(caught[0].message)
+    '`max_length` is now `max_sequence_length`; the old name will go'
+    """
+
+    RENAMED_ATTRIBUTES = {}
+
+    def __getattr__(self, name):
+        new_name = type(self).RENAMED_ATTRIBUTES.get(name)
+        if new_name is not None:
+            import warnings
+
+            warnings.warn(f"`{name}` is now `{new_name}`; the old name will go",
+                          DeprecationWarning, stacklevel=caller_stacklevel())
+            return getattr(self, new_name)
+        parent = getattr(super(), "__getattr__", None)  # torch's Module has one
+        if parent is None:
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}")
+        return parent(name)
