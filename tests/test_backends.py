@@ -259,44 +259,51 @@ def test_average_checkpoints_is_the_mean(tmp_path, small_model):
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np, keras
-    from keras_trm.decoding import beam_search, greedy_search
+    from keras_trm.decoding import Translator, beam_search, greedy_search
     from keras_trm.models import transformer
-    mode, path, out = sys.argv[1:4]
-    keras.utils.set_random_seed(int(mode == "save"))
-    model = transformer(40, num_layers=2, d_model=32, num_heads=4, d_ff=64,
-                        max_sequence_length=40, tie_embeddings="none")
-    if mode == "save":
-        model.save_weights(path)
-    else:
-        model.load_weights(path)
-    rng = np.random.default_rng(0)
-    src = rng.integers(4, 40, (4, 9)).astype("int32")
-    src[:, -1] = 3
-    src[1, 4:] = [3, 0, 0, 0, 0]
-    tgt = rng.integers(4, 40, (4, 6)).astype("int32")
-    logits = model({"encoder_tokens": src, "decoder_tokens": tgt})
-    result = dict(
-        backend=keras.backend.backend(),
-        logits=keras.ops.convert_to_numpy(logits).tolist(),
-        greedy=np.asarray(greedy_search(model, src)).tolist(),
-        beam=np.asarray(beam_search(model, src, beam_size=4)).tolist())
-    # Raw text through TensorFlow's tokenizer and this backend's search.
-    from keras_trm.decoding import Translator
     from keras_trm.text import RESERVED_TOKENS, TextTokenizer
-    words = list(RESERVED_TOKENS) + [f"w{i}" for i in range(40 - len(RESERVED_TOKENS))]
-    sentences = ["w1 w2 w3 .", "  ", "w7 " * 30, "w5"]
-    result["texts"] = Translator(model, TextTokenizer(words),
-                                 beam_size=3).translate_texts(sentences, batch_size=3)
-    json.dump(result, open(out, "w"))
+
+    def run(mode, path, out):
+        keras.utils.set_random_seed(int(mode == "save"))
+        model = transformer(40, num_layers=2, d_model=32, num_heads=4, d_ff=64,
+                            max_sequence_length=40, tie_embeddings="none")
+        if mode == "save":
+            model.save_weights(path)
+        else:
+            model.load_weights(path)
+        rng = np.random.default_rng(0)
+        src = rng.integers(4, 40, (4, 9)).astype("int32")
+        src[:, -1] = 3
+        src[1, 4:] = [3, 0, 0, 0, 0]
+        tgt = rng.integers(4, 40, (4, 6)).astype("int32")
+        logits = model({"encoder_tokens": src, "decoder_tokens": tgt})
+        result = dict(
+            backend=keras.backend.backend(),
+            logits=keras.ops.convert_to_numpy(logits).tolist(),
+            greedy=np.asarray(greedy_search(model, src)).tolist(),
+            beam=np.asarray(beam_search(model, src, beam_size=4)).tolist())
+        # Raw text through TensorFlow's tokenizer and this backend's search.
+        words = list(RESERVED_TOKENS) + [
+            f"w{i}" for i in range(40 - len(RESERVED_TOKENS))]
+        sentences = ["w1 w2 w3 .", "  ", "w7 " * 30, "w5"]
+        result["texts"] = Translator(model, TextTokenizer(words), beam_size=3
+                                     ).translate_texts(sentences, batch_size=3)
+        json.dump(result, open(out, "w"))
+
+    for task in sys.argv[1:]:  # "mode,weights,out", in order
+        run(*task.split(","))
 """)
 
 
-def _child(backend, mode, weights, out):
+def _child(backend, *tasks):
+    """Runs ``(mode, weights, out)`` tasks in order in one process of
+    ``backend``; returns their results."""
     env = dict(os.environ, KERAS_BACKEND=backend)
-    subprocess.run([sys.executable, "-c", _CHILD, mode, str(weights), str(out)],
+    subprocess.run([sys.executable, "-c", _CHILD,
+                    *(",".join(map(str, task)) for task in tasks)],
                    env=env, cwd=ROOT, check=True, timeout=300,
                    capture_output=True)
-    return json.loads(pathlib.Path(out).read_text())
+    return [json.loads(pathlib.Path(out).read_text()) for _, _, out in tasks]
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow",
@@ -307,21 +314,30 @@ def test_weights_round_trip_across_backends(tmp_path):
     and the same ``Translator.translate_texts`` output (raw text in)."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
-    backends = ("tensorflow", "jax", "torch")
-    for writer in backends:
-        weights = tmp_path / f"{writer}.weights.h5"
-        saved = _child(writer, "save", weights, tmp_path / f"{writer}.json")
-        for reader in backends:
-            if reader == writer:
-                continue
-            loaded = _child(reader, "load", weights,
-                            tmp_path / f"{writer}_{reader}.json")
-            assert loaded["backend"] == reader
-            np.testing.assert_allclose(loaded["logits"], saved["logits"],
-                                       atol=1e-5)
-            assert loaded["greedy"] == saved["greedy"], (writer, reader)
-            assert loaded["beam"] == saved["beam"], (writer, reader)
-            assert loaded["texts"] == saved["texts"], (writer, reader)
+    # Five processes, not nine (one per save and per load): each backend
+    # loads what the earlier ones wrote, then writes its own.
+    weights = {b: tmp_path / f"{b}.weights.h5" for b in ("tensorflow", "jax", "torch")}
+    plan = [("tensorflow", [], "tensorflow"), ("jax", ["tensorflow"], "jax"),
+            ("torch", ["tensorflow", "jax"], "torch"),
+            ("tensorflow", ["jax", "torch"], None), ("jax", ["torch"], None)]
+    saved, loaded = {}, {}
+    for reader, writers, saves in plan:
+        tasks = [("load", weights[w], tmp_path / f"{w}_{reader}.json")
+                 for w in writers]
+        if saves:
+            tasks.append(("save", weights[saves], tmp_path / f"{saves}.json"))
+        results = _child(reader, *tasks)
+        if saves:
+            saved[saves] = results.pop()
+        loaded.update({(w, reader): r for w, r in zip(writers, results)})
+    assert len(loaded) == 6
+    for (writer, reader), result in loaded.items():
+        assert result["backend"] == reader == saved[reader]["backend"]
+        np.testing.assert_allclose(result["logits"], saved[writer]["logits"],
+                                   atol=1e-5)
+        assert result["greedy"] == saved[writer]["greedy"], (writer, reader)
+        assert result["beam"] == saved[writer]["beam"], (writer, reader)
+        assert result["texts"] == saved[writer]["texts"], (writer, reader)
 
 
 _DATA_PARALLEL = textwrap.dedent("""
