@@ -104,7 +104,7 @@ def score_val(workdir, multi30k, beam_sizes, length_penalties):
             hyps = translator.translate_texts(sources)
             bleu = corpus_bleu(hyps, references)[0]
             lower = sacrebleu.corpus_bleu(hyps, [references], lowercase=True).score
-            key = f"beam{beam_size}_lp{length_penalty:g}"
+            key = f"beam{beam_size}_lp{length_penalty:g}".replace(".", "_")  # beam4_lp0_6
             scores[key] = {"bleu": round(bleu, 2), "lowercase_bleu": round(lower, 2),
                            "seconds": round(time.perf_counter() - start, 1)}
             print(f"  val {key}: {bleu:.2f} (lower-cased {lower:.2f})", flush=True)
