@@ -298,6 +298,30 @@ def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):
     assert epoch == 2 and clock[0] == 90.0
 
 
+def test_time_budget_does_not_judge_later_epochs_by_the_compiling_first(monkeypatch):
+    """Under XLA the first epoch also compiles every batch shape (98 s on a
+    GPU against seconds for the next): once a later epoch has run, it is the
+    estimate, so a 200-s budget is not stopped after one epoch."""
+    from keras_trm.training import monitoring
+
+    clock = [0.0]
+    monkeypatch.setattr(monitoring.time, "time", lambda: clock[0])
+    budget = monitoring.TimeBudget(seconds=200.0)
+    budget.set_model(keras.Sequential([keras.layers.Dense(1)]))
+    budget.model.stop_training = False
+    budget.on_train_begin()
+    for epoch in range(100):
+        budget.on_epoch_begin(epoch)
+        clock[0] += 98.0 if epoch == 0 else 5.0 + (epoch == 3)  # one slower epoch
+        budget.on_epoch_end(epoch)
+        if budget.model.stop_training:
+            break
+    # After 20 epochs: 98 + 19 x 5 + 1 = 194 s, and one more as long as the
+    # longest later one (6 s) still fits (200); after 21 (199 s) it does not.
+    assert clock[0] == 98.0 + 5.0 * 20 + 1.0 and epoch == 20
+    assert budget.get_state()["longest_epoch"] == 6.0
+
+
 def test_time_budget_counts_training_time_across_a_restart(monkeypatch):
     """A resumed run starts with the time the killed one had trained (from
     the backup), not with a fresh budget; time while it was down is not
