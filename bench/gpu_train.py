@@ -262,7 +262,8 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     random.seed(0)  # keras' layer seeds; set_random_seed would import TF
     np.random.seed(0)
     build = getattr(models, name, None) if name != "tiny" else None
-    model = (build(vocab, max_sequence_length=BOUNDARIES[-1]) if build
+    model = (build(vocab, max_sequence_length=BOUNDARIES[-1], dropout_rate=cfg["dropout_rate"])
+             if build
              else models.transformer(vocab, max_sequence_length=BOUNDARIES[-1],
                                      **cfg))
     assert all(getattr(model, k) == v for k, v in cfg.items()), (name, cfg)
@@ -425,6 +426,10 @@ def parse(argv):
                    help="auto: on, except --tiny on CPU (inductor took 94 s there)")
     p.add_argument("--no-torch-compile", dest="torch_compile", action="store_const", const="off")
     p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--dropout-rate", type=float,
+                   help="overrides the presets' dropout in both frameworks (a lever to time)")
+    p.add_argument("--no-padding", action="store_true",
+                   help="every pair fills its bucket width (no padding; masks still built)")
     p.add_argument("--time-limit", type=float, default=450.0, help="s; later phases are skipped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
@@ -442,6 +447,14 @@ def parse(argv):
     if args.keras_jit == "auto":
         args.keras_jit = "on" if args.backend == "jax" else "off"
     return args
+
+
+def model_config(name, args):
+    """The preset's hyper-parameters, with ``--dropout-rate`` applied."""
+    cfg = dict(MODELS[name])
+    if args.dropout_rate is not None:
+        cfg["dropout_rate"] = args.dropout_rate
+    return cfg
 
 
 def run_framework(args, label, framework, info, batches, names, deadline, save=None):
@@ -462,7 +475,7 @@ def run_framework(args, label, framework, info, batches, names, deadline, save=N
         if time.monotonic() + last > deadline:
             out[name] = {"skipped": f"time limit {args.time_limit:.0f} s"}
             continue
-        started, cfg = time.monotonic(), MODELS[name]
+        started, cfg = time.monotonic(), model_config(name, args)
         warmup_steps = 10 if args.tiny else 4000
         if framework == "torch":
             import torch
@@ -536,6 +549,10 @@ def main(argv=None):
     plan, dropped = plan_batches(src, tgt, args.tokens_per_batch, BOUNDARIES, args.seed)
     picked, shapes, coverage = pick_steps(plan, tgt, args.steps, args.max_shapes)
     rng = np.random.default_rng(args.seed)
+    if args.no_padding:  # source and target + END fill the width
+        src, tgt = src.copy(), tgt.copy()
+        for L, idx in picked:
+            src[idx] = tgt[idx] = L - 1
     batches = [make_batch(rng, L, src[idx], tgt[idx], args.vocab) for L, idx in picked]
     if args.baseline_only:
         info = device_info(["torch"])
@@ -553,6 +570,7 @@ def main(argv=None):
         benchmark="training steps: keras_trm against torch.nn.Transformer + torch.compile",
         command="python " + " ".join([os.path.relpath(__file__, ROOT)] + argv),
         date=datetime.date.today().isoformat(), backend=args.backend, device=info,
+        levers=dict(dropout_rate=args.dropout_rate, no_padding=args.no_padding),
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
