@@ -57,7 +57,7 @@ def tokenizer_file(config):
 
     Example:
 
-    >>> tokenizer_file(job.TranslationConfig(vocabulary_size=8000))
+    >>> tokenizer_file(job.TranslationConfig(vocabulary="wordpiece", vocabulary_size=8000))
     'vocab_8000.txt'
     >>> tokenizer_file(job.TranslationConfig(dataset="wmt14", vocabulary_size=37000))
     'spm_bpe_37000.model'
