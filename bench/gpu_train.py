@@ -574,7 +574,8 @@ def main(argv=None):
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
-        env={k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "XLA_PYTHON_CLIENT_PREALLOCATE")},
+        env={k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                                            "JAX_DEFAULT_PRNG_IMPL", "XLA_FLAGS")},
         batching=dict(tokens_per_batch=args.tokens_per_batch, boundaries=BOUNDARIES, widths_timed=shapes,
                       coverage_of_target_tokens=round(coverage, 4), steps=args.steps, warmup=args.warmup))
     result.update(torch={}, ours={}, ratio_tokens_per_s={})
