@@ -156,6 +156,7 @@ def test_translation_job_with_two_workers_reading_their_own_shards(
         for i in range(2):
             cmd = [sys.executable, "-m", "keras_trm.cli", "train-translation",
                    "--strategy", "multi_worker", "--preset", "tiny", "--limit", "400",
+                   "--vocabulary", "wordpiece",  # the counts below are WordPiece's
                    "--epochs", "2", "--average-last", "1", "--validation-limit", "20",
                    "--data-dir", str(data_dir), "--workdir", str(tmp_path / f"w{i}"),
                    "--export-dir", str(tmp_path / f"export{i}")]

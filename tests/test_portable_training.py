@@ -86,7 +86,8 @@ def prepared(data_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("portable")
     config = TranslationConfig(
-        limit=300, validation_limit=24, vocabulary_size=1000, num_layers=1,
+        limit=300, validation_limit=24, vocabulary="wordpiece",  # 24 KiB files
+        vocabulary_size=1000, num_layers=1,
         d_model=32, num_heads=2, d_ff=64, max_sequence_length=96,
         max_train_length=64, warmup_steps=30, tokens_per_batch=1024, epochs=4,
         average_last=3, model_name="tiny_portable", download=False)
