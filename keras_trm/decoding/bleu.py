@@ -69,6 +69,54 @@ def compound_split_bleu(hypotheses, references, language="de"):
     """
     import re
 
+    def prepare(tokens):
+        # One pass, as perl's s///g: in "a-b-c" only the first hyphen
+        # splits (the matches would overlap), exactly as t2t's script.
+        return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokens)
+
+    hyps, refs = _moses_tokens(hypotheses, references, language)
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
+    result = metric.corpus_score([prepare(h) for h in hyps], [[prepare(r) for r in refs]])
+    return result.score, str(result)
+
+
+def tokenized_bleu(hypotheses, references, language="de", lowercase=True):
+    """BLEU on Moses-tokenized text, lower-cased by default: the metric of
+    the Multi30k papers that train on the lower-cased, tokenized release
+    (e.g. Wu et al. 2021, fairseq's BLEU), for a like-for-like comparison.
+
+    Both sides are tokenized with the Moses tokenizer (``sacremoses``,
+    ``tokenizer.perl -l <language>`` with its default escaping), then
+    lower-cased, and BLEU is computed on those tokens with sacreBLEU
+    (``tokenize="none"``). Not comparable with sacreBLEU of detokenized
+    text; report both.
+
+    Args:
+        hypotheses: list of str, detokenized outputs.
+        references: list of str, same length.
+        language: the target language code for the Moses tokenizer.
+        lowercase: lower-case both sides (the anchor's setting).
+
+    Returns:
+        ``(score, full)``: BLEU (float, 0-100) and the ``BLEU = ...`` line.
+
+    Raises:
+        ValueError: lengths differ.
+
+    Example:
+        >>> round(tokenized_bleu(["Zwei Hunde spielen im Schnee."],
+        ...                      ["zwei Hunde spielen im Schnee ."])[0], 2)
+        100.0
+    """
+    hyps, refs = _moses_tokens(hypotheses, references, language)
+    if lowercase:
+        hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
+    result = metric.corpus_score(hyps, [refs])
+    return result.score, str(result)
+
+
+def _moses_tokens(hypotheses, references, language):
     from sacremoses import MosesTokenizer
 
     if len(hypotheses) != len(references):
@@ -77,15 +125,5 @@ def compound_split_bleu(hypotheses, references, language="de"):
             f"has {len(references)}"
         )
     moses = MosesTokenizer(lang=language)
-
-    def prepare(line):
-        tokens = moses.tokenize(line, return_str=True, escape=True)
-        # One pass, as perl's s///g: in "a-b-c" only the first hyphen
-        # splits (the matches would overlap), exactly as t2t's script.
-        return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokens)
-
-    hyps = [prepare(h) for h in hypotheses]
-    refs = [prepare(r) for r in references]
-    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
-    result = metric.corpus_score(hyps, [refs])
-    return result.score, str(result)
+    return ([moses.tokenize(h, return_str=True, escape=True) for h in hypotheses],
+            [moses.tokenize(r, return_str=True, escape=True) for r in references])
