@@ -36,7 +36,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     assert len(greedy) == 3 + 3
     assert all(first == val_src[0] for _, _, first in greedy)
     # ... and the test set is decoded exactly once, with beam search.
-    assert len(beam) == 1 and beam[0][2] == test_src[0] and beam[0][0] == 4
+    assert len(beam) == 1 and beam[0][2] == test_src[0] and beam[0][0] == config.beam_size
     epochs = json.loads((tmp_path / "work" / "epochs.json").read_text())
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
     assert all("val_greedy_bleu" in e for e in epochs)
@@ -46,6 +46,14 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     assert scores[1] == pytest.approx(epochs[-1]["val_greedy_bleu"], abs=0.01)
     assert result["test_split"] == "test_2016_flickr"
     assert (tmp_path / "export" / "tiny_multi30k").is_dir()
+    # The job's stages ran in order; result.json, written by the last one,
+    # times those before it and holds what run() returned.
+    assert list(result["stage_seconds"]) == list(translation.TranslationRun.STAGES[:-1])
+    written = json.loads((tmp_path / "work" / "result.json").read_text())
+    assert written["stage_seconds"] == result["stage_seconds"]
+    # The Multi30k papers' metric beside sacreBLEU, on the same outputs.
+    assert 0 <= result["test_lowercase_tokenized_bleu"] <= 100
+    assert result["test_lowercase_tokenized_bleu_line"].startswith("BLEU = ")
 
 
 def test_several_corpora_with_weights_are_streamed_from_shards(

@@ -49,6 +49,7 @@ from keras_trm.decoding import (
 )
 from keras_trm.export import export_language_model
 from keras_trm.jobs._setup import start_job
+from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
 from keras_trm.training import (
@@ -262,146 +263,183 @@ def run(config=None, data_dir=None, workdir="runs/language_model",
     writes the result files. Returns the result dict (also written to
     ``<results_dir>/result.json``; ``results_dir`` None is
     ``<workdir>/results``)."""
-    config = (config or LanguageModelConfig()).validate()
-    job_start, workdir, data_dir, verbose = start_job(
-        workdir, data_dir, verbose, note=f"; corpus: {config.corpus}",
-        download=config.download)
-    results_dir = pathlib.Path(results_dir or workdir / "results")
-    results_dir.mkdir(parents=True, exist_ok=True)
+    return LanguageModelRun(config, data_dir, workdir, export_dir, results_dir,
+                            verbose, command).run()
 
-    train_ids, vocab = lm.load_lm_corpus(config.corpus, "train",
-                                         data_dir=data_dir,
+
+class LanguageModelRun(StagedJob):
+    """The language-model job's stages (``keras_trm.jobs.stages``)."""
+
+    STAGES = ("prepare_data", "build", "fit", "evaluate", "export", "report")
+
+    def __init__(self, config, data_dir, workdir, export_dir, results_dir,
+                 verbose, command):
+        self.config = config = (config or LanguageModelConfig()).validate()
+        self.job_start, self.workdir, self.data_dir, self.verbose = start_job(
+            workdir, data_dir, verbose, note=f"; corpus: {config.corpus}",
+            download=config.download)
+        self.results_dir = pathlib.Path(results_dir or self.workdir / "results")
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.export_dir, self.command = export_dir, command
+
+    def prepare_data(self):
+        """The corpus as id streams, one row per batch element."""
+        config, data_dir = self.config, self.data_dir
+        train_ids, vocab = lm.load_lm_corpus(config.corpus, "train", data_dir=data_dir,
+                                             download=config.download)
+        valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
                                          download=config.download)
-    valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
-                                     download=config.download)
-    test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir,
-                                    download=config.download)
-    if config.train_tokens:
-        train_ids = train_ids[:config.train_tokens]
-    if config.eval_tokens:
-        valid_ids = valid_ids[:config.eval_tokens]
-        test_ids = test_ids[:config.eval_tokens]
-    train = lm.batchify(train_ids, config.batch_size)
-    valid = lm.batchify(valid_ids, config.eval_batch_size)
-    test = lm.batchify(test_ids, config.eval_batch_size)
-    if train.shape[1] <= config.seg_len:
-        raise ValueError(
-            f"training streams of {train.shape[1]} tokens are too short for "
-            f"seg_len={config.seg_len} (train_tokens={config.train_tokens}, "
-            f"batch_size={config.batch_size})")
-    print(f"vocabulary {len(vocab)}; train streams {train.shape}, valid "
-          f"{valid.shape}, test {test.shape}", flush=True)
-    eval_mem_len = config.eval_mem_len or config.mem_len
+        test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir,
+                                        download=config.download)
+        if config.train_tokens:
+            train_ids = train_ids[:config.train_tokens]
+        if config.eval_tokens:
+            valid_ids = valid_ids[:config.eval_tokens]
+            test_ids = test_ids[:config.eval_tokens]
+        self.vocab = vocab
+        self.train = train = lm.batchify(train_ids, config.batch_size)
+        self.valid = valid = lm.batchify(valid_ids, config.eval_batch_size)
+        self.test = test = lm.batchify(test_ids, config.eval_batch_size)
+        if train.shape[1] <= config.seg_len:
+            raise ValueError(
+                f"training streams of {train.shape[1]} tokens are too short for "
+                f"seg_len={config.seg_len} (train_tokens={config.train_tokens}, "
+                f"batch_size={config.batch_size})")
+        print(f"vocabulary {len(vocab)}; train streams {train.shape}, valid "
+              f"{valid.shape}, test {test.shape}", flush=True)
+        self.eval_mem_len = config.eval_mem_len or config.mem_len
 
-    # -- Transformer-XL ----------------------------------------------------------
-    keras.utils.set_random_seed(config.seed)
-    xl = TransformerXLLM(
-        len(vocab), num_layers=config.num_layers, d_model=config.d_model,
-        num_heads=config.num_heads, d_ff=config.d_ff, mem_len=config.mem_len,
-        max_segment_len=config.seg_len, dropout_rate=config.dropout_rate,
-        name=config.name,
-    )
-    xl_params = int(xl.count_params())
-    vanilla_d_ff = (_matched_d_ff(config, len(vocab), xl_params)
-                    if config.match_parameters else config.d_ff)
-    keras.utils.set_random_seed(config.seed)
-    vanilla = vanilla_transformer_lm(
-        len(vocab), num_layers=config.num_layers, d_model=config.d_model,
-        num_heads=config.num_heads, d_ff=vanilla_d_ff,
-        max_sequence_length=config.seg_len, dropout_rate=config.dropout_rate,
-        name=f"vanilla_{config.corpus}",
-    )
-    vanilla_params = int(vanilla.count_params())
-    print(f"Transformer-XL: {xl_params:,} parameters; vanilla: "
-          f"{vanilla_params:,} (d_ff {vanilla_d_ff})", flush=True)
+    def build(self):
+        """Transformer-XL and the vanilla Transformer it is compared with
+        (its d_ff matched to the same parameter count if asked)."""
+        config, vocab = self.config, self.vocab
+        keras.utils.set_random_seed(config.seed)
+        self.xl = TransformerXLLM(
+            len(vocab), num_layers=config.num_layers, d_model=config.d_model,
+            num_heads=config.num_heads, d_ff=config.d_ff, mem_len=config.mem_len,
+            max_segment_len=config.seg_len, dropout_rate=config.dropout_rate,
+            name=config.name,
+        )
+        self.xl_params = int(self.xl.count_params())
+        self.vanilla_d_ff = (_matched_d_ff(config, len(vocab), self.xl_params)
+                             if config.match_parameters else config.d_ff)
+        keras.utils.set_random_seed(config.seed)
+        self.vanilla = vanilla_transformer_lm(
+            len(vocab), num_layers=config.num_layers, d_model=config.d_model,
+            num_heads=config.num_heads, d_ff=self.vanilla_d_ff,
+            max_sequence_length=config.seg_len, dropout_rate=config.dropout_rate,
+            name=f"vanilla_{config.corpus}",
+        )
+        self.vanilla_params = int(self.vanilla.count_params())
+        print(f"Transformer-XL: {self.xl_params:,} parameters; vanilla: "
+              f"{self.vanilla_params:,} (d_ff {self.vanilla_d_ff})", flush=True)
 
-    def xl_valid():
-        xl.set_mem_len(eval_mem_len)
-        try:
-            return evaluate_with_memory(xl, valid, config.seg_len)
-        finally:
-            xl.set_mem_len(config.mem_len)
+    def fit(self):
+        """Both models, the same steps and schedule; valid perplexity
+        every ``eval_every`` steps (Transformer-XL with its memory)."""
+        config, xl, vanilla, valid = self.config, self.xl, self.vanilla, self.valid
 
-    print(f"training Transformer-XL for {config.steps} steps", flush=True)
-    step = make_train_step(
-        xl, keras.optimizers.Adam(cosine_warmup_schedule(config)),
-        clip_norm=config.clip_norm)
-    xl_history, xl_train_s, xl_eval_s = train_segments(
-        "Transformer-XL", step, xl, train, config.seg_len, config.steps,
-        config.eval_every, xl_valid, verbose)
+        def xl_valid():
+            xl.set_mem_len(self.eval_mem_len)
+            try:
+                return evaluate_with_memory(xl, valid, config.seg_len)
+            finally:
+                xl.set_mem_len(config.mem_len)
 
-    print(f"training the vanilla Transformer for {config.steps} steps",
-          flush=True)
-    vstep = make_train_step(
-        vanilla, keras.optimizers.Adam(cosine_warmup_schedule(config)),
-        clip_norm=config.clip_norm)
-    van_history, van_train_s, van_eval_s = train_segments(
-        "vanilla", vstep, vanilla, train, config.seg_len, config.steps,
-        config.eval_every,
-        lambda: evaluate_disjoint_segments(vanilla, valid, config.seg_len),
-        verbose)
+        print(f"training Transformer-XL for {config.steps} steps", flush=True)
+        step = make_train_step(
+            xl, keras.optimizers.Adam(cosine_warmup_schedule(config)),
+            clip_norm=config.clip_norm)
+        self.xl_history, self.xl_train_s, self.xl_eval_s = train_segments(
+            "Transformer-XL", step, xl, self.train, config.seg_len, config.steps,
+            config.eval_every, xl_valid, self.verbose)
+        print(f"training the vanilla Transformer for {config.steps} steps",
+              flush=True)
+        vstep = make_train_step(
+            vanilla, keras.optimizers.Adam(cosine_warmup_schedule(config)),
+            clip_norm=config.clip_norm)
+        self.van_history, self.van_train_s, self.van_eval_s = train_segments(
+            "vanilla", vstep, vanilla, self.train, config.seg_len, config.steps,
+            config.eval_every,
+            lambda: evaluate_disjoint_segments(vanilla, valid, config.seg_len),
+            self.verbose)
 
-    # -- test -----------------------------------------------------------------------
-    print("scoring the test split", flush=True)
-    xl.set_mem_len(eval_mem_len)
-    t0 = time.time()
-    xl_test = evaluate_with_memory(xl, test, config.seg_len)
-    xl_test_s = time.time() - t0
-    t0 = time.time()
-    van_disjoint = evaluate_disjoint_segments(vanilla, test, config.seg_len)
-    van_disjoint_s = time.time() - t0
-    t0 = time.time()
-    van_sliding = evaluate_sliding_window(vanilla, test, config.seg_len)
-    van_sliding_s = time.time() - t0
-    print(f"test bits/token: Transformer-XL {xl_test / math.log(2):.4f}; "
-          f"vanilla sliding window {van_sliding / math.log(2):.4f}, disjoint "
-          f"{van_disjoint / math.log(2):.4f}", flush=True)
-    xl.save(workdir / "transformer_xl.keras")
-    vanilla.save(workdir / "vanilla.keras")
+    def evaluate(self):
+        """The test split, once: Transformer-XL with memory, the vanilla
+        model on disjoint segments and with a sliding window."""
+        config, xl, vanilla, test = self.config, self.xl, self.vanilla, self.test
+        print("scoring the test split", flush=True)
+        xl.set_mem_len(self.eval_mem_len)
+        seconds = {}
 
-    path = export_language_model(
-        xl, vocab, export_dir, config.name,
-        extra_config={"corpus": config.corpus,
-                      "level": "char" if config.corpus == "tinyshakespeare"
-                      else "word",
-                      "test_bits_per_token": round(xl_test / math.log(2), 4)})
-    print(f"exported SavedModel to {path}", flush=True)
+        def timed(name, fn):
+            t0 = time.time()
+            value = fn()
+            seconds[name] = time.time() - t0
+            return value
 
-    result = {
-        "command": command or "keras_trm.jobs.language_model.run",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": _machine(),
-        "corpus": config.corpus,
-        "vocabulary_size": len(vocab),
-        "train_tokens_seen": config.steps * config.batch_size * config.seg_len,
-        "test_tokens": int(test.shape[0] * (test.shape[1] - 1)),
-        "transformer_xl": {
-            "parameters": xl_params, "eval_mem_len": eval_mem_len,
-            "test": _figures(xl_test), "test_seconds": round(xl_test_s, 1),
-            "train_seconds": round(xl_train_s, 1),
-            "valid_eval_seconds": round(xl_eval_s, 1),
-            "history": xl_history,
-        },
-        "vanilla": {
-            "parameters": vanilla_params, "d_ff": vanilla_d_ff,
-            "test_sliding_window": _figures(van_sliding),
-            "test_sliding_window_seconds": round(van_sliding_s, 1),
-            "test_disjoint": _figures(van_disjoint),
-            "test_disjoint_seconds": round(van_disjoint_s, 1),
-            "train_seconds": round(van_train_s, 1),
-            "valid_eval_seconds": round(van_eval_s, 1),
-            "history": van_history,
-        },
-        "transformer_xl_better": bool(xl_test < min(van_sliding, van_disjoint)),
-        "export": str(path),
-        "config": dataclasses.asdict(config),
-    }
-    result["plot"] = None
-    if plots.available():
-        result["plot"] = str(plot_lm_curves(results_dir / "curves.png", result))
-    else:
-        print('no plot: matplotlib is not installed (pip install "keras_trm[plots]")')
-    result["job_minutes"] = round((time.time() - job_start) / 60, 1)
-    write_json(results_dir / "result.json", result)
-    atomic_write(results_dir / "report.md", _report_markdown(result))
-    return result
+        self.xl_test = timed("xl", lambda: evaluate_with_memory(xl, test, config.seg_len))
+        self.van_disjoint = timed("disjoint", lambda: evaluate_disjoint_segments(
+            vanilla, test, config.seg_len))
+        self.van_sliding = timed("sliding", lambda: evaluate_sliding_window(
+            vanilla, test, config.seg_len))
+        self.test_seconds = seconds
+        print(f"test bits/token: Transformer-XL {self.xl_test / math.log(2):.4f}; "
+              f"vanilla sliding window {self.van_sliding / math.log(2):.4f}, disjoint "
+              f"{self.van_disjoint / math.log(2):.4f}", flush=True)
+
+    def export(self):
+        """Both models as ``.keras``; Transformer-XL as a SavedModel."""
+        config = self.config
+        self.xl.save(self.workdir / "transformer_xl.keras")
+        self.vanilla.save(self.workdir / "vanilla.keras")
+        self.export_path = export_language_model(
+            self.xl, self.vocab, self.export_dir, config.name,
+            extra_config={"corpus": config.corpus,
+                          "level": "char" if config.corpus == "tinyshakespeare"
+                          else "word",
+                          "test_bits_per_token": round(self.xl_test / math.log(2), 4)})
+        print(f"exported SavedModel to {self.export_path}", flush=True)
+
+    def report(self):
+        """``result.json``, ``report.md`` and the curves' plot."""
+        config, test, seconds = self.config, self.test, self.test_seconds
+        self.result = result = {
+            "command": self.command or "keras_trm.jobs.language_model.run",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": _machine(),
+            "corpus": config.corpus,
+            "vocabulary_size": len(self.vocab),
+            "train_tokens_seen": config.steps * config.batch_size * config.seg_len,
+            "test_tokens": int(test.shape[0] * (test.shape[1] - 1)),
+            "transformer_xl": {
+                "parameters": self.xl_params, "eval_mem_len": self.eval_mem_len,
+                "test": _figures(self.xl_test), "test_seconds": round(seconds["xl"], 1),
+                "train_seconds": round(self.xl_train_s, 1),
+                "valid_eval_seconds": round(self.xl_eval_s, 1),
+                "history": self.xl_history,
+            },
+            "vanilla": {
+                "parameters": self.vanilla_params, "d_ff": self.vanilla_d_ff,
+                "test_sliding_window": _figures(self.van_sliding),
+                "test_sliding_window_seconds": round(seconds["sliding"], 1),
+                "test_disjoint": _figures(self.van_disjoint),
+                "test_disjoint_seconds": round(seconds["disjoint"], 1),
+                "train_seconds": round(self.van_train_s, 1),
+                "valid_eval_seconds": round(self.van_eval_s, 1),
+                "history": self.van_history,
+            },
+            "transformer_xl_better": bool(
+                self.xl_test < min(self.van_sliding, self.van_disjoint)),
+            "export": str(self.export_path),
+            "config": dataclasses.asdict(config),
+            "stage_seconds": dict(self.stage_seconds),  # the stages before this one
+        }
+        result["plot"] = None
+        if plots.available():
+            result["plot"] = str(plot_lm_curves(self.results_dir / "curves.png", result))
+        else:
+            print('no plot: matplotlib is not installed (pip install "keras_trm[plots]")')
+        result["job_minutes"] = round((time.time() - self.job_start) / 60, 1)
+        write_json(self.results_dir / "result.json", result)
+        atomic_write(self.results_dir / "report.md", _report_markdown(result))

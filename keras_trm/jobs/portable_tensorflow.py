@@ -22,12 +22,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_trm.data import (
-    load_translation_splits,
-    prepare_shards,
-    resolve_data_dir,
-    translation_train_files,
-)
+from keras_trm.data import prepare_shards
 from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.jobs import translation as job
@@ -188,38 +183,50 @@ def prepare_translation(config=None, data_dir=None, workdir="runs/multi30k",
     for old in list(output.glob("train-*.npz")) + list(output.glob("val-*.npz")):
         old.unlink()
 
-    if config.dataset != "files":
-        data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
-    else:
-        data_dir = None
-    files = {name: getattr(config, name) for name in (
-        "train_source", "train_target", "validation_source",
-        "validation_target", "test_source", "test_target")}
-    splits = load_translation_splits(
-        config.dataset, data_dir, config.source_language, config.target_language,
-        files=files, download=config.download, include_train=False)
-    if config.dataset == "wmt14_tfds":
-        corpora = job._tfds_train_files(workdir, config.source_language,
-                                        config.target_language)
-    else:
-        corpora = translation_train_files(
-            config.dataset, data_dir, config.source_language,
-            config.target_language, files=files, download=config.download)
-    (val_src, val_tgt), (test_src, test_tgt) = splits.validation, splits.test
-    if config.limit:
-        val_src, val_tgt = val_src[:config.limit], val_tgt[:config.limit]
-        test_src, test_tgt = test_src[:config.limit], test_tgt[:config.limit]
-        corpora = job.first_lines(corpora, config.limit, workdir)
-    if config.validation_limit:
-        val_src = val_src[:config.validation_limit]
-        val_tgt = val_tgt[:config.validation_limit]
-
-    tokenizer = job.prepare_tokenizer(config, corpora, output)
+    data = job.resolve_translation_data(config, data_dir, workdir)
+    tokenizer = job.prepare_tokenizer(config, data.corpora, output)
     vocabulary_file = tokenizer_file(config)
     if not (output / vocabulary_file).is_file():
         raise RuntimeError(f"prepare_tokenizer left no {vocabulary_file} in {output}")
-    max_train_length = job.train_length(config)
 
+    train = _write_train_ids(config, data.corpora, tokenizer, workdir, output, limit_bytes)
+    validation, test = _write_eval_splits(config, data, tokenizer, workdir, output,
+                                          limit_bytes)
+
+    names = ([f["file"] for f in train["files"]]
+             + [f["file"] for f in validation["files"]]
+             + list(TEXT_FILES["validation"])
+             + (list(TEXT_FILES["test"]) if test else []) + [vocabulary_file])
+    manifest = {
+        "format": FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": dataclasses.asdict(config),
+        "model": {"vocabulary_size": len(tokenizer.vocabulary),
+                  "num_layers": config.num_layers, "d_model": config.d_model,
+                  "num_heads": config.num_heads, "d_ff": config.d_ff,
+                  "dropout_rate": config.dropout_rate,
+                  "max_sequence_length": config.max_sequence_length,
+                  "name": config.model_name},
+        "vocabulary": {"kind": job.vocabulary_kind(config), "file": vocabulary_file,
+                       "size": len(tokenizer.vocabulary)},
+        "special_ids": dict(SPECIAL_IDS),
+        "max_train_length": job.train_length(config),
+        "splits": {"train": train, "validation": validation, "test": test},
+        "files": {name: file_entry(output / name) for name in names},
+    }
+    write_json(output / MANIFEST, manifest)  # last: marks the folder complete
+    total = sum(f["bytes"] for f in manifest["files"].values())
+    print(f"prepared {output}: {train['pairs']:,} training pairs in "
+          f"{len(train['files'])} file(s), {validation['pairs']:,} val pairs, "
+          f"vocabulary {len(tokenizer.vocabulary)}, {total / 2**20:.1f} MiB",
+          flush=True)
+    return manifest
+
+
+def _write_train_ids(config, corpora, tokenizer, workdir, output, limit_bytes):
+    """Each training corpus tokenized into the job's shards, then copied
+    into ``train-NNNNN.npz`` files; returns the manifest's train split."""
+    max_train_length = job.train_length(config)
     writer = PairWriter(output, "train", limit_bytes)
     train = {"corpora": {}, "pairs": 0, "source_tokens": 0, "target_tokens": 0,
              "max_pair_length": 0}
@@ -240,7 +247,13 @@ def prepare_translation(config=None, data_dir=None, workdir="runs/multi30k",
               f"({shards['blank']:,} blank, {shards['too_long']:,} over "
               f"{max_train_length} tokens)", flush=True)
     train["files"] = writer.close()
+    return train
 
+
+def _write_eval_splits(config, data, tokenizer, workdir, output, limit_bytes):
+    """Val and test as raw text (decoded later with the SavedModel) and val
+    as ids too (the val loss); returns the manifest's two splits."""
+    (val_src, val_tgt), (test_src, test_tgt) = data.validation, data.test
     for role, (sources, targets) in (("validation", (val_src, val_tgt)),
                                      ("test", (test_src, test_tgt))):
         for name, lines in zip(TEXT_FILES[role], (sources, targets)):
@@ -255,42 +268,14 @@ def prepare_translation(config=None, data_dir=None, workdir="runs/multi30k",
         max_train_length=config.max_sequence_length)
     writer = PairWriter(output, "val", limit_bytes)
     copy_shards(val_shards, writer)
-    validation = {"name": splits.names["validation"], "lines": len(val_src),
+    validation = {"name": data.names["validation"], "lines": len(val_src),
                   **{k: val_shards[k] for k in ("blank", "too_long", "pairs",
                                                  "source_tokens", "target_tokens",
                                                  "max_pair_length")},
                   "text": list(TEXT_FILES["validation"]), "files": writer.close()}
-    test = ({"name": splits.names["test"], "lines": len(test_src),
+    test = ({"name": data.names["test"], "lines": len(test_src),
              "text": list(TEXT_FILES["test"])} if test_src else None)
-
-    names = ([f["file"] for f in train["files"]]
-             + [f["file"] for f in validation["files"]]
-             + list(TEXT_FILES["validation"])
-             + (list(TEXT_FILES["test"]) if test else []) + [vocabulary_file])
-    manifest = {
-        "format": FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": dataclasses.asdict(config),
-        "model": {"vocabulary_size": len(tokenizer.vocabulary),
-                  "num_layers": config.num_layers, "d_model": config.d_model,
-                  "num_heads": config.num_heads, "d_ff": config.d_ff,
-                  "dropout_rate": config.dropout_rate,
-                  "max_sequence_length": config.max_sequence_length,
-                  "name": config.model_name},
-        "vocabulary": {"kind": job.vocabulary_kind(config), "file": vocabulary_file,
-                       "size": len(tokenizer.vocabulary)},
-        "special_ids": dict(SPECIAL_IDS),
-        "max_train_length": max_train_length,
-        "splits": {"train": train, "validation": validation, "test": test},
-        "files": {name: file_entry(output / name) for name in names},
-    }
-    write_json(output / MANIFEST, manifest)  # last: marks the folder complete
-    total = sum(f["bytes"] for f in manifest["files"].values())
-    print(f"prepared {output}: {train['pairs']:,} training pairs in "
-          f"{len(train['files'])} file(s), {validation['pairs']:,} val pairs, "
-          f"vocabulary {len(tokenizer.vocabulary)}, {total / 2**20:.1f} MiB",
-          flush=True)
-    return manifest
+    return validation, test
 
 
 def prepared_config(manifest):

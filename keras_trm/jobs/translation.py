@@ -46,10 +46,11 @@ from keras_trm.data import (
     translation_train_files,
 )
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
-from keras_trm.decoding.bleu import compound_split_bleu
+from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
 from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
+from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import transformer
 from keras_trm.text import (
@@ -678,6 +679,68 @@ def first_lines(corpora, n, workdir):
     return out
 
 
+@dataclasses.dataclass
+class TranslationData:
+    """What ``resolve_translation_data`` found: the data folder (None for
+    ``dataset="files"``), the split names (``{"validation": ..., "test":
+    ...}``), the training corpora as ``(name, source_path, target_path)``
+    (files, streamed later) and the val and test pairs as
+    ``(sources, targets)`` lists of strings (a few thousand lines)."""
+
+    data_dir: Optional[pathlib.Path]
+    names: dict
+    corpora: list
+    validation: tuple
+    test: tuple
+
+
+def resolve_translation_data(config, data_dir, workdir):
+    """The corpora a translation config names, as the job and
+    ``keras-trm prepare-translation`` both read them: the data folder
+    resolved (``keras_trm.data.resolve_data_dir``), val and test loaded,
+    the training corpora located (tfds' WMT14 written once to
+    ``workdir``), and ``limit`` / ``validation_limit`` applied (``limit``
+    also copies the first lines of each training corpus to ``workdir``).
+
+    Args:
+        config: a validated ``TranslationConfig``.
+        data_dir: the ``--data_dir`` flag (None: the default folder).
+        workdir: the run folder (``pathlib.Path``).
+
+    Returns:
+        ``TranslationData``.
+
+    Raises:
+        FileNotFoundError / CorpusError: as ``load_translation_splits``
+            and ``translation_train_files`` (``check_inputs`` reports
+            them earlier, with the flag to fix).
+    """
+    data_dir = (None if config.dataset == "files"
+                else resolve_data_dir(data_dir, must_exist=not config.download))
+    files = {name: getattr(config, name) for name in (
+        "train_source", "train_target", "validation_source",
+        "validation_target", "test_source", "test_target")}
+    languages = (config.source_language, config.target_language)
+    splits = load_translation_splits(config.dataset, data_dir, *languages, files=files,
+                                     download=config.download, include_train=False)
+    if config.dataset == "wmt14_tfds":
+        corpora = _tfds_train_files(workdir, *languages)
+    else:
+        corpora = translation_train_files(config.dataset, data_dir, *languages,
+                                          files=files, download=config.download)
+    (val_src, val_tgt), (test_src, test_tgt) = splits.validation, splits.test
+    if config.limit:  # the vocabulary too is learned from the first n pairs
+        n = config.limit
+        val_src, val_tgt, test_src, test_tgt = (
+            x[:n] for x in (val_src, val_tgt, test_src, test_tgt))
+        corpora = first_lines(corpora, n, workdir)
+    if config.validation_limit:
+        val_src = val_src[:config.validation_limit]
+        val_tgt = val_tgt[:config.validation_limit]
+    return TranslationData(data_dir, dict(splits.names), corpora,
+                           (val_src, val_tgt), (test_src, test_tgt))
+
+
 def run(config=None, data_dir=None, workdir="runs/multi30k",
         export_dir="export", samples=()):
     """Runs the whole job; returns a dict of the figures it measured.
@@ -815,259 +878,288 @@ def _export_main(request_path):
 
 
 def _run(config, data_dir, workdir, export_dir, samples):
-    config = apply_preset(config or TranslationConfig())
-    config.validate()
-    config = dataclasses.replace(config, model_name=_model_name(config))
-    stop_rule(config.early_stopping)  # a bad value fails now, not after training
-    if config.parallel_searches < 1:
-        raise ValueError("`parallel_searches` must be >= 1, got "
-                         f"parallel_searches={config.parallel_searches}")
-    # Its warm-up requests (one per batch size and 8-token bucket) must fit
-    # TF Serving's 1000: checked now, not after training.
-    most = MAX_WARMUP_RECORDS // -(-config.max_sequence_length // 8)
-    if not 0 <= config.export_jit_compile_max_batch_size <= most:
-        raise ValueError(
-            f"`export_jit_compile_max_batch_size` must be in [0, {most}] "
-            f"(warm-up requests for {-(-config.max_sequence_length // 8)} source "
-            "buckets at each batch size fit TF Serving's "
-            f"{MAX_WARMUP_RECORDS}), got export_jit_compile_max_batch_size="
-            f"{config.export_jit_compile_max_batch_size}")
-    job_start = time.time()
-    keras.utils.set_random_seed(config.seed)
-    config = dataclasses.replace(config, precision=apply_precision(config.precision))
-    strategy = make_strategy(config.strategy)
-    # The corpora and the vocabulary size they need: a bad file stops the
-    # job now, before the run folder, a vocabulary, shards or weights.
-    check_inputs(config, data_dir)
-    workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
-    files = {name: getattr(config, name) for name in (
-        "train_source", "train_target", "validation_source",
-        "validation_target", "test_source", "test_target")}
-    splits = load_translation_splits(
-        config.dataset, data_dir if config.dataset != "files" else None,
-        config.source_language, config.target_language, files=files,
-        download=config.download, include_train=False)
-    if config.dataset == "wmt14_tfds":
-        corpora = _tfds_train_files(workdir, config.source_language,
-                                    config.target_language)
-    else:
-        corpora = translation_train_files(
-            config.dataset, data_dir if config.dataset != "files" else None,
-            config.source_language, config.target_language, files=files,
-            download=config.download)
-    print(f"data: {config.dataset} {config.source_language}->"
-          f"{config.target_language} ({data_dir if config.dataset != 'files' else 'files'}); "
-          f"train {' + '.join(c[0] for c in corpora)}; "
-          + ", ".join(f"{role} {splits.names[role]}: {len(getattr(splits, role)[0]):,}"
-                      for role in ("validation", "test")), flush=True)
-    (val_src, val_tgt), (test_src, test_tgt) = splits.validation, splits.test
-    if config.limit:
-        n = config.limit
-        val_src, val_tgt = val_src[:n], val_tgt[:n]
-        test_src, test_tgt = test_src[:n], test_tgt[:n]
-        print(f"smoke run: the first {n} pairs of each split", flush=True)
-    if config.validation_limit:
-        val_src = val_src[:config.validation_limit]
-        val_tgt = val_tgt[:config.validation_limit]
-    if config.limit:  # the vocabulary too is learned from the first n pairs
-        corpora = first_lines(corpora, config.limit, workdir)
+    return TranslationRun(config, data_dir, workdir, export_dir, samples).run()
 
-    tokenizer = prepare_tokenizer(config, corpora, workdir)
-    vocab = tokenizer.vocabulary
-    num_workers, worker_index, is_chief = worker_info(strategy)
-    boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
-                       if b < train_length(config)) + (train_length(config),)
-    position = DataPosition()  # where a resumed run re-enters the stream
-    # Two processes must not write one folder: workers prepare their own.
-    shard_root = workdir / ("shards" if is_chief else f"shards_worker{worker_index}")
-    stream = prepare_training_stream(config, corpora, tokenizer, shard_root,
-                                     boundaries, position, num_workers, worker_index)
-    train = stream["dataset"]
-    batches_per_epoch = stream["batches_per_epoch"]
-    steps = stream["steps_per_epoch"]
-    real_tokens = sum(m["target_tokens"] for m in stream["manifests"])
-    for (name, _, _), m in zip(corpora, stream["manifests"]):
-        print(f"{name}: {m['pairs']:,} of {m['lines']:,} pairs kept ({m['blank']:,} "
-              f"blank, {m['too_long']:,} over {train_length(config)} tokens), "
-              f"{len(m['shards'])} shard(s){' (reused)' if m.get('reused') else ''}",
-              flush=True)
-    if stream["weights"] is not None:
-        print("sampling weights: " + ", ".join(
-            f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
-    print(f"{batches_per_epoch} batches per epoch; vocabulary {len(vocab)}", flush=True)
 
-    accumulate = accumulation_steps(config.tokens_per_step,
-                                    config.tokens_per_batch,
-                                    strategy.num_replicas_in_sync)
-    with strategy.scope():
-        model = transformer(
-            len(vocab), num_layers=config.num_layers, d_model=config.d_model,
-            num_heads=config.num_heads, d_ff=config.d_ff,
-            dropout_rate=config.dropout_rate,
-            max_sequence_length=config.max_sequence_length,
-            name=config.model_name,
+class TranslationRun(StagedJob):
+    """The translation job's stages (``keras_trm.jobs.stages``): each
+    reads what the earlier ones set on ``self``. ``run()`` returns the dict
+    that ``run`` documents (written to ``<workdir>/result.json``)."""
+
+    STAGES = ("check", "prepare_data", "build", "fit", "select_average",
+              "evaluate", "export", "report")
+
+    def __init__(self, config, data_dir, workdir, export_dir, samples):
+        self.config, self.data_dir = config, data_dir
+        self.workdir, self.export_dir = pathlib.Path(workdir), export_dir
+        self.samples = samples
+        self.job_start = time.time()
+
+    def check(self):
+        """Every setting and corpus, before anything is written."""
+        config = apply_preset(self.config or TranslationConfig())
+        config.validate()
+        config = dataclasses.replace(config, model_name=_model_name(config))
+        stop_rule(config.early_stopping)  # a bad value fails now, not after training
+        if config.parallel_searches < 1:
+            raise ValueError("`parallel_searches` must be >= 1, got "
+                             f"parallel_searches={config.parallel_searches}")
+        # Its warm-up requests (one per batch size and 8-token bucket) must
+        # fit TF Serving's 1000: checked now, not after training.
+        buckets = -(-config.max_sequence_length // 8)
+        most = MAX_WARMUP_RECORDS // buckets
+        if not 0 <= config.export_jit_compile_max_batch_size <= most:
+            raise ValueError(
+                f"`export_jit_compile_max_batch_size` must be in [0, {most}] "
+                f"(warm-up requests for {buckets} source buckets at each batch "
+                f"size fit TF Serving's {MAX_WARMUP_RECORDS}), got "
+                "export_jit_compile_max_batch_size="
+                f"{config.export_jit_compile_max_batch_size}")
+        keras.utils.set_random_seed(config.seed)
+        self.config = config = dataclasses.replace(
+            config, precision=apply_precision(config.precision))
+        self.strategy = make_strategy(config.strategy)
+        # The corpora and the vocabulary size they need: a bad file stops
+        # the job now, before the run folder, a vocabulary, shards or weights.
+        check_inputs(config, self.data_dir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def prepare_data(self):
+        """Val and test text, the vocabulary and the training stream."""
+        config, workdir = self.config, self.workdir
+        self.data = data = resolve_translation_data(config, self.data_dir, workdir)
+        corpora = data.corpora
+        print(f"data: {config.dataset} {config.source_language}->"
+              f"{config.target_language} ({data.data_dir or 'files'}); "
+              f"train {' + '.join(c[0] for c in corpora)}; "
+              f"validation {data.names['validation']}: {len(data.validation[0]):,}, "
+              f"test {data.names['test']}: {len(data.test[0]):,}"
+              + (f" (smoke run: the first {config.limit} pairs of each split)"
+                 if config.limit else ""), flush=True)
+        self.tokenizer = prepare_tokenizer(config, corpora, workdir)
+        self.num_workers, self.worker_index, self.is_chief = worker_info(self.strategy)
+        boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
+                           if b < train_length(config)) + (train_length(config),)
+        self.position = DataPosition()  # where a resumed run re-enters the stream
+        # Two processes must not write one folder: workers prepare their own.
+        shard_root = workdir / ("shards" if self.is_chief
+                                else f"shards_worker{self.worker_index}")
+        self.stream = stream = prepare_training_stream(
+            config, corpora, self.tokenizer, shard_root, boundaries, self.position,
+            self.num_workers, self.worker_index)
+        for (name, _, _), m in zip(corpora, stream["manifests"]):
+            print(f"{name}: {m['pairs']:,} of {m['lines']:,} pairs kept "
+                  f"({m['blank']:,} blank, {m['too_long']:,} over "
+                  f"{train_length(config)} tokens), {len(m['shards'])} shard(s)"
+                  f"{' (reused)' if m.get('reused') else ''}", flush=True)
+        if stream["weights"] is not None:
+            print("sampling weights: " + ", ".join(
+                f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
+        print(f"{stream['batches_per_epoch']} batches per epoch; vocabulary "
+              f"{len(self.tokenizer.vocabulary)}", flush=True)
+
+    def build(self):
+        """The model, compiled with the paper's recipe."""
+        config, strategy = self.config, self.strategy
+        accumulate = accumulation_steps(config.tokens_per_step, config.tokens_per_batch,
+                                        strategy.num_replicas_in_sync)
+        with strategy.scope():
+            self.model = model = transformer(
+                len(self.tokenizer.vocabulary), num_layers=config.num_layers,
+                d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+                dropout_rate=config.dropout_rate,
+                max_sequence_length=config.max_sequence_length,
+                name=config.model_name,
+            )
+            schedule = NoamSchedule(config.d_model, config.warmup_steps,
+                                    config.lr_scale)
+            if accumulate > 1:  # the schedule counts updates, not micro-batches
+                schedule = PerUpdateSchedule(schedule, accumulate)
+            model.compile(
+                optimizer=paper_adam(
+                    schedule,
+                    gradient_accumulation_steps=accumulate if accumulate > 1 else None),
+                loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+                metrics=[MaskedAccuracy(), TokenCount()],
+                # JAX: always compiled (without jax.jit Keras runs the step
+                # op by op); TensorFlow: as the flag says.
+                jit_compile=keras.backend.backend() == "jax" or resolve_jit_compile(
+                    {"on": True, "off": False}.get(config.jit_compile, "auto"),
+                    strategy,
+                ),
+            )
+        print(f"model: {model.count_params():,} parameters", flush=True)
+        if accumulate > 1:
+            print(f"{accumulate} micro-batches of {config.tokens_per_batch} tokens x "
+                  f"{strategy.num_replicas_in_sync} replica(s) per update "
+                  f"(tokens_per_step={config.tokens_per_step})", flush=True)
+
+    def fit(self):
+        """Trains with the backup, epoch checkpoints, val BLEU and the time
+        budget; a non-chief worker's job ends here."""
+        config, model, workdir, stream = self.config, self.model, self.workdir, self.stream
+        train = stream["dataset"]
+        if self.num_workers > 1:  # one global step = one batch of each worker's shards
+            local_train = train
+            train = self.strategy.distribute_datasets_from_function(lambda _: local_train)
+            build_for_distributed_fit(model, self.strategy, local_train)
+        self.budget = budget = TimeBudget(config.time_budget_minutes * 60)
+        self.checkpoints = checkpoints = EpochCheckpoints(
+            workdir / "checkpoints", keep=config.average_last,
+            every_steps=config.checkpoint_every_steps,
+            every_minutes=config.checkpoint_every_minutes, write=self.is_chief)
+        writer = (tensorboard_writer(workdir / "tensorboard")
+                  if config.tensorboard == "on" and self.is_chief else None)
+        self.val_bleu = GreedyBleu(model, self.tokenizer, *self.data.validation)
+        self.bleu_log = bleu_log = BleuLog(
+            self.val_bleu, workdir / "epochs.json", config.eval_every_epochs,
+            clock=budget.elapsed, writer=writer, write=self.is_chief)
+        # Non-chief workers keep their own backup (they restore from it);
+        # the chief's is workdir/backup.
+        backup = TrainingBackup(
+            workdir / ("backup" if self.is_chief else f"backup_worker{self.worker_index}"),
+            save_freq=config.save_freq, position=self.position,
+            steps_per_epoch=stream["steps_per_epoch"],
+            batches_per_epoch=stream["batches_per_epoch"], num_workers=1,  # own stream
+            stateful={"time_budget": budget, "bleu_log": bleu_log,
+                      "checkpoints": checkpoints})
+        callbacks = [backup, checkpoints, bleu_log, budget]
+        if writer is not None:
+            callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
+        model.fit(
+            train,
+            epochs=config.epochs,
+            steps_per_epoch=stream["steps_per_epoch"],
+            callbacks=callbacks,
+            shuffle=False,  # the token-count batches are shuffled, seeded, upstream
+            verbose=1 if sys.stdout.isatty() else 2,
         )
-        schedule = NoamSchedule(config.d_model, config.warmup_steps,
-                                config.lr_scale)
-        if accumulate > 1:  # the schedule counts updates, not micro-batches
-            schedule = PerUpdateSchedule(schedule, accumulate)
-        model.compile(
-            optimizer=paper_adam(
-                schedule,
-                gradient_accumulation_steps=accumulate if accumulate > 1 else None),
-            loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-            metrics=[MaskedAccuracy(), TokenCount()],
-            # JAX: always compiled (without jax.jit Keras runs the step op
-            # by op); TensorFlow: as the flag says.
-            jit_compile=keras.backend.backend() == "jax" or resolve_jit_compile(
-                {"on": True, "off": False}.get(config.jit_compile, "auto"),
-                strategy,
-            ),
-        )
-    print(f"model: {model.count_params():,} parameters", flush=True)
-    if accumulate > 1:
-        print(f"{accumulate} micro-batches of {config.tokens_per_batch} tokens x "
-              f"{strategy.num_replicas_in_sync} replica(s) per update "
-              f"(tokens_per_step={config.tokens_per_step})", flush=True)
+        self.train_seconds = budget.elapsed()
+        if not self.is_chief:  # only the chief averages, writes, decodes and exports
+            return {"worker": self.worker_index, "test_bleu": None,
+                    "parameters": int(model.count_params()),
+                    "epochs": len(bleu_log.history),
+                    "train_minutes": round(self.train_seconds / 60, 1),
+                    "job_minutes": round((time.time() - self.job_start) / 60, 1),
+                    "export": None}
 
-    # One global step = one batch of each worker's own shards.
-    if num_workers > 1:
-        local_train = train
-        train = strategy.distribute_datasets_from_function(lambda _: local_train)
-        build_for_distributed_fit(model, strategy, local_train)
-    budget = TimeBudget(config.time_budget_minutes * 60)
-    checkpoints = EpochCheckpoints(
-        workdir / "checkpoints", keep=config.average_last,
-        every_steps=config.checkpoint_every_steps,
-        every_minutes=config.checkpoint_every_minutes, write=is_chief)
-    writer = (tensorboard_writer(workdir / "tensorboard")
-              if config.tensorboard == "on" and is_chief else None)
-    val_bleu = GreedyBleu(model, tokenizer, val_src, val_tgt)
-    bleu_log = BleuLog(
-        val_bleu,
-        workdir / "epochs.json", config.eval_every_epochs, clock=budget.elapsed,
-        writer=writer, write=is_chief)
-    # Non-chief workers keep their own backup (they restore from it); the
-    # chief's is workdir/backup.
-    backup = TrainingBackup(
-        workdir / ("backup" if is_chief else f"backup_worker{worker_index}"),
-        save_freq=config.save_freq, position=position, steps_per_epoch=steps,
-        batches_per_epoch=batches_per_epoch, num_workers=1,  # own stream
-        stateful={"time_budget": budget, "bleu_log": bleu_log,
-                  "checkpoints": checkpoints})
-    callbacks = [backup, checkpoints, bleu_log, budget]
-    if writer is not None:
-        callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
-    model.fit(
-        train,
-        epochs=config.epochs,
-        steps_per_epoch=steps,
-        callbacks=callbacks,
-        shuffle=False,  # the token-count batches are shuffled, seeded, upstream
-        verbose=1 if sys.stdout.isatty() else 2,
-    )
-    train_seconds = budget.elapsed()
-    epochs_run = len(bleu_log.history)
-    if not is_chief:  # only the chief averages, writes, decodes and exports
-        return {"worker": worker_index, "test_bleu": None,
-                "parameters": int(model.count_params()), "epochs": epochs_run,
-                "train_minutes": round(train_seconds / 60, 1),
-                "job_minutes": round((time.time() - job_start) / 60, 1),
-                "export": None}
+    def select_average(self):
+        """How many of the last checkpoints to average: chosen by greedy
+        BLEU on val (the test set plays no part in it)."""
+        self.averaged, self.average_scores = select_checkpoint_average(
+            self.model, self.checkpoints.paths, self.val_bleu, self.config.average_last)
+        print("greedy val BLEU of the average of the last k checkpoints: "
+              + ", ".join(f"k={k}: {b:.2f}" for k, b in self.average_scores.items())
+              + f" -> averaging the last {self.averaged}", flush=True)
+        with atomic_file(self.workdir / "model.keras", suffix=".keras") as tmp:
+            self.model.save(tmp)
 
-    # How many of the last checkpoints to average: chosen by greedy BLEU on
-    # val (the test set plays no part in it).
-    averaged, average_scores = select_checkpoint_average(
-        model, checkpoints.paths, val_bleu, config.average_last)
-    print("greedy val BLEU of the average of the last k checkpoints: "
-          + ", ".join(f"k={k}: {b:.2f}" for k, b in average_scores.items())
-          + f" -> averaging the last {averaged}", flush=True)
-    with atomic_file(workdir / "model.keras", suffix=".keras") as tmp:
-        model.save(tmp)
-
-    # Test decoding and the export compute in float32 whatever the training
-    # precision: the same weights, no per-step casts, portable to CPUs
-    # without native bfloat16.
-    translator = Translator(val_bleu.float32_model(model), tokenizer,
-                            **_search_options(config))
-    test_name = splits.names["test"]
-    bleu = signature = line = tok_bleu = tok_line = None
-    decode_seconds = 0.0
-    if test_src:
+    def evaluate(self):
+        """Test decoding, once, and its BLEU figures."""
+        config = self.config
+        # Test decoding and the export compute in float32 whatever the
+        # training precision: the same weights, no per-step casts, portable
+        # to CPUs without native bfloat16.
+        self.translator = Translator(self.val_bleu.float32_model(self.model),
+                                     self.tokenizer, **_search_options(config))
+        test_src, test_tgt = self.data.test
+        test_name = self.data.names["test"]
+        self.test = {"test_bleu": None, "test_bleu_line": None,
+                     "test_tokenized_compound_split_bleu": None,
+                     "test_tokenized_compound_split_bleu_line": None,
+                     "test_lowercase_tokenized_bleu": None,
+                     "test_lowercase_tokenized_bleu_line": None}
+        self.signature, self.decode_seconds = None, 0.0
+        if not test_src:
+            return
         t0 = time.time()
-        hyps = translator.translate_texts(test_src, progress=True)
-        decode_seconds = time.time() - t0
-        bleu, signature, line = corpus_bleu(hyps, test_tgt)
-        print(f"{test_name}: {line}\nsacreBLEU signature: {signature}", flush=True)
+        hyps = self.translator.translate_texts(test_src, progress=True)
+        self.decode_seconds = time.time() - t0
+        bleu, self.signature, line = corpus_bleu(hyps, test_tgt)
+        print(f"{test_name}: {line}\nsacreBLEU signature: {self.signature}", flush=True)
         # The paper's figure (t2t's get_ende_bleu.sh): tokenized BLEU with
         # compound splitting, on the same outputs.
         tok_bleu, tok_line = compound_split_bleu(hyps, test_tgt, config.target_language)
         print(f"{test_name}: tokenized BLEU with compound splitting {tok_bleu:.2f} "
               f"({tok_line})", flush=True)
-        atomic_write(workdir / f"{test_name}.hyp.{config.target_language}",
+        # The Multi30k papers' figure (lower-cased, tokenized; Wu et al. 2021).
+        low_bleu, low_line = tokenized_bleu(hyps, test_tgt, config.target_language)
+        print(f"{test_name}: lower-cased tokenized BLEU {low_bleu:.2f} ({low_line})",
+              flush=True)
+        atomic_write(self.workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
+        self.test.update({
+            "test_bleu": round(bleu, 2), "test_bleu_line": line,
+            "test_tokenized_compound_split_bleu": round(tok_bleu, 2),
+            "test_tokenized_compound_split_bleu_line": tok_line,
+            "test_lowercase_tokenized_bleu": round(low_bleu, 2),
+            "test_lowercase_tokenized_bleu_line": low_line})
 
-    # A failed export (e.g. export_dir's disk full) must not lose the
-    # results: it is recorded in result.json, which is written, and raised
-    # after that.
-    path = export_error = None
-    try:
-        if keras.backend.backend() == "tensorflow":
-            path = export_translation(translator, config, export_dir, val_src)
-        else:
-            path = export_translation_in_tensorflow(
-                translator.model, config, workdir, export_dir, val_src)
-        print(f"exported SavedModel to {path}", flush=True)
-    except Exception as error:  # noqa: BLE001 -- re-raised below
-        export_error = error
-        print(f"export to {export_dir} failed: {type(error).__name__}: {error}",
-              file=sys.stderr, flush=True)
-    for sentence in samples:
-        out = translator.translate_texts([sentence])[0]
-        print(f"  {config.source_language.upper()}: {sentence}\n"
-              f"  {config.target_language.upper()}: {out}", flush=True)
+    def export(self):
+        """The raw-text SavedModel, then the sample translations. A failed
+        export (e.g. export_dir's disk full) must not lose the results: it
+        is recorded by ``report``, which writes them and raises it."""
+        config, translator = self.config, self.translator
+        self.export_path = self.export_error = None
+        val_src = self.data.validation[0]
+        try:
+            if keras.backend.backend() == "tensorflow":
+                self.export_path = export_translation(
+                    translator, config, self.export_dir, val_src)
+            else:
+                self.export_path = export_translation_in_tensorflow(
+                    translator.model, config, self.workdir, self.export_dir, val_src)
+            print(f"exported SavedModel to {self.export_path}", flush=True)
+        except Exception as error:  # noqa: BLE001 -- re-raised by report
+            self.export_error = error
+            print(f"export to {self.export_dir} failed: {type(error).__name__}: {error}",
+                  file=sys.stderr, flush=True)
+        for sentence in self.samples:
+            out = translator.translate_texts([sentence])[0]
+            print(f"  {config.source_language.upper()}: {sentence}\n"
+                  f"  {config.target_language.upper()}: {out}", flush=True)
 
-    result = {
-        "test_bleu": None if bleu is None else round(bleu, 2),
-        "test_bleu_line": line,
-        "test_tokenized_compound_split_bleu": (
-            None if tok_bleu is None else round(tok_bleu, 2)),
-        "test_tokenized_compound_split_bleu_line": tok_line,
-        "test_split": test_name,
-        "validation_split": splits.names["validation"],
-        "train_split": "+".join(c[0] for c in corpora),
-        "train_pairs": {c[0]: m["pairs"] for c, m in zip(corpora, stream["manifests"])},
-        "train_weights": stream["weights"],
-        "direction": f"{config.source_language}-{config.target_language}",
-        "backend": keras.backend.backend(),
-        "vocabulary": vocabulary_kind(config),
-        "vocabulary_size": len(vocab),
-        "signature": signature,
-        "parameters": int(model.count_params()),
-        "epochs": epochs_run,
-        "averaged_checkpoints": averaged,
-        "val_greedy_bleu_by_average": average_scores,
-        "train_minutes": round(train_seconds / 60, 1),
-        "job_minutes": round((time.time() - job_start) / 60, 1),
-        "train_real_target_tokens_per_epoch": real_tokens,
-        "beam_decode_sentences_per_second": (
-            round(len(test_src) / decode_seconds, 1) if decode_seconds else None),
-        "export": None if path is None else str(path),
-        "export_error": (None if export_error is None
-                         else f"{type(export_error).__name__}: {export_error}"),
-        "epochs_log": bleu_log.history,
-        "config": dataclasses.asdict(config),
-    }
-    write_json(workdir / "result.json", result)
-    if export_error is not None:
-        export_error.add_note(
-            f"the results are in {workdir / 'result.json'} (\"export\": null, "
-            "\"export_error\"); run the same command again to export (training "
-            "is not repeated: it resumes from its finished backup)")
-        raise export_error
-    return result
+    def report(self):
+        """``<workdir>/result.json``; raises a failed export's error after."""
+        config, corpora, stream = self.config, self.data.corpora, self.stream
+        path, error = self.export_path, self.export_error
+        test_src = self.data.test[0]
+        self.result = {
+            **self.test,
+            "test_split": self.data.names["test"],
+            "validation_split": self.data.names["validation"],
+            "train_split": "+".join(c[0] for c in corpora),
+            "train_pairs": {c[0]: m["pairs"] for c, m in zip(corpora, stream["manifests"])},
+            "train_weights": stream["weights"],
+            "direction": f"{config.source_language}-{config.target_language}",
+            "backend": keras.backend.backend(),
+            "vocabulary": vocabulary_kind(config),
+            "vocabulary_size": len(self.tokenizer.vocabulary),
+            "signature": self.signature,
+            "parameters": int(self.model.count_params()),
+            "epochs": len(self.bleu_log.history),
+            "averaged_checkpoints": self.averaged,
+            "val_greedy_bleu_by_average": self.average_scores,
+            "train_minutes": round(self.train_seconds / 60, 1),
+            "job_minutes": round((time.time() - self.job_start) / 60, 1),
+            "train_real_target_tokens_per_epoch": sum(
+                m["target_tokens"] for m in stream["manifests"]),
+            "beam_decode_sentences_per_second": (
+                round(len(test_src) / self.decode_seconds, 1)
+                if self.decode_seconds else None),
+            "export": None if path is None else str(path),
+            "export_error": None if error is None else f"{type(error).__name__}: {error}",
+            "stage_seconds": dict(self.stage_seconds),  # the stages before this one
+            "epochs_log": self.bleu_log.history,
+            "config": dataclasses.asdict(config),
+        }
+        write_json(self.workdir / "result.json", self.result)
+        if error is not None:
+            error.add_note(
+                f"the results are in {self.workdir / 'result.json'} (\"export\": null, "
+                "\"export_error\"); run the same command again to export (training "
+                "is not repeated: it resumes from its finished backup)")
+            raise error
 
 
 if __name__ == "__main__":  # python -m keras_trm.jobs.translation export REQUEST
