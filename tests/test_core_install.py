@@ -185,6 +185,9 @@ def test_the_readme_library_example_runs_without_the_extras(tmp_path, data_dir):
             pass
     translations = [p for p in printed if isinstance(p, list)]
     assert translations, f"no translation list printed:\n{child.stdout[-2000:]}"
+    # One string per input. After 5 unseeded training steps the search may
+    # end at once (END is the likeliest first token), so it may be empty:
+    # seen once in CI; the property here is that the search runs and prints.
     (translation,) = translations[-1]
-    assert isinstance(translation, str) and translation.strip()
+    assert isinstance(translation, str)
     assert (tmp_path / "export" / "my_translator" / "1" / "saved_model.pb").is_file()
