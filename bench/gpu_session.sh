@@ -1,0 +1,35 @@
+#!/bin/bash
+# One device call for a GPU session (issue #39), from the repository root on
+# a GPU machine without TensorFlow (JAX, PyTorch and numpy installed):
+#   A. bench/gpu_train.py: keras_trm on JAX against torch.compile (JSON).
+#   B. keras-trm train-portable on a prepared Multi30k folder (JAX, bf16).
+# This is the two device calls of 2026-11-26 (H100) in one script.
+#
+# Here, before the call (see the device README's note on wheels):
+#   pip download --no-deps ... -d .whl keras==3.15.1 namex optree jsonargparse docstring-parser
+#   keras-trm prepare-translation --output_dir .gpu/m30k    # the prepared folder (TF)
+# and carry .whl and .gpu. Back here: keras-trm export-portable --prepared
+# .gpu/m30k --weights <OUT>/weights [--test].
+#
+# Settings (environment): OUT (results folder), PREPARED (.gpu/m30k),
+# TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
+# BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles).
+set -u
+OUT=${OUT:?set OUT to a results folder}
+exec > >(tee "$OUT/log.txt") 2>&1
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+timeout $(( ${BENCH_SECONDS:-250} + 40 )) python3 bench/gpu_train.py --backend jax \
+  --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" --out "$OUT/gpu_train.json"
+echo "A rc=$?"
+KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
+  python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
+  --workdir /tmp/portable --precision mixed_bfloat16 \
+  --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
+echo "B rc=$?"
+mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* "$OUT/weights/" 2>/dev/null
