@@ -278,47 +278,43 @@ def test_checkpoint_average_is_chosen_by_the_score(tmp_path):
         select_checkpoint_average(model, [], score)
 
 
-def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):
+def _fit_under_budget(monkeypatch, seconds, epoch_seconds, epochs):
+    """What fit() does with a ``TimeBudget`` on a fake clock: epoch ``e``
+    takes ``epoch_seconds(e)``; stops when the callback says so. Returns
+    (last epoch run, clock, budget)."""
     from keras_trm.training import monitoring
 
     clock = [0.0]
     monkeypatch.setattr(monitoring.time, "time", lambda: clock[0])
-    budget = monitoring.TimeBudget(seconds=100.0)
+    budget = monitoring.TimeBudget(seconds=seconds)
     budget.set_model(keras.Sequential([keras.layers.Dense(1)]))
     budget.model.stop_training = False
     budget.on_train_begin()
-    for epoch in range(10):  # what fit() does: stop when the callback says so
+    for epoch in range(epochs):
         budget.on_epoch_begin(epoch)
-        clock[0] += 30.0
+        clock[0] += epoch_seconds(epoch)
         budget.on_epoch_end(epoch)
         if budget.model.stop_training:
             break
+    return epoch, clock[0], budget
+
+
+def test_time_budget_stops_before_an_epoch_would_cross_it(monkeypatch):
+    epoch, clock, budget = _fit_under_budget(monkeypatch, 100.0, lambda e: 30.0, 10)
     # after 60 s another 30-s epoch still fits (90 <= 100); after 90 it does not
     assert budget.model.stop_training is True
-    assert epoch == 2 and clock[0] == 90.0
+    assert epoch == 2 and clock == 90.0
 
 
 def test_time_budget_does_not_judge_later_epochs_by_the_compiling_first(monkeypatch):
     """Under XLA the first epoch also compiles every batch shape (98 s on a
     GPU against seconds for the next): once a later epoch has run, it is the
     estimate, so a 200-s budget is not stopped after one epoch."""
-    from keras_trm.training import monitoring
-
-    clock = [0.0]
-    monkeypatch.setattr(monitoring.time, "time", lambda: clock[0])
-    budget = monitoring.TimeBudget(seconds=200.0)
-    budget.set_model(keras.Sequential([keras.layers.Dense(1)]))
-    budget.model.stop_training = False
-    budget.on_train_begin()
-    for epoch in range(100):
-        budget.on_epoch_begin(epoch)
-        clock[0] += 98.0 if epoch == 0 else 5.0 + (epoch == 3)  # one slower epoch
-        budget.on_epoch_end(epoch)
-        if budget.model.stop_training:
-            break
+    epoch, clock, budget = _fit_under_budget(
+        monkeypatch, 200.0, lambda e: 98.0 if e == 0 else 5.0 + (e == 3), 100)
     # After 20 epochs: 98 + 19 x 5 + 1 = 194 s, and one more as long as the
     # longest later one (6 s) still fits (200); after 21 (199 s) it does not.
-    assert clock[0] == 98.0 + 5.0 * 20 + 1.0 and epoch == 20
+    assert clock == 98.0 + 5.0 * 20 + 1.0 and epoch == 20
     assert budget.get_state()["longest_epoch"] == 6.0
 
 
