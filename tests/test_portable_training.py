@@ -175,6 +175,10 @@ def test_trains_under_jax_without_tensorflow(trained):
     assert sorted(by_k) == [1, 2, 3]
     assert by_k[result["averaged_checkpoints"]] == min(by_k.values())
     assert by_k[1] == pytest.approx(log[-1]["val_token_loss"], abs=1e-4)
+    # The job's stages (PortableTrainingRun), timed; the report writes this.
+    assert list(result["stage_seconds"]) == [
+        "setup", "prepare_data", "build", "fit", "select_average", "export"]
+    assert all(s >= 0 for s in result["stage_seconds"].values())
     # The weights: several files (the embedding split over two), each <=
     # the limit, sizes and SHA-256 as listed; result.json beside them.
     weights = root / "run" / "weights"

@@ -2,11 +2,12 @@
 
 TensorFlow by design (tf.data shards, tf-text tokenizers, SavedModels),
 except ``keras_trm.jobs.portable_training`` (and its files,
-``portable_files``): it trains on files that ``keras-trm
-prepare-translation`` wrote, on JAX or PyTorch, where no TensorFlow is
-installed (the usual GPU machine). Without TensorFlow those modules
-import; every other job raises ``require_tensorflow``'s ``ImportError``
-(what to install) when it is imported.
+``portable_files``, and the pure-Python ``stages`` it is built on): it
+trains on files that ``keras-trm prepare-translation`` wrote, on JAX or
+PyTorch, where no TensorFlow is installed (the usual GPU machine).
+Without TensorFlow those modules import; every other job raises
+``require_tensorflow``'s ``ImportError`` (what to install) when it is
+imported.
 """
 
 import importlib.util
@@ -15,7 +16,7 @@ import sys
 from keras_trm._optional import require_tensorflow
 
 # The jobs that run without TensorFlow (module names in this package).
-TENSORFLOW_FREE = frozenset({"portable_files", "portable_training"})
+TENSORFLOW_FREE = frozenset({"portable_files", "portable_training", "stages"})
 
 
 class _TensorFlowJobs:

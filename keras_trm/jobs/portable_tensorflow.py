@@ -141,13 +141,7 @@ def prepare_translation(config=None, data_dir=None, workdir="runs/multi30k",
     most ``max_file_mib`` each), ``val.source.txt``, ``val.target.txt``,
     ``test.source.txt``, ``test.target.txt`` (when there is a test split),
     the vocabulary (``tokenizer_file``) and ``manifest.json``, written
-    last: ``format``, ``created``, ``config`` (every ``TranslationConfig``
-    field), ``model`` (the ``transformer()`` arguments: vocabulary size,
-    N, d_model, h, d_ff, dropout, max_sequence_length, name),
-    ``vocabulary`` (kind, file, size), ``special_ids`` (pad 0, unk 1,
-    start 2, end 3), ``max_train_length``, ``splits`` (per split: lines,
-    pairs, tokens, dropped pairs, files) and ``files`` (bytes and SHA-256
-    of every file).
+    last (its keys: ``prepared_manifest``).
 
     Args:
         config: ``TranslationConfig`` (its ``preset`` is applied).
@@ -169,51 +163,19 @@ def prepare_translation(config=None, data_dir=None, workdir="runs/multi30k",
 
         keras-trm prepare-translation --output_dir runs/multi30k/portable
     """
-    config = apply_preset(config or job.TranslationConfig())
-    config.validate()
-    config = dataclasses.replace(config, model_name=job._model_name(config))
-    limit_bytes = check_settings(config, max_file_mib)
+    config, limit_bytes = _prepare_config(config, max_file_mib)
     job.check_inputs(config, data_dir)  # before anything is written
     workdir = pathlib.Path(workdir)
     output = pathlib.Path(output_dir) if output_dir else workdir / "portable"
-    workdir.mkdir(parents=True, exist_ok=True)
-    output.mkdir(parents=True, exist_ok=True)
-    # Invalidate first: a folder whose preparation stopped has no manifest.
-    (output / MANIFEST).unlink(missing_ok=True)
-    for old in list(output.glob("train-*.npz")) + list(output.glob("val-*.npz")):
-        old.unlink()
-
+    _clear_output(workdir, output)
     data = job.resolve_translation_data(config, data_dir, workdir)
-    tokenizer = job.prepare_tokenizer(config, data.corpora, output)
-    vocabulary_file = tokenizer_file(config)
-    if not (output / vocabulary_file).is_file():
-        raise RuntimeError(f"prepare_tokenizer left no {vocabulary_file} in {output}")
-
+    tokenizer = _learn_vocabulary(config, data.corpora, output)
     train = _write_train_ids(config, data.corpora, tokenizer, workdir, output, limit_bytes)
     validation, test = _write_eval_splits(config, data, tokenizer, workdir, output,
                                           limit_bytes)
-
-    names = ([f["file"] for f in train["files"]]
-             + [f["file"] for f in validation["files"]]
-             + list(TEXT_FILES["validation"])
-             + (list(TEXT_FILES["test"]) if test else []) + [vocabulary_file])
-    manifest = {
-        "format": FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": dataclasses.asdict(config),
-        "model": {"vocabulary_size": len(tokenizer.vocabulary),
-                  "num_layers": config.num_layers, "d_model": config.d_model,
-                  "num_heads": config.num_heads, "d_ff": config.d_ff,
-                  "dropout_rate": config.dropout_rate,
-                  "max_sequence_length": config.max_sequence_length,
-                  "name": config.model_name},
-        "vocabulary": {"kind": job.vocabulary_kind(config), "file": vocabulary_file,
-                       "size": len(tokenizer.vocabulary)},
-        "special_ids": dict(SPECIAL_IDS),
-        "max_train_length": job.train_length(config),
-        "splits": {"train": train, "validation": validation, "test": test},
-        "files": {name: file_entry(output / name) for name in names},
-    }
+    manifest = prepared_manifest(config, len(tokenizer.vocabulary), output,
+                                 {"train": train, "validation": validation,
+                                  "test": test})
     write_json(output / MANIFEST, manifest)  # last: marks the folder complete
     total = sum(f["bytes"] for f in manifest["files"].values())
     print(f"prepared {output}: {train['pairs']:,} training pairs in "
@@ -221,6 +183,78 @@ def prepare_translation(config=None, data_dir=None, workdir="runs/multi30k",
           f"vocabulary {len(tokenizer.vocabulary)}, {total / 2**20:.1f} MiB",
           flush=True)
     return manifest
+
+
+def _prepare_config(config, max_file_mib):
+    """The config ``prepare_translation`` writes (preset applied, checked,
+    the model named) and ``max_file_mib`` in bytes."""
+    config = apply_preset(config or job.TranslationConfig())
+    config.validate()
+    config = dataclasses.replace(config, model_name=job._model_name(config))
+    return config, check_settings(config, max_file_mib)
+
+
+def _learn_vocabulary(config, corpora, output):
+    """The job's tokenizer (``prepare_tokenizer``: learned, or reused
+    where ``output`` has it), its vocabulary file checked in ``output``."""
+    tokenizer = job.prepare_tokenizer(config, corpora, output)
+    vocabulary_file = tokenizer_file(config)
+    if not (output / vocabulary_file).is_file():
+        raise RuntimeError(f"prepare_tokenizer left no {vocabulary_file} in {output}")
+    return tokenizer
+
+
+def _clear_output(workdir, output):
+    """Creates both folders and invalidates ``output`` first: a folder
+    whose preparation stopped has no manifest (and no stale pair files)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / MANIFEST).unlink(missing_ok=True)
+    for old in list(output.glob("train-*.npz")) + list(output.glob("val-*.npz")):
+        old.unlink()
+
+
+def prepared_manifest(config, vocabulary_size, output, splits):
+    """The ``manifest.json`` of a prepared folder (``prepare_translation``
+    writes it last, once every other file is in ``output``): ``format``,
+    ``created``, ``config`` (every ``TranslationConfig`` field),
+    ``model`` (the ``transformer()`` arguments: vocabulary size, N,
+    d_model, h, d_ff, dropout, max_sequence_length, name), ``vocabulary``
+    (kind, file, size), ``special_ids`` (pad 0, unk 1, start 2, end 3),
+    ``max_train_length``, ``splits`` (per split: lines, pairs, tokens,
+    dropped pairs, files) and ``files`` (bytes and SHA-256 of every
+    file).
+
+    Args:
+        config: the ``TranslationConfig`` (model named).
+        vocabulary_size: int, the tokenizer's vocabulary size.
+        output: the prepared folder.
+        splits: dict ``train``, ``validation``, ``test`` (None: no test
+            split), as ``_write_train_ids`` / ``_write_eval_splits`` give.
+    """
+    vocabulary_file = tokenizer_file(config)
+    names = ([f["file"] for f in splits["train"]["files"]]
+             + [f["file"] for f in splits["validation"]["files"]]
+             + list(TEXT_FILES["validation"])
+             + (list(TEXT_FILES["test"]) if splits["test"] else [])
+             + [vocabulary_file])
+    return {
+        "format": FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": dataclasses.asdict(config),
+        "model": {"vocabulary_size": vocabulary_size,
+                  "num_layers": config.num_layers, "d_model": config.d_model,
+                  "num_heads": config.num_heads, "d_ff": config.d_ff,
+                  "dropout_rate": config.dropout_rate,
+                  "max_sequence_length": config.max_sequence_length,
+                  "name": config.model_name},
+        "vocabulary": {"kind": job.vocabulary_kind(config), "file": vocabulary_file,
+                       "size": vocabulary_size},
+        "special_ids": dict(SPECIAL_IDS),
+        "max_train_length": job.train_length(config),
+        "splits": dict(splits),
+        "files": {name: file_entry(output / name) for name in names},
+    }
 
 
 def _write_train_ids(config, corpora, tokenizer, workdir, output, limit_bytes):
@@ -346,26 +380,10 @@ def export_portable(prepared, weights, export_dir="export", test=False,
     """
     prepared, weights = pathlib.Path(prepared), pathlib.Path(weights)
     manifest = read_prepared(prepared)
-    info = json.loads((weights / WEIGHTS_MANIFEST).read_text("utf-8")) \
-        if (weights / WEIGHTS_MANIFEST).is_file() else None
-    if info is not None and info.get("model") != manifest["model"]:
-        raise ValueError(
-            f"the weights in {str(weights)!r} are of the model {info.get('model')}, "
-            f"the prepared folder {str(prepared)!r} of {manifest['model']}")
-    config = prepared_config(manifest)
-    if beam_size is not None:
-        config = dataclasses.replace(config, beam_size=int(beam_size))
-        if config.beam_size < 1:
-            raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
+    _check_weights_model(weights, prepared, manifest)
+    config = _export_config(manifest, beam_size)
     model = load_portable_model(weights, dtype="float32")  # checks the files
-    tokenizer = job.prepare_tokenizer(config, [], prepared)
-    val_src = read_lines(prepared / TEXT_FILES["validation"][0])
-    if keras.backend.backend() == "tensorflow":
-        translator = Translator(model, tokenizer, **job._search_options(config))
-        path = job.export_translation(translator, config, export_dir, val_src)
-    else:
-        path = job.export_translation_in_tensorflow(model, config, prepared,
-                                                    export_dir, val_src)
+    path = _export_saved_model(model, config, prepared, export_dir)
     print(f"exported SavedModel to {path}", flush=True)
 
     results = pathlib.Path(results_dir) if results_dir else weights
@@ -376,31 +394,75 @@ def export_portable(prepared, weights, export_dir="export", test=False,
     if test and not manifest["splits"].get("test"):
         raise ValueError(f"the prepared folder {str(prepared)!r} has no test split")
     for role in roles:
-        src_name, tgt_name = TEXT_FILES[role]
-        sources = read_lines(prepared / src_name)
-        references = read_lines(prepared / tgt_name)
-        if limit:
-            sources, references = sources[:limit], references[:limit]
-        start = time.time()
-        hyps = translate_with_saved_model(path, sources, batch_size)
-        seconds = time.time() - start
-        bleu, signature, line = corpus_bleu(hyps, references)
-        name = manifest["splits"][role]["name"]
-        entry = {"split": name, "sentences": len(sources), "bleu": round(bleu, 2),
-                 "bleu_line": line, "signature": signature,
-                 "seconds": round(seconds, 1),
-                 "hypotheses": f"{name}.hyp.{config.target_language}"}
-        if role == "test":
-            tok_bleu, tok_line = compound_split_bleu(hyps, references,
-                                                     config.target_language)
-            entry.update(tokenized_compound_split_bleu=round(tok_bleu, 2),
-                         tokenized_compound_split_bleu_line=tok_line)
-        _write_lines(results / entry["hypotheses"], hyps)
-        result[role] = entry
-        print(f"{name} ({'greedy' if config.beam_size == 1 else f'beam {config.beam_size}'}, "
-              f"SavedModel): {line}\nsacreBLEU signature: {signature}", flush=True)
+        result[role] = _score_split(role, path, prepared, manifest, config,
+                                    limit, batch_size, results)
     write_json(results / "export_result.json", result)
     return result
+
+
+def _check_weights_model(weights, prepared, manifest):
+    """Raises ``ValueError`` where ``weights.json`` names another model
+    than the prepared folder's."""
+    info = json.loads((weights / WEIGHTS_MANIFEST).read_text("utf-8")) \
+        if (weights / WEIGHTS_MANIFEST).is_file() else None
+    if info is not None and info.get("model") != manifest["model"]:
+        raise ValueError(
+            f"the weights in {str(weights)!r} are of the model {info.get('model')}, "
+            f"the prepared folder {str(prepared)!r} of {manifest['model']}")
+
+
+def _export_config(manifest, beam_size):
+    """The prepared config, its ``beam_size`` replaced where given."""
+    config = prepared_config(manifest)
+    if beam_size is not None:
+        config = dataclasses.replace(config, beam_size=int(beam_size))
+        if config.beam_size < 1:
+            raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
+    return config
+
+
+def _export_saved_model(model, config, prepared, export_dir):
+    """The translation job's raw-text SavedModel of ``model`` with the
+    prepared folder's tokenizer (in a TensorFlow child process off the
+    TensorFlow backend); returns its path."""
+    tokenizer = job.prepare_tokenizer(config, [], prepared)
+    val_src = read_lines(prepared / TEXT_FILES["validation"][0])
+    if keras.backend.backend() == "tensorflow":
+        translator = Translator(model, tokenizer, **job._search_options(config))
+        return job.export_translation(translator, config, export_dir, val_src)
+    return job.export_translation_in_tensorflow(model, config, prepared,
+                                                export_dir, val_src)
+
+
+def _score_split(role, path, prepared, manifest, config, limit, batch_size, results):
+    """Decodes the ``role`` split (``validation`` or ``test``) with the
+    SavedModel at ``path``, writes the hypotheses to ``results`` and
+    returns its entry of ``export_portable``'s result (sacreBLEU; for the
+    test split also the tokenized BLEU with compound splitting)."""
+    src_name, tgt_name = TEXT_FILES[role]
+    sources = read_lines(prepared / src_name)
+    references = read_lines(prepared / tgt_name)
+    if limit:
+        sources, references = sources[:limit], references[:limit]
+    start = time.time()
+    hyps = translate_with_saved_model(path, sources, batch_size)
+    seconds = time.time() - start
+    bleu, signature, line = corpus_bleu(hyps, references)
+    name = manifest["splits"][role]["name"]
+    entry = {"split": name, "sentences": len(sources), "bleu": round(bleu, 2),
+             "bleu_line": line, "signature": signature,
+             "seconds": round(seconds, 1),
+             "hypotheses": f"{name}.hyp.{config.target_language}"}
+    if role == "test":
+        tok_bleu, tok_line = compound_split_bleu(hyps, references,
+                                                 config.target_language)
+        entry.update(tokenized_compound_split_bleu=round(tok_bleu, 2),
+                     tokenized_compound_split_bleu_line=tok_line)
+    _write_lines(results / entry["hypotheses"], hyps)
+    search = "greedy" if config.beam_size == 1 else f"beam {config.beam_size}"
+    print(f"{name} ({search}, SavedModel): {line}\nsacreBLEU signature: "
+          f"{signature}", flush=True)
+    return entry
 
 
 def export_main(argv=None, prog="keras-trm export-portable"):

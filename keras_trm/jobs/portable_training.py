@@ -64,6 +64,7 @@ from keras_trm.jobs.portable_files import (  # noqa: F401  (re-exported)
     sha256_file,
     write_weights,
 )
+from keras_trm.jobs.stages import StagedJob
 from keras_trm.training import (
     DataPosition,
     EpochCheckpoints,
@@ -401,7 +402,9 @@ def train(config=None, workdir="runs/portable", verify=True):
         ``train_minutes``, ``job_minutes``, ``val_token_loss_by_epoch``,
         ``averaged_checkpoints`` (the chosen k),
         ``val_token_loss_by_average`` ({k: loss}), ``weights`` (folder,
-        dtype, files, bytes), ``recipe``, ``epochs_log``, ...
+        dtype, files, bytes), ``recipe``, ``epochs_log``,
+        ``stage_seconds`` (``PortableTrainingRun``'s stages before the
+        report: wall seconds each), ...
 
     Raises:
         FileNotFoundError / ValueError: a missing or damaged prepared
@@ -416,147 +419,197 @@ def train(config=None, workdir="runs/portable", verify=True):
     config.validate()
     previous_policy = keras.config.dtype_policy()
     try:
-        return _train(config, pathlib.Path(workdir), verify)
+        return PortableTrainingRun(config, pathlib.Path(workdir), verify).run()
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
 
-def _train(config, workdir, verify):
-    job_start = time.time()
-    prepared = pathlib.Path(config.prepared)
-    manifest = read_prepared(prepared, verify=verify)
-    run = recipe(config, manifest)
-    keras.utils.set_random_seed(run["seed"])
-    precision = config.precision
-    if precision == "auto" and os.environ.get("KERAS_TRM_PRECISION"):
-        precision = os.environ["KERAS_TRM_PRECISION"]  # as apply_precision
-    if precision == "auto" and keras.backend.backend() != "tensorflow":
-        precision, reason = "float32", "auto: float32 off TensorFlow"
-    else:
-        precision, reason = resolve_precision(precision)
-    keras.mixed_precision.set_global_policy(precision)
-    device = device_description()
-    print(f"backend: {keras.backend.backend()}; device: {device}; precision: "
-          f"{precision} ({reason})", flush=True)
+def _precision(choice):
+    """The dtype policy of a run and why: ``(policy, reason)``. ``auto``
+    (unless ``KERAS_TRM_PRECISION`` names one, as ``apply_precision``
+    reads it) is float32 off TensorFlow, else ``resolve_precision``'s."""
+    if choice == "auto" and os.environ.get("KERAS_TRM_PRECISION"):
+        choice = os.environ["KERAS_TRM_PRECISION"]  # as apply_precision
+    if choice == "auto" and keras.backend.backend() != "tensorflow":
+        return "float32", "auto: float32 off TensorFlow"
+    return resolve_precision(choice)
 
-    train_pairs = load_pairs(prepared, "train", manifest)
-    val_pairs = load_pairs(prepared, "validation", manifest)
-    model_config = manifest["model"]
-    boundaries = bucket_boundaries(manifest["max_train_length"],
-                                   parse_boundaries(config.boundaries))
-    val_boundaries = bucket_boundaries(
-        max(boundaries[-1], int(val_pairs.pair_lengths().max())), boundaries)
-    tokens_per_batch = max(run["tokens_per_batch"], val_boundaries[-1])
-    if tokens_per_batch != run["tokens_per_batch"]:
-        print(f"tokens_per_batch {run['tokens_per_batch']} raised to "
-              f"{tokens_per_batch}, the longest bucket", flush=True)
-    batches = TokenBatches(train_pairs, tokens_per_batch, boundaries,
-                           seed=run["seed"])
-    val_data = _BatchList(TokenBatches(val_pairs, tokens_per_batch, val_boundaries,
-                                       shuffle=False).epoch(0))
-    steps = batches.batches_per_epoch
-    print(f"train: {len(train_pairs):,} pairs, {steps} batches per epoch, "
-          f"shapes {batches.shapes}; val: {len(val_pairs):,} pairs, "
-          f"{len(val_data)} batches", flush=True)
 
-    model = build_model(model_config)
-    accumulate = accumulation_steps(run["tokens_per_step"], tokens_per_batch, 1)
-    schedule = NoamSchedule(model_config["d_model"], run["warmup_steps"],
-                            run["lr_scale"])
-    if accumulate > 1:  # the schedule counts updates, not micro-batches
-        schedule = PerUpdateSchedule(schedule, accumulate)
-    jit = {"on": True, "off": False}.get(
-        config.jit_compile, keras.backend.backend() == "jax")
-    model.compile(
-        optimizer=paper_adam(
-            schedule, gradient_accumulation_steps=accumulate if accumulate > 1 else None),
-        loss=LabelSmoothedCrossEntropy(run["label_smoothing"]),
-        metrics=[TokenLoss(run["label_smoothing"]), MaskedAccuracy()],
-        jit_compile=jit)
-    print(f"model: {model.count_params():,} parameters; jit_compile={jit}"
-          + (f"; {accumulate} batches per update" if accumulate > 1 else ""),
-          flush=True)
+class PortableTrainingRun(StagedJob):
+    """The stages of ``train`` (``keras_trm.jobs.stages``): each reads
+    what the earlier ones set on ``self``. ``run()`` returns the dict
+    ``train`` documents (written to ``<workdir>/result.json``), with
+    ``stage_seconds``.
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    start_step = _backup_step(workdir / "backup")
-    budget = TimeBudget(run["time_budget_minutes"] * 60)
-    checkpoints = EpochCheckpoints(workdir / "checkpoints", keep=run["average_last"])
-    log = EpochLog(workdir / "epochs.json",
-                   int(train_pairs.target_lengths().sum() - len(train_pairs)), steps,
-                   clock=budget.elapsed)
-    backup = TrainingBackup(
-        workdir / "backup", save_freq=config.save_freq, position=DataPosition(),
-        steps_per_epoch=steps,
-        stateful={"time_budget": budget, "epoch_log": log, "checkpoints": checkpoints})
-    # The stream starts where the backup left off (TrainingBackup restores
-    # the weights, the optimizer and the step in on_train_begin).
-    stream = prefetch(batches.stream(start_step // steps, start_step % steps))
-    try:
-        model.fit(stream, epochs=run["epochs"], steps_per_epoch=steps,
-                  validation_data=val_data, shuffle=False,
-                  callbacks=[backup, checkpoints, log, budget],
-                  verbose=1 if sys.stdout.isatty() else 2)
-    finally:
-        stream.close()
-    train_seconds = budget.elapsed()
+    Args:
+        config: a validated ``PortableTrainingConfig``.
+        workdir: the run folder (``pathlib.Path``).
+        verify: check the prepared files' sizes and SHA-256 first.
+    """
 
-    losses = {}
+    STAGES = ("setup", "prepare_data", "build", "fit", "select_average",
+              "export", "report")
 
-    def score(candidate):  # higher is better: minus the val loss
-        loss = evaluate_token_loss(candidate, val_data)
-        losses[len(losses) + 1] = round(loss, 5)
-        return -loss
+    def __init__(self, config, workdir, verify):
+        self.config, self.workdir, self.verify = config, pathlib.Path(workdir), verify
+        self.prepared = pathlib.Path(config.prepared)
+        self.job_start = time.time()
 
-    averaged, _ = select_checkpoint_average(model, checkpoints.paths, score,
-                                            run["average_last"])
-    print("val loss of the average of the last k checkpoints: "
-          + ", ".join(f"k={k}: {x:.4f}" for k, x in losses.items())
-          + f" -> averaging the last {averaged}", flush=True)
+    def setup(self):
+        """The prepared folder's manifest (checked), the recipe, the seed
+        and the dtype policy."""
+        self.manifest = read_prepared(self.prepared, verify=self.verify)
+        self.recipe = recipe(self.config, self.manifest)
+        keras.utils.set_random_seed(self.recipe["seed"])
+        self.precision, reason = _precision(self.config.precision)
+        keras.mixed_precision.set_global_policy(self.precision)
+        self.device = device_description()
+        print(f"backend: {keras.backend.backend()}; device: {self.device}; "
+              f"precision: {self.precision} ({reason})", flush=True)
 
-    limit = max_file_bytes(config.max_file_mib)
-    weights_dir = workdir / "weights"
-    info = write_weights(
-        model, weights_dir, config.weights_dtype, limit,
-        extra={"model": model_config,
-               "prepared_manifest_sha256": sha256_file(prepared / MANIFEST),
-               "averaged_checkpoints": averaged})
-    history = log.history
-    result = {
-        "backend": keras.backend.backend(),
-        "device": device,
-        "precision": precision,
-        "host": platform.node(),
-        "prepared": str(prepared),
-        "parameters": int(model.count_params()),
-        "epochs": len(history),
-        "steps_per_epoch": steps,
-        "train_pairs": len(train_pairs),
-        "validation_pairs": len(val_pairs),
-        "resumed_from_step": start_step,
-        "train_minutes": round(train_seconds / 60, 2),
-        "job_minutes": round((time.time() - job_start) / 60, 2),
-        "tokens_per_second_last_epoch": (history[-1].get("tokens_per_second")
-                                         if history else None),
-        "val_token_loss_by_epoch": [h.get("val_token_loss") for h in history],
-        "averaged_checkpoints": averaged,
-        "val_token_loss_by_average": losses,
-        "val_token_loss": losses[averaged],
-        "weights": {"folder": str(weights_dir), "dtype": config.weights_dtype,
-                    "files": len(info["files"]),
-                    "bytes": sum(f["bytes"] for f in info["files"].values()),
-                    "largest_file_bytes": max(f["bytes"] for f in info["files"].values()),
-                    "max_file_bytes": limit},
-        "recipe": {**run, "tokens_per_batch": tokens_per_batch,
-                   "boundaries": list(boundaries), "jit_compile": jit},
-        "epochs_log": history,
-        "config": dataclasses.asdict(config),
-    }
-    write_json(weights_dir / "result.json", result)
-    write_json(workdir / "result.json", result)
-    print(f"weights: {weights_dir} ({result['weights']['files']} files, "
-          f"{result['weights']['bytes'] / MIB:.1f} MiB, {config.weights_dtype})",
-          flush=True)
-    return result
+    def prepare_data(self):
+        """The train and val pairs as token-count batches in length
+        buckets (val: one fixed list, every pair once)."""
+        prepared, manifest, run = self.prepared, self.manifest, self.recipe
+        self.train_pairs = load_pairs(prepared, "train", manifest)
+        self.val_pairs = val_pairs = load_pairs(prepared, "validation", manifest)
+        self.boundaries = boundaries = bucket_boundaries(
+            manifest["max_train_length"], parse_boundaries(self.config.boundaries))
+        val_boundaries = bucket_boundaries(
+            max(boundaries[-1], int(val_pairs.pair_lengths().max())), boundaries)
+        self.tokens_per_batch = tokens = max(run["tokens_per_batch"], val_boundaries[-1])
+        if tokens != run["tokens_per_batch"]:
+            print(f"tokens_per_batch {run['tokens_per_batch']} raised to "
+                  f"{tokens}, the longest bucket", flush=True)
+        self.batches = TokenBatches(self.train_pairs, tokens, boundaries,
+                                    seed=run["seed"])
+        self.val_data = _BatchList(TokenBatches(val_pairs, tokens, val_boundaries,
+                                                shuffle=False).epoch(0))
+        self.steps = self.batches.batches_per_epoch
+        print(f"train: {len(self.train_pairs):,} pairs, {self.steps} batches per "
+              f"epoch, shapes {self.batches.shapes}; val: {len(val_pairs):,} pairs, "
+              f"{len(self.val_data)} batches", flush=True)
+
+    def build(self):
+        """The manifest's model, compiled with the paper's optimizer,
+        schedule and loss (``tokens_per_step`` accumulates batches)."""
+        run, model_config = self.recipe, self.manifest["model"]
+        self.model = model = build_model(model_config)
+        accumulate = accumulation_steps(run["tokens_per_step"], self.tokens_per_batch, 1)
+        schedule = NoamSchedule(model_config["d_model"], run["warmup_steps"],
+                                run["lr_scale"])
+        if accumulate > 1:  # the schedule counts updates, not micro-batches
+            schedule = PerUpdateSchedule(schedule, accumulate)
+        self.jit = jit = {"on": True, "off": False}.get(
+            self.config.jit_compile, keras.backend.backend() == "jax")
+        model.compile(
+            optimizer=paper_adam(
+                schedule,
+                gradient_accumulation_steps=accumulate if accumulate > 1 else None),
+            loss=LabelSmoothedCrossEntropy(run["label_smoothing"]),
+            metrics=[TokenLoss(run["label_smoothing"]), MaskedAccuracy()],
+            jit_compile=jit)
+        print(f"model: {model.count_params():,} parameters; jit_compile={jit}"
+              + (f"; {accumulate} batches per update" if accumulate > 1 else ""),
+              flush=True)
+
+    def fit(self):
+        """``fit`` within the time budget, resumed from ``<workdir>/backup``
+        where a run left one; a checkpoint per epoch kept for the average."""
+        workdir, run, steps = self.workdir, self.recipe, self.steps
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.start_step = start_step = _backup_step(workdir / "backup")
+        budget = TimeBudget(run["time_budget_minutes"] * 60)
+        self.checkpoints = checkpoints = EpochCheckpoints(workdir / "checkpoints",
+                                                          keep=run["average_last"])
+        self.log = log = EpochLog(
+            workdir / "epochs.json",
+            int(self.train_pairs.target_lengths().sum() - len(self.train_pairs)),
+            steps, clock=budget.elapsed)
+        backup = TrainingBackup(
+            workdir / "backup", save_freq=self.config.save_freq,
+            position=DataPosition(), steps_per_epoch=steps,
+            stateful={"time_budget": budget, "epoch_log": log,
+                      "checkpoints": checkpoints})
+        # The stream starts where the backup left off (TrainingBackup restores
+        # the weights, the optimizer and the step in on_train_begin).
+        stream = prefetch(self.batches.stream(start_step // steps, start_step % steps))
+        try:
+            self.model.fit(stream, epochs=run["epochs"], steps_per_epoch=steps,
+                           validation_data=self.val_data, shuffle=False,
+                           callbacks=[backup, checkpoints, log, budget],
+                           verbose=1 if sys.stdout.isatty() else 2)
+        finally:
+            stream.close()
+        self.train_seconds = budget.elapsed()
+
+    def select_average(self):
+        """The average of the last k checkpoints for the k with the lowest
+        val loss (``TokenLoss``), loaded into the model."""
+        self.losses = losses = {}
+
+        def score(candidate):  # higher is better: minus the val loss
+            loss = evaluate_token_loss(candidate, self.val_data)
+            losses[len(losses) + 1] = round(loss, 5)
+            return -loss
+
+        self.averaged, _ = select_checkpoint_average(
+            self.model, self.checkpoints.paths, score, self.recipe["average_last"])
+        print("val loss of the average of the last k checkpoints: "
+              + ", ".join(f"k={k}: {x:.4f}" for k, x in losses.items())
+              + f" -> averaging the last {self.averaged}", flush=True)
+
+    def export(self):
+        """The averaged weights as ``<workdir>/weights`` (files of at most
+        ``max_file_mib``)."""
+        self.max_bytes = max_file_bytes(self.config.max_file_mib)
+        self.weights_dir = self.workdir / "weights"
+        files = write_weights(
+            self.model, self.weights_dir, self.config.weights_dtype, self.max_bytes,
+            extra={"model": self.manifest["model"],
+                   "prepared_manifest_sha256": sha256_file(self.prepared / MANIFEST),
+                   "averaged_checkpoints": self.averaged})["files"].values()
+        self.weights = {
+            "folder": str(self.weights_dir), "dtype": self.config.weights_dtype,
+            "files": len(files), "bytes": sum(f["bytes"] for f in files),
+            "largest_file_bytes": max(f["bytes"] for f in files),
+            "max_file_bytes": self.max_bytes}
+
+    def report(self):
+        """``result.json`` in the workdir and beside the weights."""
+        config, history, losses = self.config, self.log.history, self.losses
+        self.result = result = {
+            "backend": keras.backend.backend(),
+            "device": self.device,
+            "precision": self.precision,
+            "host": platform.node(),
+            "prepared": str(self.prepared),
+            "parameters": int(self.model.count_params()),
+            "epochs": len(history),
+            "steps_per_epoch": self.steps,
+            "train_pairs": len(self.train_pairs),
+            "validation_pairs": len(self.val_pairs),
+            "resumed_from_step": self.start_step,
+            "train_minutes": round(self.train_seconds / 60, 2),
+            "job_minutes": round((time.time() - self.job_start) / 60, 2),
+            "tokens_per_second_last_epoch": (history[-1].get("tokens_per_second")
+                                             if history else None),
+            "val_token_loss_by_epoch": [h.get("val_token_loss") for h in history],
+            "averaged_checkpoints": self.averaged,
+            "val_token_loss_by_average": losses,
+            "val_token_loss": losses[self.averaged],
+            "weights": self.weights,
+            "recipe": {**self.recipe, "tokens_per_batch": self.tokens_per_batch,
+                       "boundaries": list(self.boundaries), "jit_compile": self.jit},
+            "epochs_log": history,
+            "config": dataclasses.asdict(config),
+            "stage_seconds": dict(self.stage_seconds),  # the stages before this one
+        }
+        write_json(self.weights_dir / "result.json", result)
+        write_json(self.workdir / "result.json", result)
+        print(f"weights: {self.weights_dir} ({self.weights['files']} files, "
+              f"{self.weights['bytes'] / MIB:.1f} MiB, {config.weights_dtype})",
+              flush=True)
 
 
 # -- command line -------------------------------------------------------------------
