@@ -337,3 +337,46 @@ def test_exports_reload_in_fresh_process_without_keras_trm(
     np.testing.assert_allclose(out["text"], expected_text, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["digits"], expected_digits, rtol=1e-5,
                                atol=1e-6)
+
+
+# --- the jobs end to end, as stages ------------------------------------------------
+
+
+def test_imdb_job_runs_its_stages_in_order(review_vocab, data_dir, tmp_path):
+    """``imdb.run`` on 200 reviews of each split, one tiny LSTM: the stages
+    run in order and the result is what ``<kind>.json`` holds."""
+    config = _tiny_imdb_config(models=("lstm",), limit=200)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    # The vocabulary the job would learn from its 180 training reviews.
+    (workdir / f"vocab_lower_{config.vocabulary_size}_train180.txt").write_text(
+        "\n".join(review_vocab) + "\n")
+    result = imdb.run(config, data_dir, workdir, tmp_path / "export",
+                      verbose=0)
+    assert list(result["stage_seconds"]) == list(imdb.ImdbRun.STAGES)
+    assert sorted(result) == ["lstm", "stage_seconds"]
+    written = json.loads((workdir / "lstm.json").read_text())
+    assert written == json.loads(json.dumps(result["lstm"]))
+    assert result["lstm"]["test_examples"] == 200
+    assert (tmp_path / "export" / "imdb_lstm").is_dir()
+    assert (workdir / "results" / "report.md").is_file()
+
+
+def test_mnist_job_runs_its_stages_in_order(data_dir, tmp_path, monkeypatch):
+    """``mnist.run`` on 600 / 200 real digits, one run: the stages run in
+    order and the result is what ``<run>.json`` holds."""
+    load = mnist.load_mnist
+    monkeypatch.setattr(mnist, "load_mnist", lambda split, *args, **kw: tuple(
+        x[:600 if split == "train" else 200] for x in load(split, *args, **kw)))
+    config = mnist.MnistConfig(norms=("layer",), batch_sizes=(64,), epochs=1,
+                               jit_compile=False)
+    workdir = tmp_path / "work"
+    result = mnist.run(config, data_dir, workdir, tmp_path / "export",
+                       verbose=0)
+    assert list(result["stage_seconds"]) == list(mnist.MnistRun.STAGES)
+    assert sorted(result) == ["lenet_layer_b64", "stage_seconds"]
+    written = json.loads((workdir / "lenet_layer_b64.json").read_text())
+    assert written == json.loads(json.dumps(result["lenet_layer_b64"]))
+    assert result["lenet_layer_b64"]["train_examples"] == 540
+    assert (tmp_path / "export" / "mnist_lenet_layer_b64").is_dir()
+    assert (workdir / "results" / "report.md").is_file()

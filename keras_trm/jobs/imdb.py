@@ -47,6 +47,7 @@ from keras_trm.data.batching import (
 )
 from keras_trm.export import ReviewClassifier, export_module
 from keras_trm.jobs._setup import start_job
+from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import text_classifier
 from keras_trm.text import (
@@ -315,31 +316,31 @@ def _roughness(loss, window=50):
     return float(np.std(loss - smooth(loss, window)))
 
 
-def write_report(workdir, results_dir, config, extra=None):
-    """Writes ``report.md``, the plot and the per-model JSON files to
-    ``results_dir`` from the ``<kind>.json`` files in ``workdir``."""
-    results_dir = pathlib.Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    results = _load_results(workdir)
-    for kind, r in results.items():
-        write_json(results_dir / f"{kind}.json", r)
-    plot = None
-    if "lstm" in results and "lstm_ln" in results and not plots.available():
+def _plot_lstm_curves(results, results_dir, config):
+    """The LSTM vs LSTM_LN plot in ``results_dir`` (its path), or None when
+    either model is missing or matplotlib is not installed."""
+    if not ("lstm" in results and "lstm_ln" in results):
+        return None
+    if not plots.available():
         print('no plot: matplotlib is not installed (pip install "keras_trm[plots]")')
-    elif "lstm" in results and "lstm_ln" in results:
-        runs = []
-        for kind in ("lstm", "lstm_ln"):
-            r = results[kind]
-            runs.append({"label": r["label"], "loss": r["step_loss"],
-                         "loss_x": np.arange(1, len(r["step_loss"]) + 1),
-                         "epochs": r["epoch_log"]})
-        plot = plot_runs(
-            results_dir / "imdb_lstm_vs_lstm_ln.png", runs,
-            f"IMDB: LSTM vs LSTM_LN (units {config.units}, batch "
-            f"{config.batch_size}, same data order and schedule)",
-            "training step", "val_accuracy", "validation accuracy (%)",
-            smooth_window=25,
-        )
+        return None
+    runs = []
+    for kind in ("lstm", "lstm_ln"):
+        r = results[kind]
+        runs.append({"label": r["label"], "loss": r["step_loss"],
+                     "loss_x": np.arange(1, len(r["step_loss"]) + 1),
+                     "epochs": r["epoch_log"]})
+    return plot_runs(
+        results_dir / "imdb_lstm_vs_lstm_ln.png", runs,
+        f"IMDB: LSTM vs LSTM_LN (units {config.units}, batch "
+        f"{config.batch_size}, same data order and schedule)",
+        "training step", "val_accuracy", "validation accuracy (%)",
+        smooth_window=25,
+    )
+
+
+def _results_table(results):
+    """The report's table: one row per model, in ``MODEL_KINDS`` order."""
     rows = [
         "| model | parameters | max_length | epochs | train min | train "
         "examples/s | best validation accuracy [epoch] | test accuracy | "
@@ -357,25 +358,12 @@ def write_report(workdir, results_dir, config, extra=None):
                 f" | **{100 * r['test_accuracy']:.2f}%** | {r['test_examples']:,} | "
                 f"{r['test_loss']:.4f} |"
             )
-    text = [
-        "# IMDB sentiment: Transformer encoder, LSTM_LN and LSTM",
-        "",
-        "Produced by `python recipes/imdb.py` (`keras_trm.jobs.imdb`). The "
-        "models train on 90% of the training reviews; the other 10% (a "
-        "seeded split) are the validation set, scored after every epoch (the "
-        "per-epoch accuracies in the JSON files and the plot). The weights "
-        "of the best validation epoch are kept and scored once on the whole "
-        "test set (25,000 reviews unless `--limit` was used), which is used "
-        "for nothing else.",
-        "",
-        *rows,
-        "",
-        "Setup: lowercase WordPiece vocabulary learned from the training "
-        "reviews (in-graph tokenization), head+tail truncation to "
-        "`max_length` tokens, length-bucketed batches, Adam with warm-up and "
-        "cosine decay to 0, gradient clipping. Per model (from its JSON):",
-        "",
-    ]
+    return rows
+
+
+def _setup_lines(results):
+    """One line per model: its hyper-parameters, from its JSON."""
+    lines = []
     for kind in MODEL_KINDS:
         if kind not in results:
             continue
@@ -389,10 +377,42 @@ def write_report(workdir, results_dir, config, extra=None):
             detail = (f"embedding {c['embedding_dim']}, {c['units']} units, "
                       f"dropout {c['lstm_dropout_rate']} on the final state, "
                       f"peak lr {c['lstm_learning_rate']}")
-        text.append(f"- {LABELS[kind]}: {detail}; batch {c['batch_size']}, "
-                    f"warm-up {c['warmup_steps']} steps, clipnorm "
-                    f"{c['clipnorm']}, vocabulary {c['vocabulary_size']} asked.")
-    text.append("")
+        lines.append(f"- {LABELS[kind]}: {detail}; batch {c['batch_size']}, "
+                     f"warm-up {c['warmup_steps']} steps, clipnorm "
+                     f"{c['clipnorm']}, vocabulary {c['vocabulary_size']} asked.")
+    return lines
+
+
+def write_report(workdir, results_dir, config, extra=None):
+    """Writes ``report.md``, the plot and the per-model JSON files to
+    ``results_dir`` from the ``<kind>.json`` files in ``workdir``."""
+    results_dir = pathlib.Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    results = _load_results(workdir)
+    for kind, r in results.items():
+        write_json(results_dir / f"{kind}.json", r)
+    plot = _plot_lstm_curves(results, results_dir, config)
+    text = [
+        "# IMDB sentiment: Transformer encoder, LSTM_LN and LSTM",
+        "",
+        "Produced by `python recipes/imdb.py` (`keras_trm.jobs.imdb`). The "
+        "models train on 90% of the training reviews; the other 10% (a "
+        "seeded split) are the validation set, scored after every epoch (the "
+        "per-epoch accuracies in the JSON files and the plot). The weights "
+        "of the best validation epoch are kept and scored once on the whole "
+        "test set (25,000 reviews unless `--limit` was used), which is used "
+        "for nothing else.",
+        "",
+        *_results_table(results),
+        "",
+        "Setup: lowercase WordPiece vocabulary learned from the training "
+        "reviews (in-graph tokenization), head+tail truncation to "
+        "`max_length` tokens, length-bucketed batches, Adam with warm-up and "
+        "cosine decay to 0, gradient clipping. Per model (from its JSON):",
+        "",
+        *_setup_lines(results),
+        "",
+    ]
     if extra:
         text += [extra, ""]
     lines = _lstm_comparison(results)
@@ -413,82 +433,129 @@ def run(config=None, data_dir=None, workdir="runs/imdb", export_dir="export",
         results_dir=None, verbose=None):
     """Runs the whole job; returns ``{kind: result dict}`` of the models
     trained in this call (results of earlier calls in ``workdir`` are kept
-    and enter the report). The report goes to ``results_dir`` (None:
+    and enter the report), plus ``"stage_seconds"`` (wall seconds per stage
+    of ``ImdbRun``). The report goes to ``results_dir`` (None:
     ``<workdir>/results``; ``""``: no report)."""
-    config = config or ImdbConfig()
-    for kind in config.models:
-        v.one_of("models", kind, set(MODEL_KINDS))
-    job_start, workdir, data_dir, verbose = start_job(
-        workdir, data_dir, verbose, download=config.download)
-    if results_dir is None:
-        results_dir = workdir / "results"
-    train_texts, train_labels = load_imdb("train", data_dir,
-                                          download=config.download)
-    test_texts, test_labels = load_imdb("test", data_dir,
-                                        download=config.download)
-    train_labels = check_labels(train_labels, 2, "train_labels")
-    test_labels = check_labels(test_labels, 2, "test_labels")
-    if config.limit:
-        v.positive_int("limit", config.limit)
-        keep = np.random.default_rng(config.seed).permutation(25_000)[:config.limit]
-        train_texts = [train_texts[i] for i in keep]
-        test_texts = [test_texts[i] for i in keep]
-        train_labels, test_labels = train_labels[keep], test_labels[keep]
-        print(f"smoke run: {config.limit} reviews of each split", flush=True)
+    return ImdbRun(config, data_dir, workdir, export_dir, results_dir,
+                   verbose).run()
 
-    train_index, val_index = validation_split(
-        len(train_labels), config.validation_fraction, config.seed)
-    val_texts = [train_texts[i] for i in val_index]
-    train_texts = [train_texts[i] for i in train_index]
-    val_labels, train_labels = train_labels[val_index], train_labels[train_index]
-    print(f"{len(train_texts):,} training / {len(val_texts):,} validation "
-          f"reviews (seeded split of the training set), {len(test_texts):,} "
-          "test reviews (scored once per model, after training)", flush=True)
 
-    t0 = time.time()
-    vocab = prepare_vocabulary(config, train_texts, workdir)
-    vocab_seconds = time.time() - t0
-    tokenizer = TextTokenizer(vocab)
-    t0 = time.time()
-    train_ids = encode_lowercase(tokenizer, train_texts)
-    val_ids = encode_lowercase(tokenizer, val_texts)
-    test_ids = encode_lowercase(tokenizer, test_texts)
-    full = train_ids.row_lengths().numpy()
-    print(f"vocabulary {len(vocab):,} ({vocab_seconds:.0f} s); tokenized "
-          f"{len(train_texts) + len(val_texts) + len(test_texts):,} reviews in "
-          f"{time.time() - t0:.0f} s; train reviews: median {np.median(full):.0f}"
-          f" tokens, {100 * np.mean(full > config.max_length):.0f}% longer than "
-          f"{config.max_length}, {100 * np.mean(full > config.encoder_max_length):.0f}"
-          f"% longer than {config.encoder_max_length}", flush=True)
+class ImdbRun(StagedJob):
+    """The IMDB job's stages (``keras_trm.jobs.stages``): ``prepare_data``
+    (load, ``limit``, validation split) -> ``tokenize`` (vocabulary, ids) ->
+    ``fit_evaluate_export`` (each model kind in turn: ``train_and_evaluate``,
+    its SavedModel, ``<kind>.json``) -> ``report``."""
 
-    results = {}
-    for kind in config.models:
-        model, result = train_and_evaluate(
-            kind, config, (train_ids, train_labels), (val_ids, val_labels),
-            (test_ids, test_labels), len(vocab), verbose=verbose)
-        result["config"] = dataclasses.asdict(config)
+    STAGES = ("prepare_data", "tokenize", "fit_evaluate_export", "report")
+
+    def __init__(self, config, data_dir, workdir, export_dir, results_dir,
+                 verbose):
+        self.config = config = config or ImdbConfig()
+        for kind in config.models:
+            v.one_of("models", kind, set(MODEL_KINDS))
+        self.job_start, self.workdir, self.data_dir, self.verbose = start_job(
+            workdir, data_dir, verbose, download=config.download)
+        self.results_dir = (self.workdir / "results" if results_dir is None
+                            else results_dir)
+        self.export_dir = export_dir
+
+    def prepare_data(self):
+        """Both splits (a seeded ``limit`` of each for smoke runs), and the
+        seeded validation split held out of the training reviews."""
+        config = self.config
+        train_texts, train_labels = load_imdb("train", self.data_dir,
+                                              download=config.download)
+        test_texts, test_labels = load_imdb("test", self.data_dir,
+                                            download=config.download)
+        train_labels = check_labels(train_labels, 2, "train_labels")
+        test_labels = check_labels(test_labels, 2, "test_labels")
+        if config.limit:
+            v.positive_int("limit", config.limit)
+            keep = np.random.default_rng(config.seed).permutation(25_000)[:config.limit]
+            train_texts = [train_texts[i] for i in keep]
+            test_texts = [test_texts[i] for i in keep]
+            train_labels, test_labels = train_labels[keep], test_labels[keep]
+            print(f"smoke run: {config.limit} reviews of each split", flush=True)
+        train_index, val_index = validation_split(
+            len(train_labels), config.validation_fraction, config.seed)
+        self.val_texts = [train_texts[i] for i in val_index]
+        self.train_texts = [train_texts[i] for i in train_index]
+        self.val_labels = train_labels[val_index]
+        self.train_labels = train_labels[train_index]
+        self.test_texts, self.test_labels = test_texts, test_labels
+        print(f"{len(self.train_texts):,} training / {len(self.val_texts):,} "
+              f"validation reviews (seeded split of the training set), "
+              f"{len(test_texts):,} test reviews (scored once per model, after "
+              "training)", flush=True)
+
+    def tokenize(self):
+        """The WordPiece vocabulary (learned from the training reviews, or
+        loaded) and the ids of the three splits, before truncation."""
+        config = self.config
+        t0 = time.time()
+        self.vocab = vocab = prepare_vocabulary(config, self.train_texts,
+                                                self.workdir)
+        vocab_seconds = time.time() - t0
+        tokenizer = TextTokenizer(vocab)
+        t0 = time.time()
+        self.train_ids = encode_lowercase(tokenizer, self.train_texts)
+        self.val_ids = encode_lowercase(tokenizer, self.val_texts)
+        self.test_ids = encode_lowercase(tokenizer, self.test_texts)
+        full = self.train_ids.row_lengths().numpy()
+        reviews = (len(self.train_texts) + len(self.val_texts)
+                   + len(self.test_texts))
+        print(f"vocabulary {len(vocab):,} ({vocab_seconds:.0f} s); tokenized "
+              f"{reviews:,} reviews in {time.time() - t0:.0f} s; train reviews: "
+              f"median {np.median(full):.0f} tokens, "
+              f"{100 * np.mean(full > config.max_length):.0f}% longer than "
+              f"{config.max_length}, "
+              f"{100 * np.mean(full > config.encoder_max_length):.0f}% longer "
+              f"than {config.encoder_max_length}", flush=True)
+
+    def fit_evaluate_export(self):
+        """Each kind of ``config.models`` in turn: trained, scored
+        (``train_and_evaluate``), exported and written to
+        ``<workdir>/<kind>.json`` before the next one starts."""
+        self.results = {}
+        for kind in self.config.models:
+            model, result = train_and_evaluate(
+                kind, self.config, (self.train_ids, self.train_labels),
+                (self.val_ids, self.val_labels),
+                (self.test_ids, self.test_labels), len(self.vocab),
+                verbose=self.verbose)
+            result["config"] = dataclasses.asdict(self.config)
+            result["export"] = str(self._export(kind, model))
+            write_json(self.workdir / f"{kind}.json", result)
+            self.results[kind] = result
+
+    def _export(self, kind, model):
+        """``model`` as a raw-text SavedModel (``ReviewClassifier``)."""
+        config, vocab = self.config, self.vocab
         classifier = ReviewClassifier(model, vocab,
                                       model_max_length(kind, config))
         path = export_module(
-            classifier, export_dir, model.name,
+            classifier, self.export_dir, model.name,
             signatures={"serving_default": classifier.classify},
             assets={"vocab.txt": "\n".join(vocab) + "\n",
                     "config.json": json.dumps(dataclasses.asdict(config),
                                               indent=1)},
         )
-        result["export"] = str(path)
         print(f"exported SavedModel to {path}", flush=True)
-        write_json(workdir / f"{kind}.json", result)
-        results[kind] = result
-    job_minutes = (time.time() - job_start) / 60
-    print(f"IMDB job: {job_minutes:.1f} min", flush=True)
-    if results_dir:
-        report, plot = write_report(
-            workdir, results_dir, config,
-            extra=f"Wall time of the last `recipes/imdb.py` call "
-                  f"(models {', '.join(config.models)}): {job_minutes:.1f} min on "
-                  f"{len(os.sched_getaffinity(0))} CPU core(s) available to "
-                  "the process.")
-        print(f"report: {report}" + (f", plot: {plot}" if plot else ""),
-              flush=True)
-    return results
+        return path
+
+    def report(self):
+        """The job's wall time; ``report.md``, the plot and the per-model
+        JSON files in ``results_dir`` (unless it is ``""``)."""
+        job_minutes = (time.time() - self.job_start) / 60
+        print(f"IMDB job: {job_minutes:.1f} min", flush=True)
+        if self.results_dir:
+            report, plot = write_report(
+                self.workdir, self.results_dir, self.config,
+                extra=f"Wall time of the last `recipes/imdb.py` call "
+                      f"(models {', '.join(self.config.models)}): "
+                      f"{job_minutes:.1f} min on "
+                      f"{len(os.sched_getaffinity(0))} CPU core(s) available "
+                      "to the process.")
+            print(f"report: {report}" + (f", plot: {plot}" if plot else ""),
+                  flush=True)
+        self.result = dict(self.results)

@@ -40,6 +40,7 @@ import numpy as np
 from keras_trm.data import check_labels, load_mnist, validation_split
 from keras_trm.export import DigitClassifier, export_module
 from keras_trm.jobs._setup import start_job
+from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import check_images, lenet_cnn
 from keras_trm.training import (
@@ -237,16 +238,71 @@ def _findings(results):
     return lines
 
 
+def _load_compact(workdir, results_dir, bin_examples):
+    """The runs in ``workdir`` by name; each also written to
+    ``results_dir`` with its loss averaged (``_compact``)."""
+    results = {}
+    for path in sorted(pathlib.Path(workdir).glob("lenet_*_b*.json")):
+        r = json.loads(path.read_text())
+        results[r["run"]] = r
+        write_json(results_dir / path.name, _compact(r, bin_examples))
+    return results
+
+
+def _results_table(results, batch_sizes):
+    """The report's table: one row per run, by batch size then norm."""
+    rows = [
+        "| batch size | normalization | epochs | steps | train min | "
+        "best validation accuracy [epoch] | test accuracy (10,000) | "
+        "test loss |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for b in batch_sizes:
+        for norm in NORMS:
+            r = results.get(run_name(norm, b))
+            if r:
+                rows.append(
+                    f"| {b} | {r['label']} | {r['epochs']} | {r['steps']:,} | "
+                    f"{r['train_minutes']:.1f} | "
+                    f"{100 * r['validation_accuracy']:.2f}% [{r['best_epoch']}] | "
+                    f"**{100 * r['test_accuracy']:.2f}%** | {r['test_loss']:.4f} |")
+    return rows
+
+
+def _batch_section(results, results_dir, b):
+    """The report's section for batch size ``b``: its plot (one curve per
+    norm, written to ``results_dir`` if matplotlib is installed) and the
+    per-norm comparison."""
+    runs = []
+    for norm in NORMS:
+        r = results.get(run_name(norm, b))
+        if r:
+            runs.append({"label": r["label"], "loss": r["step_loss"],
+                         "loss_x": np.arange(1, len(r["step_loss"]) + 1) * b,
+                         "epochs": r["epoch_log"]})
+    window = max(2560 // b, 1)
+    figure = []
+    if plots.available():
+        plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
+                  f"MNIST LeNet, batch size {b}", "training examples seen",
+                  "val_accuracy", "validation accuracy (%)",
+                  smooth_window=window)
+        figure = [f"![batch {b}](mnist_batch_{b}.png)", ""]
+    else:
+        print('no plot: matplotlib is not installed '
+              '(pip install "keras_trm[plots]")')
+    return [f"## Batch size {b}", "", *figure,
+            f"(Loss curves: moving average over {window} steps = "
+            f"{window * b:,} examples.)", "",
+            *_comparison(results, b), ""]
+
+
 def write_report(workdir, results_dir, config, extra=None):
     """Writes the compact JSON files, one plot per batch size and
     ``report.md`` to ``results_dir`` from the runs found in ``workdir``."""
-    workdir, results_dir = pathlib.Path(workdir), pathlib.Path(results_dir)
+    results_dir = pathlib.Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for path in sorted(workdir.glob("lenet_*_b*.json")):
-        r = json.loads(path.read_text())
-        results[r["run"]] = r
-        write_json(results_dir / path.name, _compact(r, config.bin_examples))
+    results = _load_compact(workdir, results_dir, config.bin_examples)
     batch_sizes = sorted({r["batch_size"] for r in results.values()},
                          reverse=True)
     text = [
@@ -260,21 +316,7 @@ def write_report(workdir, results_dir, config, extra=None):
         "scored once on the full 10,000-digit test set, which is used for "
         "nothing else.",
         "",
-        "| batch size | normalization | epochs | steps | train min | "
-        "best validation accuracy [epoch] | test accuracy (10,000) | "
-        "test loss |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for b in batch_sizes:
-        for norm in NORMS:
-            r = results.get(run_name(norm, b))
-            if r:
-                text.append(
-                    f"| {b} | {r['label']} | {r['epochs']} | {r['steps']:,} | "
-                    f"{r['train_minutes']:.1f} | "
-                    f"{100 * r['validation_accuracy']:.2f}% [{r['best_epoch']}] | "
-                    f"**{100 * r['test_accuracy']:.2f}%** | {r['test_loss']:.4f} |")
-    text += [
+        *_results_table(results, batch_sizes),
         "",
         f"Setup: Adam, learning rate {config.learning_rate} decayed to 0 "
         "by a cosine over the run (the same for every run), shuffled every "
@@ -282,38 +324,17 @@ def write_report(workdir, results_dir, config, extra=None):
         "-> pool -> conv 16@5x5 -> pool -> dense 120 -> [norm] -> dense 84 "
         "-> [norm] -> dense 10).",
         "",
+        f"Training time of the {len(results)} runs together: "
+        f"{sum(r['train_minutes'] for r in results.values()):.1f} min.",
+        "",
     ]
-    total = sum(r["train_minutes"] for r in results.values())
-    text += [f"Training time of the {len(results)} runs together: "
-             f"{total:.1f} min.", ""]
     findings = _findings(results)
     if findings:
         text += ["## What the runs show", "", *findings, ""]
     if extra:
         text += [extra, ""]
     for b in batch_sizes:
-        runs = []
-        for norm in NORMS:
-            r = results.get(run_name(norm, b))
-            if r:
-                runs.append({"label": r["label"], "loss": r["step_loss"],
-                             "loss_x": np.arange(1, len(r["step_loss"]) + 1) * b,
-                             "epochs": r["epoch_log"]})
-        window = max(2560 // b, 1)
-        figure = []
-        if plots.available():
-            plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
-                      f"MNIST LeNet, batch size {b}", "training examples seen",
-                      "val_accuracy", "validation accuracy (%)",
-                      smooth_window=window)
-            figure = [f"![batch {b}](mnist_batch_{b}.png)", ""]
-        else:
-            print('no plot: matplotlib is not installed '
-                  '(pip install "keras_trm[plots]")')
-        text += [f"## Batch size {b}", "", *figure,
-                 f"(Loss curves: moving average over {window} steps = "
-                 f"{window * b:,} examples.)", "",
-                 *_comparison(results, b), ""]
+        text += _batch_section(results, results_dir, b)
     text += ["Files: `lenet_<norm>_b<batch>.json` (per-epoch validation "
              "accuracy `epoch_log`, the kept epoch `best_epoch`; training loss averaged over windows of "
              f"{config.bin_examples:,} examples `binned_step_loss` -- the "
@@ -324,54 +345,90 @@ def write_report(workdir, results_dir, config, extra=None):
 
 def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
         results_dir=None, verbose=None):
-    """Runs the whole job; returns ``{run name: result dict}``. The report
+    """Runs the whole job; returns ``{run name: result dict}`` plus
+    ``"stage_seconds"`` (wall seconds per stage of ``MnistRun``). The report
     goes to ``results_dir`` (None: ``<workdir>/results``; ``""``: none)."""
-    config = config or MnistConfig()
-    for norm in config.norms:
-        v.one_of("norms", norm, set(NORMS))
-    for b in config.batch_sizes:
-        v.positive_int("batch_sizes", b)
-    v.positive_int("epochs", config.epochs)
-    job_start, workdir, data_dir, verbose = start_job(
-        workdir, data_dir, verbose, download=config.download)
-    if results_dir is None:
-        results_dir = workdir / "results"
-    images, labels = load_mnist("train", data_dir, download=config.download)
-    train_index, val_index = validation_split(
-        len(labels), config.validation_fraction, config.seed)
-    train = (images[train_index], labels[train_index])
-    validation = (images[val_index], labels[val_index])
-    test = load_mnist("test", data_dir, download=config.download)
-    print(f"{len(train_index):,} training / {len(val_index):,} validation "
-          f"digits (seeded split of the 60,000), {len(test[1]):,} test digits "
-          "(scored once per run, after training)", flush=True)
-    results = {}
-    for b in config.batch_sizes:
+    return MnistRun(config, data_dir, workdir, export_dir, results_dir,
+                    verbose).run()
+
+
+class MnistRun(StagedJob):
+    """The MNIST job's stages (``keras_trm.jobs.stages``): ``prepare_data``
+    (load, validation split) -> ``fit_evaluate_export`` (each batch size and
+    norm in turn: ``train_one``, its SavedModel, ``<run>.json``) ->
+    ``report``."""
+
+    STAGES = ("prepare_data", "fit_evaluate_export", "report")
+
+    def __init__(self, config, data_dir, workdir, export_dir, results_dir,
+                 verbose):
+        self.config = config = config or MnistConfig()
         for norm in config.norms:
-            model, result = train_one(norm, b, config, train, validation,
-                                      test, verbose)
-            result["config"] = dataclasses.asdict(config)
-            classifier = DigitClassifier(model)
-            path = export_module(
-                classifier, export_dir, f"mnist_{model.name}",
-                signatures={"serving_default": classifier.classify},
-                assets={"config.json": json.dumps(result["config"], indent=1)},
-            )
-            result["export"] = str(path)
-            print(f"exported SavedModel to {path}", flush=True)
-            write_json(workdir / f"{result['run']}.json", result)
-            results[result["run"]] = result
-    job_minutes = (time.time() - job_start) / 60
-    print(f"MNIST job: {job_minutes:.1f} min", flush=True)
-    if results:
-        best = max(results.values(), key=lambda r: r["test_accuracy"])
-        print(f"best: {best['run']} {100 * best['test_accuracy']:.2f}%",
-              flush=True)
-    if results_dir:
-        report = write_report(
-            workdir, results_dir, config,
-            extra=f"Wall time of the last `recipes/mnist.py` call: "
-                  f"{job_minutes:.1f} min on {len(os.sched_getaffinity(0))} CPU "
-                  "core(s) available to the process.")
-        print(f"report: {report}", flush=True)
-    return results
+            v.one_of("norms", norm, set(NORMS))
+        for b in config.batch_sizes:
+            v.positive_int("batch_sizes", b)
+        v.positive_int("epochs", config.epochs)
+        self.job_start, self.workdir, self.data_dir, self.verbose = start_job(
+            workdir, data_dir, verbose, download=config.download)
+        self.results_dir = (self.workdir / "results" if results_dir is None
+                            else results_dir)
+        self.export_dir = export_dir
+
+    def prepare_data(self):
+        """The training digits less a seeded validation split, and the
+        test digits."""
+        config = self.config
+        images, labels = load_mnist("train", self.data_dir,
+                                    download=config.download)
+        train_index, val_index = validation_split(
+            len(labels), config.validation_fraction, config.seed)
+        self.train = (images[train_index], labels[train_index])
+        self.validation = (images[val_index], labels[val_index])
+        self.test = load_mnist("test", self.data_dir, download=config.download)
+        print(f"{len(train_index):,} training / {len(val_index):,} validation "
+              f"digits (seeded split of the 60,000), {len(self.test[1]):,} test "
+              "digits (scored once per run, after training)", flush=True)
+
+    def fit_evaluate_export(self):
+        """Every batch size, every norm in turn: trained, scored
+        (``train_one``), exported and written to ``<workdir>/<run>.json``
+        before the next one starts."""
+        self.results = {}
+        for b in self.config.batch_sizes:
+            for norm in self.config.norms:
+                model, result = train_one(norm, b, self.config, self.train,
+                                          self.validation, self.test,
+                                          self.verbose)
+                result["config"] = dataclasses.asdict(self.config)
+                result["export"] = str(self._export(model, result["config"]))
+                write_json(self.workdir / f"{result['run']}.json", result)
+                self.results[result["run"]] = result
+
+    def _export(self, model, config_dict):
+        """``model`` as a uint8-image SavedModel (``DigitClassifier``)."""
+        classifier = DigitClassifier(model)
+        path = export_module(
+            classifier, self.export_dir, f"mnist_{model.name}",
+            signatures={"serving_default": classifier.classify},
+            assets={"config.json": json.dumps(config_dict, indent=1)},
+        )
+        print(f"exported SavedModel to {path}", flush=True)
+        return path
+
+    def report(self):
+        """The job's wall time and best run; the compact JSON files, plots
+        and ``report.md`` in ``results_dir`` (unless it is ``""``)."""
+        job_minutes = (time.time() - self.job_start) / 60
+        print(f"MNIST job: {job_minutes:.1f} min", flush=True)
+        if self.results:
+            best = max(self.results.values(), key=lambda r: r["test_accuracy"])
+            print(f"best: {best['run']} {100 * best['test_accuracy']:.2f}%",
+                  flush=True)
+        if self.results_dir:
+            report = write_report(
+                self.workdir, self.results_dir, self.config,
+                extra=f"Wall time of the last `recipes/mnist.py` call: "
+                      f"{job_minutes:.1f} min on {len(os.sched_getaffinity(0))} CPU "
+                      "core(s) available to the process.")
+            print(f"report: {report}", flush=True)
+        self.result = dict(self.results)
