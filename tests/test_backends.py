@@ -282,12 +282,14 @@ _CHILD = textwrap.dedent("""
             logits=keras.ops.convert_to_numpy(logits).tolist(),
             greedy=np.asarray(greedy_search(model, src)).tolist(),
             beam=np.asarray(beam_search(model, src, beam_size=4)).tolist())
-        # Raw text through TensorFlow's tokenizer and this backend's search.
+        # Raw text through TensorFlow's tokenizer and this backend's search
+        # (greedy, one batch: the beam ids are compared above, and each
+        # search or batch shape more costs a compilation per process).
         words = list(RESERVED_TOKENS) + [
             f"w{i}" for i in range(40 - len(RESERVED_TOKENS))]
         sentences = ["w1 w2 w3 .", "  ", "w7 " * 30, "w5"]
-        result["texts"] = Translator(model, TextTokenizer(words), beam_size=3
-                                     ).translate_texts(sentences, batch_size=3)
+        result["texts"] = Translator(model, TextTokenizer(words), beam_size=1
+                                     ).translate_texts(sentences, batch_size=4)
         json.dump(result, open(out, "w"))
 
     for task in sys.argv[1:]:  # "mode,weights,out", in order
