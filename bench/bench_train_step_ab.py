@@ -8,7 +8,8 @@ timed steps (after warm-up) are compared.
 
     git worktree add /tmp/keras_trm_old c009446
     python bench/bench_train_step_ab.py --a /tmp/keras_trm_old --b . \\
-        --out bench/results/train_step_keras_ops_ab.json
+        --out bench/results/train_step_keras_ops_ab.json \\
+        [--backend jax] [--precision mixed_bfloat16]
 """
 
 import argparse
@@ -36,8 +37,9 @@ import numpy as np, keras
 from keras_trm.models import transformer_small
 from keras_trm.training import LabelSmoothedCrossEntropy, NoamSchedule, paper_adam
 steps, warmup, batch, length = (int(x) for x in sys.argv[1:5])
+keras.mixed_precision.set_global_policy(sys.argv[5])
 keras.utils.set_random_seed(0)
-model = transformer_small(8000, max_length=128)
+model = transformer_small(8000, max_sequence_length=128)
 model.compile(optimizer=paper_adam(NoamSchedule(d_model=256, warmup_steps=400)),
               loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
 rng = np.random.default_rng(0)
@@ -58,10 +60,10 @@ print(json.dumps({"tokens_per_second": steps * batch * length / seconds,
 
 def run_once(checkout, args):
     env = dict(os.environ, AB_CHECKOUT=str(pathlib.Path(checkout).resolve()),
-               KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+               KERAS_BACKEND=args.backend, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(args.steps), str(args.warmup),
-         str(args.batch), str(args.length)],
+         str(args.batch), str(args.length), args.precision],
         env=env, check=True, capture_output=True, text=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -76,6 +78,10 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--backend", default="tensorflow",
+                        choices=("tensorflow", "jax", "torch"))
+    parser.add_argument("--precision", default="float32",
+                        help="dtype policy: float32 or mixed_bfloat16")
     args = parser.parse_args(argv)
     runs = {"a": [], "b": []}
     for i in range(args.runs):
@@ -88,6 +94,7 @@ def main(argv=None):
                 "tokens/s, two checkouts alternating in child processes",
         "host": _cpu_model(), "a": str(args.a), "b": str(args.b),
         "batch": args.batch, "length": args.length, "steps": args.steps,
+        "backend": args.backend, "precision": args.precision,
         "runs": runs, "median_tokens_per_second": median,
         "same_loss": all(ra["loss"] == rb["loss"]
                          for ra, rb in zip(runs["a"], runs["b"])),

@@ -180,6 +180,57 @@ def test_searches_stop_at_the_end_id_they_are_given():
             np.full((2, 6), 5))
 
 
+def _numpy_attention(q, k, v, mask):
+    """Eq. (1) per head in numpy: q (B, T, h, d), k/v (B, S, h, d), bool
+    mask (B, T, S); a fully masked row attends uniformly."""
+    scores = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(mask[:, None], scores, -1e9)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bhts,bshd->bthd", probs, v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
+    """Where it applies (JAX, PyTorch; no scores returned, no attention
+    dropout in training), ``MultiHeadAttention`` attends through
+    ``ops.dot_product_attention``; its output equals Eq. (1) in numpy and
+    the einsum path's (which returns the scores), with padding and causal
+    masks and a fully masked (padded) query row, on every backend."""
+    from keras_trm.layers import MultiHeadAttention
+
+    calls = []
+    fused = ops.dot_product_attention
+    monkeypatch.setattr(ops, "dot_product_attention",
+                        lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    mha = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5, seed=1)
+    query_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    out = to_numpy(mha(x, x, query_mask=query_mask, value_mask=query_mask,
+                       use_causal_mask=causal))  # not training: fused
+    fused_calls = 0 if BACKEND == "tensorflow" else 1  # no fused kernel there
+    assert len(calls) == fused_calls
+    explicit, _ = mha(x, x, query_mask=query_mask, value_mask=query_mask,
+                      use_causal_mask=causal, return_attention_scores=True)
+    mha(x, x, training=True)  # attention dropout: the einsum path
+    assert len(calls) == fused_calls
+    np.testing.assert_allclose(out, to_numpy(explicit), atol=1e-6)
+
+    q, k, v = (to_numpy(mha._project(ops.convert_to_tensor(x), kernel, bias))
+               for kernel, bias in ((mha.query_kernel, mha.query_bias),
+                                    (mha.key_kernel, mha.key_bias),
+                                    (mha.value_kernel, mha.value_bias)))
+    mask = query_mask[:, :, None] & query_mask[:, None, :]
+    if causal:
+        mask &= np.tril(np.ones((5, 5), bool))
+    heads = _numpy_attention(q, k, v, mask)
+    expected = heads.reshape(2, 5, 8) @ to_numpy(mha.output_kernel).reshape(8, 8)
+    expected += to_numpy(mha.output_bias)
+    assert np.isfinite(out).all()  # the padded rows of sentence 0 too
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
 def test_label_smoothed_loss_matches_numpy():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, 4, 6)).astype("float32")
