@@ -140,7 +140,11 @@ class MultiHeadAttention(keras.layers.Layer):
     ``(h, value_dim, *output_shape)``, each followed by its bias) match
     ``keras.layers.MultiHeadAttention``, so weights transfer with
     ``set_weights(other.get_weights())`` and the layer is a drop-in
-    replacement. Each weight gets its own clone of its initializer (a seeded
+    replacement. Under JAX and PyTorch, as in Keras' layer, Eq. (1) goes
+    through ``keras.ops.dot_product_attention`` (cuDNN / flash attention,
+    SDPA on GPUs) when no scores are returned and no attention dropout
+    applies; TensorFlow, which has no fused kernel behind that op, keeps
+    the einsums. Each weight gets its own clone of its initializer (a seeded
     initializer gets ``seed + i`` for the i-th weight), so no two projections
     start equal.
 
