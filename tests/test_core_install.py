@@ -2,9 +2,9 @@
 gRPC, Prometheus, LiteRT or plotting package, and the README's library
 example trains, translates and exports with none of them importable.
 
-* The dependency set comes from this checkout's ``setup.py`` (its metadata,
-  written by ``setup.py egg_info`` into a temporary folder), so the test
-  follows edits to ``setup.py`` rather than a stale installed copy.
+* The dependency set comes from this checkout's ``pyproject.toml`` (its
+  ``[project]`` table, read with ``tomllib``), so the test follows edits to
+  ``pyproject.toml`` rather than a stale installed copy.
 * The README example is the fenced ``python`` block under ``## The
   library`` in ``README.md``, read at test time and run unchanged in a child
   process where an import hook makes each extra's modules raise
@@ -17,17 +17,21 @@ That using a feature of a missing extra names the extra
 """
 
 import ast
-import email.parser
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -66,25 +70,30 @@ _BLOCKER = textwrap.dedent("""
 """)
 
 
-def _metadata(source_dir, tmp_path):
-    """The core and per-extra requirements of the project in ``source_dir``
-    (``setup.py egg_info`` into ``tmp_path``): ``(core, extras)`` with
-    ``core`` a set of canonical names and ``extras`` a dict from each extra
-    to its set of canonical names."""
-    subprocess.run([sys.executable, "setup.py", "--quiet", "egg_info",
-                    "--egg-base", str(tmp_path)],
-                   cwd=source_dir, check=True, capture_output=True, timeout=120)
-    (pkg_info,) = tmp_path.glob("*.egg-info/PKG-INFO")
-    message = email.parser.Parser().parsestr(pkg_info.read_text(encoding="utf-8"))
-    requirements = [Requirement(line) for line in message.get_all("Requires-Dist", [])]
-    extras = message.get_all("Provides-Extra", [])
-    assert requirements and extras, f"no requirements read from {pkg_info}"
-    core = {canonicalize_name(r.name) for r in requirements
-            if r.marker is None or r.marker.evaluate({"extra": ""})}
-    by_extra = {extra: {canonicalize_name(r.name) for r in requirements
-                        if r.marker is not None and r.marker.evaluate({"extra": extra})}
-                for extra in extras}
-    return core, by_extra
+def _requirements(pyproject_text):
+    """The ``[project]`` requirements of a ``pyproject.toml``:
+    ``(core, extras)`` with ``core`` a list of ``Requirement`` and
+    ``extras`` a dict from each extra to its list of ``Requirement``."""
+    project = tomllib.loads(pyproject_text)["project"]
+    core = [Requirement(line) for line in project.get("dependencies", [])]
+    extras = {extra: [Requirement(line) for line in lines]
+              for extra, lines in project.get("optional-dependencies", {}).items()}
+    assert core and extras, "no requirements read from pyproject.toml"
+    return core, extras
+
+
+def _metadata(pyproject_text):
+    """The core and per-extra requirements of a ``pyproject.toml``:
+    ``(core, extras)`` with ``core`` a set of canonical names and ``extras``
+    a dict from each extra to its set of canonical names."""
+    core, extras = _requirements(pyproject_text)
+    return ({canonicalize_name(r.name) for r in core},
+            {extra: {canonicalize_name(r.name) for r in reqs}
+             for extra, reqs in extras.items()})
+
+
+def _pyproject():
+    return (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 
 def _problems(core, by_extra):
@@ -98,35 +107,34 @@ def _problems(core, by_extra):
     return problems
 
 
-def test_the_core_requires_no_server_litert_or_plot_package(tmp_path):
-    """setup.py's install_requires has none of flask, waitress, grpcio,
+def test_the_core_requires_no_server_litert_or_plot_package():
+    """pyproject.toml's dependencies have none of flask, waitress, grpcio,
     tensorflow-serving-api, prometheus-client, ai-edge-litert, matplotlib,
     and each is in its extra (serve, litert, plots)."""
-    core, by_extra = _metadata(ROOT, tmp_path)
+    core, by_extra = _metadata(_pyproject())
     assert "tensorflow" in core and "keras" in core, core
     assert _problems(core, by_extra) == []
 
 
-def test_a_server_package_in_the_core_is_caught(tmp_path):
-    """The check above fails when setup.py puts an extra's package in
-    install_requires or drops it from its extra (a copy of setup.py, edited)."""
-    copy = tmp_path / "project"
-    copy.mkdir()
-    shutil.copy(ROOT / "README.md", copy)  # setup.py reads it
-    setup_py = (ROOT / "setup.py").read_text(encoding="utf-8")
-    edited = setup_py
+def test_a_server_package_in_the_core_is_caught():
+    """The check above fails when pyproject.toml puts an extra's package in
+    dependencies or drops it from its extra (its text, edited)."""
+    edited = _pyproject()
     for old, new in [('"numpy",', '"numpy", "matplotlib>=3.8",'),
-                     ('PLOTS = ["matplotlib>=3.8"]', "PLOTS = []")]:
-        assert old in edited, f"setup.py has no {old}: update this test's edit"
+                     ('plots = ["matplotlib>=3.8"]', "plots = []")]:
+        assert old in edited, f"pyproject.toml has no {old}: update this test's edit"
         edited = edited.replace(old, new, 1)
-    (copy / "setup.py").write_text(edited, encoding="utf-8")
-    (copy / "keras_trm").mkdir()
-    (copy / "keras_trm" / "__init__.py").write_text("")
-    egg_base = tmp_path / "egg"
-    egg_base.mkdir()
-    assert _problems(*_metadata(copy, egg_base)) == [
+    assert _problems(*_metadata(edited)) == [
         "the core requires matplotlib (extra 'plots')",
         "extra 'plots' does not list matplotlib"]
+
+
+def test_the_dev_extra_holds_every_feature_extra():
+    """The dev extra (the suite tests every extra) takes serve, litert and
+    plots through the package's own extras, so their pins live once."""
+    _, extras = _requirements(_pyproject())
+    own = [r for r in extras["dev"] if r.name == "keras_trm"]
+    assert len(own) == 1 and own[0].extras >= {"serve", "litert", "plots"}
 
 
 def readme_library_example():
