@@ -15,7 +15,6 @@ checked against the vocabulary of the job's export.
 """
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import shutil
@@ -40,6 +39,7 @@ def main(argv=None):
         load_translation_splits,
         translation_train_files,
     )
+    from keras_trm.cli import read_run_config
     from keras_trm.decoding import Translator, corpus_bleu
     from keras_trm.jobs.translation import TranslationConfig, prepare_tokenizer
     from keras_trm.models import as_transformer
@@ -47,9 +47,8 @@ def main(argv=None):
     from keras_trm.utils import write_json
 
     run = pathlib.Path(args.workdir)
-    fields = {f.name for f in dataclasses.fields(TranslationConfig)}
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    config = TranslationConfig(**{k: v for k, v in saved.items() if k in fields})
+    config = read_run_config(run / "config.yaml", TranslationConfig)
     data_dir = resolve_data_dir(args.data_dir)
     files = {name: getattr(config, name) for name in (
         "train_source", "train_target", "validation_source",

@@ -21,6 +21,7 @@ the same functions.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -105,8 +106,53 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
             "--report_only", action="store_true",
             help="only rewrite the report and plots from the results already "
                  "in --workdir")
-    parser.add_class_arguments(config_cls, nested_key=None, as_group=True)
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    sections = getattr(config_cls, "SECTIONS", {})
+    for section, names in sections.items():
+        parser.add_class_arguments(config_cls, nested_key=section, as_group=True,
+                                   skip=fields - set(names))
+        parser.groups[section].title = (
+            f"{section} (--{section}.NAME; the old flat --NAME works too)")
+        parser.groups[section].description = None
+    sectioned = set().union(*sections.values()) if sections else set()
+    parser.add_class_arguments(config_cls, nested_key=None, as_group=True,
+                               skip=sectioned)
+    if sections and config_cls.__name__ in parser.groups:
+        parser.groups[config_cls.__name__].title = "other settings"
+        parser.groups[config_cls.__name__].description = None
     return parser
+
+
+def config_keys(config_cls):
+    """``{field: key}``: where each field of ``config_cls`` sits in the
+    parsed namespace and in YAML. A class's ``SECTIONS`` (``{section:
+    field names}``) puts a field in a section, ``section.field`` (``--model.d_model``,
+    ``model: {d_model: ...}`` in YAML); the others keep their own name.
+
+    Raises:
+        ValueError: a section names a field the class does not have, or a
+            field is in two sections.
+
+    Example:
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     d_model: int = 256
+    ...     seed: int = 0
+    ...     SECTIONS = {"model": ("d_model",)}
+    >>> config_keys(Config)
+    {'d_model': 'model.d_model', 'seed': 'seed'}
+    """
+    keys = {f.name: f.name for f in dataclasses.fields(config_cls)}
+    for section, names in getattr(config_cls, "SECTIONS", {}).items():
+        for name in names:
+            if keys.get(name) != name:
+                problem = "is in two sections" if name in keys else "is not a field"
+                raise ValueError(f"{config_cls.__name__}.SECTIONS[{section!r}]: "
+                                 f"{name!r} {problem}")
+            keys[name] = f"{section}.{name}"
+    return keys
 
 
 def _field_kinds(parser, config_cls):
@@ -118,18 +164,21 @@ def _field_kinds(parser, config_cls):
         for option in action.option_strings:
             if option.startswith("--"):
                 kinds[option[2:]] = "flag" if action.nargs == 0 else "value"
+    keys = config_keys(config_cls)
     for field in dataclasses.fields(config_cls):
         kind = typing.get_origin(field.type) or field.type
-        kinds[field.name] = {bool: "bool", tuple: "tuple"}.get(kind, "value")
+        kinds[keys[field.name]] = {bool: "bool", tuple: "tuple"}.get(kind, "value")
     return kinds
 
 
-def normalize_argv(argv, kinds):
+def normalize_argv(argv, kinds, aliases=None):
     """The command line ``argv`` in the spelling ``config_parser`` parses.
 
     ``kinds`` maps option names (underscores) to ``"bool"``, ``"tuple"``,
-    ``"flag"`` (no value) or ``"value"``. Dashed names of known options
-    become underscored (``--data-dir`` -> ``--data_dir``); a bare boolean
+    ``"flag"`` (no value) or ``"value"``; ``aliases`` maps an old option
+    name to the one it now is (``d_model`` -> ``model.d_model``). Dashed
+    names of known options become underscored (``--data-dir`` ->
+    ``--data_dir``); a bare boolean
     flag gets ``true``, ``1``/``0`` become ``true``/``false``; a comma list
     of a tuple field becomes a YAML list (``4,5,`` -> ``[4,5]``); every
     ``--config FILE`` moves to the front, so the other flags override it.
@@ -159,6 +208,7 @@ def normalize_argv(argv, kinds):
             break
         name, eq, value = token.partition("=")
         key = name[2:].replace("-", "_")
+        key = (aliases or {}).get(key, key)
         if not token.startswith("--") or key not in kinds:
             out.append(token)
             continue
@@ -184,11 +234,16 @@ def _value(kind, text):
 def parse_config(parser, config_cls, argv):
     """Parses ``argv`` with a ``config_parser``; returns ``(config,
     namespace)``: the ``config_cls`` instance and jsonargparse's namespace
-    (``data_dir``, ``workdir``, ... and every field).
+    (``data_dir``, ``workdir``, ... and every field, in its section where
+    the class has ``SECTIONS``: ``namespace["model.d_model"]``).
 
     A bad flag or value exits with status 2 and a usage message naming it
     (``SystemExit``), so does a config whose ``validate()`` method raises
     ``ValueError``/``TypeError``.
+
+    Sections: a field in a section is ``--model.d_model`` and ``model:
+    {d_model: ...}`` in YAML; the flat spelling of before (``--d_model``,
+    a top-level ``d_model:`` key in a ``--config`` file) works as well.
 
     Renamed fields: a config class's ``RENAMED_FIELDS`` maps an old field,
     still a flag and a YAML key, to the fields it now sets (e.g.
@@ -197,39 +252,42 @@ def parse_config(parser, config_cls, argv):
     message names the new flags on stderr, and the namespace (what
     config.yaml records) holds the new fields instead.
     """
-    argv = normalize_argv(argv, _field_kinds(parser, config_cls))
-    namespace = parser.parse_args(argv)
-    fields = [f.name for f in dataclasses.fields(config_cls)]
-    if "preset" in fields and namespace["preset"]:
-        # The preset's values become the flags' defaults and the arguments
-        # are read again: a flag (or a --config key) always wins, even one
-        # equal to the dataclass default, and the namespace (written to
-        # config.yaml) holds what runs.
-        from keras_trm.training.presets import preset
+    keys = config_keys(config_cls)
+    aliases = {name: key for name, key in keys.items() if key != name}
+    argv = normalize_argv(argv, _field_kinds(parser, config_cls), aliases)
+    with _sectioned_config_files(argv, aliases) as argv:
+        namespace = parser.parse_args(argv)
+        fields = [f.name for f in dataclasses.fields(config_cls)]
+        if "preset" in fields and namespace[keys["preset"]]:
+            # The preset's values become the flags' defaults and the
+            # arguments are read again: a flag (or a --config key) always
+            # wins, even one equal to the dataclass default, and the
+            # namespace (written to config.yaml) holds what runs.
+            from keras_trm.training.presets import preset
 
-        values = {k: v for k, v in preset(namespace["preset"]).items()
-                  if k in fields}
-        saved = {k: parser.get_default(k) for k in values}
-        parser.set_defaults(**values)
-        try:
-            namespace = parser.parse_args(argv)
-        finally:
-            parser.set_defaults(**saved)  # the parser may be used again
+            values = {keys[k]: v for k, v in preset(namespace[keys["preset"]]).items()
+                      if k in keys}
+            saved = {k: parser.get_default(k) for k in values}
+            parser.set_defaults(values)
+            try:
+                namespace = parser.parse_args(argv)
+            finally:
+                parser.set_defaults(saved)  # the parser may be used again
     renamed = [old for old in getattr(config_cls, "RENAMED_FIELDS", {})
-               if namespace.get(old) is not None]
+               if namespace.get(keys[old]) is not None]
     for old in renamed:
-        new = " and ".join(f"--{name}" for name in config_cls.RENAMED_FIELDS[old])
-        print(f"{parser.prog}: deprecated: --{old} (also as a --config key) "
+        new = " and ".join(f"--{keys[name]}" for name in config_cls.RENAMED_FIELDS[old])
+        print(f"{parser.prog}: deprecated: --{keys[old]} (also as a --config key) "
               f"is now {new}; it sets {'both' if ' and ' in new else 'it'} "
               "and will go", file=sys.stderr, flush=True)
     with warnings.catch_warnings():
         # The config's own DeprecationWarning: said just above.
         warnings.simplefilter("ignore", DeprecationWarning)
-        config = config_cls(**{name: namespace[name] for name in fields})
+        config = config_cls(**{name: namespace[keys[name]] for name in fields})
     for old in renamed:
-        namespace[old] = None
+        namespace[keys[old]] = None
         for name in config_cls.RENAMED_FIELDS[old]:
-            namespace[name] = getattr(config, name)
+            namespace[keys[name]] = getattr(config, name)
     if "preset" in fields:
         # Applied above: the job's own apply_preset must not apply it again
         # over flags that equal the dataclass defaults.
@@ -240,6 +298,79 @@ def parse_config(parser, config_cls, argv):
         except (ValueError, TypeError) as err:
             parser.error(str(err))
     return config, namespace
+
+
+@contextlib.contextmanager
+def _sectioned_config_files(argv, aliases):
+    """``argv`` with each ``--config`` YAML file that has flat keys of
+    sectioned fields (a config.yaml written before the sections) replaced
+    by a temporary copy with those keys in their sections; the copies are
+    removed afterwards. Other files are passed as they are."""
+    import tempfile
+
+    import yaml
+
+    argv, made = list(argv), []
+    try:
+        for i, token in enumerate(argv):
+            if token == "--config" and i + 1 < len(argv):
+                index, path = i + 1, argv[i + 1]
+            elif token.startswith("--config="):
+                index, path = i, token.partition("=")[2]
+            else:
+                continue
+            try:
+                data = yaml.safe_load(pathlib.Path(path).read_text())
+            except (OSError, yaml.YAMLError):
+                continue  # jsonargparse reports it, naming the file
+            if not isinstance(data, dict) or not set(data) & set(aliases):
+                continue
+            # A key already in its section wins over its flat spelling.
+            nested = {k: v for k, v in data.items() if k not in aliases}
+            for key in set(data) & set(aliases):
+                section, _, name = aliases[key].rpartition(".")
+                if isinstance(nested.setdefault(section, {}), dict):
+                    nested[section].setdefault(name, data[key])
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                yaml.safe_dump(nested, f, sort_keys=False)
+            made.append(f.name)
+            argv[index] = ("--config=" if index == i else "") + f.name
+        yield argv
+    finally:
+        for name in made:
+            pathlib.Path(name).unlink(missing_ok=True)
+
+
+def read_run_config(path, config_cls):
+    """The ``config_cls`` instance that a run's ``config.yaml`` (or any
+    ``--config`` file, in sections or flat) describes; keys that are not
+    fields (``workdir``, ``data_dir``, ...) are left out.
+
+    Example:
+
+    >>> import dataclasses, tempfile, pathlib
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     d_model: int = 256
+    ...     seed: int = 0
+    ...     SECTIONS = {"model": ("d_model",)}
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "config.yaml"
+    >>> _ = path.write_text("workdir: runs/x\\nmodel: {d_model: 64}\\nseed: 3\\n")
+    >>> read_run_config(path, Config)
+    Config(d_model=64, seed=3)
+    """
+    import yaml
+
+    data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+    values = {}
+    for name, key in config_keys(config_cls).items():
+        section, _, leaf = key.rpartition(".")
+        inner = data.get(section) if section else None
+        if isinstance(inner, dict) and leaf in inner:
+            values[name] = inner[leaf]
+        elif name in data:  # the flat spelling of before the sections
+            values[name] = data[name]
+    return config_cls(**values)
 
 
 def write_run_config(parser, namespace, workdir=None):

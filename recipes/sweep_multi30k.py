@@ -85,11 +85,10 @@ def score_val(workdir, multi30k, beam_sizes, length_penalties):
 
     from keras_trm.data import load_parallel
     from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
+    from keras_trm.cli import read_run_config
     from keras_trm.jobs.translation import TranslationConfig, prepare_tokenizer
 
-    config = TranslationConfig(**{
-        k: v for k, v in yaml.safe_load((workdir / "config.yaml").read_text()).items()
-        if k in TranslationConfig.__dataclass_fields__})
+    config = read_run_config(workdir / "config.yaml", TranslationConfig)
     tokenizer = prepare_tokenizer(config, [], workdir)
     model = keras.saving.load_model(workdir / "model.keras")
     sources, references = load_parallel(multi30k / "val.en.gz",

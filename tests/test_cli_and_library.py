@@ -266,8 +266,10 @@ def test_train_translation_help_explains_every_flag(capsys):
         cli.main(["train-translation", "--help"])
     assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # unwrapped
+    keys = cli.config_keys(TranslationConfig)
     for field in dataclasses.fields(TranslationConfig):
-        assert f"--{field.name} " in text, field.name
+        assert f"--{keys[field.name]} " in text, field.name
+    assert "model (--model.NAME; the old flat --NAME works too):" in text
     assert "{multi30k,wmt14,wmt14_tfds,files}" in text
     assert "{auto,float32,mixed_bfloat16,mixed_float16}" in text
     assert "Dtype policy: ``auto`` picks mixed_bfloat16" in text  # field docs
@@ -290,9 +292,10 @@ def test_every_flag_has_a_help_line(command, monkeypatch):
     text = " ".join(parser.format_help().split())
     actions = {a.dest: a for a in parser._actions if a.option_strings}
     assert all(a.help for a in actions.values())
+    keys = cli.config_keys(config_cls)
     for field in dataclasses.fields(config_cls):
         # The field's docstring, then jsonargparse's type and default.
-        doc = " ".join(actions[field.name].help.split())
+        doc = " ".join(actions[keys[field.name]].help.split())
         assert len(doc) > 10 and doc in text, field.name
         after = text[text.index(doc) + len(doc):].split(" --")[0]
         assert "default:" in after, (field.name, after)
@@ -320,17 +323,39 @@ def test_yaml_config_equals_flags_and_round_trips(tmp_path):
     path = cli.write_run_config(parser, args)
     assert path == tmp_path / "run" / "config.yaml"
     written = yaml.safe_load(path.read_text())
+    # In sections (issue #41): model, data, training, decoding, export.
+    assert written["model"]["d_model"] == from_flags.d_model
+    assert written["decoding"]["beam_size"] == from_flags.beam_size
     # Every field but those left None (jsonargparse writes no nulls).
-    assert set(written) >= {f.name for f in dataclasses.fields(TranslationConfig)
-                            if getattr(from_flags, f.name) is not None}
+    assert set(_flat(written)) >= {f.name for f in dataclasses.fields(TranslationConfig)
+                                   if getattr(from_flags, f.name) is not None}
     assert written["data_dir"] == str(tmp_path)
     again, again_args = parse_config(parser, TranslationConfig,
                                      ["--config", str(path)])
     assert again == from_flags
     assert parser.dump(again_args) == path.read_text()
-    # Flags override the file, wherever --config stands.
+    # Flags override the file, wherever --config stands; both spellings.
     assert parse_config(parser, TranslationConfig,
                         ["--epochs", "5", "--config", str(path)])[0].epochs == 5
+    assert parse_config(parser, TranslationConfig,
+                        ["--training.epochs", "6", "--config", str(path)])[0].epochs == 6
+    # A file in sections, and one mixing both spellings (the section wins).
+    (tmp_path / "nested.yaml").write_text(
+        "data: {dataset: files, train_source: a.en, download: false}\n"
+        "preset: tiny\ntraining: {precision: float32, epochs: 3}\n"
+        f"epochs: 9\nworkdir: {tmp_path / 'run'}\ndata_dir: {tmp_path}\n")
+    nested, _ = parse_config(parser, TranslationConfig,
+                             ["--config", str(tmp_path / "nested.yaml")])
+    assert nested == from_flags
+
+
+def _flat(written):
+    """A config.yaml's keys with its sections' keys lifted to the top."""
+    flat = {}
+    for key, value in written.items():
+        flat.update(value if key in ("data", "model", "training", "decoding",
+                                     "export") else {key: value})
+    return flat
 
 
 def test_the_old_max_length_flag_sets_both_new_lengths(tmp_path, capsys):
@@ -347,10 +372,10 @@ def test_the_old_max_length_flag_sets_both_new_lengths(tmp_path, capsys):
                                 ["--max-length", "80", "--preset", "tiny"] + run)
     err = capsys.readouterr().err
     assert "deprecated: --max_length" in err, err
-    assert "--max_sequence_length and --max_train_length" in err
+    assert "--model.max_sequence_length and --data.max_train_length" in err
     assert (config.max_sequence_length, train_length(config),
             config.max_length, config.d_model) == (80, 80, None, 32)
-    written = yaml.safe_load(cli.write_run_config(parser, args).read_text())
+    written = _flat(yaml.safe_load(cli.write_run_config(parser, args).read_text()))
     # max_train_length null (not written): the same as max_sequence_length.
     assert (written["max_sequence_length"], written.get("max_train_length"),
             written.get("max_length")) == (80, None, None)
@@ -583,7 +608,7 @@ def test_a_flag_always_wins_over_the_preset(tmp_path):
     assert (config.d_model, config.num_heads) == (48, 4)
     assert (config.num_layers, config.d_ff) == (1, 64)  # from the preset
     assert apply_preset(config) == config  # the job applies nothing more
-    written = yaml.safe_load(cli.write_run_config(parser, args).read_text())
+    written = _flat(yaml.safe_load(cli.write_run_config(parser, args).read_text()))
     assert (written["preset"], written["num_heads"], written["d_ff"]) == ("tiny", 4, 64)
     defaults = TranslationConfig()
     tiny = preset("tiny")

@@ -145,6 +145,19 @@ class ImdbConfig:
     download: bool = True
     """Fetch data missing from the data folder (online)."""
 
+    # The sections of the command line and YAML (``--model.d_model``;
+    # ``keras_trm.cli.config_keys``); the flat ``--d_model`` works too.
+    SECTIONS = {
+        "data": ("vocabulary_size", "max_length", "encoder_max_length",
+                 "validation_fraction", "limit", "download"),
+        "model": ("num_layers", "d_model", "num_heads", "d_ff",
+                  "encoder_dropout_rate", "embedding_dim", "units",
+                  "lstm_dropout_rate"),
+        "training": ("batch_size", "encoder_epochs", "encoder_learning_rate",
+                     "lstm_epochs", "lstm_learning_rate", "warmup_steps",
+                     "clipnorm", "print_every", "jit_compile"),
+    }
+
 
 # --- preprocessing (in the graph) ---------------------------------------------
 

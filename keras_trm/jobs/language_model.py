@@ -127,6 +127,18 @@ class LanguageModelConfig:
     download: bool = True
     """Fetch data missing from the data folder (online)."""
 
+    # The sections of the command line and YAML (``--model.mem_len``;
+    # ``keras_trm.cli.config_keys``); the flat ``--mem_len`` works too.
+    SECTIONS = {
+        "data": ("corpus", "train_tokens", "eval_tokens", "download"),
+        "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
+                  "seg_len", "mem_len", "match_parameters"),
+        "training": ("batch_size", "steps", "learning_rate", "warmup_steps",
+                     "min_learning_rate_ratio", "clip_norm", "eval_every"),
+        "evaluation": ("eval_mem_len", "eval_batch_size"),
+        "export": ("model_name",),
+    }
+
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field."""
         v.one_of("corpus", self.corpus, CORPORA)

@@ -275,6 +275,30 @@ class TranslationConfig:
     ``keras_trm.data.prepare_shards``); with several workers each corpus is
     cut into at least 4 shards per worker."""
 
+    # The sections of the command line and YAML (``--model.d_model``,
+    # ``model: {d_model: ...}``; ``keras_trm.cli.config_keys``); the flat
+    # ``--d_model`` of before works too. The others (preset, seed, the
+    # deprecated max_length) stay at the top.
+    SECTIONS = {
+        "data": ("dataset", "source_language", "target_language",
+                 "train_source", "train_target", "train_weights",
+                 "validation_source", "validation_target", "test_source",
+                 "test_target", "vocabulary", "vocabulary_size",
+                 "vocabulary_sample", "max_train_length", "limit", "download",
+                 "shuffle_buffer", "pairs_per_shard"),
+        "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
+                  "max_sequence_length"),
+        "training": ("label_smoothing", "warmup_steps", "lr_scale",
+                     "tokens_per_batch", "tokens_per_step", "epochs",
+                     "time_budget_minutes", "average_last", "eval_every_epochs",
+                     "validation_limit", "strategy", "jit_compile", "precision",
+                     "checkpoint_every_steps", "checkpoint_every_minutes",
+                     "save_freq", "tensorboard", "tensorboard_every_steps"),
+        "decoding": ("beam_size", "length_penalty", "early_stopping",
+                     "parallel_searches"),
+        "export": ("model_name", "export_jit_compile_max_batch_size"),
+    }
+
     # Old field -> the fields it now sets (``keras_trm.cli.parse_config``
     # says so on the command line and records the new ones).
     RENAMED_FIELDS = {"max_length": ("max_sequence_length", "max_train_length")}
