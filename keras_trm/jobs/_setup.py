@@ -30,3 +30,14 @@ def start_job(workdir, data_dir=None, verbose=None, note="", download=False):
     data_dir = resolve_data_dir(data_dir, must_exist=not download)
     print(f"data: {data_dir}{note}", flush=True)
     return JobStart(start_time, workdir, data_dir, verbose)
+
+
+def start_classifier_job(job, workdir, data_dir, export_dir, results_dir,
+                         verbose, download):
+    """``start_job`` for the IMDB and MNIST jobs: sets ``job_start``,
+    ``workdir``, ``data_dir``, ``verbose``, ``export_dir`` and
+    ``results_dir`` (None: ``<workdir>/results``) on ``job``."""
+    job.job_start, job.workdir, job.data_dir, job.verbose = start_job(
+        workdir, data_dir, verbose, download=download)
+    job.results_dir = job.workdir / "results" if results_dir is None else results_dir
+    job.export_dir = export_dir

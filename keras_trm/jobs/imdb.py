@@ -46,7 +46,7 @@ from keras_trm.data.batching import (
     labelled_bucket_steps,
 )
 from keras_trm.export import ReviewClassifier, export_module
-from keras_trm.jobs._setup import start_job
+from keras_trm.jobs._setup import start_classifier_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import text_classifier
@@ -466,11 +466,8 @@ class ImdbRun(StagedJob):
         self.config = config = config or ImdbConfig()
         for kind in config.models:
             v.one_of("models", kind, set(MODEL_KINDS))
-        self.job_start, self.workdir, self.data_dir, self.verbose = start_job(
-            workdir, data_dir, verbose, download=config.download)
-        self.results_dir = (self.workdir / "results" if results_dir is None
-                            else results_dir)
-        self.export_dir = export_dir
+        start_classifier_job(self, workdir, data_dir, export_dir, results_dir,
+                             verbose, config.download)
 
     def prepare_data(self):
         """Both splits (a seeded ``limit`` of each for smoke runs), and the

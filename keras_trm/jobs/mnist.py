@@ -39,7 +39,7 @@ import numpy as np
 
 from keras_trm.data import check_labels, load_mnist, validation_split
 from keras_trm.export import DigitClassifier, export_module
-from keras_trm.jobs._setup import start_job
+from keras_trm.jobs._setup import start_classifier_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import check_images, lenet_cnn
@@ -368,11 +368,8 @@ class MnistRun(StagedJob):
         for b in config.batch_sizes:
             v.positive_int("batch_sizes", b)
         v.positive_int("epochs", config.epochs)
-        self.job_start, self.workdir, self.data_dir, self.verbose = start_job(
-            workdir, data_dir, verbose, download=config.download)
-        self.results_dir = (self.workdir / "results" if results_dir is None
-                            else results_dir)
-        self.export_dir = export_dir
+        start_classifier_job(self, workdir, data_dir, export_dir, results_dir,
+                             verbose, config.download)
 
     def prepare_data(self):
         """The training digits less a seeded validation split, and the
