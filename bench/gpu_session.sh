@@ -13,7 +13,9 @@
 #
 # Settings (environment): OUT (results folder), PREPARED (.gpu/m30k),
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
-# BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles).
+# BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
+# LEVER (unset; e.g. --no-fused-attention: one more run of ours with that
+# gpu_train flag, about 3 minutes, to set against A's).
 set -u
 OUT=${OUT:?set OUT to a results folder}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -27,6 +29,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 timeout $(( ${BENCH_SECONDS:-250} + 40 )) python3 bench/gpu_train.py --backend jax \
   --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" --out "$OUT/gpu_train.json"
 echo "A rc=$?"
+if [ -n "${LEVER:-}" ]; then  # e.g. LEVER=--no-fused-attention: ours only, same batches
+  timeout 200 python3 bench/gpu_train.py --backend jax --max-shapes 1 --steps 12 \
+    --time-limit 160 --no-baseline $LEVER --out "$OUT/gpu_train_lever.json"
+  echo "A2 rc=$?"
+fi
 KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
   python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
   --workdir /tmp/portable --precision mixed_bfloat16 \

@@ -252,6 +252,9 @@ def summarize(times, done, losses, compile_s, cfg, vocab, peak, ceiling, memory)
         losses=[round(float(x), 4) for x in losses], loss_finite=bool(np.all(np.isfinite(losses))))
 
 
+FUSED_ATTENTION = True  # --no-fused-attention sets it False
+
+
 def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     import keras
 
@@ -259,6 +262,10 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     from keras_trm.training import LabelSmoothedCrossEntropy, NoamSchedule, paper_adam
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if bf16 else "float32")
+    if not FUSED_ATTENTION:  # the lever: every attention through the einsums
+        from keras_trm.layers import MultiHeadAttention
+
+        MultiHeadAttention._fused_applies = lambda *args: False
     random.seed(0)  # keras' layer seeds; set_random_seed would import TF
     np.random.seed(0)
     build = getattr(models, name, None) if name != "tiny" else None
@@ -430,11 +437,16 @@ def parse(argv):
                    help="overrides the presets' dropout in both frameworks (a lever to time)")
     p.add_argument("--no-padding", action="store_true",
                    help="every pair fills its bucket width (no padding; masks still built)")
+    p.add_argument("--no-fused-attention", action="store_true",
+                   help="attention through keras_trm's einsums, not "
+                        "keras.ops.dot_product_attention (cuDNN under JAX)")
     p.add_argument("--time-limit", type=float, default=450.0, help="s; later phases are skipped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
     p.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    global FUSED_ATTENTION
+    FUSED_ATTENTION = not args.no_fused_attention
     t = args.tiny
     args.corpus = args.corpus or ("multi30k" if t else "wmt")
     args.lengths = args.lengths or str(RESULTS / f"lengths_{args.corpus}.npz")
@@ -570,7 +582,8 @@ def main(argv=None):
         benchmark="training steps: keras_trm against torch.nn.Transformer + torch.compile",
         command="python " + " ".join([os.path.relpath(__file__, ROOT)] + argv),
         date=datetime.date.today().isoformat(), backend=args.backend, device=info,
-        levers=dict(dropout_rate=args.dropout_rate, no_padding=args.no_padding),
+        levers=dict(dropout_rate=args.dropout_rate, no_padding=args.no_padding,
+                    fused_attention=not args.no_fused_attention),
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
