@@ -246,7 +246,8 @@ def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
     assert kw["workdir"] == workdir
     assert kw["results_dir"] is None  # the job's <workdir>/results
     written = yaml.safe_load((tmp_path / "mnist_run" / "config.yaml").read_text())
-    assert written["norms"] == ["layer"] and written["jit_compile"] is False
+    assert written["model"]["norms"] == ["layer"]
+    assert written["training"]["jit_compile"] is False
     assert cli.main(["train-imdb", "--models", "lstm", "--limit", "10"]) == 0
     assert seen["imdb"][0] == imdb.ImdbConfig(models=("lstm",), limit=10)
     assert (tmp_path / "runs" / "imdb" / "config.yaml").is_file()

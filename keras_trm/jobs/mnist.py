@@ -89,6 +89,15 @@ class MnistConfig:
     download: bool = True
     """Fetch data missing from the data folder (online)."""
 
+    # The sections of the command line and YAML (``--training.epochs``;
+    # ``keras_trm.cli.config_keys``); the flat ``--epochs`` works too.
+    SECTIONS = {
+        "data": ("validation_fraction", "download"),
+        "model": ("norms",),
+        "training": ("batch_sizes", "epochs", "learning_rate", "jit_compile"),
+        "report": ("bin_examples",),
+    }
+
 
 def check_dataset(images, labels, images_name="images", labels_name="labels"):
     """``check_images`` and ``check_labels`` (digits 0-9, one per image)."""
