@@ -10,6 +10,9 @@ timed steps (after warm-up) are compared.
     python bench/bench_train_step_ab.py --a /tmp/keras_trm_old --b . \\
         --out bench/results/train_step_keras_ops_ab.json \\
         [--backend jax] [--precision mixed_bfloat16]
+
+Two dtype policies on one checkout: ``--a . --b . --precision float32
+--precision_b mixed_bfloat16``.
 """
 
 import argparse
@@ -58,12 +61,12 @@ print(json.dumps({"tokens_per_second": steps * batch * length / seconds,
 """.replace("keras_trm_file", "__import__('keras_trm').__file__")
 
 
-def run_once(checkout, args):
+def run_once(checkout, precision, args):
     env = dict(os.environ, AB_CHECKOUT=str(pathlib.Path(checkout).resolve()),
                KERAS_BACKEND=args.backend, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(args.steps), str(args.warmup),
-         str(args.batch), str(args.length), args.precision],
+         str(args.batch), str(args.length), precision],
         env=env, check=True, capture_output=True, text=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -82,11 +85,14 @@ def main(argv=None):
                         choices=("tensorflow", "jax", "torch"))
     parser.add_argument("--precision", default="float32",
                         help="dtype policy: float32 or mixed_bfloat16")
+    parser.add_argument("--precision_b", default=None,
+                        help="B's dtype policy (default: --precision)")
     args = parser.parse_args(argv)
+    precision = {"a": args.precision, "b": args.precision_b or args.precision}
     runs = {"a": [], "b": []}
     for i in range(args.runs):
         for name in ("a", "b") if i % 2 == 0 else ("b", "a"):
-            runs[name].append(run_once(getattr(args, name), args))
+            runs[name].append(run_once(getattr(args, name), precision[name], args))
     median = {k: statistics.median(r["tokens_per_second"] for r in v)
               for k, v in runs.items()}
     result = {
@@ -94,7 +100,7 @@ def main(argv=None):
                 "tokens/s, two checkouts alternating in child processes",
         "host": _cpu_model(), "a": str(args.a), "b": str(args.b),
         "batch": args.batch, "length": args.length, "steps": args.steps,
-        "backend": args.backend, "precision": args.precision,
+        "backend": args.backend, "precision": precision,
         "runs": runs, "median_tokens_per_second": median,
         "same_loss": all(ra["loss"] == rb["loss"]
                          for ra, rb in zip(runs["a"], runs["b"])),

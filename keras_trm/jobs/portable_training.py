@@ -427,11 +427,9 @@ def train(config=None, workdir="runs/portable", verify=True):
 def _precision(choice):
     """The dtype policy of a run and why: ``(policy, reason)``. ``auto``
     (unless ``KERAS_TRM_PRECISION`` names one, as ``apply_precision``
-    reads it) is float32 off TensorFlow, else ``resolve_precision``'s."""
+    reads it) is ``resolve_precision``'s: float32 off TensorFlow."""
     if choice == "auto" and os.environ.get("KERAS_TRM_PRECISION"):
         choice = os.environ["KERAS_TRM_PRECISION"]  # as apply_precision
-    if choice == "auto" and keras.backend.backend() != "tensorflow":
-        return "float32", "auto: float32 off TensorFlow"
     return resolve_precision(choice)
 
 

@@ -6,6 +6,10 @@ On CPUs, bfloat16 only pays where the CPU has native bfloat16 dot products
 (x86 ``avx512_bf16`` or ``amx_bf16``): oneDNN then runs bfloat16 matmuls
 faster than float32, and ``"auto"`` picks ``"mixed_bfloat16"``.
 Elsewhere bfloat16 is emulated and slower, so ``"auto"`` stays in float32.
+That holds under TensorFlow only: under JAX, XLA's CPU backend trained no
+faster in bfloat16 on such a CPU (0.97x float32's tokens/s,
+``bench/results/train_step_jax_cpu_bf16_vs_float32.json``), so ``"auto"`` is
+float32 under every other backend.
 ``"mixed_float16"`` is meant for GPUs and is only ever used when asked for
 explicitly.
 
@@ -79,7 +83,7 @@ def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
 
 
 def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
-                      auto_bf16=None):
+                      auto_bf16=None, backend=None):
     """The Keras dtype policy name a job should use, and why.
 
     Args:
@@ -92,6 +96,8 @@ def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
             there is an explicit choice.
         auto_bf16: bool, whether ``"auto"`` may pick bfloat16 on a native
             bfloat16 CPU (default: ``AUTO_BF16_ON_NATIVE_CPU``).
+        backend: the Keras backend (default: ``keras.backend.backend()``);
+            ``"auto"`` is float32 under any but ``"tensorflow"``.
 
     Returns:
         ``(policy, reason)``: a name from ``POLICIES`` and a sentence.
@@ -103,8 +109,10 @@ def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
     >>> resolve_precision("float32")[0]
     'float32'
     >>> resolve_precision("auto", native_bf16=True, has_gpu=False,
-    ...                   auto_bf16=True)[0]
+    ...                   auto_bf16=True, backend="tensorflow")[0]
     'mixed_bfloat16'
+    >>> resolve_precision("auto", native_bf16=True, backend="jax")[0]
+    'float32'
     >>> resolve_precision("auto", native_bf16=False, has_gpu=False)[0]
     'float32'
     """
@@ -114,6 +122,10 @@ def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
             f"precision={precision!r}")
     if precision != "auto":
         return precision, "asked for"
+    backend = backend or keras.backend.backend()
+    if backend != "tensorflow":
+        return "float32", (f"auto: float32 under {backend} (bfloat16 measured "
+                           "only under TensorFlow)")
     if has_gpu is None:
         import tensorflow as tf
 
