@@ -657,12 +657,12 @@ class MultiHeadAttention(keras.layers.Layer):
         mask, not as the fused op's ``is_causal``: TensorFlow's builds it
         with a bool strided slice, which LiteRT has no builtin kernel for.
         """
-        if is_causal:
-            causal = self.causal_mask(ops.shape(q)[-3], ops.shape(k)[-3])
-            mask = causal if mask is None else ops.logical_and(
-                ops.cast(mask, "bool"), causal)
         if mask is not None:
             mask = ops.cast(mask, "bool")
+        if is_causal:
+            causal = self.causal_mask(ops.shape(q)[-3], ops.shape(k)[-3])
+            mask = causal if mask is None else ops.logical_and(mask, causal)
+        if mask is not None:
             # expand_dims, not [:, None]: a bool strided slice has no
             # builtin LiteRT kernel (it would need the Flex delegate).
             while len(mask.shape) < len(q.shape):
