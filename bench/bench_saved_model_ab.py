@@ -11,7 +11,9 @@ source-length bucket), then ``--repeats`` timed requests each, the order
 alternating, each after an untimed 20 ms pause. Per sentence the median of
 each; the JSON has the medians over sentences, the median of the per-
 sentence ratios a / b (above 1: b is faster) and how many outputs are the
-same strings. Writes ``--out`` (default
+same strings. With ``--batch-sentences N`` the first N sentences are also
+sent as one request, ``--repeats`` times each, alternating (sentences/s).
+Writes ``--out`` (default
 ``bench/results/saved_model_ab.json``).
 """
 
@@ -39,6 +41,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--settle-ms", type=float, default=20.0)
+    p.add_argument("--batch-sentences", type=int, default=0,
+                   help="also time the first N sentences sent as one "
+                        "request (0: single sentences only)")
     p.add_argument("--out", default="bench/results/saved_model_ab.json")
     return p.parse_args(argv)
 
@@ -76,6 +81,29 @@ def main(argv=None):
         for name in medians:
             medians[name].append(statistics.median(times[name]))
     ratios = [a / b for a, b in zip(medians["a"], medians["b"])]
+    batch = None
+    if args.batch_sentences:
+        request = tf.constant([s for s in sources if s.strip()]
+                              [:args.batch_sentences])
+        outputs = {name: next(iter(models[name](sentences=request).values()))
+                   .numpy().tolist() for name in models}  # traced, warmed
+        seconds = {"a": [], "b": []}
+        for repeat in range(args.repeats):
+            for name in ("ab" if repeat % 2 == 0 else "ba"):
+                start = time.perf_counter()
+                models[name](sentences=request)
+                seconds[name].append(time.perf_counter() - start)
+        n = int(request.shape[0])
+        batch = {
+            "sentences": n,
+            "a_sentences_per_s": round(n / statistics.median(seconds["a"]), 2),
+            "b_sentences_per_s": round(n / statistics.median(seconds["b"]), 2),
+            "b_over_a_speed": round(statistics.median(seconds["a"])
+                                    / statistics.median(seconds["b"]), 3),
+            "same_output": sum(x == y for x, y in zip(outputs["a"],
+                                                       outputs["b"])),
+            "seconds": seconds,
+        }
     result = {
         "benchmark": "two translation SavedModels, single sentences, A/B",
         "command": "python " + " ".join(sys.argv),
@@ -95,6 +123,7 @@ def main(argv=None):
             "same_output": same,
             "sentences": len(sentences),
         },
+        "one_batch": batch,
         "per_sentence_ms": {name: [round(1000 * t, 2) for t in values]
                             for name, values in medians.items()},
     }
