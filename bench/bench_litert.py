@@ -46,6 +46,20 @@ def _merge(paths, out):
     print(json.dumps(merged, indent=1, ensure_ascii=False))
 
 
+def random_sources(batch, vocabulary_size=8000, seed=0):
+    """int32 ``(batch, longest)`` source ids for the search benchmarks:
+    6 to 25 tokens per row (random ids >= 4, END = 3 last, PAD = 0 after)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(6, 26, batch)
+    source = np.zeros((batch, int(lengths.max())), "int32")
+    for row, n in enumerate(lengths):
+        source[row, :n - 1] = rng.integers(4, vocabulary_size, n - 1)
+        source[row, n - 1] = 3
+    return source
+
+
 def _cpu_model():
     try:
         for line in open("/proc/cpuinfo"):

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from bench_litert import _cpu_model
+from bench_litert import _cpu_model, random_sources
 from keras_trm.decoding import search as new_search
 from keras_trm.models import transformer_small
 from keras_trm.utils.files import write_json
@@ -47,12 +47,7 @@ def main(argv=None):
 
     tf.keras.utils.set_random_seed(0)
     model = transformer_small(8000, max_sequence_length=128)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(6, 26, args.batch)
-    source = np.zeros((args.batch, int(lengths.max())), "int32")
-    for row, n in enumerate(lengths):
-        source[row, :n - 1] = rng.integers(4, 8000, n - 1)
-        source[row, n - 1] = 3
+    source = random_sources(args.batch)
     source = tf.constant(source)
     versions = {"old": _load(args.old), "new": new_search}
     runs = {}

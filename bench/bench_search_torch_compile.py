@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from keras import ops  # noqa: E402
 
-from bench_litert import _cpu_model  # noqa: E402
+from bench_litert import _cpu_model, random_sources  # noqa: E402
 from keras_trm.decoding import search  # noqa: E402
 from keras_trm.models import transformer_small  # noqa: E402
 from keras_trm.utils import write_json  # noqa: E402
@@ -70,12 +70,7 @@ def main(argv=None):
 
     keras.utils.set_random_seed(0)
     model = transformer_small(8000, max_sequence_length=128)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(6, 26, args.batch)
-    source = np.zeros((args.batch, int(lengths.max())), "int32")
-    for row, n in enumerate(lengths):
-        source[row, :n - 1] = rng.integers(4, 8000, n - 1)
-        source[row, n - 1] = 3
+    source = random_sources(args.batch)
     kinds = {
         "greedy": lambda: search.greedy_search(
             model, source, max_decoding_length=args.max_decoding_length),
