@@ -11,11 +11,12 @@
 # and carry .whl and .gpu. Back here: keras-trm export-portable --prepared
 # .gpu/m30k --weights <OUT>/weights [--test].
 #
-# Settings (environment): OUT (results folder), PREPARED (.gpu/m30k),
+# Settings (environment): OUT (results folder), PHASES ("A B": which of the
+# two to run, e.g. PHASES=B for a second call), PREPARED (.gpu/m30k),
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
 # BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
-# LEVER (unset; e.g. --no-fused-attention: one more run of ours with that
-# gpu_train flag, about 3 minutes, to set against A's).
+# LEVER (unset; e.g. --loss logsumexp: one more run of ours with that
+# gpu_train flag, about 1.5 minutes, after B; LEVER_MODELS transformer_base).
 set -u
 OUT=${OUT:?set OUT to a results folder}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -25,18 +26,24 @@ if [ -d .whl ]; then
     --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
+PHASES=${PHASES:-A B}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-timeout $(( ${BENCH_SECONDS:-250} + 40 )) python3 bench/gpu_train.py --backend jax \
-  --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" --out "$OUT/gpu_train.json"
-echo "A rc=$?"
-if [ -n "${LEVER:-}" ]; then  # e.g. LEVER=--no-fused-attention: ours only, same batches
-  timeout 200 python3 bench/gpu_train.py --backend jax --max-shapes 1 --steps 12 \
-    --time-limit 160 --no-baseline $LEVER --out "$OUT/gpu_train_lever.json"
-  echo "A2 rc=$?"
+if [[ " $PHASES " == *" A "* ]]; then
+  timeout $(( ${BENCH_SECONDS:-250} + 40 )) python3 bench/gpu_train.py --backend jax \
+    --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" --out "$OUT/gpu_train.json"
+  echo "A rc=$?"
 fi
-KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
-  python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
-  --workdir /tmp/portable --precision mixed_bfloat16 \
-  --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
-echo "B rc=$?"
-mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* "$OUT/weights/" 2>/dev/null
+if [[ " $PHASES " == *" B "* ]]; then
+  KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
+    python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
+    --workdir /tmp/portable --precision mixed_bfloat16 \
+    --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
+  echo "B rc=$?"
+  mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* /tmp/portable/*.json "$OUT/weights/" 2>/dev/null
+fi
+if [ -n "${LEVER:-}" ]; then  # e.g. LEVER="--loss logsumexp": ours only, A's batches
+  timeout 150 python3 bench/gpu_train.py --backend jax --max-shapes 1 --steps 12 \
+    --models "${LEVER_MODELS:-transformer_base}" --synced-steps 0 \
+    --time-limit 110 --no-baseline $LEVER --out "$OUT/gpu_train_lever.json"
+  echo "lever rc=$?"
+fi

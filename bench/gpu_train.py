@@ -212,37 +212,44 @@ def _seconds(fn):
     return time.perf_counter() - t
 
 
-def measure(step, batches, warmup, deadline):
-    """Runs the first batch of each shape (compile), ``warmup`` more steps,
-    then every batch timed; returns per-step seconds, losses, compile s."""
+def measure(runner, batches, warmup, deadline, synced_steps):
+    """``runner`` = (step, run): ``step(b)`` trains on one batch and waits
+    for its loss; ``run(bs)`` trains on a list of batches the way a training
+    loop does (Keras: ``model.fit``; torch: no sync between steps) and
+    returns their losses once the last one is done. The first batch of each
+    shape compiles (timed one by one), then ``warmup`` more steps, then all
+    batches pipelined (the headline: total time / steps), then
+    ``synced_steps`` batches one by one (each waited for: per-step times).
+    Returns the pipelined seconds, batches and losses, the synced times and
+    the compile seconds."""
+    step, run = runner
     first, losses, firsts = {}, [], {}
     for b in batches:
         firsts.setdefault(b["L"], b)
     for b in firsts.values():
-        first[b["L"]] = _seconds(lambda: losses.append(step(b)))  # noqa: B023
-    for b in batches[:warmup]:
-        losses.append(step(b))
-    times, done = [], []
-    for b in batches:
-        if done and time.monotonic() > deadline:
+        first[b["L"]] = _seconds(lambda: losses.extend(run([b])))  # noqa: B023
+    losses.extend(run(batches[:warmup]))
+    total = _seconds(lambda: losses.extend(run(batches)))
+    synced = []
+    for b in batches[:synced_steps]:
+        if time.monotonic() > deadline:
             break
-        times.append(_seconds(lambda: losses.append(step(b))))  # noqa: B023
-        done.append(b)
-    med = {L: np.median([t for t, b in zip(times, done) if b["L"] == L] or [0]) for L in first}
-    compile_s = sum(max(0.0, first[L] - med[L]) for L in first)
-    return times, done, losses, compile_s
+        synced.append(_seconds(lambda: losses.append(step(b))))  # noqa: B023
+    med = np.median(synced) if synced else total / len(batches)
+    compile_s = sum(max(0.0, first[L] - med) for L in first)
+    return total, batches, losses, synced, compile_s
 
 
-def summarize(times, done, losses, compile_s, cfg, vocab, peak, ceiling, memory):
-    total = sum(times)
+def summarize(total, done, losses, synced, compile_s, cfg, vocab, peak, ceiling, memory):
     tgt = sum(int(b["tgt_len"].sum()) for b in done)
     padded = sum(b["lab"].size for b in done)
     useful = sum(train_flops(b["src_len"], b["tgt_len"], cfg, vocab) for b in done)
     executed = sum(train_flops([b["L"]] * len(b["lab"]), [b["L"]] * len(b["lab"]), cfg, vocab)
                    for b in done)
     return dict(
-        steps=len(times), ms_per_step_median=round(1e3 * float(np.median(times)), 2),
-        ms_per_step_mean=round(1e3 * total / len(times), 2),
+        steps=len(done), ms_per_step_mean=round(1e3 * total / len(done), 2),
+        ms_per_step_median_synced=round(1e3 * float(np.median(synced)), 2) if synced else None,
+        synced_steps=len(synced),
         target_tokens_per_s=round(tgt / total), target_padding_tokens_per_s=round((padded - tgt) / total),
         source_tokens_per_s=round(sum(int(b["src_len"].sum()) for b in done) / total),
         tflops_per_s=round(executed / total / 1e12, 4), useful_tflops_per_s=round(useful / total / 1e12, 4),
@@ -253,6 +260,30 @@ def summarize(times, done, losses, compile_s, cfg, vocab, peak, ceiling, memory)
 
 
 FUSED_ATTENTION = True  # --no-fused-attention sets it False
+LOSS = "log_softmax"  # --loss
+
+
+def logsumexp_loss(label_smoothing):
+    """The lever ``--loss logsumexp``: LabelSmoothedCrossEntropy's value
+    without materialising log-probabilities. With lse = logsumexp(z),
+    -(1 - ε) log p[y] - (ε / V) Σ_k log p[k] = lse - (1 - ε) z[y] - ε mean(z),
+    and z[y] as a sum against a one-hot that XLA fuses (no gather, whose
+    gradient is a scatter into a dense float32 (B, T, V) buffer)."""
+    from keras import ops
+
+    from keras_trm.training import LabelSmoothedCrossEntropy
+    from keras_trm.training.losses import _global_sum
+
+    class LogSumExpLoss(LabelSmoothedCrossEntropy):
+        def call(self, y_true, y_pred):
+            y_true = ops.cast(y_true, "int32")
+            z = ops.cast(y_pred, "float32")
+            z_y = ops.sum(z * ops.one_hot(y_true, ops.shape(z)[-1], dtype=z.dtype), axis=-1)
+            eps = self.label_smoothing
+            per_token = ops.logsumexp(z, axis=-1) - (1.0 - eps) * z_y - eps * ops.mean(z, axis=-1)
+            mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+            return ops.sum(per_token * mask) / ops.maximum(_global_sum(ops.sum(mask)), 1.0)
+    return LogSumExpLoss(label_smoothing)
 
 
 def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
@@ -275,12 +306,21 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
                                      **cfg))
     assert all(getattr(model, k) == v for k, v in cfg.items()), (name, cfg)
     model.compile(optimizer=paper_adam(NoamSchedule(model.d_model, warmup_steps)),
-                  loss=LabelSmoothedCrossEntropy(0.1), jit_compile=jit)
+                  loss=(LabelSmoothedCrossEntropy(0.1) if LOSS == "log_softmax"
+                        else logsumexp_loss(0.1)), jit_compile=jit)
 
-    def step(b):
-        return float(model.train_on_batch({"encoder_tokens": b["src"], "decoder_tokens": b["dec"]},
-                                          b["lab"]))
-    return model, step
+    def inputs(b):
+        return {"encoder_tokens": b["src"], "decoder_tokens": b["dec"]}, b["lab"]
+
+    def step(b):  # the old timing: train_on_batch syncs every variable back per call
+        return float(model.train_on_batch(*inputs(b)))
+
+    def run(bs):  # as the jobs train: fit keeps the state on the device, no sync per step
+        if not bs:
+            return []
+        history = model.fit((inputs(b) for b in bs), steps_per_epoch=len(bs), epochs=1, verbose=0)
+        return history.history["loss"]  # the mean over bs: a per-step loss would sync
+    return model, (step, run)
 
 
 def torch_baseline(cfg, vocab, bf16, compiled, warmup_steps):
@@ -333,7 +373,7 @@ def torch_baseline(cfg, vocab, bf16, compiled, warmup_steps):
     noam = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: d ** -0.5 * min(
         (s + 1) ** -0.5, (s + 1) * warmup_steps ** -1.5))
 
-    def step(b):
+    def train(b):
         src, dec, lab = (torch.from_numpy(b[k]).to(dev, non_blocking=True).long()
                          for k in ("src", "dec", "lab"))
         loss = fwd(src, dec, lab)
@@ -341,8 +381,11 @@ def torch_baseline(cfg, vocab, bf16, compiled, warmup_steps):
         loss.backward()
         opt.step()
         noam.step()
-        return loss.item()
-    return model, step
+        return loss.detach()
+
+    def run(bs):  # no sync until the last loss is read
+        return [x.item() for x in [train(b) for b in bs]]
+    return model, (lambda b: train(b).item(), run)
 
 
 def peak_bf16(gpu):
@@ -432,6 +475,10 @@ def parse(argv):
     p.add_argument("--torch-compile", choices=("auto", "on", "off"), default="auto",
                    help="auto: on, except --tiny on CPU (inductor took 94 s there)")
     p.add_argument("--no-torch-compile", dest="torch_compile", action="store_const", const="off")
+    p.add_argument("--synced-steps", type=int,
+                   help="steps also timed one by one, each waited for (ours: train_on_batch, "
+                        "which copies every variable back per call, first model only); "
+                        "default: --steps")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--dropout-rate", type=float,
                    help="overrides the presets' dropout in both frameworks (a lever to time)")
@@ -440,19 +487,22 @@ def parse(argv):
     p.add_argument("--no-fused-attention", action="store_true",
                    help="attention through keras_trm's einsums, not "
                         "keras.ops.dot_product_attention (cuDNN under JAX)")
+    p.add_argument("--loss", choices=("log_softmax", "logsumexp"), default="log_softmax",
+                   help="ours: keras_trm's LabelSmoothedCrossEntropy, or the lever (see logsumexp_loss)")
     p.add_argument("--time-limit", type=float, default=450.0, help="s; later phases are skipped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
     p.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    global FUSED_ATTENTION
-    FUSED_ATTENTION = not args.no_fused_attention
+    global FUSED_ATTENTION, LOSS
+    FUSED_ATTENTION, LOSS = not args.no_fused_attention, args.loss
     t = args.tiny
     args.corpus = args.corpus or ("multi30k" if t else "wmt")
     args.lengths = args.lengths or str(RESULTS / f"lengths_{args.corpus}.npz")
     args.vocab = 500 if t else 37000
     args.tokens_per_batch = args.tokens_per_batch or (512 if t else 25000)
     args.steps = args.steps or (3 if t else 20)
+    args.synced_steps = args.steps if args.synced_steps is None else args.synced_steps
     args.warmup = args.warmup if args.warmup is not None else (1 if t else 2)
     args.max_shapes = args.max_shapes or (1 if t else 2)
     args.names = ["tiny"] if t else args.models.split(",")
@@ -494,17 +544,22 @@ def run_framework(args, label, framework, info, batches, names, deadline, save=N
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
         if label == "ours":
-            model, step = keras_runner(name, cfg, args.vocab, bf16, args.keras_jit == "on", warmup_steps)
+            model, runner = keras_runner(name, cfg, args.vocab, bf16, args.keras_jit == "on",
+                                         warmup_steps)
             params = model.count_params()
         else:
-            model, step = torch_baseline(cfg, args.vocab, bf16, compiled, warmup_steps)
+            model, runner = torch_baseline(cfg, args.vocab, bf16, compiled, warmup_steps)
             params = sum(x.numel() for x in model.parameters())
-        times, done, losses, compile_s = measure(step, batches, args.warmup, deadline)
-        out[name] = summarize(times, done, losses, compile_s, cfg, args.vocab,
+        # Ours' synced steps go through train_on_batch, a second compile:
+        # the first model only (the check of the old timing against fit).
+        synced_steps = args.synced_steps if label != "ours" or name == args.names[0] else 0
+        total, done, losses, synced, compile_s = measure(runner, batches, args.warmup, deadline,
+                                                         synced_steps)
+        out[name] = summarize(total, done, losses, synced, compile_s, cfg, args.vocab,
                               peak and peak["tflops"], ceiling["tflops"], peak_memory_gib(framework))
         last = time.monotonic() - started
         out[name].update(params=int(params), phase_seconds=round(last, 1))
-        del model, step
+        del model, runner
         gc.collect()
         if save:
             save(out)
@@ -583,7 +638,7 @@ def main(argv=None):
         command="python " + " ".join([os.path.relpath(__file__, ROOT)] + argv),
         date=datetime.date.today().isoformat(), backend=args.backend, device=info,
         levers=dict(dropout_rate=args.dropout_rate, no_padding=args.no_padding,
-                    fused_attention=not args.no_fused_attention),
+                    fused_attention=not args.no_fused_attention, loss=args.loss),
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
@@ -613,7 +668,7 @@ def main(argv=None):
         write(result, out, t0)
     write(result, out, t0)
     print(json.dumps({n: {k: {f: result[k].get(n, {}).get(f) for f in (
-        "ms_per_step_median", "target_tokens_per_s", "fraction_of_peak", "compile_seconds")}
+        "ms_per_step_mean", "ms_per_step_median_synced", "target_tokens_per_s", "fraction_of_peak", "compile_seconds")}
         for k in ("ours", "torch")} | {"ratio": result["ratio_tokens_per_s"].get(n)}
         for n in args.names}, indent=1))
     print(f"wrote {out}; wall {result['wall_seconds']} s; tensorflow imported: "
