@@ -149,7 +149,7 @@ def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
     assert loss.dtype == "float32"
     start = float(loss)
     model.compile(optimizer=paper_adam(NoamSchedule(64, 20, 1.0)), loss=loss_fn)
-    history = model.fit(train, epochs=6, verbose=0).history["loss"]
+    history = model.fit(train, epochs=8, verbose=0).history["loss"]
     assert np.all(np.isfinite(history))
     assert history[-1] < 0.8 * start, (start, history)
     # decoding (greedy, key/value cache in bfloat16) gives text
