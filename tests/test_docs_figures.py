@@ -36,6 +36,7 @@ PAGES = [
     "docs/recipes/language-model.md",
     "docs/serving.md",
     "docs/export.md",
+    "docs/long-runs.md",
 ]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
