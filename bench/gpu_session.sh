@@ -15,6 +15,7 @@
 # two to run, e.g. PHASES=B for a second call), PREPARED (.gpu/m30k),
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
 # BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
+# PROFILE_STEPS (3: steps traced after the timing, device time by kernel),
 # LEVER (unset; e.g. --loss logsumexp: one more run of ours with that
 # gpu_train flag, about 1.5 minutes, after B; LEVER_MODELS transformer_base).
 set -u
@@ -30,7 +31,8 @@ PHASES=${PHASES:-A B}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 if [[ " $PHASES " == *" A "* ]]; then
   timeout $(( ${BENCH_SECONDS:-250} + 40 )) python3 bench/gpu_train.py --backend jax \
-    --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" --out "$OUT/gpu_train.json"
+    --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" \
+    --profile-steps "${PROFILE_STEPS:-3}" --out "$OUT/gpu_train.json"
   echo "A rc=$?"
 fi
 if [[ " $PHASES " == *" B "* ]]; then

@@ -34,6 +34,16 @@ f = d_ff, N layers, V vocabulary (a multiply-add is 2 FLOPs):
 and ``fraction_of_matmul`` by a large bf16 matmul timed in the same run.
 Tokens/s count non-padding target tokens (target + END); padding apart.
 
+Timing: the headline (``ms_per_step_mean``, tokens/s, FLOP/s) is the
+timed batches run as a training loop runs them, total time over steps:
+ours in one ``model.fit`` call (the state stays on the device between
+steps, nothing waits for a step), torch without a ``loss.item()`` per step.
+``ms_per_step_median_synced`` times ``--synced-steps`` steps one by one,
+each waited for (ours through ``train_on_batch``, which also copies every
+variable back per call: the first model only, as it compiles again).
+``--profile-steps N`` then traces N steps and reports device time by
+kernel (``profile``: matmul kernels apart, the busy fraction, the top 30).
+
 Lengths without TensorFlow: ``--prepare-lengths`` writes the length pairs
 (no text) to bench/results/lengths_{multi30k,wmt}.npz: Multi30k train
 tokenized with the project's joint WordPiece (8,000, as the Multi30k job),
@@ -439,6 +449,82 @@ def matmul_ceiling(framework, gpu):
             "dtype": "bfloat16" if gpu else "float32"}
 
 
+GEMM_NAMES = ("gemm", "cutlass", "cublas", "xmma", "nvjet", "matmul", "dot", "sgemm", "wgmma")
+
+
+def summarize_kernels(durations_us, wall_s, steps, top=30):
+    """{kernel name: total µs} of ``steps`` traced steps -> ms per step in
+    all, in matmul kernels (names with ``GEMM_NAMES``), the busy fraction
+    of the traced wall time, and the ``top`` kernels by time."""
+    total = sum(durations_us.values())
+    gemm = sum(t for k, t in durations_us.items() if any(g in k.lower() for g in GEMM_NAMES))
+    ranked = sorted(durations_us.items(), key=lambda kv: -kv[1])[:top]
+    return dict(steps=steps, wall_ms_per_step=round(1e3 * wall_s / steps, 2),
+                kernel_ms_per_step=round(total / 1e3 / steps, 2),
+                matmul_kernel_ms_per_step=round(gemm / 1e3 / steps, 2),
+                busy_fraction=round(total / 1e6 / wall_s, 3) if wall_s else None,
+                kernels=len(durations_us),
+                top=[[name[:120], round(t / 1e3 / steps, 3)] for name, t in ranked])
+
+
+def profile_steps(framework, run, batches, out_dir):
+    """Device time of ``run(batches)`` by kernel: JAX through
+    ``jax.profiler`` (its Perfetto JSON, read with the standard library:
+    the kernels on the device's CUDA streams, and its "XLA Ops" line apart;
+    on a CPU the host's events, nested, so only a smoke test), torch
+    through ``torch.profiler``. Returns summarize_kernels and ``counted``."""
+    import collections
+    import glob
+
+    durations, xla_ops = collections.Counter(), collections.Counter()
+    if framework == "jax":
+        import jax
+
+        jax.profiler.start_trace(str(out_dir), create_perfetto_trace=True)
+        wall = _seconds(lambda: run(batches))
+        jax.profiler.stop_trace()
+        path = sorted(glob.glob(str(pathlib.Path(out_dir) / "**" / "perfetto_trace.json.gz"),
+                                recursive=True))[-1]
+        with gzip.open(path, "rt") as f:
+            events = json.load(f)["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+                   if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        devices = {pid for pid, name in names.items() if "/device:" in name}
+        # A GPU's process has a line per CUDA stream (the kernels) and
+        # derived lines ("XLA Ops", "XLA Modules") over the same time.
+        streams = {k for k in threads if k[0] in devices and "stream" in threads[k].lower()}
+        for e in events:
+            if e.get("ph") != "X":
+                continue
+            key = (e["pid"], e.get("tid"))
+            if key in streams or (not streams and (e["pid"] in devices or not devices)):
+                durations[e["name"]] += e.get("dur", 0.0)
+            elif e["pid"] in devices and threads.get(key) == "XLA Ops":
+                xla_ops[e["name"]] += e.get("dur", 0.0)
+        where = "device streams" if streams else "device" if devices else "host (nested events)"
+    else:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = torch.cuda.is_available()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities) as prof:
+            wall = _seconds(lambda: run(batches))
+        for e in prof.events():
+            if cuda and e.device_type == torch.autograd.DeviceType.CUDA:
+                durations[e.name] += e.device_time
+            elif not cuda and e.cpu_parent is None:
+                durations[e.name] += e.cpu_time
+        where = "device" if cuda else "host (top-level ops)"
+    summary = summarize_kernels(durations, wall, len(batches))
+    summary["counted"] = where
+    if xla_ops:
+        summary["top_xla_ops"] = summarize_kernels(xla_ops, wall, len(batches))["top"]
+    return summary
+
+
 def peak_memory_gib(framework):
     """Peak device memory since the last reset (jax: since start); None on CPU."""
     if framework == "jax":
@@ -479,6 +565,8 @@ def parse(argv):
                    help="steps also timed one by one, each waited for (ours: train_on_batch, "
                         "which copies every variable back per call, first model only); "
                         "default: --steps")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after timing, trace this many steps and report device time by kernel")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--dropout-rate", type=float,
                    help="overrides the presets' dropout in both frameworks (a lever to time)")
@@ -557,6 +645,11 @@ def run_framework(args, label, framework, info, batches, names, deadline, save=N
                                                          synced_steps)
         out[name] = summarize(total, done, losses, synced, compile_s, cfg, args.vocab,
                               peak and peak["tflops"], ceiling["tflops"], peak_memory_gib(framework))
+        if args.profile_steps:
+            import tempfile
+            with tempfile.TemporaryDirectory() as tmp:
+                out[name]["profile"] = profile_steps(framework, runner[1],
+                                                     batches[:args.profile_steps], tmp)
         last = time.monotonic() - started
         out[name].update(params=int(params), phase_seconds=round(last, 1))
         del model, runner

@@ -51,7 +51,7 @@ def test_tiny_run_reports_sane_figures_without_tensorflow(backend, tmp_path):
     env = {**os.environ, "KERAS_BACKEND": backend}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_train.py"), "--tiny", "--backend", backend,
-         "--out", str(out)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=150)
+         "--profile-steps", "2", "--out", str(out)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["tensorflow_imported"] is False
@@ -63,6 +63,9 @@ def test_tiny_run_reports_sane_figures_without_tensorflow(backend, tmp_path):
         assert run["target_tokens_per_s"] > 0 and run["target_padding_tokens_per_s"] >= 0
         assert run["useful_tflops_per_s"] > 0 and run["fraction_of_matmul"] > 0
         assert run["compile_seconds"] >= 0 and run["loss_finite"]
+        profile = run["profile"]
+        assert profile["steps"] == 2 and profile["kernels"] > 0 and profile["top"]
+        assert profile["wall_ms_per_step"] > 0 and profile["counted"]
         losses = run["losses"]
         assert all(math.isfinite(x) for x in losses) and min(losses[1:]) < losses[0]
         if result["device"]["gpu"] is None:
