@@ -16,7 +16,7 @@
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
 # BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
 # PROFILE_STEPS (3: steps traced after the timing, device time by kernel),
-# LEVER (unset; e.g. --loss logsumexp: one more run of ours with that
+# LEVER (unset; e.g. --loss log_softmax: one more run of ours with that
 # gpu_train flag, about 1.5 minutes, after B; LEVER_MODELS transformer_base).
 set -u
 OUT=${OUT:?set OUT to a results folder}
@@ -43,7 +43,7 @@ if [[ " $PHASES " == *" B "* ]]; then
   echo "B rc=$?"
   mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* /tmp/portable/*.json "$OUT/weights/" 2>/dev/null
 fi
-if [ -n "${LEVER:-}" ]; then  # e.g. LEVER="--loss logsumexp": ours only, A's batches
+if [ -n "${LEVER:-}" ]; then  # e.g. LEVER="--loss log_softmax": ours only, A's batches
   timeout 150 python3 bench/gpu_train.py --backend jax --max-shapes 1 --steps 12 \
     --models "${LEVER_MODELS:-transformer_base}" --synced-steps 0 \
     --time-limit 110 --no-baseline $LEVER --out "$OUT/gpu_train_lever.json"
