@@ -244,6 +244,67 @@ def test_label_smoothed_loss_matches_numpy():
     assert loss == pytest.approx(per[mask].mean(), rel=1e-5)
 
 
+def _value_and_gradient(fn, x):
+    """``fn(x)`` and its gradient with respect to the tensor ``x``, through
+    the backend's own autodiff."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = fn(x)
+        return to_numpy(value), tape.gradient(value, x)
+    if BACKEND == "jax":
+        import jax
+
+        value, grad = jax.value_and_grad(fn)(x)
+        return to_numpy(value), grad
+    x = x.detach().requires_grad_(True)
+    value = fn(x)
+    value.backward()
+    return to_numpy(value.detach()), x.grad
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_label_smoothed_loss_gradient_is_softmax_minus_targets(dtype):
+    """The hand-written gradient against the analytic one in float64:
+    (softmax(z) - q) m_t / sum m, with q the smoothed targets; zero on
+    padding rows; in the logits' dtype."""
+    rng = np.random.default_rng(1)
+    vocab, eps = 9, 0.1
+    logits = (3.0 * rng.normal(size=(2, 5, vocab))).astype("float32")
+    labels = np.array([[1, 8, 2, 0, 0], [3, 4, 0, 0, 0]], "int32")
+    z = ops.convert_to_tensor(logits, dtype=dtype)
+    loss_fn = LabelSmoothedCrossEntropy(label_smoothing=eps)
+    value, grad = _value_and_gradient(
+        lambda x: loss_fn(ops.convert_to_tensor(labels), x), z)
+    assert keras.backend.standardize_dtype(grad.dtype) == dtype
+    z64 = to_numpy(ops.cast(z, "float32")).astype("float64")  # as rounded
+    probs = np.exp(_log_softmax(z64))
+    target = np.full_like(probs, eps / vocab)
+    np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, -1)
+    mask = (labels != 0)[..., None]
+    expected = (probs - target) * mask / mask.sum()
+    per = -(target * _log_softmax(z64)).sum(-1)
+    tol = 1e-6 if dtype == "float32" else 1e-2 * np.abs(expected).max()
+    np.testing.assert_allclose(to_numpy(ops.cast(grad, "float32")), expected,
+                               atol=tol)
+    assert float(value) == pytest.approx(per[labels != 0].mean(), rel=1e-5)
+    assert not to_numpy(ops.cast(grad, "float32"))[labels == 0].any()
+
+
+def test_label_smoothed_loss_rejects_labels_outside_the_vocabulary():
+    logits = np.zeros((1, 3, 5), "float32")
+    loss_fn = LabelSmoothedCrossEntropy(label_smoothing=0.1)
+    for bad in (5, -100):
+        labels = np.array([[1, bad, 0]], "int32")
+        with pytest.raises(ValueError, match=rf"`y_true` holds label {bad}.*V=5"):
+            loss_fn(labels, logits)
+        # A tensor is not read back: the loss is NaN, not a wrong number.
+        value = to_numpy(loss_fn(ops.convert_to_tensor(labels), logits))
+        assert np.isnan(value)
+
+
 def test_noam_schedule_is_the_papers_formula():
     schedule = NoamSchedule(d_model=512, warmup_steps=4000)
     for step in (0, 3999, 4000, 100000):
