@@ -4,7 +4,9 @@ child process importing one checkout's ``keras_trm`` (from its folder),
 training ``transformer_small`` (8,000 ids, tied) with the paper's recipe
 (Noam, Adam(0.9, 0.98, 1e-9), label smoothing 0.1) on the same synthetic
 token batches; the checkouts alternate, and target tokens per second of the
-timed steps (after warm-up) are compared.
+timed steps (after warm-up) are compared. ``--part loss`` times the loss
+alone instead: value and gradient of ``LabelSmoothedCrossEntropy`` on
+random ``(batch, length, 8000)`` logits in the policy's compute dtype.
 
     git worktree add /tmp/keras_trm_old c009446
     python bench/bench_train_step_ab.py --a /tmp/keras_trm_old --b . \\
@@ -16,6 +18,7 @@ Two dtype policies on one checkout: ``--a . --b . --precision float32
 """
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
@@ -42,21 +45,52 @@ from keras_trm.training import LabelSmoothedCrossEntropy, NoamSchedule, paper_ad
 steps, warmup, batch, length = (int(x) for x in sys.argv[1:5])
 keras.mixed_precision.set_global_policy(sys.argv[5])
 keras.utils.set_random_seed(0)
-model = transformer_small(8000, max_sequence_length=128)
-model.compile(optimizer=paper_adam(NoamSchedule(d_model=256, warmup_steps=400)),
-              loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
 rng = np.random.default_rng(0)
 src = rng.integers(4, 8000, (batch, length)).astype("int32")
 tgt = rng.integers(4, 8000, (batch, length + 1)).astype("int32")
-x = {"encoder_tokens": src, "decoder_tokens": tgt[:, :-1]}
-y = tgt[:, 1:]
+loss_fn = LabelSmoothedCrossEntropy(label_smoothing=0.1)
+if sys.argv[6] == "step":
+    model = transformer_small(8000, max_sequence_length=128)
+    model.compile(optimizer=paper_adam(NoamSchedule(d_model=256, warmup_steps=400)),
+                  loss=loss_fn)
+    x = {"encoder_tokens": src, "decoder_tokens": tgt[:, :-1]}
+    y = tgt[:, 1:]
+    run = lambda: model.train_on_batch(x, y)
+else:  # the loss alone: value and gradient, synced
+    backend = keras.backend.backend()
+    dtype = keras.mixed_precision.global_policy().compute_dtype
+    logits = keras.ops.convert_to_tensor(
+        rng.normal(size=(batch, length, 8000)).astype("float32"), dtype=dtype)
+    labels = keras.ops.convert_to_tensor(tgt[:, 1:])
+    if backend == "tensorflow":
+        import tensorflow as tf
+        @tf.function
+        def value_and_grad(z):
+            with tf.GradientTape() as tape:
+                tape.watch(z)
+                value = loss_fn(labels, z)
+            return value, tape.gradient(value, z)
+    elif backend == "jax":
+        import jax
+        value_and_grad = jax.jit(jax.value_and_grad(lambda z: loss_fn(labels, z)))
+    else:
+        def value_and_grad(z):
+            z = z.detach().requires_grad_(True)
+            value = loss_fn(labels, z)
+            value.backward()
+            return value.detach(), z.grad
+    def run():
+        value, grad = value_and_grad(logits)
+        keras.ops.convert_to_numpy(keras.ops.sum(keras.ops.cast(grad, "float32")))
+        return float(keras.ops.convert_to_numpy(value))
 for _ in range(warmup):
-    model.train_on_batch(x, y)
+    run()
 start = time.perf_counter()
 for _ in range(steps):
-    loss = model.train_on_batch(x, y)
+    loss = run()
 seconds = time.perf_counter() - start
 print(json.dumps({"tokens_per_second": steps * batch * length / seconds,
+                  "ms": 1000 * seconds / steps,
                   "loss": float(loss), "file": keras_trm_file}))
 """.replace("keras_trm_file", "__import__('keras_trm').__file__")
 
@@ -66,7 +100,7 @@ def run_once(checkout, precision, args):
                KERAS_BACKEND=args.backend, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(args.steps), str(args.warmup),
-         str(args.batch), str(args.length), precision],
+         str(args.batch), str(args.length), precision, args.part],
         env=env, check=True, capture_output=True, text=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -85,6 +119,9 @@ def main(argv=None):
                         choices=("tensorflow", "jax", "torch"))
     parser.add_argument("--precision", default="float32",
                         help="dtype policy: float32 or mixed_bfloat16")
+    parser.add_argument("--part", default="step", choices=("step", "loss"),
+                        help="time the training step, or the loss alone "
+                             "(value and gradient)")
     parser.add_argument("--precision_b", default=None,
                         help="B's dtype policy (default: --precision)")
     args = parser.parse_args(argv)
@@ -96,12 +133,19 @@ def main(argv=None):
     median = {k: statistics.median(r["tokens_per_second"] for r in v)
               for k, v in runs.items()}
     result = {
-        "what": "transformer_small training step (train_on_batch), target "
-                "tokens/s, two checkouts alternating in child processes",
+        "what": ("transformer_small training step (train_on_batch)"
+                 if args.part == "step" else
+                 "LabelSmoothedCrossEntropy value and gradient on random "
+                 "(batch, length, 8000) logits in the compute dtype")
+        + ", target tokens/s, two checkouts alternating in child processes",
+        "part": args.part,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host": _cpu_model(), "a": str(args.a), "b": str(args.b),
         "batch": args.batch, "length": args.length, "steps": args.steps,
         "backend": args.backend, "precision": precision,
         "runs": runs, "median_tokens_per_second": median,
+        "median_ms": {k: statistics.median(r["ms"] for r in v)
+                      for k, v in runs.items()},
         "same_loss": all(ra["loss"] == rb["loss"]
                          for ra, rb in zip(runs["a"], runs["b"])),
         "speed_b_over_a": median["b"] / median["a"],
