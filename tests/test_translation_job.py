@@ -115,6 +115,14 @@ def test_bad_search_options_fail_before_training(bad, data_dir, tmp_path):
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize("boundaries", ["16,x", "0,32"])
+def test_bad_boundaries_fail_before_training(boundaries, data_dir, tmp_path):
+    config = translation.TranslationConfig(limit=10, boundaries=boundaries)
+    with pytest.raises(ValueError, match=f"boundaries='{boundaries}'"):
+        translation.run(config, data_dir, tmp_path / "work", tmp_path / "export")
+    assert not (tmp_path / "work").exists()
+
+
 def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     """``KERAS_BACKEND=jax keras-trm train-translation``: trains (jax.jit),
     decodes val and test with the keras.ops search, and its SavedModel,
@@ -133,15 +141,18 @@ def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     env = dict(os.environ, KERAS_BACKEND="jax", KERAS_TRM_DATA_DIR=str(data_dir))
     subprocess.run(
         [sys.executable, "-m", "keras_trm.cli", "train-translation",
-         # Under JAX each bucket width is a compilation: max 32 tokens keeps
-         # six; 20 cheap epochs (validation every 10) make the model emit words.
+         # Under JAX each bucket width is a compilation: two buckets
+         # (--boundaries) rather than the default six below 32 tokens; 20
+         # cheap epochs (validation every 10) make the model emit words.
          "--preset", "tiny", "--limit", "120", "--max_sequence_length", "32",
+         "--boundaries", "16",
          "--epochs", "20", "--eval_every_epochs", "10",
          "--average_last", "1", "--workdir", str(work), "--export_dir",
          str(export)],
         env=env, check=True, timeout=600, capture_output=True)
     result = json.loads((work / "result.json").read_text())
     assert result["backend"] == "jax" and result["export_error"] is None
+    assert result["bucket_boundaries"] == [16, 32]
     hyps = (work / "test_2016_flickr.hyp.de").read_text().split("\n")[:-1]
     test_src, _ = load_multi30k("test_2016_flickr", data_dir)
     assert len(hyps) == 120 and all(h.strip() for h in hyps), hyps[:3]

@@ -411,6 +411,27 @@ def bucket_boundaries(max_pair_length, boundaries=()):
     return tuple(b for b in chosen if b < limit) + (limit,)
 
 
+def parse_boundaries(text):
+    """``"24,64"`` -> ``(24, 64)``; ``""`` -> ``()``.
+
+    Raises:
+        ValueError: not comma-separated ints >= 1 (the value is named).
+
+    Example:
+
+    >>> parse_boundaries("24, 64")
+    (24, 64)
+    """
+    try:
+        values = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        values = (0,)
+    if any(b < 1 for b in values):
+        raise ValueError("`boundaries` must be comma-separated lengths >= 1 "
+                         f"(tokens), got boundaries={text!r}")
+    return values
+
+
 def _gather_rows(flat, offsets, rows, width, batch, trim_start, trim_end):
     """int32 ``(batch, width)``: row ``j < len(rows)`` holds the ids of
     pair ``rows[j]`` less ``trim_start`` first and ``trim_end`` last ids,

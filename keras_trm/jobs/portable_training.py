@@ -58,6 +58,7 @@ from keras_trm.jobs.portable_files import (  # noqa: F401  (re-exported)
     load_portable_model,
     load_weights,
     max_file_bytes,
+    parse_boundaries,
     prefetch,
     read_prepared,
     read_weights,
@@ -289,27 +290,6 @@ class PortableTrainingConfig:
         if not str(self.prepared).strip():
             raise ValueError("`prepared` must name the prepared folder, got "
                              f"prepared={self.prepared!r}")
-
-
-def parse_boundaries(text):
-    """``"24,64"`` -> ``(24, 64)``; ``""`` -> ``()``.
-
-    Raises:
-        ValueError: not comma-separated ints >= 1 (the value is named).
-
-    Example:
-
-    >>> parse_boundaries("24, 64")
-    (24, 64)
-    """
-    try:
-        values = tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        values = (0,)
-    if any(b < 1 for b in values):
-        raise ValueError("`boundaries` must be comma-separated lengths >= 1 "
-                         f"(tokens), got boundaries={text!r}")
-    return values
 
 
 def recipe(config, manifest):

@@ -50,6 +50,7 @@ from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
 from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
+from keras_trm.jobs.portable_files import bucket_boundaries, parse_boundaries
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import transformer
@@ -178,6 +179,12 @@ class TranslationConfig:
     """Training pairs whose source or target ids (START/END included) are
     longer are dropped (tokens, at most ``max_sequence_length``;
     ``prepare_shards(max_train_length=)``); null: ``max_sequence_length``."""
+    boundaries: str = ""
+    """Bucket lengths of the token-count batches, comma-separated (tokens;
+    empty: 8,12,16,20,24,32,40,48,64,96,128 below the longest training pair,
+    then that length). Each bucket is one batch shape: under JAX one
+    ``jax.jit`` compilation each, so fewer buckets compile faster and pad
+    more (``keras-trm train-portable --boundaries`` alike)."""
     max_length: Optional[int] = None
     """Deprecated: ``max_sequence_length`` and ``max_train_length`` in one
     (the single setting they replace); it sets both: ``max_sequence_length``
@@ -284,7 +291,8 @@ class TranslationConfig:
                  "train_source", "train_target", "train_weights",
                  "validation_source", "validation_target", "test_source",
                  "test_target", "vocabulary", "vocabulary_size",
-                 "vocabulary_sample", "max_train_length", "limit", "download",
+                 "vocabulary_sample", "max_train_length", "boundaries", "limit",
+                 "download",
                  "shuffle_buffer", "pairs_per_shard"),
         "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
                   "max_sequence_length"),
@@ -353,6 +361,7 @@ class TranslationConfig:
             raise ValueError("`checkpoint_every_minutes` must be >= 0, got "
                              f"checkpoint_every_minutes={self.checkpoint_every_minutes!r}")
         stop_rule(self.early_stopping)
+        parse_boundaries(self.boundaries)
 
 
 def train_length(config):
@@ -962,8 +971,8 @@ class TranslationRun(StagedJob):
                  if config.limit else ""), flush=True)
         self.tokenizer = prepare_tokenizer(config, corpora, workdir)
         self.num_workers, self.worker_index, self.is_chief = worker_info(self.strategy)
-        boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
-                           if b < train_length(config)) + (train_length(config),)
+        self.boundaries = boundaries = bucket_boundaries(
+            train_length(config), parse_boundaries(config.boundaries))
         self.position = DataPosition()  # where a resumed run re-enters the stream
         # Two processes must not write one folder: workers prepare their own.
         shard_root = workdir / ("shards" if self.is_chief
@@ -979,8 +988,9 @@ class TranslationRun(StagedJob):
         if stream["weights"] is not None:
             print("sampling weights: " + ", ".join(
                 f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
-        print(f"{stream['batches_per_epoch']} batches per epoch; vocabulary "
-              f"{len(self.tokenizer.vocabulary)}", flush=True)
+        print(f"{stream['batches_per_epoch']} batches per epoch in "
+              f"{len(boundaries)} length buckets ({','.join(map(str, boundaries))} "
+              f"tokens); vocabulary {len(self.tokenizer.vocabulary)}", flush=True)
 
     def build(self):
         """The model, compiled with the paper's recipe."""
@@ -1166,6 +1176,7 @@ class TranslationRun(StagedJob):
             "val_greedy_bleu_by_average": self.average_scores,
             "train_minutes": round(self.train_seconds / 60, 1),
             "job_minutes": round((time.time() - self.job_start) / 60, 1),
+            "bucket_boundaries": list(self.boundaries),
             "train_real_target_tokens_per_epoch": sum(
                 m["target_tokens"] for m in stream["manifests"]),
             "beam_decode_sentences_per_second": (
