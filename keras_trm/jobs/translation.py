@@ -191,11 +191,11 @@ class TranslationConfig:
     to it, ``max_train_length`` to null (the same value) (tokens)."""
     label_smoothing: float = 0.1
     """Label smoothing (epsilon_ls, fraction)."""
-    warmup_steps: int = 400
+    warmup_steps: int = 800
     """Noam schedule warm-up (updates)."""
     lr_scale: float = 0.6
     """Factor on the Noam learning rate d_model^-0.5 * min(...)."""
-    tokens_per_batch: int = 4096
+    tokens_per_batch: int = 2048
     """Batch size in padded tokens per side (tokens)."""
     epochs: int = 30
     """The most training epochs (the time budget may stop earlier)."""
