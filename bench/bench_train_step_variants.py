@@ -31,6 +31,7 @@ from bench_litert import _cpu_model
 VARIANTS = {
     "base": {},
     "batch_half": {"batch_fraction": 0.5},
+    "batch_quarter": {"batch_fraction": 0.25},
     "no_dropout": {"dropout_rate": 0.0},
     "sgd_not_adam": {"optimizer": "sgd"},
     "vocabulary_6000": {"vocabulary_size": 6000},
