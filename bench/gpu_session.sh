@@ -16,8 +16,13 @@
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
 # BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
 # PROFILE_STEPS (3: steps traced after the timing, device time by kernel),
-# LEVER (unset; e.g. --loss log_softmax: one more run of ours with that
-# gpu_train flag, about 1.5 minutes, after B; LEVER_MODELS transformer_base).
+# PHASES runs in the order given; besides A and B: L, LEVERS (unset; e.g.
+# "--dropout-mask rbg;--steps-per-execution 4;XLA_FLAGS=--xla_...": ours
+# only, one run per ';'-separated flag set (NAME=value words set the
+# environment), about 50 s each, LEVER_MODELS transformer_base,
+# LEVER_SECONDS 70 each), and C (a second bench of MODELS_C, transformer_big,
+# after L); MODELS_A (transformer_base,transformer_big); A_FLAGS (more
+# gpu_train flags for A and C); TRACE=1 keeps A's JAX traces in OUT.
 set -u
 OUT=${OUT:?set OUT to a results folder}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -29,23 +34,38 @@ if [ -d .whl ]; then
 fi
 PHASES=${PHASES:-A B}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-if [[ " $PHASES " == *" A "* ]]; then
-  timeout $(( ${BENCH_SECONDS:-250} + 40 )) python3 bench/gpu_train.py --backend jax \
-    --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" \
-    --profile-steps "${PROFILE_STEPS:-3}" --out "$OUT/gpu_train.json"
-  echo "A rc=$?"
-fi
-if [[ " $PHASES " == *" B "* ]]; then
-  KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
-    python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
-    --workdir /tmp/portable --precision mixed_bfloat16 \
-    --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
-  echo "B rc=$?"
-  mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* /tmp/portable/*.json "$OUT/weights/" 2>/dev/null
-fi
-if [ -n "${LEVER:-}" ]; then  # e.g. LEVER="--loss log_softmax": ours only, A's batches
-  timeout 150 python3 bench/gpu_train.py --backend jax --max-shapes 1 --steps 12 \
-    --models "${LEVER_MODELS:-transformer_base}" --synced-steps 0 \
-    --time-limit 110 --no-baseline $LEVER --out "$OUT/gpu_train_lever.json"
-  echo "lever rc=$?"
-fi
+ENVS=()  # NAME=value words of a lever's flag set
+bench() {  # $1: output name, $2: models, then gpu_train flags
+  local name=$1 models=$2; shift 2
+  timeout $(( ${BENCH_SECONDS:-250} + 40 )) env ${ENVS[@]+"${ENVS[@]}"} python3 bench/gpu_train.py --backend jax \
+    --models "$models" --max-shapes 1 --steps 12 --time-limit "${BENCH_SECONDS:-250}" \
+    --profile-steps "${PROFILE_STEPS:-3}" --out "$OUT/$name.json" "$@"
+  echo "$name rc=$?"
+}
+for phase in $PHASES; do  # in the order given
+  case $phase in
+  # shellcheck disable=SC2086  # A_FLAGS: more gpu_train flags for A and C
+  A) bench gpu_train "${MODELS_A:-transformer_base,transformer_big}" ${TRACE:+--trace-dir "$OUT"} ${A_FLAGS:-} ;;
+  # shellcheck disable=SC2086
+  C) bench gpu_train_c "${MODELS_C:-transformer_big}" ${A_FLAGS:-} ;;  # a second model, after L
+  B)
+    KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
+      python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
+      --workdir /tmp/portable --precision mixed_bfloat16 \
+      --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
+    echo "B rc=$?"
+    mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* /tmp/portable/*.json "$OUT/weights/" 2>/dev/null ;;
+  L)  # LEVERS: ';'-separated gpu_train flag sets, ours only, A's batches
+    i=0
+    IFS=';' read -ra sets <<< "${LEVERS:-}"
+    for flags in "${sets[@]}"; do
+      i=$((i + 1)) ENVS=() args=()
+      for word in $flags; do  # NAME=value words go to the environment
+        if [[ $word =~ ^[A-Z_]+= ]]; then ENVS+=("$word"); else args+=("$word"); fi
+      done
+      BENCH_SECONDS=${LEVER_SECONDS:-70} PROFILE_STEPS=0 bench "lever_$i" \
+        "${LEVER_MODELS:-transformer_base}" --synced-steps 0 --no-baseline ${args[@]+"${args[@]}"}
+      ENVS=()
+    done ;;
+  esac
+done

@@ -295,6 +295,36 @@ def log_softmax_loss(label_smoothing):
     return LogSoftmaxLoss(label_smoothing)
 
 
+def patch_jax_dropout(kind):
+    """The ``--dropout-mask`` lever: Keras' JAX dropout with another mask.
+    ``rbg``: the keep mask from XLA's RngBitGenerator (``jax.random``'s
+    "rbg" implementation, its key made of Keras' 2-word seed twice);
+    ``bits16``: threefry as Keras', but 16 random bits per element, not
+    32 (keep where bits >= round(rate * 2^16), so p is off by < 2^-17)."""
+    import jax
+    import jax.numpy as jnp
+    from keras.src.backend.jax import random as keras_jax_random
+
+    def dropout(inputs, rate, noise_shape=None, seed=None):
+        if rate == 0.0:
+            return inputs
+        seed = keras_jax_random.jax_draw_seed(seed)
+        shape = keras_jax_random._get_concrete_noise_shape(inputs, noise_shape)
+        if kind == "rbg":
+            key = jax.random.wrap_key_data(jnp.concatenate([seed, seed]).astype("uint32"),
+                                           impl="rbg")
+            keep = jax.random.bernoulli(key, p=1.0 - rate, shape=shape)
+        else:
+            bits = jax.random.bits(jax.random.wrap_key_data(seed.astype("uint32"),
+                                                            impl="threefry2x32"),
+                                   shape, dtype=jnp.uint16)
+            keep = bits >= jnp.uint16(round(rate * 65536))
+        keep = jnp.broadcast_to(keep, inputs.shape)
+        return jax.lax.select(keep, inputs / (1.0 - rate), jnp.zeros_like(inputs))
+
+    keras_jax_random.dropout = dropout
+
+
 def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     import keras
 
@@ -306,6 +336,8 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
         from keras_trm.layers import MultiHeadAttention
 
         MultiHeadAttention._fused_applies = lambda *args: False
+    if DROPOUT_MASK != "keras":
+        patch_jax_dropout(DROPOUT_MASK)
     random.seed(0)  # keras' layer seeds; set_random_seed would import TF
     np.random.seed(0)
     build = getattr(models, name, None) if name != "tiny" else None
@@ -316,7 +348,8 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     assert all(getattr(model, k) == v for k, v in cfg.items()), (name, cfg)
     model.compile(optimizer=paper_adam(NoamSchedule(model.d_model, warmup_steps)),
                   loss=(LabelSmoothedCrossEntropy(0.1) if LOSS == "keras_trm"
-                        else log_softmax_loss(0.1)), jit_compile=jit)
+                        else log_softmax_loss(0.1)), jit_compile=jit,
+                  steps_per_execution=STEPS_PER_EXECUTION)
 
     def inputs(b):
         return {"encoder_tokens": b["src"], "decoder_tokens": b["dec"]}, b["lab"]
@@ -576,13 +609,23 @@ def parse(argv):
                         "keras.ops.dot_product_attention (cuDNN under JAX)")
     p.add_argument("--loss", choices=("keras_trm", "log_softmax"), default="keras_trm",
                    help="ours: keras_trm's LabelSmoothedCrossEntropy, or its old form (log_softmax_loss)")
+    p.add_argument("--dropout-mask", choices=("keras", "rbg", "bits16"), default="keras",
+                   help="ours under JAX: keras (Keras' threefry uniform per element), rbg (the "
+                        "same from XLA's RngBitGenerator, keyed by Keras' seed), bits16 (threefry, "
+                        "one 16-bit uniform per element: half the random bits; a lever to time)")
+    p.add_argument("--steps-per-execution", type=int, default=1,
+                   help="ours: compile(steps_per_execution=) (fewer trips through fit's loop)")
+    p.add_argument("--trace-dir", help="keep --profile-steps' trace files here")
     p.add_argument("--time-limit", type=float, default=450.0, help="s; later phases are skipped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
     p.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    global FUSED_ATTENTION, LOSS
+    global FUSED_ATTENTION, LOSS, DROPOUT_MASK, STEPS_PER_EXECUTION
     FUSED_ATTENTION, LOSS = not args.no_fused_attention, args.loss
+    DROPOUT_MASK, STEPS_PER_EXECUTION = args.dropout_mask, args.steps_per_execution
+    if args.dropout_mask != "keras" and args.backend != "jax":
+        p.error(f"--dropout-mask {args.dropout_mask} needs --backend jax")
     t = args.tiny
     args.corpus = args.corpus or ("multi30k" if t else "wmt")
     args.lengths = args.lengths or str(RESULTS / f"lengths_{args.corpus}.npz")
@@ -649,6 +692,10 @@ def run_framework(args, label, framework, info, batches, names, deadline, save=N
             with tempfile.TemporaryDirectory() as tmp:
                 out[name]["profile"] = profile_steps(framework, runner[1],
                                                      batches[:args.profile_steps], tmp)
+                traces = sorted(pathlib.Path(tmp).glob("**/perfetto_trace.json.gz"))
+                if args.trace_dir and traces:  # ours under JAX: the Perfetto trace
+                    pathlib.Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(traces[-1], pathlib.Path(args.trace_dir) / f"trace_{label}_{name}.json.gz")
         last = time.monotonic() - started
         out[name].update(params=int(params), phase_seconds=round(last, 1))
         del model, runner
@@ -730,7 +777,9 @@ def main(argv=None):
         command="python " + " ".join([os.path.relpath(__file__, ROOT)] + argv),
         date=datetime.date.today().isoformat(), backend=args.backend, device=info,
         levers=dict(dropout_rate=args.dropout_rate, no_padding=args.no_padding,
-                    fused_attention=not args.no_fused_attention, loss=args.loss),
+                    fused_attention=not args.no_fused_attention, loss=args.loss,
+                    dropout_mask=args.dropout_mask,
+                    steps_per_execution=args.steps_per_execution),
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
