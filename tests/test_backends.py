@@ -265,6 +265,61 @@ def _value_and_gradient(fn, x):
     return to_numpy(value.detach()), x.grad
 
 
+def test_fused_attention_gets_the_mask_at_full_query_length(monkeypatch):
+    """A key-only padding mask (cross-attention) reaches the fused op as
+    (B, 1, T_q, T_k): cuDNN (JAX on a GPU) takes the mask as a bias of
+    that shape and rejects (B, 1, 1, T_k), and Keras then fell back to
+    XLA's attention. The output is still Eq. (1)."""
+    if BACKEND == "tensorflow":
+        pytest.skip("no fused attention under TensorFlow")
+    from keras_trm.layers import MultiHeadAttention
+
+    calls = []
+    fused = ops.dot_product_attention
+    monkeypatch.setattr(ops, "dot_product_attention",
+                        lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    rng = np.random.default_rng(2)
+    query = rng.normal(size=(2, 3, 8)).astype("float32")
+    value = rng.normal(size=(2, 5, 8)).astype("float32")
+    value_mask = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], bool)
+    mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    out = to_numpy(mha(query, value, value_mask=value_mask))
+    assert len(calls) == 1 and tuple(calls[0]["mask"].shape) == (2, 1, 3, 5)
+    q, k, v = (to_numpy(mha._project(ops.convert_to_tensor(x), kernel, bias))
+               for x, kernel, bias in ((query, mha.query_kernel, mha.query_bias),
+                                       (value, mha.key_kernel, mha.key_bias),
+                                       (value, mha.value_kernel, mha.value_bias)))
+    mask = np.broadcast_to(value_mask[:, None, :], (2, 3, 5))
+    heads = _numpy_attention(q, k, v, mask)
+    expected = heads.reshape(2, 3, 8) @ to_numpy(mha.output_kernel).reshape(8, 8)
+    np.testing.assert_allclose(out, expected + to_numpy(mha.output_bias), atol=1e-5)
+
+
+def test_embedding_gradient_sums_in_float32_under_mixed_bfloat16():
+    """Under mixed_bfloat16 the lookup gathers float32 rows, so its
+    gradient is a float32 scatter-add: 1,000 occurrences of one id, each
+    with gradient 1, sum to 1,000. From the autocast (bf16) table the sum
+    was bf16 under JAX and PyTorch and stopped at 256 (256 + 1 rounds back
+    to 256): frequent ids lost most of their gradient."""
+    from keras_trm.layers import PositionalEmbedding
+
+    layer = PositionalEmbedding(vocabulary_size=4, d_model=2, max_sequence_length=1000,
+                                scale_embeddings=False, dtype="mixed_bfloat16")
+    ids = np.full((1, 1000), 3, "int32")
+    layer.build(ids.shape)
+    table = ops.convert_to_tensor(to_numpy(layer.embeddings))
+
+    def total(t):  # as a model calls it: __call__, whose autocast scope counts
+        with keras.StatelessScope(state_mapping=[(layer.embeddings, t)]):
+            y = layer(ids)
+        assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+        return ops.sum(ops.cast(y, "float32"))
+
+    _, grad = _value_and_gradient(total, table)
+    grad = to_numpy(ops.convert_to_tensor(grad))
+    np.testing.assert_array_equal(grad, [[0, 0], [0, 0], [0, 0], [1000, 1000]])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_label_smoothed_loss_gradient_is_softmax_minus_targets(dtype):
     """The hand-written gradient against the analytic one in float64:

@@ -668,6 +668,14 @@ class MultiHeadAttention(keras.layers.Layer):
             while len(mask.shape) < len(q.shape):
                 mask = ops.expand_dims(mask, -3)
         if self._fused_applies(q, training, return_scores):
+            if mask is not None:
+                # The mask's query axis at full length: cuDNN's fused
+                # attention (JAX on a GPU) takes the mask as a bias of
+                # shape (B or 1, h or 1, T_q, T_k) and rejects a key-only
+                # (..., 1, T_k) mask, so Keras fell back to XLA's
+                # attention for every cross-attention.
+                mask = ops.broadcast_to(mask, tuple(mask.shape[:-2]) + (
+                    ops.shape(q)[-3], ops.shape(k)[-3]))
             out = ops.dot_product_attention(
                 q, k, val, mask=mask, scale=1.0 / math.sqrt(self.key_dim))
             return out, None

@@ -153,10 +153,19 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         self.supports_masking = self.mask_zero
 
     def build(self, inputs_shape=None):
+        # autocast=False: the lookup gathers float32 rows and casts them
+        # (the values a bf16 copy of the table gives), so its gradient is a
+        # float32 scatter-add. Gathered from the autocast (bf16) table, the
+        # gradient summed in bf16 under JAX and PyTorch (1,000 gradients of
+        # 1 summed to 256, tests/test_backends.py), and on an H100 that
+        # bf16 scatter took 9.4 of transformer_base's 53 ms per step
+        # (bench/results/gpu_train_profile_NVIDIA_H100_80GB_HBM3.json). The
+        # output projection (``reverse``) casts the table itself.
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.vocabulary_size, self.d_model),
             initializer=clone_initializer(self.embeddings_initializer, 0),
+            autocast=False,
         )
         if self.position == "learned":
             self.position_embeddings = self.add_weight(
