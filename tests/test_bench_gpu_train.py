@@ -73,3 +73,26 @@ def test_tiny_run_reports_sane_figures_without_tensorflow(backend, tmp_path):
     assert result["ours"]["tiny"]["params"] == result["torch"]["tiny"]["params"]
     ratio = result["ratio_tokens_per_s"]["tiny"]
     assert math.isfinite(ratio) and ratio > 0
+
+
+@pytest.mark.parametrize("kind", ["rbg", "bits16"])
+def test_dropout_mask_levers_drop_at_the_rate_and_rescale(kind):
+    """``--dropout-mask``'s JAX dropouts: about ``rate`` of the entries
+    zeroed, the rest scaled by 1/(1 - rate), a new mask per call."""
+    pytest.importorskip("jax")
+    code = f"""
+import numpy as np, keras, gpu_train
+gpu_train.patch_jax_dropout({kind!r})
+layer = keras.layers.Dropout(0.1, seed=1)
+x = np.ones((500, 400), "float32")
+a, b = (np.asarray(layer(x, training=True)) for _ in range(2))
+print((a == 0).mean(), np.unique(a).tolist(), (a != b).mean())
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "bench", capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dropped, rest = proc.stdout.strip().splitlines()[-1].split(" ", 1)
+    values, changed = rest.rsplit(" ", 1)
+    assert abs(float(dropped) - 0.1) < 0.005  # 200,000 draws: sd 0.0007
+    assert json.loads(values) == pytest.approx([0.0, 1 / 0.9])
+    assert abs(float(changed) - 2 * 0.1 * 0.9) < 0.01  # independent masks
