@@ -819,7 +819,8 @@ def load_weights(model, directory, verify=True):
 def build_model(model_config, dtype=None):
     """The ``keras_trm.models.transformer`` of a manifest's ``model``
     entry (``vocabulary_size``, ``num_layers``, ``d_model``, ``num_heads``,
-    ``d_ff``, ``dropout_rate``, ``max_sequence_length``, ``name``);
+    ``d_ff``, ``dropout_rate``, ``max_sequence_length``, ``name``, and
+    ``attention_dropout_rate`` in manifests since it became a flag);
     ``dtype``: its dtype policy (default: the global one)."""
     return transformer(**model_config, dtype=dtype)
 

@@ -246,6 +246,7 @@ def prepared_manifest(config, vocabulary_size, output, splits):
                   "num_layers": config.num_layers, "d_model": config.d_model,
                   "num_heads": config.num_heads, "d_ff": config.d_ff,
                   "dropout_rate": config.dropout_rate,
+                  "attention_dropout_rate": config.attention_dropout_rate,
                   "max_sequence_length": config.max_sequence_length,
                   "name": config.model_name},
         "vocabulary": {"kind": job.vocabulary_kind(config), "file": vocabulary_file,

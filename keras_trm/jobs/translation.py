@@ -171,6 +171,9 @@ class TranslationConfig:
     dropout_rate: float = 0.3
     """Dropout rate (fraction, 0-1); 0.3 for 29,000 Multi30k pairs, chosen
     on val (``docs/recipes/multi30k.md``)."""
+    attention_dropout_rate: float = 0.0
+    """Dropout on the attention probabilities (fraction, 0-1; the paper
+    has none)."""
     max_sequence_length: int = 128
     """The model's positions: the longest source or target id sequence it
     takes, START/END included (tokens; ``transformer(max_sequence_length=)``,
@@ -295,7 +298,7 @@ class TranslationConfig:
                  "download",
                  "shuffle_buffer", "pairs_per_shard"),
         "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
-                  "max_sequence_length"),
+                  "attention_dropout_rate", "max_sequence_length"),
         "training": ("label_smoothing", "warmup_steps", "lr_scale",
                      "tokens_per_batch", "tokens_per_step", "epochs",
                      "time_budget_minutes", "average_last", "eval_every_epochs",
@@ -351,6 +354,7 @@ class TranslationConfig:
                 "`max_train_length` (default: `max_sequence_length`) must be "
                 f">= 2, got {train_length(self)}")
         v.rate("dropout_rate", self.dropout_rate)
+        v.rate("attention_dropout_rate", self.attention_dropout_rate)
         v.rate("label_smoothing", self.label_smoothing)
         v.positive_float("time_budget_minutes", self.time_budget_minutes)
         v.positive_float("lr_scale", self.lr_scale)
@@ -1002,6 +1006,7 @@ class TranslationRun(StagedJob):
                 len(self.tokenizer.vocabulary), num_layers=config.num_layers,
                 d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
                 dropout_rate=config.dropout_rate,
+                attention_dropout_rate=config.attention_dropout_rate,
                 max_sequence_length=config.max_sequence_length,
                 name=config.model_name,
             )
