@@ -26,7 +26,7 @@ PRESETS = {
                       dropout_rate=0.3, vocabulary_size=8000,
                       max_sequence_length=128,
                       label_smoothing=0.1, warmup_steps=800, lr_scale=0.6,
-                      tokens_per_batch=2048, beam_size=5, length_penalty=1.0),
+                      tokens_per_batch=2048, beam_size=5, length_penalty=1.2),
     "tiny": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
                  dropout_rate=0.1, vocabulary_size=500,
                  max_sequence_length=64,
