@@ -190,6 +190,23 @@ def _numpy_attention(q, k, v, mask):
     return np.einsum("bhts,bshd->bthd", probs, v)
 
 
+def _record_fused_calls(monkeypatch):
+    """The keyword arguments of each ``ops.dot_product_attention`` call."""
+    calls = []
+    fused = ops.dot_product_attention
+    monkeypatch.setattr(ops, "dot_product_attention",
+                        lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    return calls
+
+
+def _numpy_projections(mha, query, value):
+    """``mha``'s q, k, v projections of numpy inputs, as numpy arrays."""
+    return [to_numpy(mha._project(ops.convert_to_tensor(x), kernel, bias))
+            for x, kernel, bias in ((query, mha.query_kernel, mha.query_bias),
+                                    (value, mha.key_kernel, mha.key_bias),
+                                    (value, mha.value_kernel, mha.value_bias))]
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
     """Where it applies (JAX, PyTorch; no scores returned, no attention
@@ -199,10 +216,7 @@ def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
     masks and a fully masked (padded) query row, on every backend."""
     from keras_trm.layers import MultiHeadAttention
 
-    calls = []
-    fused = ops.dot_product_attention
-    monkeypatch.setattr(ops, "dot_product_attention",
-                        lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    calls = _record_fused_calls(monkeypatch)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     mha = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5, seed=1)
@@ -217,10 +231,7 @@ def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
     assert len(calls) == fused_calls
     np.testing.assert_allclose(out, to_numpy(explicit), atol=1e-6)
 
-    q, k, v = (to_numpy(mha._project(ops.convert_to_tensor(x), kernel, bias))
-               for kernel, bias in ((mha.query_kernel, mha.query_bias),
-                                    (mha.key_kernel, mha.key_bias),
-                                    (mha.value_kernel, mha.value_bias)))
+    q, k, v = _numpy_projections(mha, x, x)
     mask = query_mask[:, :, None] & query_mask[:, None, :]
     if causal:
         mask &= np.tril(np.ones((5, 5), bool))
@@ -274,10 +285,7 @@ def test_fused_attention_gets_the_mask_at_full_query_length(monkeypatch):
         pytest.skip("no fused attention under TensorFlow")
     from keras_trm.layers import MultiHeadAttention
 
-    calls = []
-    fused = ops.dot_product_attention
-    monkeypatch.setattr(ops, "dot_product_attention",
-                        lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    calls = _record_fused_calls(monkeypatch)
     rng = np.random.default_rng(2)
     query = rng.normal(size=(2, 3, 8)).astype("float32")
     value = rng.normal(size=(2, 5, 8)).astype("float32")
@@ -285,10 +293,7 @@ def test_fused_attention_gets_the_mask_at_full_query_length(monkeypatch):
     mha = MultiHeadAttention(num_heads=2, key_dim=4)
     out = to_numpy(mha(query, value, value_mask=value_mask))
     assert len(calls) == 1 and tuple(calls[0]["mask"].shape) == (2, 1, 3, 5)
-    q, k, v = (to_numpy(mha._project(ops.convert_to_tensor(x), kernel, bias))
-               for x, kernel, bias in ((query, mha.query_kernel, mha.query_bias),
-                                       (value, mha.key_kernel, mha.key_bias),
-                                       (value, mha.value_kernel, mha.value_bias)))
+    q, k, v = _numpy_projections(mha, query, value)
     mask = np.broadcast_to(value_mask[:, None, :], (2, 3, 5))
     heads = _numpy_attention(q, k, v, mask)
     expected = heads.reshape(2, 3, 8) @ to_numpy(mha.output_kernel).reshape(8, 8)
