@@ -325,6 +325,32 @@ def patch_jax_dropout(kind):
     keras_jax_random.dropout = dropout
 
 
+def patch_logits_in_compute_dtype():
+    """The ``--logits compute`` lever: the tied output projection returns
+    its logits in the compute dtype (bf16), not cast to float32, so no
+    float32 (batch, T, V) tensor is written; the loss casts as it reduces
+    (the same values: bf16 -> float32 is exact)."""
+    import keras
+    from keras import ops
+
+    from keras_trm.layers import PositionalEmbedding
+
+    call, spec = PositionalEmbedding.call, PositionalEmbedding.compute_output_spec
+
+    def logits_call(self, inputs, start_index=0, reverse=False):
+        if reverse:
+            return ops.matmul(inputs, ops.transpose(ops.cast(self.embeddings, inputs.dtype)))
+        return call(self, inputs, start_index, reverse)
+
+    def logits_spec(self, inputs, start_index=0, reverse=False):
+        if reverse:
+            return keras.KerasTensor(tuple(inputs.shape[:-1]) + (self.vocabulary_size,),
+                                     self.compute_dtype)
+        return spec(self, inputs, start_index, reverse)
+
+    PositionalEmbedding.call, PositionalEmbedding.compute_output_spec = logits_call, logits_spec
+
+
 def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
     import keras
 
@@ -338,6 +364,8 @@ def keras_runner(name, cfg, vocab, bf16, jit, warmup_steps):
         MultiHeadAttention._fused_applies = lambda *args: False
     if DROPOUT_MASK != "keras":
         patch_jax_dropout(DROPOUT_MASK)
+    if LOGITS == "compute":
+        patch_logits_in_compute_dtype()
     random.seed(0)  # keras' layer seeds; set_random_seed would import TF
     np.random.seed(0)
     build = getattr(models, name, None) if name != "tiny" else None
@@ -615,14 +643,17 @@ def parse(argv):
                         "one 16-bit uniform per element: half the random bits; a lever to time)")
     p.add_argument("--steps-per-execution", type=int, default=1,
                    help="ours: compile(steps_per_execution=) (fewer trips through fit's loop)")
+    p.add_argument("--logits", choices=("float32", "compute"), default="float32",
+                   help="ours: the output projection's logits as keras_trm returns them "
+                        "(float32), or in the compute dtype (bf16), cast inside the loss")
     p.add_argument("--trace-dir", help="keep --profile-steps' trace files here")
     p.add_argument("--time-limit", type=float, default=450.0, help="s; later phases are skipped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
     p.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    global FUSED_ATTENTION, LOSS, DROPOUT_MASK, STEPS_PER_EXECUTION
-    FUSED_ATTENTION, LOSS = not args.no_fused_attention, args.loss
+    global FUSED_ATTENTION, LOSS, DROPOUT_MASK, STEPS_PER_EXECUTION, LOGITS
+    FUSED_ATTENTION, LOSS, LOGITS = not args.no_fused_attention, args.loss, args.logits
     DROPOUT_MASK, STEPS_PER_EXECUTION = args.dropout_mask, args.steps_per_execution
     if args.dropout_mask != "keras" and args.backend != "jax":
         p.error(f"--dropout-mask {args.dropout_mask} needs --backend jax")
@@ -779,7 +810,7 @@ def main(argv=None):
         levers=dict(dropout_rate=args.dropout_rate, no_padding=args.no_padding,
                     fused_attention=not args.no_fused_attention, loss=args.loss,
                     dropout_mask=args.dropout_mask,
-                    steps_per_execution=args.steps_per_execution),
+                    steps_per_execution=args.steps_per_execution, logits=args.logits),
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
