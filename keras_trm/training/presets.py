@@ -25,7 +25,7 @@ PRESETS = {
     "cpu_small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024,
                       dropout_rate=0.3, vocabulary_size=8000,
                       max_sequence_length=128,
-                      label_smoothing=0.1, warmup_steps=800, lr_scale=0.6,
+                      label_smoothing=0.2, warmup_steps=800, lr_scale=0.6,
                       tokens_per_batch=2048, beam_size=5, length_penalty=1.2),
     "tiny": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
                  dropout_rate=0.1, vocabulary_size=500,
