@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras.ops import convert_to_numpy as to_numpy
 
 from keras_trm.layers import (
     LayerNormalization,
@@ -41,22 +42,22 @@ def test_pe_pos_plus_k_is_linear_in_pe_pos(k):
 def test_embedding_scaled_plus_positions(rng):
     layer = PositionalEmbedding(20, 8, max_sequence_length=10)
     ids = np.array([[3, 4, 5, 0]], "int32")
-    out = np.asarray(layer(ids))
-    table = np.asarray(layer.embeddings)
+    out = to_numpy(layer(ids))
+    table = to_numpy(layer.embeddings)
     expected = table[ids[0]] * math.sqrt(8) + sinusoidal_position_encoding(4, 8)
     np.testing.assert_allclose(out[0], expected, atol=1e-5)
     # Incremental use: position 2 alone equals the third column of the full call.
-    np.testing.assert_allclose(layer(ids[:, 2:3], start_index=2)[0, 0], out[0, 2],
+    np.testing.assert_allclose(to_numpy(layer(ids[:, 2:3], start_index=2))[0, 0], out[0, 2],
                                atol=1e-6)
-    np.testing.assert_array_equal(layer.compute_mask(ids), ids != 0)
+    np.testing.assert_array_equal(to_numpy(layer.compute_mask(ids)), ids != 0)
 
 
 def test_reverse_gives_tied_logits(rng):
     layer = PositionalEmbedding(20, 8, max_sequence_length=10)
     layer(np.ones((1, 1), "int32"))
     h = rng.normal(size=(2, 3, 8)).astype("float32")
-    np.testing.assert_allclose(layer(h, reverse=True),
-                               h @ np.asarray(layer.embeddings).T, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(layer(h, reverse=True)),
+                               h @ to_numpy(layer.embeddings).T, atol=1e-5)
 
 
 def test_learned_positions_and_round_trip(tmp_path):
@@ -66,7 +67,7 @@ def test_learned_positions_and_round_trip(tmp_path):
     ids = np.array([[1, 2, 3], [4, 5, 0]], "int32")
     model.save(tmp_path / "emb.keras")
     loaded = keras.models.load_model(tmp_path / "emb.keras")
-    np.testing.assert_array_equal(model(ids), loaded(ids))
+    np.testing.assert_array_equal(to_numpy(model(ids)), to_numpy(loaded(ids)))
     assert len(loaded.weights) == 2
 
 
@@ -80,6 +81,13 @@ def test_too_long_sequences_are_rejected():
     layer = PositionalEmbedding(20, 8, max_sequence_length=4)
     with pytest.raises(ValueError, match="sequence length 5.*max_sequence_length=4"):
         layer(np.ones((1, 5), "int32"))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="lengths unknown until run time exist in tf.function "
+                           "graphs only (jax.jit and torch shapes are static)")
+def test_too_long_sequences_are_rejected_at_run_time_in_a_graph():
+    layer = PositionalEmbedding(20, 8, max_sequence_length=4)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def dynamic(ids):
@@ -109,5 +117,5 @@ def test_layer_normalization_is_eq4_of_ba_et_al(rng):
     layer.set_weights([gamma, beta])
     mu = x.mean(-1, keepdims=True)
     var = x.var(-1, keepdims=True)
-    np.testing.assert_allclose(layer(x), gamma * (x - mu) / np.sqrt(var + 1e-6) + beta,
+    np.testing.assert_allclose(to_numpy(layer(x)), gamma * (x - mu) / np.sqrt(var + 1e-6) + beta,
                                atol=1e-5)
