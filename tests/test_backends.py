@@ -374,6 +374,36 @@ def test_noam_schedule_is_the_papers_formula():
                                                                 rel=1e-5)
 
 
+def test_weight_decay_shrinks_matrices_and_embeddings_only():
+    """paper_adam(weight_decay=) is decoupled (AdamW): with zero gradients
+    Adam's own step is 0, so weight decay alone moves each matrix and
+    embedding to (1 - lr * weight_decay) of itself; biases and LayerNorm's
+    gamma and beta stay. A reloaded optimizer spares the same ones."""
+    from keras_trm.training import FusedAdam
+
+    keras.utils.set_random_seed(3)
+    model = transformer(30, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                        max_sequence_length=8)
+    lr, weight_decay = 0.01, 0.5
+    optimizer = paper_adam(lr, weight_decay=weight_decay)
+    variables = model.trainable_variables
+    before = [to_numpy(w) for w in variables]
+    optimizer.apply_gradients([(ops.zeros(w.shape, w.dtype), w) for w in variables])
+    decayed, spared = set(), set()
+    for w, w0 in zip(variables, before):
+        keep = any(part in w.name for part in ("bias", "gamma", "beta"))
+        (spared if keep else decayed).add(w.name.rsplit("_", 1)[-1])
+        np.testing.assert_allclose(to_numpy(w), w0 if keep else w0 * (1 - lr * weight_decay),
+                                   rtol=1e-6, err_msg=w.path)
+    assert {"kernel", "embeddings"} <= decayed and {"bias", "gamma", "beta"} <= spared
+    again = FusedAdam.from_config(optimizer.get_config())
+    assert again.weight_decay == weight_decay
+    assert again.weight_decay_exclude_names == ("bias", "gamma", "beta")
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"weight_decay={bad}"):
+            paper_adam(lr, weight_decay=bad)
+
+
 def _char_pairs(data_dir, n=256, width=24):
     """The first n Multi30k training pairs as character ids (a real corpus
     without a tokenizer: 4 + the characters seen)."""

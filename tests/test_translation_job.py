@@ -103,11 +103,12 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
 
 
 @pytest.mark.parametrize("bad", [{"parallel_searches": 0},
+                                 {"weight_decay": -0.01},
                                  {"export_jit_compile_max_batch_size": -1},
                                  # 63 x 16 buckets > TF Serving's 1000 warm-up
                                  # requests (max_sequence_length 128)
                                  {"export_jit_compile_max_batch_size": 63}])
-def test_bad_search_options_fail_before_training(bad, data_dir, tmp_path):
+def test_bad_options_fail_before_training(bad, data_dir, tmp_path):
     config = translation.TranslationConfig(limit=10, **bad)
     (name, value), = bad.items()
     with pytest.raises(ValueError, match=f"{name}={value}"):

@@ -208,8 +208,10 @@ OnOffAuto = Literal["auto", "on", "off"]
 WeightsDtype = Literal["float32", "bfloat16"]
 # Trainer fields that default to the prepared folder's TranslationConfig.
 RECIPE_FIELDS = ("epochs", "tokens_per_batch", "tokens_per_step",
-                 "warmup_steps", "lr_scale", "label_smoothing", "average_last",
-                 "time_budget_minutes", "seed")
+                 "warmup_steps", "lr_scale", "label_smoothing", "weight_decay",
+                 "average_last", "time_budget_minutes", "seed")
+# Their values in folders prepared before the field existed.
+_RECIPE_FIELDS_ADDED = {"weight_decay": 0.0}
 
 
 @dataclasses.dataclass
@@ -236,6 +238,10 @@ class PortableTrainingConfig:
     """Factor on the Noam learning rate (null: the prepared config's)."""
     label_smoothing: Optional[float] = None
     """Label smoothing epsilon_ls (fraction; null: the prepared config's)."""
+    weight_decay: Optional[float] = None
+    """Decoupled weight decay, ``paper_adam(weight_decay=)`` (fraction of
+    the learning rate per update; null: the prepared config's, 0 in folders
+    prepared before it existed)."""
     average_last: Optional[int] = None
     """The most epoch checkpoints averaged; the number is chosen by val
     loss (null: the prepared config's)."""
@@ -281,6 +287,8 @@ class PortableTrainingConfig:
                 v.positive_float(name, getattr(self, name))
         if self.label_smoothing is not None:
             v.rate("label_smoothing", self.label_smoothing)
+        if self.weight_decay is not None:
+            v.non_negative_float("weight_decay", self.weight_decay)
         v.one_of("precision", self.precision, PRECISIONS)
         v.one_of("jit_compile", self.jit_compile, ("auto", "on", "off"))
         v.one_of("weights_dtype", self.weights_dtype, WEIGHT_DTYPES)
@@ -302,7 +310,7 @@ def recipe(config, manifest):
     ...        {"config": {k: 1 for k in RECIPE_FIELDS}})["epochs"]
     3
     """
-    prepared = manifest["config"]
+    prepared = {**_RECIPE_FIELDS_ADDED, **manifest["config"]}
     return {name: (getattr(config, name) if getattr(config, name) is not None
                    else prepared[name]) for name in RECIPE_FIELDS}
 
@@ -482,7 +490,7 @@ class PortableTrainingRun(StagedJob):
             self.config.jit_compile, keras.backend.backend() == "jax")
         model.compile(
             optimizer=paper_adam(
-                schedule,
+                schedule, weight_decay=run["weight_decay"],
                 gradient_accumulation_steps=accumulate if accumulate > 1 else None),
             loss=LabelSmoothedCrossEntropy(run["label_smoothing"]),
             metrics=[TokenLoss(run["label_smoothing"]), MaskedAccuracy()],

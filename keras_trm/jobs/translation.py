@@ -196,6 +196,12 @@ class TranslationConfig:
     """Label smoothing (epsilon_ls, fraction); 0.2 for 29,000 Multi30k
     pairs, chosen on val over the paper's 0.1 (trial t10,
     ``docs/recipes/multi30k.md``)."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW, Loshchilov & Hutter 2019; fraction of
+    the learning rate per update, ``paper_adam(weight_decay=)``): weight
+    matrices and embeddings shrink by lr * weight_decay of themselves
+    before each update; biases and LayerNorm are exempt. 0: none, as in
+    the paper."""
     warmup_steps: int = 800
     """Noam schedule warm-up (updates)."""
     lr_scale: float = 0.6
@@ -303,7 +309,7 @@ class TranslationConfig:
                  "shuffle_buffer", "pairs_per_shard"),
         "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
                   "attention_dropout_rate", "max_sequence_length"),
-        "training": ("label_smoothing", "warmup_steps", "lr_scale",
+        "training": ("label_smoothing", "weight_decay", "warmup_steps", "lr_scale",
                      "tokens_per_batch", "tokens_per_step", "epochs",
                      "time_budget_minutes", "average_last", "eval_every_epochs",
                      "validation_limit", "strategy", "jit_compile", "precision",
@@ -360,6 +366,7 @@ class TranslationConfig:
         v.rate("dropout_rate", self.dropout_rate)
         v.rate("attention_dropout_rate", self.attention_dropout_rate)
         v.rate("label_smoothing", self.label_smoothing)
+        v.non_negative_float("weight_decay", self.weight_decay)
         v.positive_float("time_budget_minutes", self.time_budget_minutes)
         v.positive_float("lr_scale", self.lr_scale)
         if not self.length_penalty >= 0:
@@ -1020,7 +1027,7 @@ class TranslationRun(StagedJob):
                 schedule = PerUpdateSchedule(schedule, accumulate)
             model.compile(
                 optimizer=paper_adam(
-                    schedule,
+                    schedule, weight_decay=config.weight_decay,
                     gradient_accumulation_steps=accumulate if accumulate > 1 else None),
                 loss=LabelSmoothedCrossEntropy(config.label_smoothing),
                 metrics=[MaskedAccuracy(), TokenCount()],

@@ -31,8 +31,15 @@ class FusedAdam(keras.optimizers.Adam):
         variable -= alpha_t m_t / (sqrt(v_t) + epsilon)
 
     Same arguments, slots (``m``, ``v``), checkpoints and serialization as
-    ``keras.optimizers.Adam``; the update agrees with it to float rounding
-    (the kernel evaluates the same expression in one fused loop). It falls
+    ``keras.optimizers.Adam``, plus ``weight_decay_exclude_names``: the
+    variables whose name contains one of these strings (Keras'
+    ``exclude_from_weight_decay(var_names=)``, kept in ``get_config`` so
+    that a reloaded optimizer excludes the same ones) take no weight decay.
+    Keras applies ``weight_decay`` before the update, decoupled from the
+    gradient (Loshchilov & Hutter 2019, AdamW):
+    ``variable -= lr * weight_decay * variable``. The update agrees with
+    Keras' Adam to float rounding (the kernel evaluates the same expression
+    in one fused loop). It falls
     back to Keras' own update for ``amsgrad=True``, on backends other than
     TensorFlow, for variable dtypes the kernel lacks (see ``_FUSED_DTYPES``)
     and for sparse (``tf.IndexedSlices``) gradients, which Keras' Adam
@@ -65,6 +72,18 @@ class FusedAdam(keras.optimizers.Adam):
     >>> [round(float(x), 6) for x in keras.ops.convert_to_numpy(w)[0]]  # 1 - lr
     [0.999, 0.999, 0.999]
     """
+
+    def __init__(self, *args, weight_decay_exclude_names=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.weight_decay_exclude_names = tuple(
+            str(name) for name in weight_decay_exclude_names)
+        if self.weight_decay_exclude_names:
+            self.exclude_from_weight_decay(
+                var_names=list(self.weight_decay_exclude_names))
+
+    def get_config(self):
+        return {**super().get_config(),
+                "weight_decay_exclude_names": list(self.weight_decay_exclude_names)}
 
     def update_step(self, gradient, variable, learning_rate):
         if not self._fused(gradient, variable):

@@ -53,19 +53,44 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
                     scale=self.scale)
 
 
-def paper_adam(learning_rate, **kwargs):
+# Variables that take no weight decay: biases (attention, feed-forward,
+# Transformer-XL's u and v) and LayerNormalization's gamma and beta, as in
+# BERT's AdamW; matrices and embeddings decay.
+NO_WEIGHT_DECAY_NAMES = ("bias", "gamma", "beta")
+
+
+def paper_adam(learning_rate, weight_decay=0.0, **kwargs):
     """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3): a
     ``keras_trm.training.FusedAdam`` (Keras' Adam, one fused kernel per
     variable under TensorFlow); ``kwargs`` go to it.
+
+    Args:
+        learning_rate: float or schedule (e.g. ``NoamSchedule``).
+        weight_decay: float >= 0; 0 (the paper) adds none. Otherwise
+            decoupled weight decay (Loshchilov & Hutter 2019, AdamW): before
+            each update every weight matrix and embedding shrinks by
+            ``learning_rate * weight_decay`` of itself (the schedule's rate
+            of that step; 0.01 is AdamW's usual value). Biases and
+            LayerNormalization's gamma and beta are exempt (their names
+            contain one of ``NO_WEIGHT_DECAY_NAMES``).
+
+    Raises:
+        ValueError / TypeError: ``weight_decay`` negative, NaN or not a
+            number.
 
     Example:
 
     >>> optimizer = paper_adam(NoamSchedule(d_model=512))
     >>> optimizer.beta_1, optimizer.beta_2, optimizer.epsilon
     (0.9, 0.98, 1e-09)
+    >>> paper_adam(1e-3, weight_decay=0.01).weight_decay
+    0.01
     """
+    weight_decay = v.non_negative_float("weight_decay", weight_decay)
     return FusedAdam(
         learning_rate=learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+        weight_decay=weight_decay or None,
+        weight_decay_exclude_names=NO_WEIGHT_DECAY_NAMES if weight_decay else (),
         **kwargs,
     )
 

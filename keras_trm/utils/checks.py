@@ -30,6 +30,16 @@ def positive_float(name, value):
     return float(value)
 
 
+def non_negative_float(name, value):
+    """Returns ``value`` as float if it is a finite real number >= 0, else
+    raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a float >= 0, got {name}={value!r}")
+    if not 0.0 <= float(value) < float("inf"):
+        raise ValueError(f"`{name}` must be a finite float >= 0, got {name}={value!r}")
+    return float(value)
+
+
 def rate(name, value):
     """Returns ``value`` as float if it is in [0, 1), else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
