@@ -243,7 +243,7 @@ def test_checker_rejects_a_wrong_host_scale_and_key(results_root):
 
 def test_an_edited_readme_figure_fails():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "| 39.28 BLEU, 39.74, 30 epochs, 36.4 min |" in readme
-    edited = readme.replace("| 39.28 BLEU, 39.74, 30 epochs, 36.4 min |",
-                            "| 39.82 BLEU, 39.74, 30 epochs, 36.4 min |")
+    assert "| 39.18 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |" in readme
+    edited = readme.replace("| 39.18 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |",
+                            "| 39.82 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |")
     assert any("39.82 disagrees" in p for p in check_text(edited)[1])
