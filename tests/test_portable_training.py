@@ -324,3 +324,18 @@ def test_train_portable_names_a_missing_prepared_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train-portable", "--prepared", str(tmp_path), "--max-file-mib", "0"])
     assert exit_info.value.code == 2 and "max_file_mib" in capsys.readouterr().err
+
+
+def test_recipe_reads_folders_prepared_before_weight_decay():
+    """A manifest written before ``weight_decay`` existed trains with none
+    (the value those folders were prepared for); the flag overrides it."""
+    from keras_trm.jobs import portable_training as pt
+
+    old = {"config": {k: 1 for k in pt.RECIPE_FIELDS if k != "weight_decay"}}
+    assert pt.recipe(pt.PortableTrainingConfig(), old)["weight_decay"] == 0.0
+    given = pt.PortableTrainingConfig(weight_decay=0.01)
+    assert pt.recipe(given, old)["weight_decay"] == 0.01
+    assert pt.recipe(pt.PortableTrainingConfig(),
+                     {"config": {k: 0.5 for k in pt.RECIPE_FIELDS}})["weight_decay"] == 0.5
+    with pytest.raises(ValueError, match="weight_decay=-1"):
+        pt.PortableTrainingConfig(weight_decay=-1.0).validate()
