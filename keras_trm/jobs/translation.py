@@ -158,8 +158,10 @@ class TranslationConfig:
     """Hyper-parameter preset (``keras_trm.training.presets``): fills the
     fields left at their defaults; ``""`` = these defaults (``cpu_small``)."""
 
-    vocabulary_size: int = 8000
-    """Subword vocabulary size (tokens, shared by both languages)."""
+    vocabulary_size: int = 10000
+    """Subword vocabulary size (tokens, shared by both languages); 10,000
+    for Multi30k, chosen on val over 8,000 and 6,000 (trials t12, t8,
+    ``docs/recipes/multi30k.md``)."""
     num_layers: int = 3
     """Encoder and decoder blocks (N)."""
     d_model: int = 256

@@ -23,7 +23,7 @@ _PAPER_TRAINING = dict(label_smoothing=0.1, warmup_steps=4000, lr_scale=1.0,
 PRESETS = {
     # TranslationConfig's own defaults: the Multi30k CPU run.
     "cpu_small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024,
-                      dropout_rate=0.3, vocabulary_size=8000,
+                      dropout_rate=0.3, vocabulary_size=10000,
                       max_sequence_length=128,
                       label_smoothing=0.2, warmup_steps=800, lr_scale=0.6,
                       tokens_per_batch=2048, beam_size=5, length_penalty=1.2),
