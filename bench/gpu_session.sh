@@ -21,8 +21,10 @@
 # only, one run per ';'-separated flag set (NAME=value words set the
 # environment), about 50 s each, LEVER_MODELS transformer_base,
 # LEVER_SECONDS 70 each), and C (a second bench of MODELS_C, transformer_big,
-# after L); MODELS_A (transformer_base,transformer_big); A_FLAGS (more
-# gpu_train flags for A and C); TRACE=1 keeps A's JAX traces in OUT.
+# after L), T (bench/gpu_attention_lengths.py under JAX and PyTorch, T_SECONDS
+# 70 each); MODELS_A (transformer_base,transformer_big); A_FLAGS (more
+# gpu_train flags for A, and for C unless C_FLAGS is set); C_SECONDS
+# (BENCH_SECONDS); TRACE=1 keeps A's JAX traces in OUT.
 set -u
 OUT=${OUT:?set OUT to a results folder}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -46,8 +48,8 @@ for phase in $PHASES; do  # in the order given
   case $phase in
   # shellcheck disable=SC2086  # A_FLAGS: more gpu_train flags for A and C
   A) bench gpu_train "${MODELS_A:-transformer_base,transformer_big}" ${TRACE:+--trace-dir "$OUT"} ${A_FLAGS:-} ;;
-  # shellcheck disable=SC2086
-  C) bench gpu_train_c "${MODELS_C:-transformer_big}" ${A_FLAGS:-} ;;  # a second model, after L
+  # shellcheck disable=SC2086  # C_FLAGS, A_FLAGS: word lists
+  C) BENCH_SECONDS=${C_SECONDS:-${BENCH_SECONDS:-250}} bench gpu_train_c "${MODELS_C:-transformer_big}" ${C_FLAGS-${A_FLAGS:-}} ;;  # a second model, after L
   B)
     KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
       python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
@@ -55,6 +57,12 @@ for phase in $PHASES; do  # in the order given
       --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
     echo "B rc=$?"
     mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* /tmp/portable/*.json "$OUT/weights/" 2>/dev/null ;;
+  T)  # attention by key length, fused op vs einsums, both backends
+    for backend in jax torch; do
+      timeout $(( ${T_SECONDS:-70} + 60 )) python3 bench/gpu_attention_lengths.py --backend $backend \
+        --time-limit "${T_SECONDS:-70}" --out "$OUT/attention_lengths_$backend.json"
+      echo "T $backend rc=$?"
+    done ;;
   L)  # LEVERS: ';'-separated gpu_train flag sets, ours only, A's batches
     i=0
     IFS=';' read -ra sets <<< "${LEVERS:-}"

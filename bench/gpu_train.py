@@ -633,8 +633,10 @@ def parse(argv):
     p.add_argument("--no-padding", action="store_true",
                    help="every pair fills its bucket width (no padding; masks still built)")
     p.add_argument("--no-fused-attention", action="store_true",
-                   help="attention through keras_trm's einsums, not "
-                        "keras.ops.dot_product_attention (cuDNN under JAX)")
+                   help="attention through keras_trm's einsums at every key length, not "
+                        "keras.ops.dot_product_attention (cuDNN under JAX); the default "
+                        "since 2026-11-28 under JAX below 512 keys (MultiHeadAttention."
+                        "fused_min_key_length)")
     p.add_argument("--loss", choices=("keras_trm", "log_softmax"), default="keras_trm",
                    help="ours: keras_trm's LabelSmoothedCrossEntropy, or its old form (log_softmax_loss)")
     p.add_argument("--dropout-mask", choices=("keras", "rbg", "bits16"), default="keras",

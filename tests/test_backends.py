@@ -220,6 +220,7 @@ def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     mha = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5, seed=1)
+    mha.fused_min_key_length = 0  # JAX's default sends 5 keys to the einsums
     query_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
     out = to_numpy(mha(x, x, query_mask=query_mask, value_mask=query_mask,
                        use_causal_mask=causal))  # not training: fused
@@ -240,6 +241,30 @@ def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
     expected += to_numpy(mha.output_bias)
     assert np.isfinite(out).all()  # the padded rows of sentence 0 too
     np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_fused_attention_from_the_backends_key_length(monkeypatch):
+    """By default JAX sends keys shorter than 512 to the einsums (faster
+    than cuDNN there on an H200) and longer ones to the fused op; PyTorch
+    uses its fused op (SDPA) at every length; TensorFlow never. Both paths
+    give the same output at the threshold."""
+    from keras_trm.layers import MultiHeadAttention
+    from keras_trm.layers import multi_head_attention as module
+
+    calls = _record_fused_calls(monkeypatch)
+    monkeypatch.setitem(module.FUSED_MIN_KEY_LENGTH, "jax", 6)  # small shapes
+    rng = np.random.default_rng(3)
+    mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    short, long = (rng.normal(size=(2, n, 8)).astype("float32") for n in (5, 6))
+    mha(short, short)
+    expected_short = {"jax": 0, "torch": 1, "tensorflow": 0}[BACKEND]
+    assert len(calls) == expected_short
+    out = to_numpy(mha(long, long))
+    expected_long = expected_short + (0 if BACKEND == "tensorflow" else 1)
+    assert len(calls) == expected_long
+    mha.fused_min_key_length = 10 ** 9  # an instance's setting wins: einsums
+    np.testing.assert_allclose(to_numpy(mha(long, long)), out, atol=1e-6)
+    assert len(calls) == expected_long
 
 
 def test_label_smoothed_loss_matches_numpy():
@@ -291,6 +316,7 @@ def test_fused_attention_gets_the_mask_at_full_query_length(monkeypatch):
     value = rng.normal(size=(2, 5, 8)).astype("float32")
     value_mask = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], bool)
     mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    mha.fused_min_key_length = 0
     out = to_numpy(mha(query, value, value_mask=value_mask))
     assert len(calls) == 1 and tuple(calls[0]["mask"].shape) == (2, 1, 3, 5)
     q, k, v = _numpy_projections(mha, query, value)

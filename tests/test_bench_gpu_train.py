@@ -96,3 +96,26 @@ print((a == 0).mean(), np.unique(a).tolist(), (a != b).mean())
     assert abs(float(dropped) - 0.1) < 0.005  # 200,000 draws: sd 0.0007
     assert json.loads(values) == pytest.approx([0.0, 1 / 0.9])
     assert abs(float(changed) - 2 * 0.1 * 0.9) < 0.01  # independent masks
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_attention_length_bench_times_both_paths_and_they_agree(backend, tmp_path):
+    """bench/gpu_attention_lengths.py --tiny: the fused op and the einsums
+    are each timed at every length, causal and not, and give the same
+    output on the rows that are not padding."""
+    pytest.importorskip(backend)
+    out = tmp_path / "attention.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_attention_lengths.py"), "--tiny",
+         "--backend", backend, "--out", str(out)],
+        env={**os.environ, "KERAS_BACKEND": backend}, cwd=ROOT, capture_output=True,
+        text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["backend"] == backend and result["precision"] == "float32"
+    rows = result["rows"]
+    assert [(r["key_length"], r["causal"]) for r in rows] == [
+        (t, c) for t in (8, 16, 32) for c in (False, True)]
+    for r in rows:
+        assert r["fused_ms"] > 0 and r["einsum_ms"] > 0
+        assert r["max_abs_diff_kept_rows"] < 1e-4, r

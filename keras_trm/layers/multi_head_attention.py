@@ -17,6 +17,13 @@ _BIAS_OFFSETS = {"query": 4, "key": 5, "value": 6, "output": 7}
 # Letters for the leading (batch-like) axes of the attention einsums; they
 # avoid q, k, h and d, the query, key, head and channel axes.
 _BATCH_LETTERS = "abcefgijlm"
+# The shortest keys that go through the fused op, by backend (others: 0).
+# On one H200 (bench/results/gpu_attention_lengths_NVIDIA_H200.json, both
+# backends in one call) JAX's einsums trained transformer_base 1.10x faster
+# than cuDNN at the paper's 32-token batches, and one attention layer's step
+# through cuDNN was no faster below 512 keys; PyTorch's SDPA beat the
+# einsums at every length from 16 to 1024 (1.2x-1.9x).
+FUSED_MIN_KEY_LENGTH = {"jax": 512}
 
 
 # -- the cached step's kernels ---------------------------------------------
@@ -143,8 +150,10 @@ class MultiHeadAttention(keras.layers.Layer):
     replacement. Under JAX and PyTorch, as in Keras' layer, Eq. (1) goes
     through ``keras.ops.dot_product_attention`` (cuDNN / flash attention,
     SDPA on GPUs) when no scores are returned and no attention dropout
-    applies; TensorFlow, which has no fused kernel behind that op, keeps
-    the einsums. Each weight gets its own clone of its initializer (a seeded
+    applies, except under JAX for keys shorter than 512, where XLA's
+    einsums trained 1.10x faster on an H200 (``fused_min_key_length``);
+    TensorFlow, which has no fused kernel behind that op, keeps the
+    einsums. Each weight gets its own clone of its initializer (a seeded
     initializer gets ``seed + i`` for the i-th weight), so no two projections
     start equal.
 
@@ -629,18 +638,31 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.greater_equal(i, j)
 
     # -- attention ---------------------------------------------------------
-    def _fused_applies(self, q, training, return_scores):
+    # Keys at least this long (static length; unknown counts as long) go
+    # through the fused op, shorter ones through the einsums; None: the
+    # backend's FUSED_MIN_KEY_LENGTH. Benches set it on an instance.
+    fused_min_key_length = None
+
+    def _fused_applies(self, q, k, training, return_scores):
         """Whether Eq. (1) goes through ``keras.ops.dot_product_attention``
         (cuDNN / flash attention under JAX on a GPU, PyTorch's SDPA): one
         batch axis, no probabilities returned, no attention dropout to
-        apply (rate 0, the paper's setting, or not training), and not
-        TensorFlow. TensorFlow has no fused kernel behind that op (Keras
-        builds the same einsums, plus a mask the size of the scores): the
+        apply (rate 0, the paper's setting, or not training), keys at
+        least ``fused_min_key_length`` long (under JAX 512: below that
+        XLA's einsums were as fast or faster on an H200, see
+        ``FUSED_MIN_KEY_LENGTH``), and not TensorFlow. TensorFlow has no
+        fused kernel behind that op (Keras builds the same einsums, plus a
+        mask the size of the scores): the
         transformer_small training step measured 0.92x in float32 on CPU
         (same losses; ``bench/results/train_step_fused_attention_ab_*.json``),
         and this path keeps the exports' graphs as they were."""
+        shortest = self.fused_min_key_length
+        if shortest is None:
+            shortest = FUSED_MIN_KEY_LENGTH.get(keras.backend.backend(), 0)
+        key_length = k.shape[-3]  # None or symbolic while tracing: long
         return (len(q.shape) == 4 and not return_scores
                 and (self.dropout == 0 or not training)
+                and (not isinstance(key_length, int) or key_length >= shortest)
                 and keras.backend.backend() != "tensorflow")
 
     def _attend(self, q, k, val, mask, training, is_causal=False,
@@ -667,7 +689,7 @@ class MultiHeadAttention(keras.layers.Layer):
             # builtin LiteRT kernel (it would need the Flex delegate).
             while len(mask.shape) < len(q.shape):
                 mask = ops.expand_dims(mask, -3)
-        if self._fused_applies(q, training, return_scores):
+        if self._fused_applies(q, k, training, return_scores):
             if mask is not None:
                 # The mask's query axis at full length: cuDNN's fused
                 # attention (JAX on a GPU) takes the mask as a bias of
