@@ -379,6 +379,42 @@ def test_label_smoothed_loss_gradient_is_softmax_minus_targets(dtype):
     assert not to_numpy(ops.cast(grad, "float32"))[labels == 0].any()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_label_smoothed_loss_gradient_is_the_one_hot_forms_to_the_bit(dtype):
+    """The scatter at the labels gives the gradient the one-hot form gave,
+    (softmax(z) - (1 - ε) one_hot(y) - ε / V) x upstream in float32 and then
+    cast, bit for bit, on real and padding rows of (batch, T, V) logits; a
+    label outside [0, V) gets no label term (its row stays softmax(z) - ε / V)
+    while its loss is NaN."""
+    rng = np.random.default_rng(3)
+    vocab, eps = 37, 0.2
+    logits = (4.0 * rng.normal(size=(3, 7, vocab))).astype("float32")
+    labels = rng.integers(1, vocab, (3, 7)).astype("int32")
+    labels[0, 5:] = 0
+    labels[2, 3] = vocab  # outside [0, V)
+    z = ops.convert_to_tensor(logits, dtype=dtype)
+    y = ops.convert_to_tensor(labels)
+    upstream = ops.convert_to_tensor(rng.uniform(0.5, 2.0, (3, 7)).astype("float32"))
+
+    def one_hot_form(x):
+        lse = ops.logsumexp(ops.cast(x, "float32"), axis=-1)
+        probs = ops.exp(ops.cast(x, "float32") - ops.expand_dims(lse, -1))
+        in_range = ops.where(ops.less(y, vocab), y, -1)  # one_hot(-1) is zeros
+        target = ops.one_hot(in_range, vocab, dtype="float32") * (1.0 - eps)
+        return ops.cast((probs - target - eps / vocab) * ops.expand_dims(upstream, -1),
+                        x.dtype)
+
+    from keras_trm.training.losses import _smoothed_cross_entropy
+
+    value, grad = _value_and_gradient(
+        lambda x: ops.sum(_smoothed_cross_entropy(y, x, eps) * upstream), z)
+    assert np.isnan(value)  # the label outside [0, V)
+    np.testing.assert_array_equal(to_numpy(ops.cast(grad, "float32")),
+                                  to_numpy(ops.cast(one_hot_form(z), "float32")))
+    per_token = to_numpy(_smoothed_cross_entropy(y, z, eps))
+    assert np.isnan(per_token[2, 3]) and np.isfinite(np.delete(per_token.ravel(), 17)).all()
+
+
 def test_label_smoothed_loss_rejects_labels_outside_the_vocabulary():
     logits = np.zeros((1, 3, 5), "float32")
     loss_fn = LabelSmoothedCrossEntropy(label_smoothing=0.1)

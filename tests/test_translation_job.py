@@ -3,7 +3,9 @@ validation BLEU after every epoch, checkpoint averaging chosen on val, the
 test set decoded once at the end, an export."""
 
 import dataclasses
+import gc
 import json
+import weakref
 
 import pytest
 
@@ -22,6 +24,16 @@ def test_translation_job_uses_val_for_choices_and_test_once(
         return real(self, sentences, *args, **kwargs)
 
     monkeypatch.setattr(translator_module.Translator, "translate_texts", spy)
+    released = []
+    release = translation.TranslationRun.release_training
+
+    def release_spy(self):  # the training stream and step are really freed
+        dataset = weakref.ref(self.stream["dataset"])
+        release(self)
+        gc.collect()
+        released.append((dataset() is None, self.model.train_function is None))
+
+    monkeypatch.setattr(translation.TranslationRun, "release_training", release_spy)
     config = translation.TranslationConfig(
         vocabulary_size=400, num_layers=1, d_model=32, num_heads=2, d_ff=64,
         max_sequence_length=48, warmup_steps=10, tokens_per_batch=1024, epochs=3,
@@ -49,6 +61,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     # The job's stages ran in order; result.json, written by the last one,
     # times those before it and holds what run() returned.
     assert list(result["stage_seconds"]) == list(translation.TranslationRun.STAGES[:-1])
+    assert released == [(True, True)]
     written = json.loads((tmp_path / "work" / "result.json").read_text())
     assert written["stage_seconds"] == result["stage_seconds"]
     # The Multi30k papers' metric beside sacreBLEU, on the same outputs.

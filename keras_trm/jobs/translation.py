@@ -53,6 +53,7 @@ from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_reques
 from keras_trm.jobs.portable_files import bucket_boundaries, parse_boundaries
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
+from keras_trm.utils.memory import release_freed_memory
 from keras_trm.models import transformer
 from keras_trm.text import (
     SentencePieceTokenizer,
@@ -936,8 +937,8 @@ class TranslationRun(StagedJob):
     reads what the earlier ones set on ``self``. ``run()`` returns the dict
     that ``run`` documents (written to ``<workdir>/result.json``)."""
 
-    STAGES = ("check", "prepare_data", "build", "fit", "select_average",
-              "evaluate", "export", "report")
+    STAGES = ("check", "prepare_data", "build", "fit", "release_training",
+              "select_average", "evaluate", "export", "report")
 
     def __init__(self, config, data_dir, workdir, export_dir, samples):
         self.config, self.data_dir = config, data_dir
@@ -1095,6 +1096,15 @@ class TranslationRun(StagedJob):
                     "job_minutes": round((time.time() - self.job_start) / 60, 1),
                     "export": None}
 
+    def release_training(self):
+        """Training is over: its step function (the traced graphs) and the
+        data stream go, so that averaging, decoding and the export reuse
+        their memory instead of adding to it (the job's peak RSS; see
+        docs/measurements.md, "The translation job's memory")."""
+        self.model.train_function = None
+        self.stream = {k: v for k, v in self.stream.items() if k != "dataset"}
+        release_freed_memory()
+
     def select_average(self):
         """How many of the last checkpoints to average: chosen by greedy
         BLEU on val (the test set plays no part in it)."""
@@ -1105,6 +1115,7 @@ class TranslationRun(StagedJob):
               + f" -> averaging the last {self.averaged}", flush=True)
         with atomic_file(self.workdir / "model.keras", suffix=".keras") as tmp:
             self.model.save(tmp)
+        release_freed_memory()  # the checkpoints' and the .keras file's buffers
 
     def evaluate(self):
         """Test decoding, once, and its BLEU figures."""
@@ -1140,6 +1151,7 @@ class TranslationRun(StagedJob):
               flush=True)
         atomic_write(self.workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
+        release_freed_memory()  # before the export builds its graphs
         self.test.update({
             "test_bleu": round(bleu, 2), "test_bleu_line": line,
             "test_tokenized_compound_split_bleu": round(tok_bleu, 2),

@@ -28,9 +28,6 @@ parsed SavedModel so as not to keep all of it), garbage is collected and
 the C allocator's free pages are returned to the system (``malloc_trim``).
 """
 
-import ctypes
-import ctypes.util
-import gc
 import logging
 import os
 import pathlib
@@ -45,6 +42,7 @@ from keras_trm.serving.batching import BatchScheduler
 from keras_trm.serving.errors import (
     InvalidArgument, NotFound, ServingError, Unavailable, check_input_names,
     from_tf_error)
+from keras_trm.utils.memory import release_freed_memory
 
 log = logging.getLogger("keras_trm.serving")
 
@@ -96,30 +94,6 @@ def minimal_inputs(specs):
         inputs[key] = tf.zeros(shape, spec.dtype) if spec.dtype != tf.string else (
             tf.fill(shape, ""))
     return inputs
-
-
-_LIBC = None
-
-
-def release_freed_memory():
-    """Collects garbage, then returns the C allocator's free pages to the
-    system (glibc's ``malloc_trim(0)``; a no-op elsewhere). Without it, the
-    memory of an unloaded version stays in the process's malloc arenas
-    (one per thread that allocated), counted in its RSS. Returns True if
-    ``malloc_trim`` ran."""
-    global _LIBC
-    gc.collect()
-    if _LIBC is None:
-        name = ctypes.util.find_library("c")
-        try:
-            _LIBC = ctypes.CDLL(name) if name else False
-        except OSError:
-            _LIBC = False
-    trim = getattr(_LIBC, "malloc_trim", None) if _LIBC else None
-    if trim is None:
-        return False
-    trim(0)
-    return True
 
 
 def _lower_thread_priority(niceness):

@@ -125,12 +125,19 @@ def average_checkpoints(model, paths):
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"checkpoint {str(p)!r} does not exist")
+    # One float64 sum, added to in place: the sum and one checkpoint's
+    # weights are all that is held, whatever the number of checkpoints.
     total = None
     for p in paths:
         model.load_weights(str(p))
-        weights = [np.asarray(w, np.float64) for w in model.get_weights()]
-        total = weights if total is None else [a + b for a, b in zip(total, weights)]
-    model.set_weights([t / len(paths) for t in total])
+        if total is None:
+            total = [np.array(w, np.float64) for w in model.get_weights()]
+            continue
+        for t, w in zip(total, model.get_weights()):
+            t += w
+    for t in total:
+        t /= len(paths)
+    model.set_weights(total)
     return model
 
 
