@@ -1,9 +1,13 @@
 """keras_trm: the original Transformer family for Keras 3.
 
-The package runs on Keras 3 with the TensorFlow backend (tf.data, tf.distribute,
-SavedModel and tensorflow-text are part of the design), Keras 3's default:
-importing it changes no environment variable, and raises ``ImportError``
-when another backend is selected (``KERAS_BACKEND``, ``~/.keras/keras.json``).
+The core (``keras_trm.layers``, ``keras_trm.models``, ``keras_trm.training``
+and the greedy and beam searches of ``keras_trm.decoding``) runs on the
+backend Keras 3 selects (``KERAS_BACKEND``, ``~/.keras/keras.json``):
+TensorFlow, JAX or PyTorch, the last two without TensorFlow installed. The
+data pipeline, the ``Translator``, the exports and the server are
+TensorFlow by design and import it when used (docs/getting-started.md,
+"JAX or PyTorch, without TensorFlow"). Importing the package changes no
+environment variable.
 """
 
 from keras_trm import layers  # noqa: F401

@@ -137,6 +137,17 @@ def test_bad_boundaries_fail_before_training(boundaries, data_dir, tmp_path):
     assert not (tmp_path / "work").exists()
 
 
+def test_transformer_small_is_the_model_the_job_builds_by_default():
+    """The preset promises the quickstart's model: every model field of the
+    job's defaults (and the vocabulary size) is the preset's."""
+    from keras_trm.models import transformer_small
+
+    defaults = translation.TranslationConfig()
+    config = transformer_small().get_config()
+    for name in ("vocabulary_size",) + translation.TranslationConfig.SECTIONS["model"]:
+        assert config[name] == getattr(defaults, name), name
+
+
 def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     """``KERAS_BACKEND=jax keras-trm train-translation``: trains (jax.jit),
     decodes val and test with the keras.ops search, and its SavedModel,
