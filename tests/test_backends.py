@@ -634,6 +634,49 @@ _DATA_PARALLEL = textwrap.dedent("""
 """)
 
 
+_SHARDED_LOSS = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from keras_trm.training import LabelSmoothedCrossEntropy
+    loss = LabelSmoothedCrossEntropy(label_smoothing=0.1)
+    batch = NamedSharding(Mesh(np.array(jax.devices()), ("batch",)),
+                          PartitionSpec("batch"))
+    rng = np.random.default_rng(0)
+    logits = jax.device_put(jnp.asarray(rng.normal(size=(8, 16, 997)), "float32"), batch)
+    labels = jax.device_put(jnp.asarray(rng.integers(0, 997, (8, 16)), "int32"), batch)
+    step = jax.jit(jax.value_and_grad(lambda z: loss(labels, z)))
+    hlo = step.lower(logits).compile().as_text()
+    ops = ("all-gather", "all-reduce", "all-to-all", "collective-permute",
+           "reduce-scatter")
+    collectives = [line.strip() for line in hlo.splitlines()
+                   if any(f" {op}(" in line or f" {op}-start(" in line for op in ops)]
+    value, grad = step(logits)
+    json.dump(dict(collectives=collectives,
+                   grad_spec=list(grad.sharding.spec)), open(sys.argv[1], "w"))
+""")
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="run once, from the JAX suite")
+def test_jax_data_parallel_loss_gradient_stays_on_its_device(tmp_path):
+    """Under a batch-sharded jit (what ``DataParallel`` compiles) the loss's
+    hand-written gradient, a scatter into (batch, T, V), is built where its
+    rows live: no collective moves anything of the vocabulary's size
+    (997 here); only the scalar sums and the B x T label positions and
+    values cross devices."""
+    pytest.importorskip("jax")
+    out = tmp_path / "hlo.json"
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    subprocess.run([sys.executable, "-c", _SHARDED_LOSS, str(out)], env=env,
+                   cwd=ROOT, check=True, timeout=300, capture_output=True)
+    result = json.loads(out.read_text())
+    assert result["grad_spec"][0] == "batch"   # the gradient stays batch-sharded
+    assert result["collectives"], "expected the loss's scalar all-reduce"
+    for line in result["collectives"]:
+        assert "997" not in line.split("=", 1)[1].split("(", 1)[0], line
+
+
 @pytest.mark.skipif(BACKEND != "jax", reason="run once, from the JAX suite")
 def test_jax_data_parallel_equals_one_device(tmp_path):
     """``keras.distribution.DataParallel`` over 2 (forced host) devices
