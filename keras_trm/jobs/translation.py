@@ -204,7 +204,8 @@ class TranslationConfig:
     the learning rate per update, ``paper_adam(weight_decay=)``): weight
     matrices and embeddings shrink by lr * weight_decay of themselves
     before each update; biases and LayerNorm are exempt. 0: none, as in
-    the paper."""
+    the paper; 0.1 was tried on Multi30k's val and not adopted (trial
+    t13, ``docs/recipes/multi30k.md``)."""
     warmup_steps: int = 800
     """Noam schedule warm-up (updates)."""
     lr_scale: float = 0.6
