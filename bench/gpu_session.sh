@@ -15,7 +15,8 @@
 # two to run, e.g. PHASES=B for a second call), PREPARED (.gpu/m30k),
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
 # BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
-# PROFILE_STEPS (3: steps traced after the timing, device time by kernel),
+# PROFILE_STEPS (3: steps traced after the timing, device time by kernel
+# and, under JAX, by part of the model: bench/step_parts.py),
 # PHASES runs in the order given; besides A and B: L, LEVERS (unset; e.g.
 # "--dropout-mask rbg;--steps-per-execution 4;XLA_FLAGS=--xla_...": ours
 # only, one run per ';'-separated flag set (NAME=value words set the
@@ -24,7 +25,7 @@
 # after L), T (bench/gpu_attention_lengths.py under JAX and PyTorch, T_SECONDS
 # 70 each); MODELS_A (transformer_base,transformer_big); A_FLAGS (more
 # gpu_train flags for A, and for C unless C_FLAGS is set); C_SECONDS
-# (BENCH_SECONDS); TRACE=1 keeps A's JAX traces in OUT.
+# (BENCH_SECONDS); TRACE=1 keeps A's JAX traces and optimized HLO in OUT.
 set -u
 OUT=${OUT:?set OUT to a results folder}
 exec > >(tee "$OUT/log.txt") 2>&1

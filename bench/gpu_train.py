@@ -42,7 +42,12 @@ steps, nothing waits for a step), torch without a ``loss.item()`` per step.
 each waited for (ours through ``train_on_batch``, which also copies every
 variable back per call: the first model only, as it compiles again).
 ``--profile-steps N`` then traces N steps and reports device time by
-kernel (``profile``: matmul kernels apart, the busy fraction, the top 30).
+kernel (``profile``: matmul kernels apart, the busy fraction, the top 30);
+under JAX also by part of the model (``profile.by_part``: attention,
+feed-forward, LayerNorm, dropout, embedding, logits, loss, optimizer, each
+split into matmul and other kernels, forward and backward), for which XLA
+dumps the step's optimized HLO (bench/step_parts.py; ``--trace-dir`` keeps
+the trace and that HLO).
 
 Lengths without TensorFlow: ``--prepare-lengths`` writes the length pairs
 (no text) to bench/results/lengths_{multi30k,wmt}.npz: Multi30k train
@@ -70,6 +75,8 @@ import sys
 import time
 
 import numpy as np
+
+import step_parts  # bench/: the standard library only
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -527,16 +534,20 @@ def summarize_kernels(durations_us, wall_s, steps, top=30):
                 top=[[name[:120], round(t / 1e3 / steps, 3)] for name, t in ranked])
 
 
-def profile_steps(framework, run, batches, out_dir):
+def profile_steps(framework, run, batches, out_dir, hlo_files=()):
     """Device time of ``run(batches)`` by kernel: JAX through
-    ``jax.profiler`` (its Perfetto JSON, read with the standard library:
-    the kernels on the device's CUDA streams, and its "XLA Ops" line apart;
-    on a CPU the host's events, nested, so only a smoke test), torch
-    through ``torch.profiler``. Returns summarize_kernels and ``counted``."""
+    ``jax.profiler`` (its Perfetto JSON, read with the standard library by
+    ``step_parts.device_times``: on a GPU the kernels on the device's CUDA
+    streams; on a CPU the runtime's nested thunks, so only a smoke test),
+    torch through ``torch.profiler``. Returns summarize_kernels and
+    ``counted``; under JAX also ``by_part`` (``step_parts.by_part``: time
+    by part of the model) from whichever of ``hlo_files`` (the step's
+    optimized HLO, dumped by XLA) names the most of the traced ops, and
+    ``hlo_file``, its path."""
     import collections
     import glob
 
-    durations, xla_ops = collections.Counter(), collections.Counter()
+    durations, other_lines, ops, where = collections.Counter(), {}, {}, None
     if framework == "jax":
         import jax
 
@@ -547,23 +558,7 @@ def profile_steps(framework, run, batches, out_dir):
                                 recursive=True))[-1]
         with gzip.open(path, "rt") as f:
             events = json.load(f)["traceEvents"]
-        names = {e["pid"]: e["args"]["name"] for e in events
-                 if e.get("ph") == "M" and e.get("name") == "process_name"}
-        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-                   if e.get("ph") == "M" and e.get("name") == "thread_name"}
-        devices = {pid for pid, name in names.items() if "/device:" in name}
-        # A GPU's process has a line per CUDA stream (the kernels) and
-        # derived lines ("XLA Ops", "XLA Modules") over the same time.
-        streams = {k for k in threads if k[0] in devices and "stream" in threads[k].lower()}
-        for e in events:
-            if e.get("ph") != "X":
-                continue
-            key = (e["pid"], e.get("tid"))
-            if key in streams or (not streams and (e["pid"] in devices or not devices)):
-                durations[e["name"]] += e.get("dur", 0.0)
-            elif e["pid"] in devices and threads.get(key) == "XLA Ops":
-                xla_ops[e["name"]] += e.get("dur", 0.0)
-        where = "device streams" if streams else "device" if devices else "host (nested events)"
+        durations, ops, other_lines, where = step_parts.device_times(events)
     else:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -580,9 +575,26 @@ def profile_steps(framework, run, batches, out_dir):
         where = "device" if cuda else "host (top-level ops)"
     summary = summarize_kernels(durations, wall, len(batches))
     summary["counted"] = where
-    if xla_ops:
-        summary["top_xla_ops"] = summarize_kernels(xla_ops, wall, len(batches))["top"]
+    if other_lines:  # the device's derived lines ("XLA Ops", ...), for the record
+        summary["other_device_lines_ms_per_step"] = {
+            k: round(v / 1e3 / len(batches), 3) for k, v in other_lines.items()}
+    hlo = {}
+    for candidate in hlo_files:
+        rows = step_parts.read_hlo(pathlib.Path(candidate).read_text())
+        if sum(k in rows for k in ops) > sum(k in hlo for k in ops):
+            hlo, summary["hlo_file"] = rows, str(candidate)
+    if hlo:
+        summary["by_part"] = step_parts.by_part(ops, hlo, len(batches))
     return summary
+
+
+def hlo_dump(tmp):
+    """Asks XLA (before JAX starts) to dump each train step's optimized HLO
+    into ``tmp`` for ``by_part``; returns a function listing the dumps."""
+    flags = (f"--xla_dump_to={tmp} --xla_dump_hlo_as_text "
+             "--xla_dump_hlo_module_re=.*train_step.*")
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+    return lambda: set(pathlib.Path(tmp).glob("*train_step*after_optimizations.txt"))
 
 
 def peak_memory_gib(framework):
@@ -682,11 +694,14 @@ def model_config(name, args):
     return cfg
 
 
-def run_framework(args, label, framework, info, batches, names, deadline, save=None):
+def run_framework(args, label, framework, info, batches, names, deadline, save=None,
+                  hlo_dumps=None):
     """Times ``label`` ("ours": keras_trm on the Keras backend; "torch":
     the baseline) on each model of ``names``; returns {model: summary},
     also passed to ``save`` after each model. A model is skipped where the
-    previous one's time would run past ``deadline``."""
+    previous one's time would run past ``deadline``. ``hlo_dumps`` lists
+    the HLO files XLA has dumped (``hlo_dump``), for the profile's
+    ``by_part``."""
     gpu = info["gpu"]
     bf16 = args.precision == "bf16" or (args.precision == "auto" and gpu is not None)
     peak = peak_bf16(gpu)
@@ -701,6 +716,7 @@ def run_framework(args, label, framework, info, batches, names, deadline, save=N
             out[name] = {"skipped": f"time limit {args.time_limit:.0f} s"}
             continue
         started, cfg = time.monotonic(), model_config(name, args)
+        dumped_before = hlo_dumps() if hlo_dumps else set()
         warmup_steps = 10 if args.tiny else 4000
         if framework == "torch":
             import torch
@@ -723,12 +739,19 @@ def run_framework(args, label, framework, info, batches, names, deadline, save=N
         if args.profile_steps:
             import tempfile
             with tempfile.TemporaryDirectory() as tmp:
-                out[name]["profile"] = profile_steps(framework, runner[1],
-                                                     batches[:args.profile_steps], tmp)
+                hlo_files = sorted(hlo_dumps() - dumped_before) if hlo_dumps else ()
+                profile = profile_steps(framework, runner[1], batches[:args.profile_steps], tmp,
+                                        hlo_files)
+                out[name]["profile"] = profile
                 traces = sorted(pathlib.Path(tmp).glob("**/perfetto_trace.json.gz"))
-                if args.trace_dir and traces:  # ours under JAX: the Perfetto trace
-                    pathlib.Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
-                    shutil.copy(traces[-1], pathlib.Path(args.trace_dir) / f"trace_{label}_{name}.json.gz")
+                if args.trace_dir and traces:  # ours under JAX: the Perfetto trace, its HLO
+                    keep = pathlib.Path(args.trace_dir)
+                    keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(traces[-1], keep / f"trace_{label}_{name}.json.gz")
+                    if "hlo_file" in profile:
+                        with open(profile["hlo_file"], "rb") as src, \
+                                gzip.open(keep / f"hlo_{label}_{name}.txt.gz", "wb") as dst:
+                            shutil.copyfileobj(src, dst)
         last = time.monotonic() - started
         out[name].update(params=int(params), phase_seconds=round(last, 1))
         del model, runner
@@ -801,6 +824,13 @@ def main(argv=None):
             pathlib.Path(args.out).write_text(json.dumps(result))
         return run_framework(args, "torch", "torch", info, batches, args.names, deadline, save)
 
+    env = {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                                          "JAX_DEFAULT_PRNG_IMPL", "XLA_FLAGS")}
+    hlo_dumps = None
+    if args.backend == "jax" and args.profile_steps:  # before JAX starts
+        import tempfile
+        hlo_tmp = tempfile.TemporaryDirectory(prefix="gpu_train_hlo_")  # noqa: SIM115 (till exit)
+        hlo_dumps = hlo_dump(hlo_tmp.name)
     info = device_info(["keras", args.backend])
     gpu = info["gpu"]
     out = pathlib.Path(args.out or RESULTS / "gpu_train_{}{}.json".format(
@@ -816,8 +846,7 @@ def main(argv=None):
         peak_bf16=peak_bf16(gpu),
         lengths={**origin, "pairs": int(len(src)), "dropped_longer_than_256": dropped,
                  "mean_source": round(float(src.mean()), 2), "mean_target": round(float(tgt.mean()), 2)},
-        env={k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                                            "JAX_DEFAULT_PRNG_IMPL", "XLA_FLAGS")},
+        env=env, hlo_dumped_for_by_part=hlo_dumps is not None,
         batching=dict(tokens_per_batch=args.tokens_per_batch, boundaries=BOUNDARIES, widths_timed=shapes,
                       coverage_of_target_tokens=round(coverage, 4), steps=args.steps, warmup=args.warmup))
     result.update(torch={}, ours={}, ratio_tokens_per_s={})
@@ -833,7 +862,8 @@ def main(argv=None):
         if not args.no_baseline:
             result["torch"].update(baseline_in_child(
                 argv, name, started + 0.6 * (deadline - started)))
-        result["ours"].update(run_framework(args, "ours", args.backend, info, batches, [name], deadline))
+        result["ours"].update(run_framework(args, "ours", args.backend, info, batches, [name], deadline,
+                                            hlo_dumps=hlo_dumps))
         spent = time.monotonic() - started
         ours, theirs = result["ours"][name], result["torch"].get(name, {})
         if "target_tokens_per_s" in ours and "target_tokens_per_s" in theirs:

@@ -15,6 +15,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import gpu_train  # noqa: E402  (numpy only at import)
+import step_parts  # noqa: E402  (the standard library only)
 
 
 def test_batches_hold_real_lengths_at_the_token_budget():
@@ -71,6 +72,15 @@ def test_tiny_run_reports_sane_figures_without_tensorflow(backend, tmp_path):
         if result["device"]["gpu"] is None:
             assert run["peak_memory_gib"] is None and run["fraction_of_peak"] is None
     assert result["ours"]["tiny"]["params"] == result["torch"]["tiny"]["params"]
+    if backend == "jax":  # the step's time by part, through the dumped HLO
+        parts = result["ours"]["tiny"]["profile"]["by_part"]
+        assert parts["attributed_fraction"] > 0.95
+        for part in ("attention", "feed_forward", "layer_norm", "dropout", "embedding", "logits",
+                     "loss", "optimizer"):
+            assert parts["parts"][part]["ms_per_step"] > 0, part
+        assert parts["parts"]["feed_forward"]["matmul"] > 0
+        assert parts["parts"]["feed_forward"]["backward"] > 0
+        assert parts["parts"]["optimizer"]["update"] > 0
     ratio = result["ratio_tokens_per_s"]["tiny"]
     assert math.isfinite(ratio) and ratio > 0
 
@@ -119,3 +129,84 @@ def test_attention_length_bench_times_both_paths_and_they_agree(backend, tmp_pat
     for r in rows:
         assert r["fused_ms"] > 0 and r["einsum_ms"] > 0
         assert r["max_abs_diff_kept_rows"] < 1e-4, r
+
+
+HLO = """HloModule jit_train_step, is_scheduled=true
+
+%fused_select (param_0: bf16[8,4]) -> bf16[8,4] {
+  %param_0 = bf16[8,4]{1,0} parameter(0)
+  ROOT %select.1 = bf16[8,4]{1,0} select(%param_0, %param_0, %param_0)
+}
+
+%gemm_fusion_dot.101_computation (p0: bf16[8,4], p1: bf16[4,4]) -> bf16[8,4] {
+  %p0 = bf16[8,4]{1,0} parameter(0)
+  %p1 = bf16[4,4]{1,0} parameter(1)
+  ROOT %dot.5 = bf16[8,4]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main.9 (Arg_0.1: bf16[8,4], Arg_1.2: bf16[4,4]) -> bf16[8,4] {
+  %Arg_0.1 = bf16[8,4]{1,0} parameter(0)
+  %Arg_1.2 = bf16[4,4]{1,0} parameter(1)
+  %loop_compare_select_fusion = bf16[8,4]{1,0} fusion(%Arg_0.1), kind=kLoop, calls=%fused_select, metadata={op_name="jit(train_step)/transpose(jvp(decoder_layer_3))/self_attention/dropout_7/select_n"}
+  %gemm_fusion_dot.101 = bf16[8,4]{1,0} fusion(%Arg_0.1, %Arg_1.2), kind=kCustom, calls=%gemm_fusion_dot.101_computation, metadata={op_name="jit(train_step)/jvp(embedding)/dot_general"}
+  %custom-call.7 = (bf16[8,4]{1,0}, s8[0]{0}) custom-call(%Arg_0.1, %Arg_1.2), custom_call_target="__cublas$gemm", metadata={op_name="jit(train_step)/jvp(encoder_layer_0)/ffn_inner/dot_general"}
+  %custom-call.9 = (bf16[8,4]{1,0}, u8[0]{0}) custom-call(%Arg_0.1, %Arg_0.1), custom_call_target="__cudnn$fmhaSoftmax", metadata={op_name="jit(train_step)/jvp(encoder_layer_0)/self_attention/dot_product_attention"}
+  %input_reduce_fusion.3 = bf16[8,4]{1,0} fusion(%Arg_0.1), kind=kInput, calls=%fused_select, metadata={op_name="jit(train_step)/fused_adam/add"}
+  ROOT %add.4 = bf16[8,4]{1,0} add(%Arg_0.1, %Arg_0.1), metadata={op_name="jit(train_step)/transpose(jvp(decoder_layer_3))/ffn_norm/add"}
+}
+"""
+
+
+def test_step_parts_charges_each_kernel_to_its_instructions_scope():
+    """A GPU-like trace: kernels tied to the HLO by their name (fusions) or
+    their ``hlo_op`` argument (cuBLAS, cuDNN), charged to the part named by
+    the instruction's op_name, split by kind and direction; the derived
+    "XLA Ops" line and host events are not counted, an unknown kernel is
+    counted but unattributed."""
+    hlo = step_parts.read_hlo(HLO)
+    assert {k: hlo[k]["kind"] for k in ("loop_compare_select_fusion", "gemm_fusion_dot.101",
+                                        "custom-call.7", "custom-call.9", "add.4")} == {
+        "loop_compare_select_fusion": "non_matmul", "gemm_fusion_dot.101": "matmul",
+        "custom-call.7": "matmul", "custom-call.9": "fused_attention", "add.4": "non_matmul"}
+    meta = [dict(ph="M", name="process_name", pid=1, args=dict(name="/device:GPU:0")),
+            dict(ph="M", name="process_name", pid=2, args=dict(name="/host:CPU")),
+            dict(ph="M", name="thread_name", pid=1, tid=5, args=dict(name="Stream #13(Compute)")),
+            dict(ph="M", name="thread_name", pid=1, tid=6, args=dict(name="XLA Ops"))]
+    kernels = [("loop_compare_select_fusion", 4000, None), ("gemm_fusion_dot_101", 3000, None),
+               ("nvjet_sm90_tst_256x128", 2000, "custom-call.7"),
+               ("cudnn_generated_fort_native_sdpa", 1500, "custom-call.9"),
+               ("input_reduce_fusion_3", 500, None), ("add_4", 600, None), ("mystery", 400, None)]
+    events = meta + [dict(ph="X", pid=1, tid=5, name=n, dur=d, args={"hlo_op": op} if op else {})
+                     for n, d, op in kernels]
+    events += [dict(ph="X", pid=1, tid=6, name="fusion.1", dur=9999),
+               dict(ph="X", pid=2, tid=7, name="ExecuteHelper", dur=9999, args={"hlo_op": "x"})]
+    names, ops, lines, where = step_parts.device_times(events)
+    assert where == "device streams" and lines == {"XLA Ops": 9999}
+    assert sum(names.values()) == sum(ops.values()) == 12000 and names["nvjet_sm90_tst_256x128"] == 2000
+    out = step_parts.by_part(ops, hlo, steps=2)
+    assert out["kernel_ms_per_step"] == 6.0
+    assert out["attributed_fraction"] == pytest.approx(1 - 400 / 12000, abs=1e-4)
+    assert out["parts"] == {
+        "dropout": {"ms_per_step": 2.0, "non_matmul": 2.0, "backward": 2.0},
+        "logits": {"ms_per_step": 1.5, "matmul": 1.5, "forward": 1.5},
+        "feed_forward": {"ms_per_step": 1.0, "matmul": 1.0, "forward": 1.0},
+        "attention": {"ms_per_step": 0.75, "fused_attention": 0.75, "forward": 0.75},
+        "layer_norm": {"ms_per_step": 0.3, "non_matmul": 0.3, "backward": 0.3},
+        "optimizer": {"ms_per_step": 0.25, "non_matmul": 0.25, "update": 0.25}}
+    assert out["top_ops"][0][:4] == ["loop_compare_select_fusion", 2.0, "non_matmul", "dropout"]
+    assert out["top_unattributed"] == [["mystery", 0.2]]
+
+
+@pytest.mark.parametrize("op_name, part", [
+    ("jit(train_step)/jvp(decoder_layer_0)/cross_attention_norm/jit(_var)/mul", "layer_norm"),
+    ("jit(train_step)/transpose(jvp(encoder_layer_1))/ffn_norm/mul", "layer_norm"),
+    ("jit(train_step)/jvp(encoder_layer_1)/ffn_outer/dot_general", "feed_forward"),
+    ("jit(train_step)/jvp(decoder_layer_0)/dropout_6/jit(_bernoulli)/lt", "dropout"),
+    ("jit(train_step)/jvp(embedding)/jit(_take)/gather", "embedding"),
+    ("jit(train_step)/transpose(jvp(embedding))/dot_general", "logits"),
+    ("jit(train_step)/transpose(jvp(compile_loss))/label_smoothed_ce/scatter", "loss"),
+    ("jit(train_step)/fused_adam/sqrt", "optimizer"),
+    ("", "other"),
+])
+def test_step_parts_names_the_part_of_an_op_name(op_name, part):
+    assert step_parts.part_of(op_name) == part
