@@ -256,8 +256,13 @@ def parse_config(parser, config_cls, argv):
     aliases = {name: key for name, key in keys.items() if key != name}
     argv = normalize_argv(argv, _field_kinds(parser, config_cls), aliases)
     with _sectioned_config_files(argv, aliases) as argv:
-        namespace = parser.parse_args(argv)
+        # --print_config prints (and exits) in the last parse: after the
+        # preset's values, which the first parse finds, became defaults.
+        printing = [a for a in argv if a.split("=", 1)[0] == "--print_config"]
+        namespace = parser.parse_args([a for a in argv if a not in printing])
         fields = [f.name for f in dataclasses.fields(config_cls)]
+        if printing and not ("preset" in fields and namespace[keys["preset"]]):
+            parser.parse_args(argv)
         if "preset" in fields and namespace[keys["preset"]]:
             # The preset's values become the flags' defaults and the
             # arguments are read again: a flag (or a --config key) always
@@ -481,17 +486,40 @@ def translate_main(argv):
         print(line.decode("utf-8"))
 
 
-def train_translation_main(argv, prog="keras-trm train-translation"):
-    """Train a Transformer translator, report sacreBLEU, export it."""
+def train_translation_main(argv, prog="keras-trm train-translation", workdir="runs/multi30k",
+                           defaults=None, samples=None, online_flag=False,
+                           summary_keys=("test_bleu", "parameters", "epochs", "train_minutes",
+                                         "job_minutes", "export")):
+    """Train a Transformer translator, report sacreBLEU, export it.
+
+    The recipes reuse it with their own defaults: ``defaults`` maps
+    TranslationConfig fields to values (``{"dataset": "wmt14"}``; a flag
+    still wins), ``samples`` maps a source language to the sentences
+    translated at the end (default ``SAMPLES``), ``online_flag`` adds
+    ``--online`` (the same as ``--dataset wmt14_tfds``), ``summary_keys``
+    are the result's keys printed as JSON. Returns 0; a bad flag, folder or
+    corpus exits with status 2 and a usage message, before anything is
+    written.
+    """
     from keras_trm.data import CorpusError
     from keras_trm.jobs.translation import TranslationConfig, run
 
     parser = config_parser(
         prog, "Train a Transformer on Multi30k EN->DE (default), WMT14 or "
         "your own parallel files, either direction; report sacreBLEU, export "
-        "a raw-text SavedModel.", TranslationConfig, "runs/multi30k",
+        "a raw-text SavedModel.", TranslationConfig, workdir,
         results_dir=False)
+    keys = config_keys(TranslationConfig)  # field -> flag ("data.dataset")
+    if defaults:
+        parser.set_defaults({keys[name]: value for name, value in defaults.items()})
+    if online_flag:
+        parser.add_argument("--online", action="store_true",
+                            help="the full WMT14 training data from tfds: the same as "
+                                 "--dataset wmt14_tfds")
     config, args = parse_config(parser, TranslationConfig, argv)
+    if online_flag and args.online:
+        config = dataclasses.replace(config, dataset="wmt14_tfds")
+        args[keys["dataset"]] = "wmt14_tfds"
     problem = (folder_problem("--workdir", args.workdir)
                or folder_problem("--export_dir", args.export_dir))
     if problem:
@@ -500,14 +528,12 @@ def train_translation_main(argv, prog="keras-trm train-translation"):
     write_run_config(parser, args)
     try:
         result = run(config, args.data_dir, args.workdir, args.export_dir,
-                     samples=SAMPLES.get(config.source_language, ()))
+                     samples=(samples or SAMPLES).get(config.source_language, ()))
     except CorpusError as err:
         # run's first step (check_inputs): a bad corpus file, or a setting it
         # rules out, found before a vocabulary, shards or weights exist.
         parser.error(str(err))
-    summary = {k: result[k] for k in ("test_bleu", "parameters", "epochs",
-                                      "train_minutes", "job_minutes", "export")}
-    print(json.dumps(summary, indent=1))
+    print(json.dumps({k: result[k] for k in summary_keys}, indent=1))
     return 0
 
 

@@ -24,19 +24,15 @@ newstest2013 / newstest2014. The job itself reports both BLEU figures.
 
 Every ``keras-trm train-translation`` flag works here; this recipe only
 changes the defaults (``--dataset wmt14``, ``--preset transformer_base``,
-``--workdir runs/wmt14``).
+``--workdir runs/wmt14``) and adds ``--online``. The job's own log reports
+both BLEU figures and the sacreBLEU signature (paper: 27.3 base / 28.4 big,
+EN->DE, full data).
 """
 
-import json
 import sys
 
-from keras_trm._runtime import (
-    quiet_cuda_probe,
-    reexec_with_allocator_tunables,
-    set_log_level_default,
-)
-from keras_trm.cli import config_parser, parse_config, write_run_config
-from keras_trm.jobs.translation import TranslationConfig, run
+from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
+from keras_trm.cli import train_translation_main
 
 SAMPLES = {
     "en": ("The European Parliament approved the new budget on Tuesday.",
@@ -47,37 +43,16 @@ SAMPLES = {
 
 
 def main(argv):
-    parser = config_parser(
-        "translate_wmt14.py", "WMT14 EN-DE (either direction): vocabulary, "
-        "training, averaging, beam search on newstest2014, sacreBLEU + "
-        "tokenized BLEU, export.", TranslationConfig, "runs/wmt14",
-        results_dir=False)
-    parser.add_argument("--online", action="store_true",
-                        help="full WMT14 training data from tfds (else the "
-                        "local Europarl slice): the same as --dataset "
-                        "wmt14_tfds")
-    parser.set_defaults(dataset="wmt14", preset="transformer_base")
-    config, args = parse_config(parser, TranslationConfig, argv)
-    if args.online:
-        config.dataset = args.dataset = "wmt14_tfds"
-    args.online = config.dataset == "wmt14_tfds"
-    quiet_cuda_probe()
-    write_run_config(parser, args)
-    result = run(config, args.data_dir, args.workdir, args.export_dir,
-                 samples=SAMPLES.get(config.source_language, ()))
-
-    print(f"{result['test_split']}: sacreBLEU {result['test_bleu']} "
-          f"({result['signature']}); tokenized BLEU with compound splitting "
-          f"{result['test_tokenized_compound_split_bleu']} (paper: 27.3 base / "
-          "28.4 big, EN->DE, full data)", flush=True)
-    summary = {k: result[k] for k in (
-        "test_bleu", "test_tokenized_compound_split_bleu", "signature",
-        "parameters", "epochs", "train_minutes", "job_minutes", "export")}
-    print(json.dumps(summary, indent=1))
-    return result
+    """``keras-trm train-translation`` with this recipe's defaults; returns 0."""
+    return train_translation_main(
+        argv, prog="recipes/translate_wmt14.py", workdir="runs/wmt14",
+        defaults={"dataset": "wmt14", "preset": "transformer_base"}, samples=SAMPLES,
+        online_flag=True,
+        summary_keys=("test_bleu", "test_tokenized_compound_split_bleu", "signature",
+                      "parameters", "epochs", "train_minutes", "job_minutes", "export"))
 
 
 if __name__ == "__main__":
     set_log_level_default()  # for the re-executed process (keras_trm._runtime)
     reexec_with_allocator_tunables()  # glibc malloc tunables
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

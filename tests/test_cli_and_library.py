@@ -441,13 +441,17 @@ def test_every_subcommand_has_help(command, capsys):
 
 
 def test_entry_point_and_recipe_scripts_run_help():
-    for argv in ([sys.executable, "-m", "keras_trm.cli", "train-mnist", "--help"],
-                 [sys.executable, str(REPO / "recipes" / "language_model.py"),
-                  "--help"]):
+    """``--help`` of the entry point and of every recipe script: the first
+    thing a newcomer runs (translate_wmt14.py's once crashed at its own
+    defaults)."""
+    recipes = sorted((REPO / "recipes").glob("*.py"))
+    assert len(recipes) >= 6
+    for argv in [[sys.executable, "-m", "keras_trm.cli", "train-mnist", "--help"]] + [
+            [sys.executable, str(path), "--help"] for path in recipes]:
         proc = subprocess.run(argv, capture_output=True, text=True,
                               timeout=300, cwd=REPO)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "--data_dir" in proc.stdout and "--workdir" in proc.stdout
+        assert proc.returncode == 0, (argv, proc.stderr[-2000:])
+        assert "--data_dir" in proc.stdout or "--data-dir" in proc.stdout, argv
     assert cli.main(["no-such-command"]) == 2
 
 
@@ -665,3 +669,72 @@ def test_unusable_folders_stop_before_anything_is_written(tmp_path, capsys):
         err = capsys.readouterr().err
         assert words in err and "is a file" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def _recipe(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wmt14_recipe_runs_the_job_with_its_defaults_and_its_documented_command(
+        tmp_path, monkeypatch, capsys):
+    """recipes/translate_wmt14.py is train-translation with WMT14 and the
+    paper's base preset as defaults; the command on its recipe page parses
+    to the config it describes; ``--online`` is ``--dataset wmt14_tfds``,
+    also in config.yaml; a flag still wins over the recipe's defaults."""
+    from keras_trm.jobs import translation
+    from keras_trm.jobs.translation import TranslationConfig
+    from keras_trm.training.presets import preset
+
+    seen = []
+    keys = ("test_bleu", "test_tokenized_compound_split_bleu", "signature", "parameters",
+            "epochs", "train_minutes", "job_minutes", "export")
+    monkeypatch.setattr(translation, "run", lambda config, *a, **kw: (
+        seen.append((config, kw["samples"])) or dict.fromkeys(keys, 1)))
+    recipe = _recipe("translate_wmt14")
+    common = ["--data-dir", str(tmp_path), "--export_dir", str(tmp_path / "export")]
+    workdir = tmp_path / "wmt"
+    assert recipe.main(common + ["--workdir", str(workdir)]) == 0
+    config, samples = seen[-1]
+    base = preset("transformer_base")
+    assert config.dataset == "wmt14" and samples == recipe.SAMPLES["en"]
+    assert {k: getattr(config, k) for k in base} == base
+    assert '"test_tokenized_compound_split_bleu": 1' in capsys.readouterr().out
+    # The recipe page's command (flat flags, as written there).
+    assert recipe.main(common + ["--workdir", str(workdir), "--preset", "cpu_small",
+                                 "--train-weights", "1,3", "--time-budget-minutes", "100",
+                                 "--epochs", "40", "--validation-limit", "1000"]) == 0
+    config = seen[-1][0]
+    small = preset("cpu_small")
+    assert {k: getattr(config, k) for k in small if k not in ("epochs",)} == {
+        k: v for k, v in small.items() if k != "epochs"}
+    assert (config.dataset, config.train_weights, config.time_budget_minutes, config.epochs,
+            config.validation_limit) == ("wmt14", "1,3", 100.0, 40, 1000)
+    assert recipe.main(common + ["--workdir", str(workdir), "--online",
+                                 "--dataset", "multi30k"]) == 0
+    assert seen[-1][0].dataset == "wmt14_tfds"
+    written = yaml.safe_load((workdir / "config.yaml").read_text())
+    assert written["data"]["dataset"] == "wmt14_tfds" and written["online"] is True
+    assert recipe.main(common + ["--workdir", str(workdir), "--dataset", "multi30k"]) == 0
+    assert seen[-1][0].dataset == "multi30k"
+    assert TranslationConfig().dataset == "multi30k"  # the defaults are the recipe's own
+
+
+def test_print_config_shows_the_preset_that_will_run(capsys):
+    """``--print_config`` prints what runs: with ``--preset`` its values
+    (and a flag over them), not the dataclass defaults."""
+    from keras_trm.jobs.translation import TranslationConfig
+
+    parser = _parser(TranslationConfig)
+    for argv, d_model in (([], TranslationConfig().d_model),
+                          (["--preset", "transformer_big"], 1024),
+                          (["--preset", "transformer_big", "--d_model", "640"], 640)):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_config(parser, TranslationConfig, argv + ["--print_config"])
+        assert exit_info.value.code == 0
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed["model"]["d_model"] == d_model, argv
