@@ -829,7 +829,7 @@ def main(argv=None):
     hlo_dumps = None
     if args.backend == "jax" and args.profile_steps:  # before JAX starts
         import tempfile
-        hlo_tmp = tempfile.TemporaryDirectory(prefix="gpu_train_hlo_")  # noqa: SIM115 (till exit)
+        hlo_tmp = tempfile.TemporaryDirectory(prefix="gpu_train_hlo_")  # removed at exit
         hlo_dumps = hlo_dump(hlo_tmp.name)
     info = device_info(["keras", args.backend])
     gpu = info["gpu"]
