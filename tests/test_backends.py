@@ -301,6 +301,70 @@ def _value_and_gradient(fn, x):
     return to_numpy(value.detach()), x.grad
 
 
+def test_fused_projections_are_the_same_function(monkeypatch, small_model,
+                                                source):
+    """``MultiHeadAttention.fuse_projections`` (a lever for GPUs): query,
+    key and value of one tensor go through one matmul. The layer's output
+    and its gradients (input, a key kernel, the value bias), the model's
+    logits and the searches' ids are those of one matmul per projection,
+    and the fused path is really taken (``_project`` is not called for
+    fused inputs)."""
+    from keras_trm.layers import MultiHeadAttention
+
+    rng = np.random.default_rng(3)
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, value_dim=4)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    memory = rng.normal(size=(2, 3, 8)).astype("float32")
+    mask = np.ones((2, 5, 5), bool)
+    mask[1, :, 3:] = False
+    layer(x, x)
+    weight = ops.convert_to_tensor(rng.normal(size=(2, 5, 8)).astype("float32"))
+    projected = []
+    project = MultiHeadAttention._project
+    monkeypatch.setattr(MultiHeadAttention, "_project", staticmethod(
+        lambda *args: projected.append(1) or project(*args)))
+
+    def results():
+        out = {}
+        for name, variable in (("key_kernel", layer.key_kernel),
+                               ("value_bias", layer.value_bias)):
+            def loss(t):
+                with keras.StatelessScope(state_mapping=[(variable, t)]):
+                    y = layer(x, x, attention_mask=mask)
+                return ops.sum(y * weight)
+            _, grad = _value_and_gradient(
+                loss, ops.convert_to_tensor(to_numpy(variable)))
+            out[name] = to_numpy(ops.convert_to_tensor(grad))
+        xt = ops.convert_to_tensor(x)
+        out["value"], grad = _value_and_gradient(
+            lambda t: ops.sum(layer(t, t, attention_mask=mask) * weight), xt)
+        out["input"] = to_numpy(ops.convert_to_tensor(grad))
+        out["cross"] = to_numpy(layer(x, memory))
+        out["logits"] = to_numpy(small_model(
+            {"encoder_tokens": source, "decoder_tokens": source}))
+        out["greedy"] = to_numpy(greedy_search(small_model, source,
+                                               max_decoding_length=9))
+        out["beam"] = to_numpy(beam_search(small_model, source, beam_size=3,
+                                           max_decoding_length=9))
+        return out
+
+    separate = results()
+    calls_separate = len(projected)
+    projected.clear()
+    monkeypatch.setattr(MultiHeadAttention, "fuse_projections", True)
+    fused = results()
+    # Separate: 3 per attention call. Fused: only the cross-attention
+    # queries (the layer's cross call; each decoder layer's, in the model
+    # and in the searches' cross-attention steps) are projected alone.
+    assert 0 < len(projected) < calls_separate / 2
+    for name, value in separate.items():
+        if name in ("greedy", "beam"):
+            np.testing.assert_array_equal(fused[name], value)
+        else:
+            np.testing.assert_allclose(fused[name], value, rtol=1e-5,
+                                       atol=1e-5, err_msg=name)
+
+
 def test_fused_attention_gets_the_mask_at_full_query_length(monkeypatch):
     """A key-only padding mask (cross-attention) reaches the fused op as
     (B, 1, T_q, T_k): cuDNN (JAX on a GPU) takes the mask as a bias of

@@ -1,5 +1,6 @@
 """Multi-head scaled dot-product attention (Vaswani et al. 2017, §3.2)."""
 
+import itertools
 import math
 import numbers
 
@@ -417,6 +418,57 @@ class MultiHeadAttention(keras.layers.Layer):
             y = y + bias
         return y
 
+    # True: query, key and value that are one tensor (self-attention; the
+    # keys and values of cross-attention) go through one matmul against
+    # their kernels side by side (the input read once; in training its
+    # gradient one matmul, not a sum of two or three). Off by default: the
+    # transformer_small training step measured 0.94x (TensorFlow) and 0.92x
+    # (JAX) on CPU in mixed bfloat16, same run
+    # (``bench/results/train_step_fused_projections_ab_*.json``); a lever
+    # for GPUs (``bench/gpu_train.py --fuse-projections``), where XLA may
+    # leave dots this large unmerged. Same function either way.
+    fuse_projections = False
+
+    def _projections(self, dtype=None, **inputs):
+        """``query=``, ``key=``, ``value=`` tensors -> their projections
+        ``(B, ..., T, h, k)``, in the order given; inputs that are the same
+        tensor share one matmul. ``dtype``: cast the weights to it (the
+        methods that run outside ``__call__``)."""
+        groups = []
+        for name, x in inputs.items():
+            for group_x, names in groups:
+                if group_x is x:
+                    names.append(name)
+                    break
+            else:
+                groups.append((x, [name]))
+        out = {}
+        for x, names in groups:
+            kernels = [getattr(self, f"{n}_kernel") for n in names]
+            biases = [getattr(self, f"{n}_bias") for n in names]
+            if dtype is not None:
+                kernels = [ops.cast(w, dtype) for w in kernels]
+                biases = [None if b is None else ops.cast(b, dtype)
+                          for b in biases]
+            if len(names) == 1 or not self.fuse_projections:
+                out.update((n, self._project(x, w, b))
+                           for n, w, b in zip(names, kernels, biases))
+                continue
+            d = kernels[0].shape[0]
+            widths = [w.shape[1] * w.shape[2] for w in kernels]
+            y = ops.matmul(x, ops.concatenate(
+                [ops.reshape(w, (d, n)) for w, n in zip(kernels, widths)],
+                axis=-1))
+            if self.use_bias:
+                y = y + ops.concatenate(
+                    [ops.reshape(b, (n,)) for b, n in zip(biases, widths)])
+            lead = tuple(ops.shape(x)[:-1])
+            parts = ops.split(y, list(itertools.accumulate(widths))[:-1],
+                              axis=-1)
+            out.update((n, ops.reshape(part, lead + tuple(w.shape[1:])))
+                       for n, part, w in zip(names, parts, kernels))
+        return [out[name] for name in inputs]
+
     @staticmethod
     def _project_output(heads, kernel, bias):
         """W^O: (B, ..., T, h, d_v) x (h, d_v, *output_shape) as one matmul."""
@@ -443,13 +495,8 @@ class MultiHeadAttention(keras.layers.Layer):
         Raises:
             ValueError: ``value_dim != key_dim``.
         """
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A key/value cache needs value_dim == key_dim, got "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
-        k = self._project(key, self.key_kernel, self.key_bias)
-        val = self._project(value, self.value_kernel, self.value_bias)
+        self._check_cacheable()
+        k, val = self._projections(key=key, value=value)
         return ops.stack([k, val], axis=1)
 
     # -- incremental decoding on head-major caches -------------------------
@@ -461,11 +508,6 @@ class MultiHeadAttention(keras.layers.Layer):
     # to copy, reorder or mask). These methods run outside ``__call__``, so
     # they cast the float32 variables of a mixed policy to the inputs' dtype
     # themselves. Eq. (1) and the weights are those of ``call``.
-
-    def _project_as(self, x, kernel, bias):
-        return self._project(
-            x, ops.cast(kernel, x.dtype),
-            None if bias is None else ops.cast(bias, x.dtype))
 
     def key_value_heads(self, key, value=None):
         """Projects an attended sequence into a head-major cache.
@@ -491,8 +533,7 @@ class MultiHeadAttention(keras.layers.Layer):
         ((3, 2, 5, 4), (3, 2, 5, 4))
         """
         value = key if value is None else value
-        k = self._project_as(key, self.key_kernel, self.key_bias)
-        v = self._project_as(value, self.value_kernel, self.value_bias)
+        k, v = self._projections(key.dtype, key=key, value=value)
         return ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
 
     def call_with_cache(self, query, cache, new_key_value=None,
@@ -549,11 +590,7 @@ class MultiHeadAttention(keras.layers.Layer):
         >>> tuple(cache[0].shape)
         (1, 2, 3, 4)
         """
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A key/value cache needs value_dim == key_dim, got "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
+        self._check_cacheable()
         keys, values = cache
         if cache_update_index is not None and new_key_value is None:
             raise ValueError(
@@ -561,7 +598,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"got cache_update_index={cache_update_index} with "
                 "new_key_value=None")
         if new_key_value is not None:
-            new_keys, new_values = self.key_value_heads(new_key_value)
+            q, new_keys, new_values = self._projections(
+                query.dtype, query=query, key=new_key_value,
+                value=new_key_value)
+            new_keys = ops.transpose(new_keys, (0, 2, 1, 3))
+            new_values = ops.transpose(new_values, (0, 2, 1, 3))
             if cache_update_index is None:
                 keys = ops.concatenate([keys, new_keys], axis=2)
                 values = ops.concatenate([values, new_values], axis=2)
@@ -574,7 +615,8 @@ class MultiHeadAttention(keras.layers.Layer):
                                            offset=cache_update_index)
                 attention_mask = written if attention_mask is None else \
                     ops.logical_and(ops.cast(attention_mask, "bool"), written)
-        q = self._project_as(query, self.query_kernel, self.query_bias)
+        else:
+            q, = self._projections(query.dtype, query=query)
         q = ops.transpose(q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype),
                           (0, 2, 1, 3))  # (batch, h, T_q, d_k)
         scores = ops.cast(_cached_matmul(q, keys, transpose_y=True),
@@ -743,18 +785,23 @@ class MultiHeadAttention(keras.layers.Layer):
             query, value, key, attention_mask, query_mask, value_mask,
             key_mask, use_kv_masks=cache is None,
         )
-        q = self._project(query, self.query_kernel, self.query_bias)
-        self._add_activity_losses(q)
         q_len = ops.shape(query)[-2]
+        if cache is not None:
+            self._check_cacheable()
+            self._check_cache(cache, query)
+        if cache is not None and cache_update_index is None:
+            # Cross-attention over pre-projected keys/values.
+            q, = self._projections(query=query)
+            self._add_activity_losses(q)
+        else:
+            q, k, val = self._projections(query=query, key=key, value=value)
+            self._add_activity_losses(q, k, val)
 
         if cache is not None:
-            self._check_cache(cache, query)
             if cache_update_index is None:
-                # Cross-attention over pre-projected keys/values.
                 k, val = cache[:, 0], cache[:, 1]
             else:
-                new_kv = self.project_key_value(key, value)
-                self._add_activity_losses(new_kv[:, 0], new_kv[:, 1])
+                new_kv = ops.stack([k, val], axis=1)
                 start = [0, 0, cache_update_index, 0, 0]
                 cache = ops.slice_update(cache, start, new_kv)
                 k, val = cache[:, 0], cache[:, 1]
@@ -772,10 +819,6 @@ class MultiHeadAttention(keras.layers.Layer):
                     mask, written
                 )
                 use_causal_mask = False  # already applied
-        else:
-            k = self._project(key, self.key_kernel, self.key_bias)
-            val = self._project(value, self.value_kernel, self.value_bias)
-            self._add_activity_losses(k, val)
 
         out, probs = self._attend(q, k, val, mask, training,
                                   is_causal=use_causal_mask,
@@ -789,6 +832,13 @@ class MultiHeadAttention(keras.layers.Layer):
         if return_attention_scores:
             result += (probs,)
         return result[0] if len(result) == 1 else result
+
+    def _check_cacheable(self):
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value_dim == key_dim, got "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
 
     def _check_cache(self, cache, query):
         shape = tuple(cache.shape)
