@@ -234,7 +234,7 @@ print("ran with", os.environ.get("GLIBC_TUNABLES"))
 """
 
 
-def _run_child(tmp_path, env_extra):
+def _run_child(tmp_path, env_extra, flag="--flag"):
     log = tmp_path / "runs.txt"
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(path=str(pathlib.Path(_runtime.__file__)),
@@ -242,7 +242,7 @@ def _run_child(tmp_path, env_extra):
     env = {k: v for k, v in os.environ.items()
            if k not in ("GLIBC_TUNABLES", "KERAS_TRM_NO_REEXEC")}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, str(script), "--flag"], env=env,
+    out = subprocess.run([sys.executable, str(script), flag], env=env,
                          capture_output=True, text=True, timeout=60, check=True)
     return log.read_text().splitlines(), out.stdout
 
@@ -260,6 +260,14 @@ def test_reexec_respects_the_users_tunables_and_the_opt_out(tmp_path):
     assert runs == [repr("glibc.malloc.arena_max=2")]
     (tmp_path / "runs.txt").unlink()
     runs, _ = _run_child(tmp_path, {"KERAS_TRM_NO_REEXEC": "1"})
+    assert runs == ["None"]
+
+
+@pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
+@pytest.mark.parametrize("flag", ["--help", "-h", "--print_config"])
+def test_a_command_that_only_prints_is_not_reexecuted(tmp_path, flag):
+    """``recipes/x.py --help`` started TensorFlow twice (about 7 s)."""
+    runs, _ = _run_child(tmp_path, {}, flag)
     assert runs == ["None"]
 
 
