@@ -516,10 +516,11 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
         parser.add_argument("--online", action="store_true",
                             help="the full WMT14 training data from tfds: the same as "
                                  "--dataset wmt14_tfds")
+    if online_flag and "--online" in argv:
+        # Last, so it wins over a --dataset; in the parse, so that
+        # --print_config and config.yaml show it.
+        argv = list(argv) + [f"--{keys['dataset']}=wmt14_tfds"]
     config, args = parse_config(parser, TranslationConfig, argv)
-    if online_flag and args.online:
-        config = dataclasses.replace(config, dataset="wmt14_tfds")
-        args[keys["dataset"]] = "wmt14_tfds"
     problem = (folder_problem("--workdir", args.workdir)
                or folder_problem("--export_dir", args.export_dir))
     if problem:

@@ -719,6 +719,12 @@ def test_wmt14_recipe_runs_the_job_with_its_defaults_and_its_documented_command(
     assert seen[-1][0].dataset == "wmt14_tfds"
     written = yaml.safe_load((workdir / "config.yaml").read_text())
     assert written["data"]["dataset"] == "wmt14_tfds" and written["online"] is True
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.main(common + ["--online", "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["data"]["dataset"] == "wmt14_tfds" and printed["online"] is True
     assert recipe.main(common + ["--workdir", str(workdir), "--dataset", "multi30k"]) == 0
     assert seen[-1][0].dataset == "multi30k"
     assert TranslationConfig().dataset == "multi30k"  # the defaults are the recipe's own
