@@ -7,6 +7,7 @@ Everything listens on 127.0.0.1 only and stops by itself."""
 import base64
 import concurrent.futures
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from keras_trm.export import export_module
 from keras_trm.serving import (
     BatchingOptions, BatchScheduler, InvalidArgument, ModelManager, ModelServer,
     Unavailable, batching_options, create_app, model_server_config)
+from keras_trm.serving.rest import to_array
 
 TIMEOUT = 30  # seconds, for every client call
 
@@ -175,6 +177,14 @@ BAD_BODIES = [
      "nested too deeply"),
     # A scalar in columnar form: the signature takes a list of rows.
     ({"inputs": "A dog."}, ":predict", 400, "shape []"),
+    # Numbers a float32 cannot hold, and a boolean, as TF Serving refuses
+    # them (they became inf, 16777216 and 1.0).
+    ({"signature_name": "affine", "inputs": {"x": [[1e39, 2.0]], "scale": [1.0]}},
+     ":predict", 400, "1e+39 is out of the range of float32"),
+    ({"signature_name": "affine", "inputs": {"x": [[16777217, 2.0]], "scale": [1.0]}},
+     ":predict", 400, "16777217 cannot be a float32 without loss"),
+    ({"signature_name": "affine", "instances": [{"x": [1.0, 2.0], "scale": True}]},
+     ":predict", 400, "true is a boolean"),
 ]
 
 
@@ -187,6 +197,29 @@ def test_malformed_requests_get_json_errors(server, body, suffix, status, words)
     assert reply.status_code == status, reply.text
     assert reply.headers["Content-Type"].startswith("application/json")
     assert words in reply.json()["error"]
+
+
+@pytest.mark.parametrize("value, dtype, words", [
+    (2**40, tf.int32, "out of the range of int32"),  # was 0
+    (300, tf.uint8, "out of the range of uint8 [0, 255]"),  # was 44
+    (-1, tf.uint8, "out of the range of uint8"),  # was 255
+    (2**63, tf.int64, "out of the range of int64"),
+    (1.5, tf.int32, "1.5 is not an integer"),
+    (True, tf.int64, "true is a boolean"),  # was 1
+    (1, tf.bool, "1 is not a boolean"),
+    (70000.0, tf.float16, "out of the range of float16"),  # was inf
+])
+def test_numbers_the_dtype_cannot_hold_are_refused(value, dtype, words):
+    """JSON numbers become tensor elements only where the dtype holds them
+    (TF Serving's rules); tf.constant alone wrapped or rounded them."""
+    with pytest.raises(InvalidArgument, match=re.escape(words)):
+        to_array([value], tf.TensorSpec([None], dtype), "x")
+    for ok, dtype_ok in ((2**31 - 1, tf.int32), (255, tf.uint8), (False, tf.bool),
+                         (float("nan"), tf.float32), (2**53 - 1, tf.float64),
+                         (65504.0, tf.float16)):
+        np.testing.assert_array_equal(
+            to_array([ok], tf.TensorSpec([None], dtype_ok), "x"),
+            np.array([ok], dtype_ok.as_numpy_dtype))
 
 
 def test_unknown_routes_models_and_methods_get_json_errors(server):

@@ -91,6 +91,53 @@ def _decode_b64(value, name):
     return value
 
 
+# Significand bits of the float dtypes: the largest integer each holds
+# exactly is 2**bits - 1.
+_SIGNIFICAND_BITS = {"bfloat16": 8, "float16": 11, "float32": 24, "float64": 53}
+
+
+def number_problem(value, dtype):
+    """Why the JSON number ``value`` (a Python bool, int or float) cannot be
+    an element of a ``dtype`` tensor, or None. TF Serving's rules
+    (``tensorflow_serving/util/json_tensor.cc``): a boolean only for a bool
+    tensor; an integer tensor takes integers in its range; a float tensor
+    takes numbers, an integer only where the dtype holds it exactly and a
+    finite decimal only within the dtype's range (NaN and ±Infinity pass).
+    Without this check ``tf.constant`` wrapped 2**40 to 0 in an int32
+    tensor, made 300 into 44 in a uint8 one, 1e39 into inf in a float32
+    one and True into 1.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> number_problem(2**40, tf.int32)
+    '1099511627776 is out of the range of int32 [-2147483648, 2147483647]'
+    >>> number_problem(0.5, tf.float32) is None
+    True
+    """
+    import math
+
+    kind, text = dtype.name, json.dumps(value)
+    if isinstance(value, bool):
+        return None if kind == "bool" else (
+            f"{text} is a boolean; the input takes {kind} numbers")
+    if kind == "bool":
+        return f"{text} is not a boolean (true or false)"
+    if dtype.is_integer:
+        low, high = int(dtype.min), int(dtype.max)
+        if not isinstance(value, int):
+            return f"{text} is not an integer; the input takes {kind}"
+        if not low <= value <= high:
+            return f"{text} is out of the range of {kind} [{low}, {high}]"
+        return None
+    if isinstance(value, int):
+        if abs(value) > 2 ** _SIGNIFICAND_BITS.get(kind, 53) - 1:
+            return f"{text} cannot be a {kind} without loss of precision"
+    elif math.isfinite(value) and abs(value) > float(dtype.max):
+        return f"{text} is out of the range of {kind} (at most {float(dtype.max):.6g})"
+    return None
+
+
 def to_array(value, spec, name):
     """A JSON value as a numpy array of ``spec``'s dtype.
 
@@ -120,6 +167,8 @@ def to_array(value, spec, name):
                 raise InvalidArgument(
                     f"input {name!r} expects numbers (dtype {spec.dtype.name}), got "
                     f"{type(v).__name__} {v!r}")
+            elif (problem := number_problem(v, spec.dtype)) is not None:
+                raise InvalidArgument(f"input {name!r}: {problem}")
         check(value)
     try:
         array = tf.constant(value, dtype=spec.dtype).numpy()
