@@ -194,6 +194,33 @@ def test_cached_step_avoids_onednn_attention_kernels(dtype, rng):
                                atol=1e-5 if dtype == "float32" else 0.1)
 
 
+@pytest.mark.parametrize("fuse", [False, True])
+def test_autograph_converts_every_path(fuse, rng, caplog, monkeypatch):
+    """Inside a tf.function (the exports, Keras' train step) AutoGraph
+    converts the layer's methods. A construct it cannot convert (a for/else
+    in _projections did) makes it run the method as is, log a warning and
+    keep the error, whose traceback held the translation job's fit() frame
+    and its training dataset after training (the job's memory)."""
+    monkeypatch.setattr(MultiHeadAttention, "fuse_projections", fuse)
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = tf.constant(rng.normal(size=(2, 3, 8)).astype("float32"))
+    layer(x, x)
+
+    @tf.function
+    def paths(x):
+        cache = layer.key_value_heads(x[:, :1])
+        step, _ = layer.call_with_cache(x[:, 1:2], cache, new_key_value=x[:, 1:2])
+        cross, _ = layer.call_with_cache(x[:, 1:2], cache)
+        full = tf.zeros((2, 2, 3, 2, 4))
+        written, _ = layer(x[:, :1], x[:, :1], cache=full, cache_update_index=0)
+        kv = layer.project_key_value(x, x)
+        return step, cross, written, kv, layer(x, x), layer(x, x[:, :2])
+
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        paths(x)
+    assert not [r for r in caplog.records if "AutoGraph" in r.getMessage()]
+
+
 def test_head_major_cache_needs_equal_head_sizes():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)
     x = tf.zeros((1, 2, 8))

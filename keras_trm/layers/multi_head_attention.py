@@ -434,12 +434,14 @@ class MultiHeadAttention(keras.layers.Layer):
         ``(B, ..., T, h, k)``, in the order given; inputs that are the same
         tensor share one matmul. ``dtype``: cast the weights to it (the
         methods that run outside ``__call__``)."""
-        groups = []
+        # No for/else here: AutoGraph (the exports' tf.functions) cannot
+        # convert it, runs the method as is and keeps the error, whose
+        # traceback held the training job's fit() frame and its dataset.
+        groups = []  # (tensor, names), in the order first seen
         for name, x in inputs.items():
-            for group_x, names in groups:
-                if group_x is x:
-                    names.append(name)
-                    break
+            same = [names for group_x, names in groups if group_x is x]
+            if same:
+                same[0].append(name)
             else:
                 groups.append((x, [name]))
         out = {}
@@ -451,8 +453,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 biases = [None if b is None else ops.cast(b, dtype)
                           for b in biases]
             if len(names) == 1 or not self.fuse_projections:
-                out.update((n, self._project(x, w, b))
-                           for n, w, b in zip(names, kernels, biases))
+                for n, w, b in zip(names, kernels, biases):
+                    out[n] = self._project(x, w, b)
                 continue
             d = kernels[0].shape[0]
             widths = [w.shape[1] * w.shape[2] for w in kernels]
@@ -465,8 +467,8 @@ class MultiHeadAttention(keras.layers.Layer):
             lead = tuple(ops.shape(x)[:-1])
             parts = ops.split(y, list(itertools.accumulate(widths))[:-1],
                               axis=-1)
-            out.update((n, ops.reshape(part, lead + tuple(w.shape[1:])))
-                       for n, part, w in zip(names, parts, kernels))
+            for n, part, w in zip(names, parts, kernels):
+                out[n] = ops.reshape(part, lead + tuple(w.shape[1:]))
         return [out[name] for name in inputs]
 
     @staticmethod
