@@ -222,6 +222,23 @@ def test_config_validate_errors_are_usage_errors(capsys):
     assert "warmup_steps" in capsys.readouterr().err
 
 
+def test_a_batch_smaller_than_the_longest_pair_is_a_usage_error(capsys):
+    """``--training.tokens_per_batch 1`` was a traceback after the
+    vocabulary and the shards were written (the shard stream checks it);
+    now the config refuses it, naming both values, before anything runs."""
+    from keras_trm.jobs.translation import TranslationConfig
+
+    parser = _parser(TranslationConfig)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(parser, TranslationConfig, ["--training.tokens_per_batch", "100",
+                                                 "--model.max_sequence_length", "128"])
+    assert exit_info.value.code == 2
+    assert "tokens_per_batch=100" in capsys.readouterr().err
+    config, _ = parse_config(parser, TranslationConfig, [
+        "--training.tokens_per_batch", "100", "--data.max_train_length", "100"])
+    assert (config.tokens_per_batch, config.max_train_length) == (100, 100)
+
+
 def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
     from keras_trm.jobs import imdb, language_model, mnist
 

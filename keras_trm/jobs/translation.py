@@ -367,6 +367,13 @@ class TranslationConfig:
             raise ValueError(
                 "`max_train_length` (default: `max_sequence_length`) must be "
                 f">= 2, got {train_length(self)}")
+        if self.tokens_per_batch < train_length(self):
+            # The last length bucket is train_length: one such pair must fit.
+            raise ValueError(
+                "`tokens_per_batch` must be at least the longest training pair "
+                "(`max_train_length`, default `max_sequence_length`: "
+                f"{train_length(self)} tokens), got tokens_per_batch="
+                f"{self.tokens_per_batch}")
         v.rate("dropout_rate", self.dropout_rate)
         v.rate("attention_dropout_rate", self.attention_dropout_rate)
         v.rate("label_smoothing", self.label_smoothing)
