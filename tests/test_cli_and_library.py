@@ -222,6 +222,28 @@ def test_config_validate_errors_are_usage_errors(capsys):
     assert "warmup_steps" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("job, argv, words", [
+    ("mnist", ["--epochs", "-1"], "epochs=-1"),  # was a traceback
+    ("mnist", ["--validation_fraction", "1.5"], "validation_fraction=1.5"),
+    ("mnist", ["--learning_rate", "0"], "learning_rate=0.0"),
+    # IMDB checked only its model names: these started the job, which
+    # learned a vocabulary before failing (or trained with them).
+    ("imdb", ["--max_length", "0"], "max_length=0"),
+    ("imdb", ["--num_heads", "3"], "num_heads=3"),
+    ("imdb", ["--lstm_dropout_rate", "1"], "lstm_dropout_rate=1.0"),
+    ("imdb", ["--limit", "-5"], "limit=-5"),
+])
+def test_classifier_jobs_refuse_bad_values_as_usage_errors(job, argv, words, capsys):
+    from keras_trm.jobs import imdb, mnist
+
+    config_cls = {"imdb": imdb.ImdbConfig, "mnist": mnist.MnistConfig}[job]
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(_parser(config_cls), config_cls, argv)
+    assert exit_info.value.code == 2
+    assert words in capsys.readouterr().err
+    config_cls().validate()  # the defaults are valid
+
+
 def test_a_batch_smaller_than_the_longest_pair_is_a_usage_error(capsys):
     """``--training.tokens_per_batch 1`` was a traceback after the
     vocabulary and the shards were written (the shard stream checks it);

@@ -241,9 +241,11 @@ def test_validation_split_is_seeded_and_disjoint():
     again, val_again = validation_split(1000, 0.1, seed=3)
     np.testing.assert_array_equal(val, val_again)
     assert not np.array_equal(val, validation_split(1000, 0.1, seed=4)[1])
-    for bad in (0, 1.0, -0.1, True):
+    for bad in (0, 1.0, -0.1):
         with pytest.raises(ValueError, match="validation_fraction"):
             validation_split(1000, bad, seed=0)
+    with pytest.raises(TypeError, match="validation_fraction=True"):
+        validation_split(1000, True, seed=0)
 
 
 def test_the_best_validation_epoch_is_restored(digits):

@@ -63,9 +63,7 @@ def validation_split(count, fraction, seed):
     >>> len(train), len(validation)
     (8, 2)
     """
-    if isinstance(fraction, bool) or not 0.0 < float(fraction) < 1.0:
-        raise ValueError("`validation_fraction` must be in (0, 1), got "
-                         f"validation_fraction={fraction!r}")
+    fraction = v.fraction("validation_fraction", fraction)
     size = int(round(float(fraction) * count))
     if not 0 < size < count:
         raise ValueError(

@@ -158,6 +158,27 @@ class ImdbConfig:
                      "clipnorm", "print_every", "jit_compile"),
     }
 
+    def validate(self):
+        """Raises ``ValueError``/``TypeError`` naming a bad field and its
+        value (``keras-trm train-imdb`` turns it into a usage error, exit
+        2, before anything is read or written; the job checks too)."""
+        for kind in self.models:
+            v.one_of("models", kind, set(MODEL_KINDS))
+        for name in ("vocabulary_size", "max_length", "batch_size",
+                     "encoder_max_length", "num_layers", "d_model", "num_heads",
+                     "d_ff", "encoder_epochs", "embedding_dim", "units",
+                     "lstm_epochs", "warmup_steps", "print_every"):
+            v.positive_int(name, getattr(self, name))
+        for name in ("limit", "seed"):
+            v.non_negative_int(name, getattr(self, name))
+        v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
+        v.rate("encoder_dropout_rate", self.encoder_dropout_rate)
+        v.rate("lstm_dropout_rate", self.lstm_dropout_rate)
+        for name in ("encoder_learning_rate", "lstm_learning_rate", "clipnorm"):
+            v.positive_float(name, getattr(self, name))
+        v.fraction("validation_fraction", self.validation_fraction)
+        return self
+
 
 # --- preprocessing (in the graph) ---------------------------------------------
 
@@ -463,9 +484,7 @@ class ImdbRun(StagedJob):
 
     def __init__(self, config, data_dir, workdir, export_dir, results_dir,
                  verbose):
-        self.config = config = config or ImdbConfig()
-        for kind in config.models:
-            v.one_of("models", kind, set(MODEL_KINDS))
+        self.config = config = (config or ImdbConfig()).validate()
         start_classifier_job(self, workdir, data_dir, export_dir, results_dir,
                              verbose, config.download)
 
@@ -480,7 +499,6 @@ class ImdbRun(StagedJob):
         train_labels = check_labels(train_labels, 2, "train_labels")
         test_labels = check_labels(test_labels, 2, "test_labels")
         if config.limit:
-            v.positive_int("limit", config.limit)
             keep = np.random.default_rng(config.seed).permutation(25_000)[:config.limit]
             train_texts = [train_texts[i] for i in keep]
             test_texts = [test_texts[i] for i in keep]

@@ -98,6 +98,21 @@ class MnistConfig:
         "report": ("bin_examples",),
     }
 
+    def validate(self):
+        """Raises ``ValueError``/``TypeError`` naming a bad field and its
+        value (``keras-trm train-mnist`` turns it into a usage error, exit
+        2, before anything is read or written; the job checks too)."""
+        for norm in self.norms:
+            v.one_of("norms", norm, set(NORMS))
+        for b in self.batch_sizes:
+            v.positive_int("batch_sizes", b)
+        v.positive_int("epochs", self.epochs)
+        v.positive_int("bin_examples", self.bin_examples)
+        v.non_negative_int("seed", self.seed)
+        v.positive_float("learning_rate", self.learning_rate)
+        v.fraction("validation_fraction", self.validation_fraction)
+        return self
+
 
 def check_dataset(images, labels, images_name="images", labels_name="labels"):
     """``check_images`` and ``check_labels`` (digits 0-9, one per image)."""
@@ -371,12 +386,7 @@ class MnistRun(StagedJob):
 
     def __init__(self, config, data_dir, workdir, export_dir, results_dir,
                  verbose):
-        self.config = config = config or MnistConfig()
-        for norm in config.norms:
-            v.one_of("norms", norm, set(NORMS))
-        for b in config.batch_sizes:
-            v.positive_int("batch_sizes", b)
-        v.positive_int("epochs", config.epochs)
+        self.config = config = (config or MnistConfig()).validate()
         start_classifier_job(self, workdir, data_dir, export_dir, results_dir,
                              verbose, config.download)
 

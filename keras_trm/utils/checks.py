@@ -51,6 +51,16 @@ def rate(name, value):
     return float(value)
 
 
+def fraction(name, value):
+    """Returns ``value`` as float if it is in (0, 1) (a share held out,
+    both parts non-empty), else raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a float in (0, 1), got {name}={value!r}")
+    if not 0.0 < float(value) < 1.0:
+        raise ValueError(f"`{name}` must be a float in (0, 1), got {name}={value!r}")
+    return float(value)
+
+
 def one_of(name, value, allowed):
     if value not in allowed:
         raise ValueError(
