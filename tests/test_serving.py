@@ -332,6 +332,12 @@ def test_grpc_shape_bomb_and_rest_rows_are_refused_by_the_row_limit(server):
     assert reply.status_code == 400 and "5000 rows" in reply.json()["error"]
 
 
+def _variant():
+    proto = tf.make_tensor_proto(["a"])
+    proto.dtype = tf.variant.as_datatype_enum
+    return proto
+
+
 @pytest.mark.parametrize("change, code", [
     (lambda r: setattr(r.model_spec, "name", "nope"), grpc.StatusCode.NOT_FOUND),
     (lambda r: r.model_spec.version.CopyFrom(type(r.model_spec.version)(value=7)),
@@ -352,6 +358,8 @@ def test_grpc_shape_bomb_and_rest_rows_are_refused_by_the_row_limit(server):
      grpc.StatusCode.INVALID_ARGUMENT),
     (lambda r: r.inputs["text"].CopyFrom(_declared(["a", "b"], [3])),
      grpc.StatusCode.INVALID_ARGUMENT),
+    # A dtype no request can carry; TensorFlow's own message is just "21".
+    (lambda r: r.inputs["text"].CopyFrom(_variant()), grpc.StatusCode.INVALID_ARGUMENT),
 ])
 def test_grpc_errors_carry_tf_serving_codes(server, change, code):
     _, _, channel, _ = server
@@ -363,6 +371,8 @@ def test_grpc_errors_carry_tf_serving_codes(server, change, code):
     with pytest.raises(grpc.RpcError) as err:
         stub.Predict(request, timeout=TIMEOUT)
     assert err.value.code() == code, err.value.details()
+    if request.inputs["text"].dtype == tf.variant.as_datatype_enum:
+        assert "dtype DT_VARIANT" in err.value.details()
     request = predict_pb2.PredictRequest()
     request.model_spec.name = "toy"
     request.inputs["text"].CopyFrom(tf.make_tensor_proto(["still fine"]))

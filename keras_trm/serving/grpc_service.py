@@ -17,6 +17,7 @@ import logging
 import time
 
 import grpc
+from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (
     get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
     predict_pb2, prediction_service_pb2_grpc)
@@ -134,7 +135,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 try:
                     inputs[key] = tf.make_ndarray(proto)
                 except Exception as err:  # noqa: BLE001 - a malformed TensorProto
-                    raise InvalidArgument(f"input {key!r}: bad TensorProto: {err}") from err
+                    # TensorFlow names a dtype it cannot read by number only
+                    # ("bad TensorProto: 21" for DT_VARIANT).
+                    dtype = types_pb2.DataType.Name(proto.dtype) if (
+                        proto.dtype in types_pb2.DataType.values()) else proto.dtype
+                    raise InvalidArgument(f"input {key!r}: bad TensorProto (dtype "
+                                          f"{dtype}): {err}") from err
             if not context.is_active():
                 # The client gave up (deadline, cancel) before the model ran.
                 raise ServingError("the client cancelled the request or its "
