@@ -23,6 +23,7 @@ the same functions.
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -465,25 +466,43 @@ def translate_main(argv):
     parser = argparse.ArgumentParser(
         prog="keras-trm translate",
         description="Translate sentences with a raw-text SavedModel exported "
-        "by train-translation.")
+        "by train-translation: the sentences given, or stdin's lines, read and "
+        "translated --batch_size at a time (a file of any length).")
     parser.add_argument("--model", required=True,
                         help="SavedModel folder export/<name>/<version>")
+    parser.add_argument("--batch_size", type=int, default=64,
+                        help="sentences per call of the model (default 64)")
     parser.add_argument("sentences", nargs="*",
                         help="source sentences (default: read stdin lines)")
     args = parser.parse_args(argv)
     problem = saved_model_problem(args.model)
+    if not problem and args.batch_size < 1:
+        problem = f"--batch_size must be at least 1, got {args.batch_size}"
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
     quiet_cuda_probe()
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    serve = tf.saved_model.load(args.model).signatures["serving_default"]
-    outputs = serve(tf.constant(sentences, tf.string))
-    (out,) = outputs.values()
-    for line in out.numpy():
-        print(line.decode("utf-8"))
+    serve = tf.saved_model.load(args.model).signatures.get("serving_default")
+    inputs = [] if serve is None else serve.structured_input_signature[1]
+    outputs = {} if serve is None else serve.structured_outputs
+    if (len(inputs) != 1 or len(outputs) != 1
+            or any(spec.dtype != tf.string for spec in [*inputs.values(), *outputs.values()])):
+        signature = None if serve is None else (
+            {k: s.dtype.name for k, s in inputs.items()},
+            {k: s.dtype.name for k, s in outputs.items()})
+        parser.exit(2, f"{parser.prog}: error: --model {args.model!r} is not a "
+                       "translation SavedModel (serving_default: one string input, "
+                       f"one string output); its serving_default (inputs, outputs): "
+                       f"{signature}\n")
+    lines = iter(args.sentences or (line.rstrip("\n") for line in sys.stdin))
+    while batch := list(itertools.islice(lines, args.batch_size)):
+        (out,) = serve(tf.constant(batch, tf.string)).values()
+        for line in out.numpy():
+            print(line.decode("utf-8"))
+        sys.stdout.flush()
+    return 0
 
 
 def train_translation_main(argv, prog="keras-trm train-translation", workdir="runs/multi30k",

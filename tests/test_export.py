@@ -1,5 +1,6 @@
 """The raw-text SavedModel: fresh-process reload without keras_trm."""
 
+import io
 import json
 import subprocess
 import sys
@@ -79,6 +80,54 @@ def test_saved_model_in_fresh_process_matches(translator, tmp_path):
     with pytest.raises(FileExistsError):
         export_module(translator, tmp_path, "tiny", version=1,
                       signatures={"serving_default": translator.translate})
+
+
+class _BrokenStdin:
+    """stdin whose first ``count`` lines arrive, then the read fails."""
+
+    def __init__(self, lines, count):
+        self.lines, self.count = lines, count
+
+    def __iter__(self):
+        yield from (line + "\n" for line in self.lines[:self.count])
+        raise OSError("stdin closed")
+
+
+def test_translate_command_streams_stdin_a_batch_at_a_time(translator, tmp_path,
+                                                           monkeypatch, capsys):
+    """``keras-trm translate --model M < file`` read all of stdin into a
+    list and translated it in one call (a large file: all of it in memory,
+    one search over every sentence). Now each batch is translated and
+    printed before the next is read: with ``--batch_size 2``, a read that
+    fails at line 4 finds lines 1-2 already printed. A SavedModel that is
+    not a translator is named, exit 2."""
+    from keras_trm import cli
+
+    path = export_module(translator, tmp_path, "tiny",
+                         signatures={"serving_default": translator.translate})
+    expected = [s.decode() for s in translator.translate(tf.constant(SENTENCES)).numpy()]
+    monkeypatch.setattr(sys, "stdin", _BrokenStdin(SENTENCES, 3))
+    with pytest.raises(OSError, match="stdin closed"):
+        cli.translate_main(["--model", str(path), "--batch_size", "2"])
+    assert capsys.readouterr().out.splitlines() == expected[:2]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(s + "\n" for s in SENTENCES)))
+    assert cli.translate_main(["--model", str(path), "--batch_size", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    assert cli.translate_main(["--model", str(path), *SENTENCES[:2]]) == 0
+    assert capsys.readouterr().out.splitlines() == expected[:2]
+
+    class Doubler(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def double(self, x):
+            return {"y": 2 * x}
+
+    module = Doubler()
+    other = export_module(module, tmp_path, "doubler",
+                          signatures={"serving_default": module.double})
+    with pytest.raises(SystemExit) as exit_info:
+        cli.translate_main(["--model", str(other), "A dog."])
+    assert exit_info.value.code == 2
+    assert "is not a translation SavedModel" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("beam_size", [1, 2])
