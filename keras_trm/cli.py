@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import math
 import os
 import pathlib
 import sys
@@ -578,6 +579,48 @@ def parse_bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def int_in(low, high=None):
+    """An argparse ``type``: an integer in ``[low, high]`` (``high`` None:
+    no upper bound); anything else is a usage error naming the flag.
+
+    Example:
+
+    >>> int_in(0, 65535)("8500")
+    8500
+    """
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"expected an integer {bound}, got {text!r}")
+        return value
+    return parse
+
+
+def finite_float(low=None):
+    """An argparse ``type``: a finite number, at least ``low`` where given
+    (NaN and infinity refused).
+
+    Example:
+
+    >>> finite_float(0.0)("2.5")
+    2.5
+    """
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (low is not None and value < low):
+            bound = f" >= {low}" if low is not None else ""
+            raise argparse.ArgumentTypeError(f"expected a finite number{bound}, got {text!r}")
+        return value
+    return parse
+
+
 def serve_parser():
     """``keras-trm serve``'s flags: ``tensorflow_model_server``'s own names
     (``--model_base_path``; the dashed ``--model-base-path`` works too)."""
@@ -587,11 +630,11 @@ def serve_parser():
         "(same flags as tensorflow_model_server).")
 
     def flag(name, **kwargs):
-        parser.add_argument("--" + name, "--" + name.replace("_", "-"), dest=name,
-                            **kwargs)
+        names = dict.fromkeys(["--" + name, "--" + name.replace("_", "-")])
+        parser.add_argument(*names, dest=name, **kwargs)
 
-    flag("port", type=int, default=8500, help="gRPC port (default 8500)")
-    flag("rest_api_port", type=int, default=8501,
+    flag("port", type=int_in(0, 65535), default=8500, help="gRPC port (default 8500)")
+    flag("rest_api_port", type=int_in(0, 65535), default=8501,
          help="REST port (default 8501; 0 serves no REST)")
     flag("model_name", action="append", default=[],
          help="model name in requests (default: the base path's folder name); "
@@ -607,16 +650,16 @@ def serve_parser():
     flag("batching_parameters_file", default=None,
          help="text BatchingParameters (max_batch_size, batch_timeout_micros, "
          "num_batch_threads, max_enqueued_batches, allowed_batch_sizes)")
-    flag("file_system_poll_wait_seconds", type=float, default=1.0,
+    flag("file_system_poll_wait_seconds", type=finite_float(), default=1.0,
          help="seconds between scans for new versions (0: once, <0: never)")
-    flag("rest_api_num_threads", type=int, default=32,
+    flag("rest_api_num_threads", type=int_in(1), default=32,
          help="REST worker threads (default 32)")
-    flag("grpc_max_threads", type=int, default=32, help="gRPC worker threads")
+    flag("grpc_max_threads", type=int_in(1), default=32, help="gRPC worker threads")
     flag("host", default="127.0.0.1",
          help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
-    flag("max_request_bytes", type=int, default=4 * 1024 * 1024,
+    flag("max_request_bytes", type=int_in(1), default=4 * 1024 * 1024,
          help="largest REST body / gRPC message (default 4 MiB; more gets 413)")
-    flag("max_request_rows", type=int, default=4096,
+    flag("max_request_rows", type=int_in(1), default=4096,
          help="most rows (instances) in one request, checked before any "
          "value is expanded (default 4096; more gets INVALID_ARGUMENT / 400)")
     flag("tensorflow_intra_op_parallelism", type=int, default=0,
@@ -630,7 +673,7 @@ def serve_parser():
          help="text MonitoringConfig: prometheus_config { enable: true path: "
          "\"/monitoring/prometheus/metrics\" } serves TF Serving's metrics on "
          "the REST port")
-    flag("shutdown_grace_seconds", type=float, default=30.0,
+    flag("shutdown_grace_seconds", type=finite_float(0.0), default=30.0,
          help="on SIGTERM, how long in-flight requests may take to finish")
     return parser
 

@@ -858,6 +858,29 @@ def test_cli_refuses_bad_thread_flags_before_touching_tensorflow(tmp_path, capsy
             in capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("flag, value, words", [
+    # --port -1 and 70000 started a server; 0 bytes or rows was a traceback;
+    # NaN seconds and a negative grace were taken.
+    ("--port", "70000", "in [0, 65535], got '70000'"),
+    ("--port", "-1", "in [0, 65535], got '-1'"),
+    ("--rest_api_port", "x", "in [0, 65535], got 'x'"),
+    ("--max_request_bytes", "0", ">= 1, got '0'"),
+    ("--max_request_rows", "-3", ">= 1, got '-3'"),
+    ("--rest_api_num_threads", "0", ">= 1, got '0'"),
+    ("--file_system_poll_wait_seconds", "nan", "finite number, got 'nan'"),
+    ("--shutdown_grace_seconds", "-5", "finite number >= 0.0, got '-5'"),
+])
+def test_cli_refuses_out_of_range_flags_as_usage_errors(tmp_path, capsys, flag, value,
+                                                         words):
+    from keras_trm import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["serve", "--model_base_path", str(tmp_path), flag, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and words in err, err
+
+
 # -- Prometheus metrics (--monitoring_config_file) -----------------------------------
 def test_prometheus_metrics_count_rest_and_grpc_requests_as_tf_serving(tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
