@@ -155,6 +155,23 @@ def test_search_follows_new_weights(small_model, source):
         before, to_numpy(beam_search(small_model, source, beam_size=2)))
 
 
+def test_searches_refuse_host_ids_outside_the_source_vocabulary(small_model, source):
+    """An id past the embedding table read a row of NaN under JAX (and an
+    index error elsewhere, or a negative id a row from the end): host ids
+    are checked against the source vocabulary (30), naming the position."""
+    for bad, value in ((30, 30), (-1, -1)):
+        ids = source.copy()
+        ids[2, 4] = bad
+        for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=2, **k)):
+            with pytest.raises(ValueError, match=rf"encoder_tokens\[2, 4\]={value} "):
+                search(small_model, ids, max_decoding_length=4)
+            with pytest.raises(ValueError, match=r"in \[0, 30\)"):
+                search(small_model, ids.tolist(), max_decoding_length=4)
+    np.testing.assert_array_equal(  # in range: lists and arrays alike
+        to_numpy(greedy_search(small_model, source.tolist(), max_decoding_length=4)),
+        to_numpy(greedy_search(small_model, source, max_decoding_length=4)))
+
+
 def test_searches_stop_at_the_end_id_they_are_given():
     """The special ids are arguments (issue #41): a toy model that always
     emits id 5 stops at once with end_id=5, filling with the given pad_id,

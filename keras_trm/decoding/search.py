@@ -55,6 +55,7 @@ import weakref
 from typing import Protocol
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_trm.utils import checks as v
@@ -144,7 +145,23 @@ def length_penalty(length, alpha):
 _gnmt_penalty = length_penalty
 
 
-def _check_tokens(encoder_tokens):
+def _check_tokens(encoder_tokens, model):
+    """The searches' source ids as an int32 tensor, checked: integer ids of
+    shape (batch, T_src), and, where they are host values (NumPy, lists:
+    nothing to copy back from a device), within the source vocabulary:
+    under JAX an id past the embedding table reads a row of NaN, and every
+    hypothesis of that sentence would be decoded from it."""
+    if isinstance(encoder_tokens, (np.ndarray, list, tuple)):
+        ids = np.asarray(encoder_tokens)
+        size = getattr(getattr(model, "source_embedding", None), "vocabulary_size", None)
+        if size is not None and ids.size and ids.dtype.kind in "iu":
+            bad = np.flatnonzero((ids < 0) | (ids >= size))
+            if bad.size:
+                where = np.unravel_index(bad[0], ids.shape)
+                raise ValueError(
+                    f"`encoder_tokens` must be ids in [0, {size}) (the model's source "
+                    f"vocabulary), got encoder_tokens{list(map(int, where))}="
+                    f"{int(ids[where])} ({bad.size} out of range)")
     encoder_tokens = ops.convert_to_tensor(encoder_tokens)
     v.integer_ids("encoder_tokens", encoder_tokens)
     if len(encoder_tokens.shape) != 2:
@@ -216,7 +233,8 @@ def encode_by_length(model, encoder_tokens, groups=4, pad_id=PAD_ID):
         float ``(batch, T_src, d_model)``, as ``model.encode``.
 
     Raises:
-        TypeError: non-integer ids. ValueError: bad shapes, ``groups`` < 1.
+        TypeError: non-integer ids. ValueError: bad shapes, ``groups`` < 1,
+            host (NumPy) ids outside the source vocabulary.
 
     Example:
 
@@ -231,7 +249,7 @@ def encode_by_length(model, encoder_tokens, groups=4, pad_id=PAD_ID):
     >>> bool(np.allclose(grouped[1, :2], model.encode(source)[1, :2], atol=1e-5))
     True
     """
-    encoder_tokens = _check_tokens(encoder_tokens)
+    encoder_tokens = _check_tokens(encoder_tokens, model)
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"`groups` must be an int >= 1, got groups={groups!r}")
     if groups == 1 or not _is_tensorflow():
@@ -656,7 +674,7 @@ def _search(model, encoder_tokens, max_decoding_length, pad_id, static_cache,
     """Runs ``drive(graph, steps, limits, encoder_tokens, encoder_outputs)``
     (``graph``: TensorFlow's compacting loop) as ``_run`` does, on the
     checked ids (``max_decoding_length`` checked by the caller)."""
-    encoder_tokens = _check_tokens(encoder_tokens)
+    encoder_tokens = _check_tokens(encoder_tokens, model)
 
     def run(encoder_tokens, encoder_outputs):
         steps, limits = decode_length(model, encoder_tokens,
@@ -714,8 +732,9 @@ def greedy_search(model, encoder_tokens, max_decoding_length=None,
         every position is ``pad_id``.
 
     Raises:
-        TypeError: non-integer ids. ValueError: bad shapes, special ids or
-            max_decoding_length.
+        TypeError: non-integer ids. ValueError: bad shapes, special ids,
+            max_decoding_length, or host (NumPy) ids outside the source
+            vocabulary.
 
     Example:
 
@@ -881,7 +900,8 @@ def beam_search(
 
     Raises:
         ValueError: beam_size < 1, α < 0, an unknown ``early_stopping``,
-            bad shapes, special ids or max_decoding_length.
+            bad shapes, special ids, max_decoding_length, or host (NumPy)
+            ids outside the source vocabulary.
 
     Example:
 
