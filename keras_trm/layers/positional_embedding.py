@@ -98,6 +98,13 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         ValueError: a sequence longer than ``max_sequence_length`` (checked on static
             shapes when called and at run time otherwise), bad arguments.
 
+    Ids outside ``[0, vocabulary_size)`` are not checked here (it would
+    copy every batch's ids back from the device): as with
+    ``keras.layers.Embedding``, TensorFlow and PyTorch raise for an id past
+    the table, JAX returns a row of NaN, and a negative id reads a row from
+    the end. The searches check host (NumPy) source ids; the jobs' ids come
+    from their tokenizers.
+
     Example:
 
     >>> import numpy as np
