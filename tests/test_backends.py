@@ -158,7 +158,8 @@ def test_search_follows_new_weights(small_model, source):
 def test_searches_refuse_host_ids_outside_the_source_vocabulary(small_model, source):
     """An id past the embedding table read a row of NaN under JAX (and an
     index error elsewhere, or a negative id a row from the end): host ids
-    are checked against the source vocabulary (30), naming the position."""
+    given to the searches and to the model's encode / decode are checked
+    against the vocabulary (30), naming the position."""
     for bad, value in ((30, 30), (-1, -1)):
         ids = source.copy()
         ids[2, 4] = bad
@@ -170,6 +171,14 @@ def test_searches_refuse_host_ids_outside_the_source_vocabulary(small_model, sou
     np.testing.assert_array_equal(  # in range: lists and arrays alike
         to_numpy(greedy_search(small_model, source.tolist(), max_decoding_length=4)),
         to_numpy(greedy_search(small_model, source, max_decoding_length=4)))
+    # The model's own encode / decode, called with host ids.
+    bad = source.copy()
+    bad[0, 1] = 31
+    with pytest.raises(ValueError, match=r"source vocabulary\), got encoder_tokens\[0, 1\]=31 "):
+        small_model.encode(bad)
+    encoded = small_model.encode(source)
+    with pytest.raises(ValueError, match=r"target vocabulary\), got decoder_tokens\[0, 1\]=31 "):
+        small_model.decode(bad, encoded, source != 0)
 
 
 def test_searches_stop_at_the_end_id_they_are_given():

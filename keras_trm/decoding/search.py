@@ -55,7 +55,6 @@ import weakref
 from typing import Protocol
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_trm.utils import checks as v
@@ -151,17 +150,10 @@ def _check_tokens(encoder_tokens, model):
     nothing to copy back from a device), within the source vocabulary:
     under JAX an id past the embedding table reads a row of NaN, and every
     hypothesis of that sentence would be decoded from it."""
-    if isinstance(encoder_tokens, (np.ndarray, list, tuple)):
-        ids = np.asarray(encoder_tokens)
-        size = getattr(getattr(model, "source_embedding", None), "vocabulary_size", None)
-        if size is not None and ids.size and ids.dtype.kind in "iu":
-            bad = np.flatnonzero((ids < 0) | (ids >= size))
-            if bad.size:
-                where = np.unravel_index(bad[0], ids.shape)
-                raise ValueError(
-                    f"`encoder_tokens` must be ids in [0, {size}) (the model's source "
-                    f"vocabulary), got encoder_tokens{list(map(int, where))}="
-                    f"{int(ids[where])} ({bad.size} out of range)")
+    size = getattr(getattr(model, "source_embedding", None), "vocabulary_size", None)
+    if size is not None:
+        v.host_ids_in_range("encoder_tokens", encoder_tokens, size,
+                            "the model's source vocabulary")
     encoder_tokens = ops.convert_to_tensor(encoder_tokens)
     v.integer_ids("encoder_tokens", encoder_tokens)
     if len(encoder_tokens.shape) != 2:

@@ -272,13 +272,21 @@ class Transformer(v.RenamedAttributes, keras.Model):
 
     def encode(self, encoder_tokens):
         """int ``(batch, T_src)`` ids (0 = padding) -> encoder outputs
-        ``(batch, T_src, d_model)`` (inference: no dropout)."""
+        ``(batch, T_src, d_model)`` (inference: no dropout). Host (NumPy)
+        ids outside the source vocabulary raise ``ValueError``."""
+        v.host_ids_in_range("encoder_tokens", encoder_tokens,
+                            self.source_embedding.vocabulary_size,
+                            "the model's source vocabulary")
         return self._encoder_stack(self.source_embedding(encoder_tokens),
                                    ops.not_equal(encoder_tokens, 0))
 
     def decode(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
         """The decoder over a whole prefix, without a cache: int ``(batch,
-        T)`` ids -> float32 logits ``(batch, T, target vocabulary)``."""
+        T)`` ids -> float32 logits ``(batch, T, target vocabulary)``. Host
+        (NumPy) ids outside the target vocabulary raise ``ValueError``."""
+        v.host_ids_in_range("decoder_tokens", decoder_tokens,
+                            self.target_embedding.vocabulary_size,
+                            "the model's target vocabulary")
         y = self.target_embedding(decoder_tokens)
         decoder_mask = ops.not_equal(decoder_tokens, 0)
         for layer in self.decoder_layers:

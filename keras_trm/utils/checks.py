@@ -77,6 +77,34 @@ def divisible(name_a, a, name_b, b):
         )
 
 
+def host_ids_in_range(name, value, size, what="the model's vocabulary"):
+    """Where ``value`` holds host values (a NumPy array, a list or tuple:
+    nothing to copy back from a device), checks its integer ids are in
+    ``[0, size)``; tensors pass unchecked. Under JAX an id past an
+    embedding table reads a row of NaN; a negative id reads a row from the
+    end on every backend.
+
+    Raises:
+        ValueError: naming the first id out of range, its position and the
+            count, e.g. "`encoder_tokens` must be ids in [0, 20) (the
+            model's source vocabulary), got encoder_tokens[0, 1]=25 (1 out
+            of range)".
+    """
+    import numpy as np
+
+    if not isinstance(value, (np.ndarray, list, tuple)):
+        return
+    ids = np.asarray(value)
+    if not ids.size or ids.dtype.kind not in "iu":
+        return  # empty, or not ids: integer_ids names the dtype
+    bad = np.flatnonzero((ids < 0) | (ids >= size))
+    if bad.size:
+        where = np.unravel_index(bad[0], ids.shape)
+        raise ValueError(
+            f"`{name}` must be ids in [0, {size}) ({what}), got "
+            f"{name}{list(map(int, where))}={int(ids[where])} ({bad.size} out of range)")
+
+
 def integer_ids(name, value, what="integer token ids"):
     """Checks that ``value`` (a tensor, NumPy array or ``KerasTensor``)
     holds integers (signed or unsigned); returns its standardized dtype.
