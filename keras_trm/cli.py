@@ -471,14 +471,12 @@ def translate_main(argv):
         "translated --batch_size at a time (a file of any length).")
     parser.add_argument("--model", required=True,
                         help="SavedModel folder export/<name>/<version>")
-    parser.add_argument("--batch_size", type=int, default=64,
+    parser.add_argument("--batch_size", type=int_in(1), default=64,
                         help="sentences per call of the model (default 64)")
     parser.add_argument("sentences", nargs="*",
                         help="source sentences (default: read stdin lines)")
     args = parser.parse_args(argv)
     problem = saved_model_problem(args.model)
-    if not problem and args.batch_size < 1:
-        problem = f"--batch_size must be at least 1, got {args.batch_size}"
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
     quiet_cuda_probe()
@@ -486,7 +484,7 @@ def translate_main(argv):
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     serve = tf.saved_model.load(args.model).signatures.get("serving_default")
-    inputs = [] if serve is None else serve.structured_input_signature[1]
+    inputs = {} if serve is None else serve.structured_input_signature[1]
     outputs = {} if serve is None else serve.structured_outputs
     if (len(inputs) != 1 or len(outputs) != 1
             or any(spec.dtype != tf.string for spec in [*inputs.values(), *outputs.values()])):

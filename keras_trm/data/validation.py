@@ -64,7 +64,7 @@ def validation_split(count, fraction, seed):
     (8, 2)
     """
     fraction = v.fraction("validation_fraction", fraction)
-    size = int(round(float(fraction) * count))
+    size = int(round(fraction * count))
     if not 0 < size < count:
         raise ValueError(
             f"`validation_fraction={fraction}` of {count} examples leaves an "
