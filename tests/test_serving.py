@@ -185,6 +185,13 @@ BAD_BODIES = [
      ":predict", 400, "16777217 cannot be a float32 without loss"),
     ({"signature_name": "affine", "instances": [{"x": [1.0, 2.0], "scale": True}]},
      ":predict", 400, "true is a boolean"),
+    # Numbers past float64, which TF Serving's parser (rapidjson) refuses:
+    # Python's json read the first as inf and passed it on, and the second
+    # (5,000 digits) made the error message itself fail.
+    (b'{"signature_name": "affine", "inputs": {"x": [[1e400, 2.0]], "scale": [1.0]}}',
+     ":predict", 400, "Number too big to be stored in double: 1e400"),
+    (b'{"signature_name": "affine", "inputs": {"x": [[' + b"9" * 5000
+     + b', 2.0]], "scale": [1.0]}}', ":predict", 400, "(5000 characters)"),
 ]
 
 

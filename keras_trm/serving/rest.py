@@ -34,6 +34,7 @@ exception) for anything else.
 import base64
 import binascii
 import json
+import math
 import sys
 import threading
 import time
@@ -96,6 +97,55 @@ def _decode_b64(value, name):
 _SIGNIFICAND_BITS = {"bfloat16": 8, "float16": 11, "float32": 24, "float64": 53}
 
 
+class _NumberTooBig(ValueError):
+    """A JSON number beyond the float64 range."""
+
+
+def _json_float(text):
+    value = float(text)
+    if math.isinf(value):
+        raise _NumberTooBig(text)
+    return value
+
+
+def _json_int(text):
+    # Digits past about 309 are beyond float64 whatever they are; the length
+    # check first keeps int() off numbers of many thousand digits.
+    if len(text.lstrip("-")) > 310 or abs(int(text)) > sys.float_info.max:
+        raise _NumberTooBig(text)
+    return int(text)
+
+
+def parse_json(text):
+    """``json.loads`` with TF Serving's rule for numbers: one beyond the
+    float64 range (``1e400``, a 400-digit integer) is an error, as in
+    rapidjson, TF Serving's parser, where Python would read inf, or an
+    integer too long to print back in an error message.
+
+    Raises:
+        InvalidArgument: "JSON Parse error: ..." for malformed JSON, such a
+            number, or nesting past Python's recursion limit.
+
+    Example:
+
+    >>> parse_json('{"x": [1.5, 2]}')
+    {'x': [1.5, 2]}
+    """
+    try:
+        return json.loads(text, parse_float=_json_float, parse_int=_json_int)
+    except _NumberTooBig as err:
+        number = str(err)
+        shown = number if len(number) <= 40 else f"{number[:20]}...({len(number)} characters)"
+        raise InvalidArgument(
+            f"JSON Parse error: Number too big to be stored in double: {shown}") from None
+    except json.JSONDecodeError as err:
+        raise InvalidArgument(f"JSON Parse error: {err}") from err
+    except RecursionError:
+        raise InvalidArgument(
+            "JSON Parse error: the body is nested too deeply (more than "
+            f"about {sys.getrecursionlimit()} levels)") from None
+
+
 def number_problem(value, dtype):
     """Why the JSON number ``value`` (a Python bool, int or float) cannot be
     an element of a ``dtype`` tensor, or None. TF Serving's rules
@@ -115,8 +165,6 @@ def number_problem(value, dtype):
     >>> number_problem(0.5, tf.float32) is None
     True
     """
-    import math
-
     kind, text = dtype.name, json.dumps(value)
     if isinstance(value, bool):
         return None if kind == "bool" else (
@@ -475,14 +523,7 @@ def create_app(manager, model_name=None, max_request_bytes=DEFAULT_MAX_REQUEST_B
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise InvalidArgument(f"the request body is not UTF-8 text: {err}") from err
-        try:
-            body = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InvalidArgument(f"JSON Parse error: {err}") from err
-        except RecursionError:
-            raise InvalidArgument(
-                "JSON Parse error: the body is nested too deeply (more than "
-                f"about {sys.getrecursionlimit()} levels)") from None
+        body = parse_json(text)
         if not isinstance(body, dict):
             raise InvalidArgument(
                 f"the request body must be a JSON object, got {type(body).__name__}")
