@@ -20,7 +20,8 @@
 # PHASES runs in the order given; besides A and B: L, LEVERS (unset; e.g.
 # "--dropout-mask rbg;--steps-per-execution 4;XLA_FLAGS=--xla_...": ours
 # only, one run per ';'-separated flag set (NAME=value words set the
-# environment), about 50 s each, LEVER_MODELS transformer_base,
+# environment), about 50 s each, after lever_0, a run without flags
+# (L_REFERENCE=0 drops it), LEVER_MODELS transformer_base,
 # LEVER_SECONDS 70 each), and C (a second bench of MODELS_C, transformer_big,
 # after L), T (bench/gpu_attention_lengths.py under JAX and PyTorch, T_SECONDS
 # 70 each); MODELS_A (transformer_base,transformer_big); A_FLAGS (more
@@ -67,6 +68,9 @@ for phase in $PHASES; do  # in the order given
   L)  # LEVERS: ';'-separated gpu_train flag sets, ours only, A's batches
     i=0
     IFS=';' read -ra sets <<< "${LEVERS:-}"
+    # lever_0: no flags, the same call's reference (L_REFERENCE=0 drops it),
+    # so that each lever is compared on the same machine
+    [ "${L_REFERENCE:-1}" = 0 ] || { sets=("" ${sets[@]+"${sets[@]}"}); i=-1; }
     for flags in "${sets[@]}"; do
       i=$((i + 1)) ENVS=() args=()
       for word in $flags; do  # NAME=value words go to the environment
