@@ -131,6 +131,18 @@ def _shapes_compatible(a, b):
     )
 
 
+def _check_batches(**tensors):
+    """The batch sizes (axis 0) of the tensors given (None skipped) agree
+    where known. Keras' layer refuses a mismatch under TensorFlow only;
+    under JAX and PyTorch a batch of 1 broadcast silently."""
+    known = {name: x.shape[0] for name, x in tensors.items()
+             if x is not None and isinstance(x.shape[0], int)}
+    if len(set(known.values())) > 1:
+        shapes = ", ".join(f"{name}.shape={tuple(tensors[name].shape)}"
+                           for name in known)
+        raise ValueError(f"The inputs' batch sizes (axis 0) must agree, got {shapes}")
+
+
 @keras.saving.register_keras_serializable(package="keras_trm")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with padding/causal masks and a key/value cache.
@@ -231,8 +243,11 @@ class MultiHeadAttention(keras.layers.Layer):
             integers, ``dropout`` outside [0, 1), an ``output_shape`` that is
             not a positive int or tuple of them, a declined argument (above),
             a ``key`` whose shape differs from ``value``'s except in the last
-            dimension, inputs of rank < 3, or a cache whose shape does not
-            match ``(batch, 2, S, num_heads, key_dim)``.
+            dimension, inputs of rank < 3, batch sizes that differ between
+            ``query``, ``value``, ``key`` and ``cache``, a cache whose shape
+            does not match ``(batch, 2, S, num_heads, key_dim)``, or a host
+            ``cache_update_index`` outside ``[0, S - T_q]``.
+        TypeError: a float or bool ``cache_update_index``.
 
     Example:
 
@@ -575,8 +590,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Raises:
             ValueError: ``value_dim != key_dim`` (a cache holds both with
-                one head size), or ``cache_update_index`` without
-                ``new_key_value``.
+                one head size), ``cache_update_index`` without
+                ``new_key_value``, or a host ``cache_update_index`` outside
+                ``[0, S - T_q]``.
+            TypeError: a float or bool ``cache_update_index``.
 
         Example:
 
@@ -599,6 +616,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 "`cache_update_index` writes `new_key_value` into the cache, "
                 f"got cache_update_index={cache_update_index} with "
                 "new_key_value=None")
+        v.host_index("cache_update_index", cache_update_index,
+                     query.shape[-2], keys.shape[2], "the cache")
         if new_key_value is not None:
             q, new_keys, new_values = self._projections(
                 query.dtype, query=query, key=new_key_value,
@@ -777,10 +796,12 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
     ):
+        self._check_ranks(query.shape, value.shape)
         if key is None:
             key = value
         elif cache is None or cache_update_index is not None:
             self._check_key_value_shapes(value.shape, key.shape)
+        _check_batches(query=query, value=value, key=key, cache=cache)
         # With a cache the keys are the S cached positions, not T_k: masks of
         # the new key/value rows do not apply (pass `attention_mask` instead).
         mask = self._merge_masks(
@@ -791,6 +812,8 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             self._check_cacheable()
             self._check_cache(cache, query)
+            v.host_index("cache_update_index", cache_update_index,
+                         query.shape[-2], cache.shape[2], "the cache")
         if cache is not None and cache_update_index is None:
             # Cross-attention over pre-projected keys/values.
             q, = self._projections(query=query)

@@ -1,6 +1,7 @@
 """Token embedding plus position encoding (Vaswani et al. 2017, §3.4-3.5)."""
 
 import math
+import numbers
 
 import keras
 import numpy as np
@@ -94,9 +95,11 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         float32 when ``reverse=True``.
 
     Raises:
-        TypeError: non-integer token ids (e.g. float tensors).
+        TypeError: non-integer token ids (e.g. float tensors), a float or
+            bool ``start_index``.
         ValueError: a sequence longer than ``max_sequence_length`` (checked on static
-            shapes when called and at run time otherwise), bad arguments.
+            shapes when called and at run time otherwise), a negative host
+            ``start_index`` (tensors are not checked), bad arguments.
 
     Ids outside ``[0, vocabulary_size)`` are not checked here (it would
     copy every batch's ids back from the device): as with
@@ -199,8 +202,9 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
 
     def _check_ids(self, inputs, start_index):
         v.integer_ids("inputs", inputs)
+        v.host_index("start_index", start_index)
         length = inputs.shape[-1]
-        if isinstance(length, int) and isinstance(start_index, int):
+        if isinstance(length, int) and isinstance(start_index, numbers.Integral):
             if start_index + length > self.max_sequence_length:
                 raise ValueError(
                     f"`inputs` has sequence length {length} (start_index="

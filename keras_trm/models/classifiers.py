@@ -51,14 +51,7 @@ class ClassifierModel(keras.Model):
     """
 
     def call(self, inputs, training=None, mask=None):
-        flat = keras.tree.flatten(inputs)
-        if len(flat) == len(self.inputs):
-            for x, spec in zip(flat, self.inputs):
-                if "int" not in keras.backend.standardize_dtype(spec.dtype):
-                    continue
-                if not hasattr(x, "dtype"):
-                    continue  # Python lists: converted by Keras.
-                v.integer_ids(spec.name, x)
+        v.integer_inputs(inputs, self.inputs)
         return super().call(inputs, training=training, mask=mask)
 
 

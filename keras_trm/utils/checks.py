@@ -22,11 +22,13 @@ def non_negative_int(name, value):
 
 
 def positive_float(name, value):
-    """Returns ``value`` as float if it is a real number > 0, else raises."""
+    """Returns ``value`` as float if it is a finite real number > 0, else
+    raises (NaN and inf included: an epsilon or a learning rate of inf
+    trains to NaN)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a float > 0, got {name}={value!r}")
-    if not float(value) > 0.0:
-        raise ValueError(f"`{name}` must be a float > 0, got {name}={value!r}")
+        raise TypeError(f"`{name}` must be a finite float > 0, got {name}={value!r}")
+    if not 0.0 < float(value) < float("inf"):
+        raise ValueError(f"`{name}` must be a finite float > 0, got {name}={value!r}")
     return float(value)
 
 
@@ -105,6 +107,48 @@ def host_ids_in_range(name, value, size, what="the model's vocabulary"):
             f"{name}{list(map(int, where))}={int(ids[where])} ({bad.size} out of range)")
 
 
+def host_index(name, value, length=None, size=None, what=None):
+    """Checks a position given on the host (a Python or NumPy integer) where
+    ``length`` positions start in something of ``size`` positions (a
+    key/value cache, a position table): an integer in ``[0, size -
+    length]`` (``>= 0`` where either is unknown). Tensors pass unchecked:
+    checking one would copy it back from the device, and the searches' loop
+    counters are tensors. Out of range, the backends do not agree: a
+    cache write is clamped to the last position (TensorFlow, JAX) or
+    dropped (PyTorch), and a negative index wraps on some.
+
+    Raises:
+        TypeError: a float or bool, e.g. "`cache_update_index` must be an
+            integer position, got cache_update_index=1.5".
+        ValueError: out of range, naming the value and the range.
+
+    Example:
+
+    >>> host_index("cache_update_index", 3, length=1, size=4)
+    >>> host_index("cache_update_index", 4, length=1, size=4, what="the cache")
+    Traceback (most recent call last):
+    ...
+    ValueError: `cache_update_index` must be in [0, 3] (the cache holds 4 positions, and 1 start at `cache_update_index`), got cache_update_index=4
+    """
+    import numpy as np
+
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_, float, np.floating)):
+        raise TypeError(f"`{name}` must be an integer position, got {name}={value!r}")
+    if not isinstance(value, numbers.Integral):
+        return
+    value = int(value)
+    if isinstance(length, int) and isinstance(size, int):
+        if not 0 <= value <= size - length:
+            where = (f" ({what} holds {size} positions, and {length} start at "
+                     f"`{name}`)" if what else "")
+            raise ValueError(f"`{name}` must be in [0, {size - length}]{where}, "
+                             f"got {name}={value}")
+    elif value < 0:
+        raise ValueError(f"`{name}` must be a position >= 0, got {name}={value}")
+
+
 def integer_ids(name, value, what="integer token ids"):
     """Checks that ``value`` (a tensor, NumPy array or ``KerasTensor``)
     holds integers (signed or unsigned); returns its standardized dtype.
@@ -127,6 +171,29 @@ def integer_ids(name, value, what="integer token ids"):
             f"{tuple(value.shape)}); cast ids to int32"
         )
     return dtype
+
+
+def integer_inputs(inputs, specs):
+    """Checks that every value given for one of a functional model's
+    integer inputs (``specs``: ``model.inputs``, the ``keras.Input``s) has
+    an integer dtype: a plain functional model silently casts float token
+    ids to its int32 inputs (1.7 -> 1). Values without a dtype (Python
+    lists) are left to Keras' conversion; a dict is matched by input name.
+
+    Raises:
+        TypeError: a float, bool or string value for an integer input,
+            naming the input (``integer_ids``).
+    """
+    import keras
+
+    if isinstance(inputs, dict):
+        pairs = [(inputs.get(spec.name), spec) for spec in specs]
+    else:
+        flat = keras.tree.flatten(inputs)
+        pairs = zip(flat, specs) if len(flat) == len(specs) else ()
+    for value, spec in pairs:
+        if hasattr(value, "dtype") and "int" in keras.backend.standardize_dtype(spec.dtype):
+            integer_ids(spec.name, value)
 
 
 def renamed(old_name, old_value, new_name, new_value):
