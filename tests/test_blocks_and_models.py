@@ -298,3 +298,148 @@ def test_the_old_max_length_keyword_and_attribute_still_work():
         PositionalEmbedding(10, 4, max_sequence_length=0)
     with pytest.raises(AttributeError, match="no_such_thing"):
         model.no_such_thing
+
+
+# -- bad input: each refused with the argument named (on every backend) ----
+
+
+def _tiny_transformer():
+    return transformer(20, num_layers=2, d_model=8, num_heads=2, d_ff=16,
+                       max_sequence_length=8, dropout_rate=0.0)
+
+
+def test_bad_cache_positions_are_refused():
+    """A host position outside the cache was clamped to the last position
+    (TensorFlow, JAX) or its write dropped (PyTorch): a silently wrong
+    output. Tensors stay unchecked (the searches' loop counters)."""
+    from keras_trm.layers import MultiHeadAttention
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    mha = MultiHeadAttention(2, 4)
+    mha(x, x)
+    cache = np.zeros((2, 2, 4, 2, 4), "float32")  # S = 4
+    out, _ = mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=3,
+                 use_causal_mask=True)
+    assert tuple(out.shape) == (2, 1, 8)
+    for index in (4, 10, -1):
+        with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 3\]"):
+            mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=index,
+                use_causal_mask=True)
+    with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 2\]"):
+        mha(x[:, :2], x[:, :2], cache=cache, cache_update_index=3)
+    for index in (1.5, True):
+        with pytest.raises(TypeError, match="cache_update_index"):
+            mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=index)
+    keys = mha.key_value_heads(x[:, :0])[0]
+    fixed = (np.zeros((2, 2, 4, 4), "float32"),) * 2
+    with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 3\]"):
+        mha.call_with_cache(x[:, :1], fixed, new_key_value=x[:, :1],
+                            cache_update_index=9)
+    assert tuple(keys.shape) == (2, 2, 0, 4)
+
+    model = _tiny_transformer()
+    src = np.array([[3, 4, 5, 0]], "int32")
+    cross = model.cross_attention_caches(model.encode(src))
+    caches = model.static_empty_self_attention_caches(1, 4, "float32")
+    tok = np.array([[2]], "int32")
+    model.static_decode_step(tok, 3, caches, cross, src != 0)
+    with pytest.raises(ValueError, match="cache_update_index"):
+        model.static_decode_step(tok, 6, caches, cross, src != 0)
+    with pytest.raises(ValueError, match="index=-1"):
+        model.decode_step(tok, -1, model.empty_self_attention_caches(1, "float32"),
+                          cross, src != 0)
+
+
+def test_decode_step_needs_one_cache_per_layer():
+    """zip() stopped at the shorter list: with no caches every decoder
+    layer was skipped and the logits were those of the embedding alone."""
+    model = _tiny_transformer()
+    src = np.array([[3, 4, 5, 0]], "int32")
+    cross = model.cross_attention_caches(model.encode(src))
+    empty = model.empty_self_attention_caches(1, "float32")
+    tok = np.array([[2]], "int32")
+    logits, caches = model.decode_step(tok, 0, empty, cross, src != 0)
+    assert len(caches) == 2
+    with pytest.raises(ValueError, match="self_caches.*num_layers=2, got 0"):
+        model.decode_step(tok, 0, [], cross, src != 0)
+    with pytest.raises(ValueError, match="cross_caches.*num_layers=2, got 1"):
+        model.decode_step(tok, 0, empty, cross[:1], src != 0)
+    with pytest.raises(ValueError, match="index=1 and caches of 0 positions"):
+        model.decode_step(tok, 1, empty, cross, src != 0)
+
+
+def test_positional_embedding_start_index_is_checked():
+    from keras_trm.layers import PositionalEmbedding
+
+    pe = PositionalEmbedding(10, 8, 6)
+    ids = np.array([[1, 2, 3]], "int32")
+    with pytest.raises(ValueError, match="start_index=-2"):
+        pe(ids, start_index=-2)
+    with pytest.raises(TypeError, match="start_index=1.5"):
+        pe(ids, start_index=1.5)
+    with pytest.raises(ValueError, match="max_sequence_length=6"):
+        pe(ids, start_index=4)
+
+
+def test_float_ids_are_refused_by_the_models():
+    """A functional model casts float inputs to its int32 Inputs: 3.9
+    became id 3 without a word."""
+    from keras_trm.models import vanilla_transformer_lm
+
+    model = _tiny_transformer()
+    ids = np.array([[3, 4, 5, 0]], "int32")
+    model({"encoder_tokens": ids, "decoder_tokens": ids[:, :3]})
+    with pytest.raises(TypeError, match="encoder_tokens.*float32"):
+        model({"encoder_tokens": ids.astype("float32") + 0.9,
+               "decoder_tokens": ids[:, :3]})
+    with pytest.raises(TypeError, match="decoder_tokens.*float64"):
+        model({"encoder_tokens": ids, "decoder_tokens": ids[:, :3] + 0.5})
+    lm = vanilla_transformer_lm(11, num_layers=1, d_model=8, num_heads=2,
+                                d_ff=16, max_sequence_length=6)
+    with pytest.raises(TypeError, match="token_ids.*float32"):
+        lm(np.ones((1, 4), "float32"))
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0, float("nan"), float("inf")])
+def test_layer_norm_epsilon_is_checked(value):
+    """A negative or NaN epsilon made every output NaN."""
+    from keras_trm.models import vanilla_transformer_lm
+
+    for build in (lambda: TransformerEncoderBlock(2, 16, layer_norm_epsilon=value),
+                  lambda: TransformerDecoderBlock(2, 16, layer_norm_epsilon=value),
+                  lambda: transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                                      layer_norm_epsilon=value),
+                  lambda: vanilla_transformer_lm(11, num_layers=1, d_model=8, num_heads=2,
+                                                 d_ff=16, layer_norm_epsilon=value)):
+        with pytest.raises(ValueError, match="layer_norm_epsilon"):
+            build()
+    with pytest.raises(TypeError, match="layer_norm_epsilon"):
+        TransformerEncoderBlock(2, 16, layer_norm_epsilon="abc")
+    from keras_trm.layers import LSTM_LN
+
+    with pytest.raises(ValueError, match="epsilon"):  # inf passed before
+        LSTM_LN(4, epsilon=value)
+
+
+def test_model_dropout_rate_is_named():
+    """Keras' own Dropout check ran first and named `rate`."""
+    with pytest.raises(ValueError, match="dropout_rate=-0.1"):
+        transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=16, dropout_rate=-0.1)
+
+
+def test_attention_input_shapes_are_checked():
+    """Batch 1 broadcast against batch 2 under JAX and PyTorch (Keras'
+    own layer refuses it under TensorFlow only), and a built layer took
+    rank-2 inputs that its docstring refuses."""
+    from keras_trm.layers import MultiHeadAttention
+
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    mha = MultiHeadAttention(2, 4)
+    mha(x, x)
+    with pytest.raises(ValueError, match="batch sizes"):
+        mha(x, x[:1])
+    with pytest.raises(ValueError, match="batch sizes"):
+        mha(x[:1], x)
+    with pytest.raises(ValueError, match="rank"):
+        mha(x[0], x[0])

@@ -43,7 +43,8 @@ class _BlockBase(keras.layers.Layer):
         )
         self.activation = keras.activations.get(activation)
         self.norm_first = bool(norm_first)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.layer_norm_epsilon = v.positive_float("layer_norm_epsilon",
+                                                   layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
         self._sublayers_made = 0

@@ -8,6 +8,7 @@ from keras_trm.models.classifiers import (
     lstm_classifier,
     text_classifier,
 )
+from keras_trm.models.functional import IntegerInputsModel
 from keras_trm.models.transformer import (
     Transformer,
     as_transformer,
@@ -24,6 +25,7 @@ from keras_trm.models.transformer_xl import (
 __all__ = [
     "check_images",
     "ClassifierModel",
+    "IntegerInputsModel",
     "Transformer",
     "TransformerXLLM",
     "encoder_classifier",

@@ -6,16 +6,17 @@ Functional builders used by the classification recipes (IMDB sentiment with
 *probabilities* (a softmax), so compile them with
 ``SparseCategoricalCrossentropy()`` (``from_logits=False``).
 
-The models are instances of ``ClassifierModel``, a functional
-``keras.Model`` that also checks the dtype of its integer inputs: a plain
-functional model silently casts float token ids to int32 (1.7 -> 1), this
-one raises a ``TypeError`` instead.
+The models are instances of ``ClassifierModel``, an
+``IntegerInputsModel``: a functional ``keras.Model`` that also checks the
+dtype of its integer inputs (a plain functional model silently casts float
+token ids to int32, 1.7 -> 1; this one raises a ``TypeError`` instead).
 """
 
 import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
+from keras_trm.models.functional import IntegerInputsModel
 from keras_trm.layers.lstm_ln import LSTM_LN
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -25,14 +26,10 @@ NORM_MODES = {"none", "batch", "layer"}
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
-class ClassifierModel(keras.Model):
-    """A functional ``keras.Model`` that refuses non-integer ids.
-
-    Built like ``keras.Model(inputs, outputs, name=...)``. Before running
-    the graph, every input declared with an integer dtype (``keras.Input(...,
-    dtype="int32")``) must be given an integer (or unsigned) tensor/array;
-    other inputs are converted as usual. Saved and loaded (``.keras``) like
-    any functional model (``keras_trm`` must be imported).
+class ClassifierModel(IntegerInputsModel):
+    """The classifiers' model: an ``IntegerInputsModel`` (a functional
+    ``keras.Model`` that refuses non-integer ids), a class of its own so
+    that files saved with it load.
 
     Raises (when called):
         TypeError: a float/bool value for an integer input; the message
@@ -49,10 +46,6 @@ class ClassifierModel(keras.Model):
     ...
     TypeError: ...token_ids...
     """
-
-    def call(self, inputs, training=None, mask=None):
-        v.integer_inputs(inputs, self.inputs)
-        return super().call(inputs, training=training, mask=mask)
 
 
 def _num_classes(num_classes):

@@ -12,10 +12,13 @@ transformer_small      3    256      1024  4   0.1      CPU preset
 =====================  ===  =======  ====  ==  =======  =============
 """
 
+import numbers
+
 import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
+from keras_trm.models.functional import IntegerInputsModel
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -24,7 +27,7 @@ TIE_MODES = {"all", "decoder", "none"}
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
-class Transformer(v.RenamedAttributes, keras.Model):
+class Transformer(v.RenamedAttributes, IntegerInputsModel):
     """The encoder-decoder Transformer: a functional model that decodes.
 
     Architecture (Vaswani et al. 2017, §3, Figure 1): token embedding x
@@ -75,7 +78,13 @@ class Transformer(v.RenamedAttributes, keras.Model):
 
     Raises:
         ValueError: ``d_model`` not divisible by ``num_heads``; a bad
-            ``tie_embeddings``; a shared tie with two vocabulary sizes.
+            ``tie_embeddings``; a shared tie with two vocabulary sizes; a
+            rate outside [0, 1) or a ``layer_norm_epsilon`` not a finite
+            float > 0 (both when built); ``decode_step`` /
+            ``static_decode_step`` given caches for another number of
+            layers, or a host ``index`` the caches do not match.
+        TypeError: called on float or bool token ids (a plain functional
+            model would cut them down to integers silently).
 
     Example:
 
@@ -126,6 +135,9 @@ class Transformer(v.RenamedAttributes, keras.Model):
         v.positive_int("d_model", d_model)
         v.positive_int("num_heads", num_heads)
         v.divisible("d_model", d_model, "num_heads", num_heads)
+        v.rate("dropout_rate", dropout_rate)
+        v.rate("attention_dropout_rate", attention_dropout_rate)
+        v.positive_float("layer_norm_epsilon", layer_norm_epsilon)
         v.one_of("tie_embeddings", tie_embeddings, TIE_MODES)
         if target_vocabulary_size is None:
             target_vocabulary_size = vocabulary_size
@@ -378,6 +390,18 @@ class Transformer(v.RenamedAttributes, keras.Model):
 
     def _step(self, tokens, index, self_caches, cross_caches,
               encoder_padding_mask, output_kernel, update_index):
+        for name, caches in (("self_caches", self_caches),
+                             ("cross_caches", cross_caches)):
+            if len(caches) != self.num_layers:
+                raise ValueError(
+                    f"`{name}` must hold one (keys, values) pair per decoder "
+                    f"layer, num_layers={self.num_layers}, got {len(caches)}")
+        held = self_caches[0][0].shape[2]
+        if (update_index is None and isinstance(held, int)
+                and isinstance(index, numbers.Integral) and held != index):
+            raise ValueError(
+                f"`self_caches` must hold the positions before `index`, got "
+                f"index={index} and caches of {held} positions")
         y = self.target_embedding(tokens, start_index=index)
         # (batch, 1, 1, T_src): broadcast once for every layer's attention.
         cross_mask = ops.expand_dims(ops.expand_dims(

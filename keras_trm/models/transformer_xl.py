@@ -34,6 +34,7 @@ import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
+from keras_trm.models.functional import IntegerInputsModel
 from keras_trm.layers._initializers import clone_initializer
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -188,7 +189,8 @@ class TransformerXLLM(keras.Model):
         self.clamp_len = clamp_len
         self.untie_biases = bool(untie_biases)
         self.norm_first = bool(norm_first)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.layer_norm_epsilon = v.positive_float("layer_norm_epsilon",
+                                                   layer_norm_epsilon)
         self.use_output_bias = bool(use_output_bias)
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(
@@ -422,8 +424,9 @@ def vanilla_transformer_lm(
         position: ``"sinusoidal"`` (default) or ``"learned"``.
 
     Returns:
-        functional ``keras.Model``: int32 ``token_ids (batch, T)`` ->
-        float32 logits ``(batch, T, vocabulary_size)``.
+        an ``IntegerInputsModel`` (a functional ``keras.Model`` that refuses
+        float ids): int32 ``token_ids (batch, T)`` -> float32 logits
+        ``(batch, T, vocabulary_size)``.
 
     Raises:
         ValueError: d_model not divisible by num_heads, odd d_model with
@@ -444,6 +447,9 @@ def vanilla_transformer_lm(
     v.positive_int("d_model", d_model)
     v.positive_int("num_heads", num_heads)
     v.divisible("d_model", d_model, "num_heads", num_heads)
+    v.rate("dropout_rate", dropout_rate)
+    v.rate("attention_dropout_rate", attention_dropout_rate)
+    v.positive_float("layer_norm_epsilon", layer_norm_epsilon)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     embedding = PositionalEmbedding(
         vocabulary_size, d_model, max_sequence_length, position=position,
@@ -464,4 +470,4 @@ def vanilla_transformer_lm(
         )(x)
     x = keras.layers.Dropout(dropout_rate, name="output_dropout")(x)
     logits = embedding(x, reverse=True)
-    return keras.Model(token_ids, logits, name=name)
+    return IntegerInputsModel(token_ids, logits, name=name)
