@@ -443,3 +443,30 @@ def test_attention_input_shapes_are_checked():
         mha(x[:1], x)
     with pytest.raises(ValueError, match="rank"):
         mha(x[0], x[0])
+
+
+def test_masks_of_the_wrong_shape_are_refused():
+    """A (T,) padding mask was read as one mask per query (silently); a
+    mask of the wrong length failed deep in the backend."""
+    from keras_trm.layers import MultiHeadAttention
+
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    block = TransformerEncoderBlock(2, 16, dropout_rate=0.0)
+    block(x)
+    with pytest.raises(ValueError, match=r"padding_mask.*\(2, 5\).*\(5,\)"):
+        block(x, padding_mask=np.array([1, 1, 1, 0, 0], bool))
+    decoder = TransformerDecoderBlock(2, 16, dropout_rate=0.0)
+    decoder(x, x)
+    with pytest.raises(ValueError, match="encoder_padding_mask"):
+        decoder(x, x, encoder_padding_mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="decoder_padding_mask"):
+        decoder(x, x, decoder_padding_mask=np.ones((5,), bool))
+    mha = MultiHeadAttention(2, 4)
+    mha(x, x)
+    with pytest.raises(ValueError, match="query_mask"):
+        mha(x, x, query_mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="value_mask"):
+        mha(x, x, value_mask=np.ones((2, 6), bool))
+    with pytest.raises(ValueError, match="attention_mask"):
+        mha(x, x, attention_mask=np.ones((2, 5, 4), bool))
+    mha(x, x, attention_mask=np.ones((2, 1, 5), bool))  # broadcast: fine

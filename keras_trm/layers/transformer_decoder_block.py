@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_trm.utils import checks as v
+
 from keras_trm.layers.transformer_encoder_block import _BlockBase
 
 
@@ -197,6 +199,12 @@ class TransformerDecoderBlock(_BlockBase):
             decoder_padding_mask = getattr(inputs, "_keras_mask", None)
         if encoder_padding_mask is None and encoder_outputs is not None:
             encoder_padding_mask = getattr(encoder_outputs, "_keras_mask", None)
+        if self_attention_cache is None:
+            v.mask_shape("decoder_padding_mask", decoder_padding_mask,
+                         inputs.shape[:-1], "(batch, T_dec), as `inputs`")
+        if encoder_outputs is not None:
+            v.mask_shape("encoder_padding_mask", encoder_padding_mask,
+                         encoder_outputs.shape[:-1], "(batch, T_enc), as `encoder_outputs`")
 
         # 1. Masked self-attention (§3.2.3). Padded keys and the future are
         # hidden; with a cache the layer masks unwritten positions itself.

@@ -189,6 +189,8 @@ class TransformerEncoderBlock(_BlockBase):
              training=None, mask=None):
         if padding_mask is None:
             padding_mask = mask
+        v.mask_shape("padding_mask", padding_mask, inputs.shape[:-1],
+                     "(batch, seq_len), as `inputs`")
         attention_mask = None
         if padding_mask is not None:
             attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), 1)

@@ -149,6 +149,24 @@ def host_index(name, value, length=None, size=None, what=None):
         raise ValueError(f"`{name}` must be a position >= 0, got {name}={value}")
 
 
+def mask_shape(name, mask, expected, what="its input's shape without the last axis"):
+    """Checks a mask's static shape against ``expected`` (``None`` for an
+    unknown dimension, on either side); a mask of another rank or length
+    was broadcast silently (a ``(T,)`` padding mask read as one per query)
+    or failed deep in the backend. ``mask`` None passes.
+
+    Raises:
+        ValueError: naming the mask, both shapes and ``what`` they mean.
+    """
+    if mask is None:
+        return
+    shape, expected = tuple(mask.shape), tuple(expected)
+    if len(shape) != len(expected) or any(
+            a is not None and b is not None and a != b for a, b in zip(shape, expected)):
+        raise ValueError(f"`{name}` must have shape {expected} ({what}), got "
+                         f"{name}.shape={shape}")
+
+
 def integer_ids(name, value, what="integer token ids"):
     """Checks that ``value`` (a tensor, NumPy array or ``KerasTensor``)
     holds integers (signed or unsigned); returns its standardized dtype.
