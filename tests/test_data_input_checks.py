@@ -1,0 +1,123 @@
+"""Bad input to keras_trm.data (shards, corpus readers) and keras_trm.text
+gets a clear error naming the argument and its value, and loses nothing
+(an earlier preparation survives a failed one). Tiny inputs only."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from keras_trm.data.shards import (
+    MANIFEST,
+    PAIR_FILES,
+    mix_batches,
+    mix_steps,
+    prepare_shards,
+    read_manifest,
+    shards_from_pairs,
+    stream_batches,
+    stream_steps,
+)
+from keras_trm.data.translation import (
+    CorpusError,
+    iter_lines,
+    load_parallel,
+    read_lines,
+)
+from keras_trm.text import (
+    RESERVED_TOKENS,
+    TextTokenizer,
+    learn_vocabulary,
+    lowercase,
+    truncate_head_tail,
+)
+
+VOCAB = list(RESERVED_TOKENS) + ["a", "b", "c", "dog"]
+SOURCES = ["a b", "b c a", "c", "a", "b b"]
+TARGETS = ["b", "a c", "c a", "b a", "a"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return TextTokenizer(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def shards(tok, tmp_path_factory):
+    return shards_from_pairs(SOURCES, TARGETS, tok,
+                             tmp_path_factory.mktemp("good") / "d",
+                             max_train_length=8)
+
+
+def _snapshot(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+# -- TextTokenizer.detokenize: an id past the vocabulary ---------------------
+
+
+def test_detokenize_of_an_id_past_the_vocabulary_is_an_error_not_a_crash():
+    # In a child process: before the fix the detokenize op crashed the
+    # interpreter (a segmentation fault), which would take pytest down too.
+    code = (
+        "import tensorflow as tf\n"
+        "from keras_trm.text import TextTokenizer\n"
+        f"t = TextTokenizer({VOCAB!r})\n"
+        "for ids in (tf.constant([[4, 8]]), tf.ragged.constant([[4], [5, 9]])):\n"
+        "    try:\n"
+        "        t.detokenize(ids)\n"
+        "    except ValueError as e:\n"
+        "        print('ERR', e)\n"
+        "f = tf.function(lambda x: t.detokenize(x))\n"
+        "try:\n"
+        "    f(tf.constant([[4, 8]]))\n"
+        "except tf.errors.InvalidArgumentError as e:\n"
+        "    print('GRAPH', 'vocabulary size 8' in str(e))\n"
+        "print('OK', t.detokenize(tf.constant([[4, 7, 3, 99]])).numpy()[0].decode())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [l for l in done.stdout.splitlines() if l[:3] in ("ERR", "GRA", "OK ")]
+    assert lines == [
+        "ERR `ids` must be token ids below the vocabulary size 8, got id 8 in row 0",
+        "ERR `ids` must be token ids below the vocabulary size 8, got id 9 in row 1",
+        "GRAPH True",
+        "OK a dog",  # ids after END are not read, so not checked
+    ]
+
+
+# -- keras_trm.text arguments ------------------------------------------------
+
+
+def test_text_tokenizer_needs_the_reserved_tokens_first():
+    with pytest.raises(ValueError, match=r"`vocabulary` must start with .*'a'"):
+        TextTokenizer(["a", "[UNK]", "dog", "runs", "x"])
+    with pytest.raises(TypeError, match="`vocabulary`"):
+        TextTokenizer("[PAD]")
+
+
+@pytest.mark.parametrize("sentences", [[""], ["  ", ""]])
+def test_learn_vocabulary_of_blank_sentences_names_them(sentences):
+    with pytest.raises(ValueError, match="`sentences` has no text"):
+        learn_vocabulary(sentences, 100)
+
+
+@pytest.mark.parametrize("size,error", [(None, TypeError), ("100", TypeError),
+                                        (5.5, TypeError), (4, ValueError)])
+def test_learn_vocabulary_size_must_be_an_int(size, error):
+    with pytest.raises(error, match=f"vocabulary_size={size!r}"):
+        learn_vocabulary(["a dog runs"], size)
+
+
+def test_learn_vocabulary_refuses_a_single_string():
+    with pytest.raises(TypeError, match="`sentences` must be an iterable of str"):
+        learn_vocabulary("a dog runs", 100)
+    with pytest.raises(TypeError, match=r"sentences\[1\]=3"):
+        learn_vocabulary(["a", 3], 100)
