@@ -121,3 +121,17 @@ def test_learn_vocabulary_refuses_a_single_string():
         learn_vocabulary("a dog runs", 100)
     with pytest.raises(TypeError, match=r"sentences\[1\]=3"):
         learn_vocabulary(["a", 3], 100)
+
+
+@pytest.mark.parametrize("max_length,error", [(0, ValueError), (-2, ValueError),
+                                              (2.5, TypeError)])
+def test_truncate_head_tail_needs_a_positive_int(max_length, error):
+    ids = tf.ragged.constant([[1, 2, 3], [4]])
+    with pytest.raises(error, match=f"max_length={max_length}"):
+        truncate_head_tail(ids, max_length)
+
+
+def test_lowercase_refuses_a_single_string():
+    with pytest.raises(TypeError, match="`texts` must be a list of str"):
+        lowercase("ABC")
+    assert lowercase(["ABC"]) == ["abc"]
