@@ -135,3 +135,91 @@ def test_lowercase_refuses_a_single_string():
     with pytest.raises(TypeError, match="`texts` must be a list of str"):
         lowercase("ABC")
     assert lowercase(["ABC"]) == ["abc"]
+
+
+# -- corpus readers name the file -------------------------------------------
+
+
+def _bad_files(tmp_path):
+    utf8 = tmp_path / "bad.txt"
+    utf8.write_bytes(b"a b\n\xff\xfe\n")
+    truncated = tmp_path / "cut.gz"
+    truncated.write_bytes(gzip.compress(b"a b\nb\n" * 100)[:-20])
+    not_gzip = tmp_path / "plain.gz"
+    not_gzip.write_text("a b\nb\n")
+    return [(utf8, "not valid UTF-8: line 2"),
+            (truncated, "not a readable gzip file"),
+            (not_gzip, "not a readable gzip file")]
+
+
+def test_readers_name_the_file_that_cannot_be_read(tmp_path):
+    good = tmp_path / "good.txt"
+    good.write_text("a b\nb\n")
+    for path, what in _bad_files(tmp_path):
+        pattern = f"{path.name}' is {what}"
+        with pytest.raises(CorpusError, match=pattern):
+            read_lines(path)
+        with pytest.raises(CorpusError, match=pattern):
+            list(iter_lines(path))
+        with pytest.raises(CorpusError, match=pattern):
+            load_parallel(good, path)
+
+
+# -- a failed preparation leaves the earlier one ----------------------------
+
+
+def test_a_failed_re_preparation_keeps_the_old_one(tok, tmp_path):
+    folder = tmp_path / "d"
+    good = shards_from_pairs(SOURCES, TARGETS, tok, folder, max_train_length=8)
+    before = _snapshot(folder)
+    with pytest.raises(ValueError, match="no pair of '.*source.txt'"):
+        shards_from_pairs(["a b c a b c a b c"], ["a b c a b c a b c"], tok,
+                          folder, max_train_length=4)
+    assert _snapshot(folder) == before
+    assert read_manifest(folder)["key"] == good["key"]
+    assert not list(folder.glob(".*"))  # no temporary left
+    # The old preparation is still the one the same pairs reuse.
+    assert shards_from_pairs(SOURCES, TARGETS, tok, folder,
+                             max_train_length=8)["reused"]
+
+
+def test_a_corrupt_corpus_keeps_the_old_preparation(tok, tmp_path):
+    good_en, good_de = tmp_path / "x.en", tmp_path / "x.de"
+    good_en.write_text("\n".join(SOURCES) + "\n")
+    good_de.write_text("\n".join(TARGETS) + "\n")
+    folder = tmp_path / "shards"
+    good = prepare_shards(good_en, good_de, tok, folder, max_train_length=8,
+                          pairs_per_shard=2)
+    before = _snapshot(folder)
+    for path, what in _bad_files(tmp_path):
+        with pytest.raises(CorpusError, match=f"{path.name}' is {what}"):
+            prepare_shards(good_en, path, tok, folder, max_train_length=8,
+                           pairs_per_shard=2)
+        assert _snapshot(folder) == before
+        assert read_manifest(folder)["key"] == good["key"]
+        assert not list(folder.glob(".*"))
+    # A good new corpus still replaces it, and leaves no old shard behind.
+    good_de.write_text("a\n" * len(SOURCES))
+    other = prepare_shards(good_en, good_de, tok, folder, max_train_length=8,
+                           pairs_per_shard=10)
+    assert not other["reused"] and len(other["shards"]) == 1
+    assert sorted(p.name for p in folder.iterdir()) == [MANIFEST,
+                                                        "shard-00000.tfrecord"]
+
+
+@pytest.mark.parametrize("name,value,error", [
+    ("pairs_per_shard", 1.5, TypeError), ("pairs_per_shard", 0, ValueError),
+    ("chunk_size", 2.5, TypeError), ("max_train_length", 8.0, TypeError)])
+def test_shard_sizes_must_be_ints(tok, tmp_path, name, value, error):
+    with pytest.raises(error, match=f"{name}={value!r}"):
+        shards_from_pairs(SOURCES, TARGETS, tok, tmp_path / "d",
+                          **dict({"max_train_length": 8}, **{name: value}))
+    assert not (tmp_path / "d").exists()  # nothing written
+
+
+def test_pairs_must_be_lists_of_strings_not_one_string(tok, tmp_path):
+    for sources, targets, name in (("ab", ["a", "b"], "sources"),
+                                   (["a", "b"], "ab", "targets")):
+        with pytest.raises(TypeError, match=f"`{name}` must be an iterable of str"):
+            shards_from_pairs(sources, targets, tok, tmp_path / "d")
+    assert not (tmp_path / "d").exists()
