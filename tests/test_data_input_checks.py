@@ -223,3 +223,54 @@ def test_pairs_must_be_lists_of_strings_not_one_string(tok, tmp_path):
         with pytest.raises(TypeError, match=f"`{name}` must be an iterable of str"):
             shards_from_pairs(sources, targets, tok, tmp_path / "d")
     assert not (tmp_path / "d").exists()
+
+
+# -- streaming arguments -----------------------------------------------------
+
+
+@pytest.mark.parametrize("boundaries,error", [
+    ((0, 8), ValueError), ((-4, 8), ValueError), ((), ValueError),
+    ((4.5, 8), TypeError), (8, TypeError)])
+def test_boundaries_are_checked_alike_by_batches_and_steps(shards, boundaries,
+                                                           error):
+    for call in (stream_batches, stream_steps):
+        with pytest.raises(error, match="`boundaries`"):
+            call(shards, 8, boundaries)
+    with pytest.raises(error, match="`boundaries`"):
+        mix_steps([shards], [1], 8, boundaries)
+
+
+def test_stream_batches_refuses_a_negative_skip_or_epoch(shards):
+    with pytest.raises(ValueError, match="skip_batches=-1"):
+        stream_batches(shards, 8, (4, 8), skip_batches=-1)
+    with pytest.raises(ValueError, match="start_epoch=-1"):
+        stream_batches(shards, 8, (4, 8), start_epoch=-1)
+    with pytest.raises(TypeError, match="tokens_per_batch=8.5"):
+        stream_steps(shards, 8.5, (4, 8))
+
+
+@pytest.mark.parametrize("pairs", [0, -3, 2.5])
+def test_mix_pairs_per_epoch_must_be_a_positive_int(shards, pairs):
+    # -3 made repeat=False endless (take(-3)); 0 gave 0 batches silently.
+    for call in (lambda: mix_batches([shards], [1], 8, (4, 8), repeat=False,
+                                     pairs_per_epoch=pairs),
+                 lambda: mix_steps([shards], [1], 8, (4, 8),
+                                   pairs_per_epoch=pairs)):
+        with pytest.raises((ValueError, TypeError),
+                           match=f"pairs_per_epoch={pairs}"):
+            call()
+
+
+@pytest.mark.parametrize("weights", [[float("nan"), 1], [float("inf"), 1],
+                                     [-1, 2], [0, 0]])
+def test_mix_weights_must_be_finite_non_negative_with_a_positive_sum(shards,
+                                                                     weights):
+    for call in (mix_batches, mix_steps):
+        with pytest.raises(ValueError, match=r"`weights` must be finite .*weights="):
+            call([shards, shards], weights, 8, (4, 8))
+
+
+def test_mix_needs_one_weight_per_corpus(shards):
+    for call in (mix_batches, mix_steps):
+        with pytest.raises(ValueError, match="2 corpora but 1 weights"):
+            call([shards, shards], [1], 8, (4, 8))

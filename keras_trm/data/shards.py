@@ -622,11 +622,56 @@ def _as_manifest(prepared):
     return manifest
 
 
+def _check_boundaries(boundaries):
+    """``boundaries`` as a sorted tuple of distinct ints >= 1 (the bucket
+    lengths), else a ValueError/TypeError naming them."""
+    if isinstance(boundaries, (str, bytes)) or not hasattr(
+            boundaries, "__iter__"):
+        raise TypeError(f"`boundaries` must be a sequence of positive ints "
+                        f"(bucket lengths), got boundaries={boundaries!r}")
+    values = list(boundaries)
+    if not values:
+        raise ValueError("`boundaries` is empty: it needs at least one bucket "
+                         "length, got boundaries=()")
+    for b in values:
+        if isinstance(b, (bool, np.bool_)) or not isinstance(
+                b, (int, np.integer)):
+            raise TypeError(f"`boundaries` must be positive ints (bucket "
+                            f"lengths), got {b!r} in boundaries={values!r}")
+        if b < 1:
+            raise ValueError(f"`boundaries` must be positive ints (bucket "
+                             f"lengths >= 1), got {b!r} in "
+                             f"boundaries={values!r}")
+    return tuple(sorted({int(b) for b in values}))
+
+
+def _check_weights(weights, count):
+    """``weights`` as a float64 array: one per corpus, finite, >= 0, with a
+    positive sum (a NaN or inf would make every draw, or the step count,
+    meaningless)."""
+    if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+        raise TypeError(f"`weights` must be a list of numbers, one per corpus, "
+                        f"got weights={weights!r}")
+    if count != len(weights) or not count:
+        raise ValueError(f"{count} corpora but {len(weights)} weights: "
+                         f"`weights` needs one per corpus, got "
+                         f"weights={list(weights)!r}")
+    try:
+        array = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"`weights` must be numbers, got "
+                        f"weights={list(weights)!r}") from None
+    if array.ndim != 1 or not np.isfinite(array).all() or (
+            array < 0).any() or array.sum() <= 0:
+        raise ValueError(f"`weights` must be finite numbers >= 0 with a "
+                         f"positive sum, got weights={array.tolist()}")
+    return array
+
+
 def _check(boundaries, tokens_per_batch, manifests):
-    boundaries = tuple(sorted(int(b) for b in boundaries))
-    if not boundaries:
-        raise ValueError("`boundaries` is empty")
-    if int(tokens_per_batch) < boundaries[-1]:
+    boundaries = _check_boundaries(boundaries)
+    tokens_per_batch = v.positive_int("tokens_per_batch", tokens_per_batch)
+    if tokens_per_batch < boundaries[-1]:
         raise ValueError(
             f"`tokens_per_batch`={tokens_per_batch} is smaller than the "
             f"bucket boundary {boundaries[-1]}")
@@ -641,6 +686,8 @@ def _check(boundaries, tokens_per_batch, manifests):
 
 def _worker_shards(manifest, worker_index, num_workers):
     shards = manifest["shards"]
+    v.positive_int("num_workers", num_workers)
+    v.non_negative_int("worker_index", worker_index)
     if not 0 <= int(worker_index) < int(num_workers):
         raise ValueError(f"`worker_index` must be in [0, {num_workers}), got "
                          f"{worker_index}")
@@ -832,7 +879,11 @@ def stream_batches(prepared, tokens_per_batch=4096,
     Raises:
         ValueError: no complete preparation in ``prepared``, a pair longer
             than the last boundary, ``tokens_per_batch`` below a boundary,
-            a bad ``worker_index``, or more workers than shards.
+            ``boundaries`` empty or holding a length < 1, a bad
+            ``worker_index`` or ``num_workers``, more workers than shards,
+            or a negative ``start_epoch`` / ``skip_batches``.
+        TypeError: ``boundaries``, ``tokens_per_batch``, ``worker_index``,
+            ``num_workers``, ``start_epoch`` or ``skip_batches`` not ints.
 
     Example:
 
@@ -856,6 +907,9 @@ def stream_batches(prepared, tokens_per_batch=4096,
     manifest = _as_manifest(prepared)
     boundaries = _check(boundaries, tokens_per_batch, [manifest])
     shards = _worker_shards(manifest, worker_index, num_workers)
+    if position is None:
+        v.non_negative_int("start_epoch", start_epoch)
+        v.non_negative_int("skip_batches", skip_batches)
     folder = pathlib.Path(manifest["directory"])
     files = tf.constant([str(folder / s["file"]) for s in shards])
     cycle = max(1, min(int(cycle_length), len(shards)))
@@ -908,7 +962,8 @@ def stream_steps(prepared, tokens_per_batch=4096,
         ``min`` over workers steps per epoch with ``repeat=True``.
 
     Raises:
-        ValueError: as ``stream_batches``.
+        ValueError, TypeError: as ``stream_batches`` (the same check of
+            ``boundaries``, so both refuse what one refuses).
 
     Example:
 
@@ -976,8 +1031,11 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
 
     Raises:
         ValueError: ``weights`` and ``prepared`` differ in length, a
-            negative weight or zero sum, corpora prepared with different
-            tokenizers, or an error of ``stream_batches``.
+            negative, NaN or infinite weight or a zero sum, corpora
+            prepared with different tokenizers, ``pairs_per_epoch`` < 1,
+            ``skip_batches`` < 0, or an error of ``stream_batches``.
+        TypeError: a weight that is not a number, ``pairs_per_epoch`` or
+            ``skip_batches`` not an int, or an error of ``stream_batches``.
 
     Example:
 
@@ -997,17 +1055,15 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
     [5]
     """
     manifests = [_as_manifest(p) for p in prepared]
-    if len(manifests) != len(weights) or not manifests:
-        raise ValueError(f"{len(manifests)} corpora but {len(weights)} weights")
-    weights = np.asarray(weights, np.float64)
-    if (weights < 0).any() or weights.sum() <= 0:
-        raise ValueError(f"`weights` must be >= 0 with a positive sum, got "
-                         f"{weights.tolist()}")
+    weights = _check_weights(weights, len(manifests))
     if len({m["tokenizer"] for m in manifests}) > 1:
         raise ValueError("the corpora were prepared with different tokenizers")
     boundaries = _check(boundaries, tokens_per_batch, manifests)
     if pairs_per_epoch is None:
         pairs_per_epoch = sum(m["pairs"] for m in manifests)
+    pairs_per_epoch = v.positive_int("pairs_per_epoch", pairs_per_epoch)
+    if position is None:
+        v.non_negative_int("skip_batches", skip_batches)
 
     # Pairs are bucketed a block at a time, and the first batch waits for a
     # whole block drawn pair by pair: a block larger than the mixture's
@@ -1076,7 +1132,8 @@ def mix_steps(prepared, weights, tokens_per_batch=4096,
         int >= 1.
 
     Raises:
-        ValueError: as ``mix_batches``.
+        ValueError, TypeError: as ``mix_batches`` (the same checks of
+            ``weights``, ``pairs_per_epoch`` and ``boundaries``).
 
     Example:
 
@@ -1086,13 +1143,11 @@ def mix_steps(prepared, weights, tokens_per_batch=4096,
     5
     """
     manifests = [_as_manifest(p) for p in prepared]
-    weights = np.asarray(weights, np.float64)
-    if len(manifests) != len(weights) or (weights < 0).any() or weights.sum() <= 0:
-        raise ValueError(f"{len(manifests)} corpora need as many weights >= 0 with a "
-                         f"positive sum, got {weights.tolist()}")
+    weights = _check_weights(weights, len(manifests))
     boundaries = _check(boundaries, tokens_per_batch, manifests)
     if pairs_per_epoch is None:
         pairs_per_epoch = sum(m["pairs"] for m in manifests)
+    pairs_per_epoch = v.positive_int("pairs_per_epoch", pairs_per_epoch)
     counts = np.zeros(boundaries[-1] + 1, np.float64)
     for manifest, weight in zip(manifests, weights / weights.sum()):
         own = np.zeros_like(counts)
