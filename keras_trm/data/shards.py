@@ -82,7 +82,6 @@ pure function of ``(seed, epoch)``.
 
 import atexit
 import filecmp
-import gzip
 import hashlib
 import itertools
 import json
@@ -95,6 +94,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_trm.data.batching import DEFAULT_BOUNDARIES
+from keras_trm.data.translation import CorpusError, decoded_lines
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import write_json
 
@@ -154,34 +154,33 @@ def _key(files, fingerprint, max_train_length, pairs_per_shard, skip_blank,
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _open_text(path):
-    path = pathlib.Path(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
-    return opener(path, "rt", encoding="utf-8", newline="\n")
-
-
 def _line_chunks(source_path, target_path, chunk_size, limit=0):
     """Yields lists of (source, target) lines, ``chunk_size`` at a time (the
-    first ``limit`` lines only if ``limit`` > 0)."""
-    with _open_text(source_path) as fs, _open_text(target_path) as ft:
+    first ``limit`` lines only if ``limit`` > 0). Invalid UTF-8 or a damaged
+    gzip file raises ``CorpusError`` naming the file and the line."""
+    missing = object()
+    readers = [decoded_lines(source_path), decoded_lines(target_path)]
+    try:
         chunk, n = [], 0
-        while not limit or n < limit:
-            s, t = fs.readline(), ft.readline()
-            if not s or not t:
-                if s or t:
-                    longer = source_path if s else target_path
-                    raise ValueError(
-                        f"parallel corpus line counts differ: "
-                        f"{str(source_path)!r} and {str(target_path)!r} "
-                        f"agree on {n} lines, then {str(longer)!r} goes on")
-                break
-            chunk.append((s.rstrip("\r\n"), t.rstrip("\r\n")))
+        for s, t in itertools.zip_longest(*readers, fillvalue=missing):
+            if s is missing or t is missing:
+                longer = source_path if t is missing else target_path
+                raise ValueError(
+                    f"parallel corpus line counts differ: "
+                    f"{str(source_path)!r} and {str(target_path)!r} "
+                    f"agree on {n} lines, then {str(longer)!r} goes on")
+            chunk.append((s, t))
             n += 1
             if len(chunk) == chunk_size:
                 yield chunk
                 chunk = []
+            if limit and n >= limit:
+                break
         if chunk:
             yield chunk
+    finally:
+        for reader in readers:
+            reader.close()
 
 
 def read_manifest(directory):
@@ -262,11 +261,20 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
         (what ``stream_steps`` counts batches from), and ``directory``.
         ``reused`` is True when nothing was written.
 
+    An earlier preparation in ``directory`` stays as it was until the new
+    one is complete: the new shards are written into a hidden staging
+    folder there and swapped in last, so an error (no pair left, a corrupt
+    file, a tokenizer error) leaves the old shards and manifest usable.
+
     Raises:
         FileNotFoundError: a corpus file is missing.
+        TypeError: ``max_train_length``, ``pairs_per_shard``,
+            ``chunk_size`` or ``limit`` not an int (the message names it).
         ValueError: the files' line counts differ, ``max_train_length`` < 2,
-            ``pairs_per_shard`` or ``chunk_size`` < 1, or no pair is left
-            after filtering.
+            ``pairs_per_shard`` or ``chunk_size`` < 1, ``limit`` < 0, or no
+            pair is left after filtering.
+        CorpusError: (a ``ValueError``) a file is not valid UTF-8 or not a
+            readable gzip file (the message names it and the line).
 
     Example:
 
@@ -285,33 +293,54 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     >>> prepare_shards(d / "x.en", d / "x.de", Tok(), d / "shards")["reused"]
     True
     """
-    max_train_length = v.positive_int("max_train_length", v.renamed(
-        "max_length", max_length, "max_train_length", max_train_length))
+    max_train_length = _prepare_args(
+        v.renamed("max_length", max_length, "max_train_length",
+                  max_train_length), pairs_per_shard, chunk_size, limit)
+    files = [_file_identity(source_path), _file_identity(target_path)]
+    return _prepare(source_path, target_path, files, tokenizer, directory,
+                    max_train_length, int(pairs_per_shard), int(chunk_size),
+                    skip_blank, int(limit))
+
+
+def _prepare_args(max_train_length, pairs_per_shard, chunk_size, limit):
+    """Checks ``prepare_shards``' numbers (before anything is written);
+    returns ``max_train_length``."""
+    max_train_length = v.positive_int("max_train_length", max_train_length)
     if max_train_length < 2:
         raise ValueError("`max_train_length` must be >= 2 (an END and a "
                          f"token), got max_train_length={max_train_length}")
-    if int(pairs_per_shard) < 1 or int(chunk_size) < 1:
-        raise ValueError(
-            f"`pairs_per_shard` and `chunk_size` must be >= 1, got "
-            f"{pairs_per_shard} and {chunk_size}")
+    v.positive_int("pairs_per_shard", pairs_per_shard)
+    v.positive_int("chunk_size", chunk_size)
+    v.non_negative_int("limit", limit)
+    return max_train_length
+
+
+def _prepare(source_path, target_path, files, tokenizer, directory,
+             max_train_length, pairs_per_shard, chunk_size, skip_blank, limit,
+             before_swap=None, shown=None):
+    """``prepare_shards`` reading ``source_path`` / ``target_path`` under
+    the key of ``files`` (their identities). The new shards are written
+    into a hidden staging folder inside ``directory`` and swapped in only
+    once the whole corpus is read and some pair is kept: an error (a
+    corrupt file, no pair left, a tokenizer error) leaves an earlier
+    preparation there as it was. ``before_swap()`` runs just before the
+    swap (``shards_from_pairs`` moves its text files into place);
+    ``shown``: the two paths its messages name (default: those read)."""
     directory = pathlib.Path(directory)
-    files = [_file_identity(source_path), _file_identity(target_path)]
     fingerprint = tokenizer_fingerprint(tokenizer)
     key = _key(files, fingerprint, max_train_length, pairs_per_shard, skip_blank,
                limit)
     old = read_manifest(directory)
     if old is not None and old.get("key") == key:
+        if before_swap is not None:
+            before_swap()
         old["reused"] = True
         if "max_length" in old:  # written before the rename
             old.setdefault("max_train_length", old.pop("max_length"))
         return old
 
     directory.mkdir(parents=True, exist_ok=True)
-    # Invalidate first: a crash from here on leaves no manifest (rewritten).
-    (directory / MANIFEST).unlink(missing_ok=True)
-    for stale in list(directory.glob(_SHARD_GLOB)) + list(
-            directory.glob(".shard-*.tmp")):
-        stale.unlink()
+    staging = pathlib.Path(tempfile.mkdtemp(dir=directory, prefix=".prepare-"))
 
     stats = {"lines": 0, "blank": 0, "too_long": 0, "pairs": 0,
              "source_tokens": 0, "target_tokens": 0, "max_pair_length": 0}
@@ -319,7 +348,7 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     writer = None
 
     def open_shard():
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".shard-",
+        fd, tmp = tempfile.mkstemp(dir=staging, prefix=".shard-",
                                    suffix=".tmp")
         os.close(fd)
         return {"tmp": tmp, "writer": tf.io.TFRecordWriter(tmp), "pairs": 0,
@@ -328,16 +357,15 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
     def close_shard(shard):
         shard["writer"].close()
         name = f"shard-{len(shards):05d}.tfrecord"
-        os.replace(shard["tmp"], directory / name)
+        os.replace(shard["tmp"], staging / name)
         counts = shard["counts"]
         last = int(np.max(np.nonzero(counts)[0])) if counts.any() else 0
         shards.append({"file": name, "pairs": shard["pairs"],
-                       "bytes": (directory / name).stat().st_size,
+                       "bytes": (staging / name).stat().st_size,
                        "length_counts": counts[: last + 1].tolist()})
 
     try:
-        for chunk in _line_chunks(source_path, target_path, int(chunk_size),
-                                  int(limit)):
+        for chunk in _line_chunks(source_path, target_path, chunk_size, limit):
             stats["lines"] += len(chunk)
             if skip_blank:
                 kept = [p for p in chunk if p[0].strip() and p[1].strip()]
@@ -366,21 +394,37 @@ def prepare_shards(source_path, target_path, tokenizer, directory,
         if writer is not None:
             close_shard(writer)
             writer = None
+
+        if not stats["pairs"]:
+            shown = shown or (source_path, target_path)
+            raise ValueError(
+                f"no pair of {str(shown[0])!r} / {str(shown[1])!r} is "
+                f"left after dropping blank pairs and pairs over "
+                f"{max_train_length} tokens ({stats})")
+        manifest = {"format": FORMAT, "key": key, "files": files,
+                    "tokenizer": fingerprint,
+                    "max_train_length": max_train_length,
+                    "pairs_per_shard": pairs_per_shard,
+                    "skip_blank": bool(skip_blank), **stats, "shards": shards}
+
+        # The swap. Invalidate first: a crash from here on leaves no
+        # manifest (the folder is rewritten by the next call).
+        (directory / MANIFEST).unlink(missing_ok=True)
+        if before_swap is not None:
+            before_swap()
+        for stale in list(directory.glob(_SHARD_GLOB)) + list(
+                directory.glob(".shard-*.tmp")):
+            stale.unlink()
+        for stage in directory.glob(".prepare-*"):  # of a crashed run
+            if stage != staging:
+                shutil.rmtree(stage, ignore_errors=True)
+        for shard in shards:
+            os.replace(staging / shard["file"], directory / shard["file"])
+        write_json(directory / MANIFEST, manifest)  # last: marks it complete
     finally:
         if writer is not None:
             writer["writer"].close()
-            pathlib.Path(writer["tmp"]).unlink(missing_ok=True)
-
-    if not stats["pairs"]:
-        raise ValueError(
-            f"no pair of {str(source_path)!r} / {str(target_path)!r} is left "
-            f"after dropping blank pairs and pairs over {max_train_length} tokens "
-            f"({stats})")
-    manifest = {"format": FORMAT, "key": key, "files": files,
-                "tokenizer": fingerprint, "max_train_length": max_train_length,
-                "pairs_per_shard": int(pairs_per_shard),
-                "skip_blank": bool(skip_blank), **stats, "shards": shards}
-    write_json(directory / MANIFEST, manifest)  # last: marks it complete
+        shutil.rmtree(staging, ignore_errors=True)
     return dict(manifest, directory=str(directory), reused=False)
 
 
@@ -424,12 +468,18 @@ def shards_from_pairs(sources, targets, tokenizer, directory=None,
         dropped ones, ``reused``): what ``stream_batches``,
         ``stream_steps`` and ``mix_batches`` take.
 
+    An earlier preparation in ``directory`` (text files, shards and
+    manifest) stays as it was when the call fails.
+
     Raises:
-        TypeError: a source or target that is not a ``str``.
+        TypeError: ``sources`` or ``targets`` is a single ``str`` (not one
+            per pair), a source or target that is not a ``str``, or
+            ``max_train_length``, ``pairs_per_shard`` or ``chunk_size`` not
+            an int.
         ValueError: ``sources`` and ``targets`` differ in length, a string
-            holds a line break, ``chunk_size`` < 1, or an error of
-            ``prepare_shards`` (``max_train_length`` < 2, no pair left after
-            filtering, ...).
+            holds a line break, ``chunk_size`` or ``pairs_per_shard`` < 1,
+            or an error of ``prepare_shards`` (``max_train_length`` < 2, no
+            pair left after filtering, ...).
 
     Example:
 
@@ -449,10 +499,14 @@ def shards_from_pairs(sources, targets, tokenizer, directory=None,
     >>> [shards_from_pairs(["a"], ["b"], tokenizer, d)["reused"] for _ in range(2)]
     [False, True]
     """
-    max_train_length = v.renamed("max_length", max_length, "max_train_length",
-                                 max_train_length)
-    if int(chunk_size) < 1:
-        raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
+    max_train_length = _prepare_args(
+        v.renamed("max_length", max_length, "max_train_length",
+                  max_train_length), pairs_per_shard, chunk_size, 0)
+    for name, texts in (("sources", sources), ("targets", targets)):
+        if isinstance(texts, (str, bytes)):
+            raise TypeError(
+                f"`{name}` must be an iterable of str (one per pair), got one "
+                f"{type(texts).__name__}: {name}={texts[:50]!r}")
     if (hasattr(sources, "__len__") and hasattr(targets, "__len__")
             and len(sources) != len(targets)):
         raise ValueError(f"`sources` and `targets` differ in length: "
@@ -471,17 +525,32 @@ def shards_from_pairs(sources, targets, tokenizer, directory=None,
             os.close(fd)
             tmps.append(tmp)
         _write_pairs(sources, targets, tmps, int(chunk_size))
+        # A changed text file is read from its temporary, under the key of
+        # its final name (a rename keeps size and mtime), and moved into
+        # place only when the new shards are: a failed preparation leaves
+        # the old text files, shards and manifest as they were.
+        read, files, moves = [], [], []
         for tmp, path in zip(tmps, paths):
             if path.is_file() and filecmp.cmp(tmp, path, shallow=False):
-                continue  # unchanged: same size and mtime, same key
-            os.replace(tmp, path)
+                read.append(path)  # unchanged: same size and mtime, same key
+                files.append(_file_identity(path))
+            else:
+                read.append(tmp)
+                files.append(dict(_file_identity(tmp),
+                                  path=str(path.resolve())))
+                moves.append((tmp, path))
+
+        def move_texts():
+            for tmp, path in moves:
+                os.replace(tmp, path)
+
+        return _prepare(read[0], read[1], files, tokenizer, directory,
+                        max_train_length, int(pairs_per_shard),
+                        int(chunk_size), skip_blank, 0,
+                        before_swap=move_texts, shown=paths)
     finally:
         for tmp in tmps:
             pathlib.Path(tmp).unlink(missing_ok=True)
-    return prepare_shards(paths[0], paths[1], tokenizer, directory,
-                          max_train_length=max_train_length,
-                          pairs_per_shard=pairs_per_shard,
-                          chunk_size=chunk_size, skip_blank=skip_blank)
 
 
 def _write_pairs(sources, targets, paths, chunk_size):
@@ -553,11 +622,56 @@ def _as_manifest(prepared):
     return manifest
 
 
+def _check_boundaries(boundaries):
+    """``boundaries`` as a sorted tuple of distinct ints >= 1 (the bucket
+    lengths), else a ValueError/TypeError naming them."""
+    if isinstance(boundaries, (str, bytes)) or not hasattr(
+            boundaries, "__iter__"):
+        raise TypeError(f"`boundaries` must be a sequence of positive ints "
+                        f"(bucket lengths), got boundaries={boundaries!r}")
+    values = list(boundaries)
+    if not values:
+        raise ValueError("`boundaries` is empty: it needs at least one bucket "
+                         "length, got boundaries=()")
+    for b in values:
+        if isinstance(b, (bool, np.bool_)) or not isinstance(
+                b, (int, np.integer)):
+            raise TypeError(f"`boundaries` must be positive ints (bucket "
+                            f"lengths), got {b!r} in boundaries={values!r}")
+        if b < 1:
+            raise ValueError(f"`boundaries` must be positive ints (bucket "
+                             f"lengths >= 1), got {b!r} in "
+                             f"boundaries={values!r}")
+    return tuple(sorted({int(b) for b in values}))
+
+
+def _check_weights(weights, count):
+    """``weights`` as a float64 array: one per corpus, finite, >= 0, with a
+    positive sum (a NaN or inf would make every draw, or the step count,
+    meaningless)."""
+    if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+        raise TypeError(f"`weights` must be a list of numbers, one per corpus, "
+                        f"got weights={weights!r}")
+    if count != len(weights) or not count:
+        raise ValueError(f"{count} corpora but {len(weights)} weights: "
+                         f"`weights` needs one per corpus, got "
+                         f"weights={list(weights)!r}")
+    try:
+        array = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"`weights` must be numbers, got "
+                        f"weights={list(weights)!r}") from None
+    if array.ndim != 1 or not np.isfinite(array).all() or (
+            array < 0).any() or array.sum() <= 0:
+        raise ValueError(f"`weights` must be finite numbers >= 0 with a "
+                         f"positive sum, got weights={array.tolist()}")
+    return array
+
+
 def _check(boundaries, tokens_per_batch, manifests):
-    boundaries = tuple(sorted(int(b) for b in boundaries))
-    if not boundaries:
-        raise ValueError("`boundaries` is empty")
-    if int(tokens_per_batch) < boundaries[-1]:
+    boundaries = _check_boundaries(boundaries)
+    tokens_per_batch = v.positive_int("tokens_per_batch", tokens_per_batch)
+    if tokens_per_batch < boundaries[-1]:
         raise ValueError(
             f"`tokens_per_batch`={tokens_per_batch} is smaller than the "
             f"bucket boundary {boundaries[-1]}")
@@ -572,6 +686,8 @@ def _check(boundaries, tokens_per_batch, manifests):
 
 def _worker_shards(manifest, worker_index, num_workers):
     shards = manifest["shards"]
+    v.positive_int("num_workers", num_workers)
+    v.non_negative_int("worker_index", worker_index)
     if not 0 <= int(worker_index) < int(num_workers):
         raise ValueError(f"`worker_index` must be in [0, {num_workers}), got "
                          f"{worker_index}")
@@ -763,7 +879,11 @@ def stream_batches(prepared, tokens_per_batch=4096,
     Raises:
         ValueError: no complete preparation in ``prepared``, a pair longer
             than the last boundary, ``tokens_per_batch`` below a boundary,
-            a bad ``worker_index``, or more workers than shards.
+            ``boundaries`` empty or holding a length < 1, a bad
+            ``worker_index`` or ``num_workers``, more workers than shards,
+            or a negative ``start_epoch`` / ``skip_batches``.
+        TypeError: ``boundaries``, ``tokens_per_batch``, ``worker_index``,
+            ``num_workers``, ``start_epoch`` or ``skip_batches`` not ints.
 
     Example:
 
@@ -787,6 +907,9 @@ def stream_batches(prepared, tokens_per_batch=4096,
     manifest = _as_manifest(prepared)
     boundaries = _check(boundaries, tokens_per_batch, [manifest])
     shards = _worker_shards(manifest, worker_index, num_workers)
+    if position is None:
+        v.non_negative_int("start_epoch", start_epoch)
+        v.non_negative_int("skip_batches", skip_batches)
     folder = pathlib.Path(manifest["directory"])
     files = tf.constant([str(folder / s["file"]) for s in shards])
     cycle = max(1, min(int(cycle_length), len(shards)))
@@ -839,7 +962,8 @@ def stream_steps(prepared, tokens_per_batch=4096,
         ``min`` over workers steps per epoch with ``repeat=True``.
 
     Raises:
-        ValueError: as ``stream_batches``.
+        ValueError, TypeError: as ``stream_batches`` (the same check of
+            ``boundaries``, so both refuse what one refuses).
 
     Example:
 
@@ -907,8 +1031,11 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
 
     Raises:
         ValueError: ``weights`` and ``prepared`` differ in length, a
-            negative weight or zero sum, corpora prepared with different
-            tokenizers, or an error of ``stream_batches``.
+            negative, NaN or infinite weight or a zero sum, corpora
+            prepared with different tokenizers, ``pairs_per_epoch`` < 1,
+            ``skip_batches`` < 0, or an error of ``stream_batches``.
+        TypeError: a weight that is not a number, ``pairs_per_epoch`` or
+            ``skip_batches`` not an int, or an error of ``stream_batches``.
 
     Example:
 
@@ -928,17 +1055,15 @@ def mix_batches(prepared, weights, tokens_per_batch=4096,
     [5]
     """
     manifests = [_as_manifest(p) for p in prepared]
-    if len(manifests) != len(weights) or not manifests:
-        raise ValueError(f"{len(manifests)} corpora but {len(weights)} weights")
-    weights = np.asarray(weights, np.float64)
-    if (weights < 0).any() or weights.sum() <= 0:
-        raise ValueError(f"`weights` must be >= 0 with a positive sum, got "
-                         f"{weights.tolist()}")
+    weights = _check_weights(weights, len(manifests))
     if len({m["tokenizer"] for m in manifests}) > 1:
         raise ValueError("the corpora were prepared with different tokenizers")
     boundaries = _check(boundaries, tokens_per_batch, manifests)
     if pairs_per_epoch is None:
         pairs_per_epoch = sum(m["pairs"] for m in manifests)
+    pairs_per_epoch = v.positive_int("pairs_per_epoch", pairs_per_epoch)
+    if position is None:
+        v.non_negative_int("skip_batches", skip_batches)
 
     # Pairs are bucketed a block at a time, and the first batch waits for a
     # whole block drawn pair by pair: a block larger than the mixture's
@@ -1007,7 +1132,8 @@ def mix_steps(prepared, weights, tokens_per_batch=4096,
         int >= 1.
 
     Raises:
-        ValueError: as ``mix_batches``.
+        ValueError, TypeError: as ``mix_batches`` (the same checks of
+            ``weights``, ``pairs_per_epoch`` and ``boundaries``).
 
     Example:
 
@@ -1017,13 +1143,11 @@ def mix_steps(prepared, weights, tokens_per_batch=4096,
     5
     """
     manifests = [_as_manifest(p) for p in prepared]
-    weights = np.asarray(weights, np.float64)
-    if len(manifests) != len(weights) or (weights < 0).any() or weights.sum() <= 0:
-        raise ValueError(f"{len(manifests)} corpora need as many weights >= 0 with a "
-                         f"positive sum, got {weights.tolist()}")
+    weights = _check_weights(weights, len(manifests))
     boundaries = _check(boundaries, tokens_per_batch, manifests)
     if pairs_per_epoch is None:
         pairs_per_epoch = sum(m["pairs"] for m in manifests)
+    pairs_per_epoch = v.positive_int("pairs_per_epoch", pairs_per_epoch)
     counts = np.zeros(boundaries[-1] + 1, np.float64)
     for manifest, weight in zip(manifests, weights / weights.sum()):
         own = np.zeros_like(counts)

@@ -57,6 +57,8 @@ def read_lines(path):
 
     Raises:
         FileNotFoundError: ``path`` is not a file (the message names it).
+        CorpusError: (a ``ValueError``) the file is not valid UTF-8 or not
+            a readable gzip file (the message names it and the line).
 
     Example:
         >>> import tempfile, pathlib
@@ -85,6 +87,8 @@ def load_parallel(source_path, target_path):
         ValueError: the two files have different line counts (the message
             names both files and both counts), or the corpus is empty (no
             line with text on both sides; the message names both files).
+        CorpusError: (a ``ValueError``) a file is not valid UTF-8 or not a
+            readable gzip file (the message names it and the line).
 
     Example:
         >>> import tempfile, pathlib
@@ -262,6 +266,8 @@ def iter_lines(path):
 
     Raises:
         FileNotFoundError: ``path`` is not a file (the message names it).
+        CorpusError: (a ``ValueError``) the file is not valid UTF-8 or not
+            a readable gzip file (the message names it and the line).
 
     Example:
         >>> import tempfile, pathlib
@@ -273,10 +279,7 @@ def iter_lines(path):
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="\n") as f:
-        for line in f:
-            yield line.rstrip("\r\n")
+    yield from decoded_lines(path)
 
 
 
@@ -304,6 +307,33 @@ def _raw_lines(path):
             raise CorpusError(
                 f"corpus file {str(path)!r} is not a readable gzip file "
                 f"(after line {n}): {err}") from None
+
+
+def _not_utf8(path, line, offset, raw, err):
+    """The ``CorpusError`` of an undecodable line: the file, the 1-based
+    line, the byte within the line and the file (decompressed for .gz)."""
+    bad = raw[err.start:err.start + 1].hex()
+    return CorpusError(
+        f"corpus file {str(path)!r} is not valid UTF-8: line {line}, byte "
+        f"{err.start + 1} of the line (byte offset {offset + err.start} in "
+        f"the {'decompressed ' if path.name.endswith('.gz') else ''}file): "
+        f"{err.reason} (0x{bad})")
+
+
+def decoded_lines(path):
+    """The lines of a UTF-8 file (plain or ``.gz``) without their line
+    end, one at a time; invalid UTF-8 or a damaged gzip file raises
+    ``CorpusError`` (a ``ValueError``) naming the file and the line, not a
+    bare ``UnicodeDecodeError`` / ``EOFError`` / ``BadGzipFile``."""
+    path = pathlib.Path(path)
+    offset = 0
+    for n, raw in enumerate(_raw_lines(path), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _not_utf8(path, n, offset, raw, err) from None
+        offset += len(raw)
+        yield line.rstrip("\r\n")
 
 
 def check_parallel_corpus(source_path, target_path, characters=True,
@@ -385,13 +415,8 @@ def check_parallel_corpus(source_path, target_path, characters=True,
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
-                bad = raw[err.start:err.start + 1].hex()
-                raise CorpusError(
-                    f"corpus file {str(paths[i])!r} is not valid UTF-8: line "
-                    f"{lines[i] + 1}, byte {err.start + 1} of the line (byte "
-                    f"offset {offset[i] + err.start} in the "
-                    f"{'decompressed ' if paths[i].name.endswith('.gz') else ''}"
-                    f"file): {err.reason} (0x{bad})") from None
+                raise _not_utf8(paths[i], lines[i] + 1, offset[i], raw,
+                                err) from None
             lines[i] += 1
             offset[i] += len(raw)
             has_text.append(bool(line.strip()))

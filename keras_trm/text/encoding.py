@@ -18,11 +18,23 @@ def lowercase(texts):
     Returns:
         list of str, the same length.
 
+    Raises:
+        TypeError: ``texts`` is a str (not a list of them) or holds a
+            non-str item.
+
     Example:
 
     >>> lowercase(["Ein GROSSER Film", "ÉTÉ"])
     ['ein grosser film', 'été']
     """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"`texts` must be a list of str, got one "
+                        f"{type(texts).__name__}: texts={texts[:50]!r}")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"`texts` must hold str, got texts[{i}]={text!r} "
+                            f"({type(text).__name__})")
     if not texts:
         return []
     lowered = tf.strings.lower(tf.constant(texts), encoding="utf-8").numpy()

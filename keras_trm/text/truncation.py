@@ -15,6 +15,10 @@ def truncate_head_tail(ids, max_length):
         ragged int ``(batch, None)``, rows of at most ``max_length`` ids;
         rows that fit are unchanged.
 
+    Raises:
+        TypeError: ``max_length`` not an int (a float, a bool, None).
+        ValueError: ``max_length`` <= 0 (it would empty every row).
+
     Example:
 
     >>> import tensorflow as tf
@@ -24,6 +28,9 @@ def truncate_head_tail(ids, max_length):
     """
     import tensorflow as tf
 
+    from keras_trm.utils import checks as v
+
+    max_length = v.positive_int("max_length", max_length)
     head = max_length // 4
     tail = max_length - head
     lengths = ids.row_lengths()

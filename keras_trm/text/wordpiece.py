@@ -10,6 +10,7 @@ import pathlib
 
 import tensorflow as tf
 
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 from keras_trm.utils.ids import END_ID, PAD_ID, START_ID, UNK_ID  # noqa: F401
 
@@ -31,7 +32,8 @@ def learn_vocabulary(sentences, vocabulary_size, path=None):
 
     Args:
         sentences: iterable of str (source and target together for a joint
-            vocabulary).
+            vocabulary); a single str is refused (it would be read as its
+            characters).
         vocabulary_size: int, the target size (the learner may return a few
             fewer tokens).
         path: optional file to write, one token a line; written atomically.
@@ -40,19 +42,34 @@ def learn_vocabulary(sentences, vocabulary_size, path=None):
         list of str tokens.
 
     Raises:
+        TypeError: ``sentences`` is a str (not a list of them) or holds a
+            non-str item; ``vocabulary_size`` not an int.
         ValueError: ``vocabulary_size`` <= number of reserved tokens, or no
-            sentences.
+            sentence with text (empty, or all blank).
     """
     import keras_hub
 
-    sentences = list(sentences)
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(
+            f"`sentences` must be an iterable of str, got one "
+            f"{type(sentences).__name__}: sentences={sentences[:50]!r}")
+    vocabulary_size = v.positive_int("vocabulary_size", vocabulary_size)
     if vocabulary_size <= len(RESERVED_TOKENS):
         raise ValueError(
             f"`vocabulary_size` must exceed {len(RESERVED_TOKENS)}, got "
             f"vocabulary_size={vocabulary_size}"
         )
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"`sentences` must hold str, got sentences[{i}]="
+                            f"{sentence!r} ({type(sentence).__name__})")
     if not sentences:
         raise ValueError("`sentences` is empty: nothing to learn a vocabulary from")
+    if not any(s.strip() for s in sentences):
+        raise ValueError(
+            f"`sentences` has no text: its {len(sentences)} sentence(s) are "
+            "all blank, nothing to learn a vocabulary from")
     data = tf.data.Dataset.from_tensor_slices(sentences).batch(1000)
     vocab = keras_hub.tokenizers.compute_word_piece_vocabulary(
         data,
@@ -92,6 +109,20 @@ def dense_ids(ids):
     return tf.cast(ids, tf.int32)
 
 
+def _check_ids_below(content, size):
+    """Raises a ValueError naming the first id of ``content`` (eager ragged
+    ids, those a detokenizer reads) that is >= ``size``, and its row."""
+    import numpy as np
+
+    flat = content.flat_values.numpy()
+    bad = np.nonzero(flat >= size)[0]
+    if bad.size:
+        row = int(content.value_rowids().numpy()[bad[0]])
+        raise ValueError(
+            f"`ids` must be token ids below the vocabulary size {size}, got "
+            f"id {int(flat[bad[0]])} in row {row}")
+
+
 def content_ids(ids):
     """The ids a detokenizer reads: those before each row's first END,
     reserved ids (PAD, UNK, START, END) dropped; int32 ``(batch, T)`` ->
@@ -110,6 +141,15 @@ class TextTokenizer(tf.Module):
     ``(batch, None)`` WordPiece ids (no START/END).
     ``detokenize(ids)``: int ``(batch, T)`` (dense, padded, or ragged) ->
     str ``(batch,)``; reads up to the first END, drops PAD/START/END.
+    An id it reads (before END) >= ``vocabulary_size`` raises: a
+    ``ValueError`` naming it and the size when called eagerly, a
+    ``tf.errors.InvalidArgumentError`` naming the size (and the ids) inside
+    a graph -- never a crash of the detokenize op.
+
+    Raises:
+        TypeError: ``vocabulary`` is a str or holds a non-str token.
+        ValueError: ``vocabulary`` does not start with ``RESERVED_TOKENS``
+            (as ``load_vocabulary`` requires).
 
     ``start_id``, ``end_id``, ``pad_id``: its special ids (the reserved
     ``START_ID``, ``END_ID``, ``PAD_ID``), what the searches take.
@@ -121,7 +161,19 @@ class TextTokenizer(tf.Module):
         super().__init__(name=name)
         import keras_hub
 
+        if isinstance(vocabulary, (str, bytes)):
+            raise TypeError(f"`vocabulary` must be a list of str tokens, got "
+                            f"one {type(vocabulary).__name__}: {vocabulary[:50]!r}")
         self.vocabulary = list(vocabulary)
+        for i, token in enumerate(self.vocabulary):
+            if not isinstance(token, str):
+                raise TypeError(f"`vocabulary` must hold str tokens, got "
+                                f"vocabulary[{i}]={token!r}")
+        if tuple(self.vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+            raise ValueError(
+                f"`vocabulary` must start with {RESERVED_TOKENS} (ids "
+                f"0-{len(RESERVED_TOKENS) - 1}), got "
+                f"{tuple(self.vocabulary[:len(RESERVED_TOKENS)])}")
         self.tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
             vocabulary=self.vocabulary,
             lowercase=False,
@@ -142,11 +194,25 @@ class TextTokenizer(tf.Module):
         return tf.cast(ids, tf.int32)
 
     def detokenize(self, ids):
-        return self._detokenize(dense_ids(ids))
+        ids = dense_ids(ids)
+        if tf.executing_eagerly():  # in a graph: _detokenize's assertion
+            _check_ids_below(content_ids(ids), self.vocabulary_size)
+        return self._detokenize(ids)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def _detokenize(self, ids):
-        text = self.tokenizer.detokenize(content_ids(ids))
+        # An id past the vocabulary crashes the detokenize op (a
+        # segmentation fault): checked before it runs, in the graph too.
+        content = content_ids(ids)
+        check = tf.debugging.assert_less(
+            content.flat_values, tf.constant(self.vocabulary_size, tf.int32),
+            message=(f"TextTokenizer.detokenize: an id is >= the vocabulary "
+                     f"size {self.vocabulary_size} (ids must be in [0, "
+                     f"{self.vocabulary_size}))"),
+            summarize=8)
+        with tf.control_dependencies([check]):
+            content = tf.identity(content)
+        text = self.tokenizer.detokenize(content)
         for pattern, rewrite in _DETOK_RULES:
             text = tf.strings.regex_replace(text, pattern, rewrite)
         return tf.strings.strip(text)
