@@ -8,9 +8,14 @@ import keras
 
 from keras_trm.training import (
     EpochCheckpoints,
+    NoamSchedule,
+    PerUpdateSchedule,
+    accumulation_steps,
     average_checkpoints,
+    paper_adam,
     save_weights_atomic,
     select_checkpoint_average,
+    warmup_cosine_decay,
 )
 
 
@@ -70,3 +75,31 @@ def test_select_checkpoint_average_never_chooses_a_nan_score(checkpoints):
 def test_epoch_checkpoints_bad_arguments(tmp_path, kwargs, error, match):
     with pytest.raises(error, match=match):
         EpochCheckpoints(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: paper_adam(-1.0), ValueError, "learning_rate=-1.0"),
+    (lambda: paper_adam(float("nan")), ValueError, "learning_rate=nan"),
+    (lambda: paper_adam("0.1"), TypeError, "learning_rate='0.1'"),
+    (lambda: warmup_cosine_decay(1e-3, 10, 2, alpha=float("nan")), ValueError, "alpha=nan"),
+    (lambda: warmup_cosine_decay(1e-3, 10, 2, alpha=-1.0), ValueError, "alpha=-1.0"),
+    (lambda: warmup_cosine_decay(1e-3, 10, 2, alpha=2.0), ValueError, "alpha=2.0"),
+    (lambda: warmup_cosine_decay(float("inf"), 10, 2), ValueError, "learning_rate=inf"),
+    (lambda: NoamSchedule(16, scale=float("inf")), ValueError, "scale=inf"),
+    (lambda: NoamSchedule(16, scale="x"), TypeError, "scale='x'"),
+    (lambda: NoamSchedule(16, scale=None), TypeError, "scale=None"),
+    (lambda: PerUpdateSchedule(NoamSchedule(16), 2.5), TypeError,
+     "gradient_accumulation_steps=2.5"),
+    (lambda: accumulation_steps(25000.5, 4096), TypeError, "tokens_per_step=25000.5"),
+    (lambda: accumulation_steps(25000, 4096.9), TypeError, "tokens_per_batch=4096.9"),
+    (lambda: accumulation_steps(25000, 4096, True), TypeError, "num_replicas=True"),
+])
+def test_rates_and_step_counts_refused(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_paper_adam_still_takes_a_schedule_and_a_numpy_rate():
+    schedule = NoamSchedule(16)
+    assert paper_adam(schedule).learning_rate is not None
+    assert float(paper_adam(np.float32(1e-3)).learning_rate) == pytest.approx(1e-3)
