@@ -103,3 +103,45 @@ def test_paper_adam_still_takes_a_schedule_and_a_numpy_rate():
     schedule = NoamSchedule(16)
     assert paper_adam(schedule).learning_rate is not None
     assert float(paper_adam(np.float32(1e-3)).learning_rate) == pytest.approx(1e-3)
+
+
+@pytest.fixture(scope="module")
+def double():
+    tf = pytest.importorskip("tensorflow")
+
+    class Double(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return {"y": 2.0 * x}
+
+    return Double()
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"assets": {"../../evil.txt": "x"}}, ValueError, r"`assets` names.*\.\./\.\./evil"),
+    ({"assets": {"/tmp/evil.txt": "x"}}, ValueError, "`assets` names.*/tmp/evil"),
+    ({"assets": {"a.txt": b"x"}}, TypeError, r"`assets\['a.txt'\]` must be a str"),
+    ({"version": -1}, ValueError, "version=-1"),
+    ({"version": 2.5}, TypeError, "version=2.5"),
+    ({"version": True}, TypeError, "version=True"),
+    ({"signatures": None}, ValueError, "signatures=None"),
+    ({"signatures": {}}, ValueError, "signatures={}"),
+    ({"model_name": 5}, TypeError, "model_name=5"),
+])
+def test_export_module_refuses_before_writing_anything(double, tmp_path, kwargs, error, match):
+    from keras_trm.export import export_module
+
+    args = {"model_name": "double", "signatures": {"serving_default": double.serve},
+            **kwargs}
+    with pytest.raises(error, match=match):
+        export_module(double, tmp_path / "export", **args)
+    assert not any(tmp_path.rglob("*"))  # not even export/<model_name>/
+
+
+def test_export_module_version_0_and_an_asset_in_a_subfolder(double, tmp_path):
+    from keras_trm.export import export_module
+
+    path = export_module(double, tmp_path, "double", {"serving_default": double.serve},
+                         version=0, assets={"sub/a.txt": "x"})
+    assert path.name == "0"
+    assert (path / "assets.extra" / "sub" / "a.txt").read_text() == "x"
