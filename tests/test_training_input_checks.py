@@ -8,6 +8,8 @@ import keras
 
 from keras_trm.training import (
     EpochCheckpoints,
+    LabelSmoothedCrossEntropy,
+    MaskedAccuracy,
     NoamSchedule,
     PerUpdateSchedule,
     accumulation_steps,
@@ -145,3 +147,52 @@ def test_export_module_version_0_and_an_asset_in_a_subfolder(double, tmp_path):
                          version=0, assets={"sub/a.txt": "x"})
     assert path.name == "0"
     assert (path / "assets.extra" / "sub" / "a.txt").read_text() == "x"
+
+
+LOGITS = np.zeros((2, 3, 5), "float32")
+
+
+@pytest.mark.parametrize("labels, error, match", [
+    (np.full((2, 3), 1.7, "float32"), TypeError, "`y_true` must be integer labels.*float32"),
+    (np.zeros((2, 4), "int32"), ValueError, r"`y_true` must be \(batch, T\).*\(2, 4\)"),
+    (np.zeros((2, 3, 1), "int32"), ValueError, r"`y_true` must be \(batch, T\).*\(2, 3, 1\)"),
+    ([[1, 9, 0], [1, 1, 1]], ValueError, r"`y_true` holds label 9, outside \[0, 5\)"),
+    ([[1.5, 1, 0], [1, 1, 1]], TypeError, "`y_true` must be integer labels"),
+])
+def test_loss_refuses_bad_labels(labels, error, match):
+    with pytest.raises(error, match=match):
+        LabelSmoothedCrossEntropy(0.1)(labels, LOGITS)
+
+
+def test_loss_refuses_2d_logits_and_bad_pad_ids():
+    loss = LabelSmoothedCrossEntropy(0.1)
+    with pytest.raises(ValueError, match=r"y_pred of shape \(2, 5\)"):
+        loss(np.zeros((2,), "int32"), np.zeros((2, 5), "float32"))
+    for cls in (LabelSmoothedCrossEntropy, MaskedAccuracy):
+        with pytest.raises(TypeError, match="pad_id=1.7"):
+            cls(pad_id=1.7)
+        with pytest.raises(TypeError, match="pad_id='x'"):
+            cls(pad_id="x")
+        with pytest.raises(ValueError, match="pad_id=-1"):
+            cls(pad_id=-1)
+    with pytest.raises(TypeError, match="`y_true` must be integer labels"):
+        MaskedAccuracy().update_state(np.full((2, 3), 1.7, "float32"), LOGITS)
+    # A list of ids is as good as an array (same value).
+    labels = [[1, 2, 0], [3, 4, 4]]
+    assert float(loss(labels, LOGITS)) == float(loss(np.array(labels), LOGITS))
+
+
+def test_loss_and_accuracy_in_fit_check_the_labels_dtype():
+    """In ``fit`` the labels are tensors: int ids train, float ones are
+    refused by their static dtype."""
+    from keras_trm.models import transformer
+
+    model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                        max_sequence_length=8)
+    model.compile("sgd", loss=LabelSmoothedCrossEntropy(0.1),
+                  metrics=[MaskedAccuracy()])
+    ids = np.ones((2, 4), "int32")
+    inputs = {"encoder_tokens": ids, "decoder_tokens": ids}
+    model.fit(inputs, ids, epochs=1, verbose=0)
+    with pytest.raises(TypeError, match="`y_true` must be integer labels"):
+        model.fit(inputs, ids.astype("float32"), epochs=1, verbose=0)
