@@ -196,3 +196,20 @@ def test_loss_and_accuracy_in_fit_check_the_labels_dtype():
     model.fit(inputs, ids, epochs=1, verbose=0)
     with pytest.raises(TypeError, match="`y_true` must be integer labels"):
         model.fit(inputs, ids.astype("float32"), epochs=1, verbose=0)
+
+
+def test_failed_average_keeps_the_optimizer_state(checkpoints, tmp_path):
+    """load_weights also sets the optimizer's variables from a checkpoint
+    that has them: a failed average puts those back too."""
+    model = _dense(1)
+    model.compile("adam", "mse")
+    model.fit(np.ones((4, 2)), np.ones((4, 1)), verbose=0)
+    save_weights_atomic(model, tmp_path / "b.weights.h5")  # with Adam's m, v
+    model.fit(np.ones((4, 2)), np.zeros((4, 1)), verbose=0)
+    before = [keras.ops.convert_to_numpy(v) for v in model.optimizer.variables]
+    weights = model.get_weights()
+    with pytest.raises(ValueError, match="wider.weights.h5"):
+        average_checkpoints(model, [tmp_path / "b.weights.h5",
+                                    checkpoints / "wider.weights.h5"])
+    assert _same(model.get_weights(), weights)
+    assert _same([keras.ops.convert_to_numpy(v) for v in model.optimizer.variables], before)
