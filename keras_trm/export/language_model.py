@@ -116,7 +116,10 @@ def export_language_model(model, vocabulary, export_dir, model_name,
         ``pathlib.Path`` of ``<export_dir>/<model_name>/<version>``.
 
     Raises:
-        TypeError: ``model`` is not a ``TransformerXLLM``.
+        TypeError: ``model`` is not a ``TransformerXLLM``; ``model_name``
+            not a str, ``version`` not an int (see ``export_module``).
+        ValueError: ``model_name`` not a plain folder name, ``version``
+            negative (see ``export_module``).
         FileExistsError: the version folder exists.
 
     Example:

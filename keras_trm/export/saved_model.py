@@ -6,6 +6,7 @@ import pathlib
 
 import tensorflow as tf
 
+from keras_trm.utils import checks as v
 from keras_trm.export.warmup import warmup_path, write_warmup_requests
 from keras_trm.utils.files import atomic_directory, tree_bytes
 
@@ -42,9 +43,16 @@ def export_module(module, export_dir, model_name, signatures, version=None,
         module: a ``tf.Module`` holding the variables.
         export_dir: root folder (the repo's ``export/``).
         model_name: str, e.g. ``"transformer_multi30k_en_de"``.
-        signatures: dict name -> concrete/``tf.function`` with a signature.
-        version: int or None (next free version).
-        assets: optional dict filename -> text, written to ``assets.extra/``.
+        signatures: non-empty dict name -> concrete/``tf.function`` with a
+            signature.
+        version: int >= 0, or None (the next free version, from 1). TF
+            Serving serves any folder whose name is an int64 >= 0, 0
+            included, and by default the largest; a float, bool or
+            negative number is refused rather than rounded or written as a
+            folder TF Serving would not serve.
+        assets: optional dict filename -> text (str), written to
+            ``assets.extra/``; a filename is relative and stays inside
+            that folder (``sub/a.txt`` makes ``sub/``).
         warmup_requests: optional list of ``(signature_name, inputs)``,
             written as TF Serving's warm-up file
             (``assets.extra/tf_serving_warmup_requests``, see
@@ -60,8 +68,14 @@ def export_module(module, export_dir, model_name, signatures, version=None,
             of the newest existing version, when there is one) and free,
             e.g. ``no space left on device writing export/m/2: needed
             ~4.2 MB, 1.0 MB free``; nothing of the new version remains.
-        ValueError: ``model_name`` empty or containing a path separator;
-            bad ``warmup_requests`` (before anything is written).
+        TypeError: ``model_name`` not a str; ``version`` not an int (2.5,
+            True); ``signatures`` not a dict; an asset's name or text not a
+            str.
+        ValueError: ``model_name`` empty, starting with "." or containing a
+            path separator; ``version`` negative; ``signatures`` None or
+            empty; an asset's name absolute, empty or leaving
+            ``assets.extra/`` (``../x``); bad ``warmup_requests``. All of
+            these before anything is written.
 
     Example:
 
@@ -82,16 +96,30 @@ def export_module(module, export_dir, model_name, signatures, version=None,
     [2.0, 5.0]
     >>> shutil.rmtree(root)
     """
-    if not model_name or os.sep in model_name or model_name.startswith("."):
+    # Every argument is checked before anything is created.
+    if not isinstance(model_name, str):
+        raise TypeError(f"`model_name` must be a str (a folder name), got "
+                        f"model_name={model_name!r}")
+    if (not model_name or os.sep in model_name or (os.altsep and os.altsep in model_name)
+            or model_name.startswith(".")):
         raise ValueError(f"`model_name` must be a plain folder name, got {model_name!r}")
+    if version is not None:
+        version = v.non_negative_int("version", version)
+    if not isinstance(signatures, dict) or not signatures:
+        raise (ValueError if isinstance(signatures, dict) or signatures is None
+               else TypeError)(
+            "`signatures` must be a non-empty dict of name -> function (without "
+            "one the SavedModel has nothing to serve), got "
+            f"signatures={signatures!r}")
+    assets = _checked_assets(assets)
+    if warmup_requests is not None:
+        _check_warmup_requests(warmup_requests, signatures)
     model_dir = pathlib.Path(export_dir) / model_name
     model_dir.mkdir(parents=True, exist_ok=True)
-    version = next_version(model_dir) if version is None else int(version)
+    version = next_version(model_dir) if version is None else version
     target = model_dir / str(version)
     if target.exists():
         raise FileExistsError(f"export version {str(target)!r} already exists")
-    if warmup_requests is not None:
-        _check_warmup_requests(warmup_requests, signatures)
     versions = [p for p in model_dir.glob("*") if p.name.isdigit() and p.is_dir()]
     previous = max(versions, key=lambda p: int(p.name), default=None)
     with atomic_directory(target, expected_size=previous and tree_bytes(previous)) as tmp:
@@ -99,11 +127,36 @@ def export_module(module, export_dir, model_name, signatures, version=None,
         if assets or warmup_requests:
             extra = tmp / "assets.extra"
             extra.mkdir(exist_ok=True)
-            for name, text in (assets or {}).items():
+            for name, text in assets.items():
+                (extra / name).parent.mkdir(parents=True, exist_ok=True)
                 (extra / name).write_text(text, encoding="utf-8")
             if warmup_requests:
                 write_warmup_requests(warmup_path(tmp), warmup_requests)
     return target
+
+
+def _checked_assets(assets):
+    """``assets`` as a dict (empty for None), each name a relative path
+    that stays inside ``assets.extra/`` (a name such as ``../../x`` wrote
+    outside the export's temporary folder, where a failed export left it)
+    and each text a str."""
+    if assets is None:
+        return {}
+    if not isinstance(assets, dict):
+        raise TypeError(f"`assets` must be a dict filename -> text, got assets={assets!r}")
+    for name, text in assets.items():
+        if not isinstance(name, str):
+            raise TypeError(f"`assets` names must be str, got {name!r}")
+        parts = pathlib.PurePath(name).parts
+        if (not name or pathlib.PurePath(name).is_absolute() or os.path.isabs(name)
+                or ".." in parts or not parts or name.endswith(("/", os.sep))):
+            raise ValueError(
+                "`assets` names must be relative file names inside "
+                f"assets.extra/, got {name!r}")
+        if not isinstance(text, str):
+            raise TypeError(f"`assets[{name!r}]` must be a str, got "
+                            f"{type(text).__name__}")
+    return assets
 
 
 def _check_warmup_requests(requests, signatures):

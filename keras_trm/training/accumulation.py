@@ -20,6 +20,8 @@ import math
 import keras
 from keras import ops
 
+from keras_trm.utils import checks as v
+
 
 def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
     """Micro-batches per replica in one update:
@@ -32,7 +34,10 @@ def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
         num_replicas: int > 0, devices training in sync.
 
     Raises:
-        ValueError: negative / non-positive arguments.
+        TypeError: an argument not an int (25000.5 is not rounded; bool
+            refused), naming it.
+        ValueError: negative ``tokens_per_step``; ``tokens_per_batch`` or
+            ``num_replicas`` < 1.
 
     Example:
         >>> accumulation_steps(25000, 4096, num_replicas=2)
@@ -40,17 +45,12 @@ def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
         >>> accumulation_steps(0, 4096)
         1
     """
-    if int(tokens_per_step) < 0:
-        raise ValueError(f"`tokens_per_step` must be >= 0, got "
-                         f"tokens_per_step={tokens_per_step!r}")
-    if int(tokens_per_batch) < 1 or int(num_replicas) < 1:
-        raise ValueError(
-            "`tokens_per_batch` and `num_replicas` must be >= 1, got "
-            f"tokens_per_batch={tokens_per_batch!r}, num_replicas={num_replicas!r}")
+    tokens_per_step = v.non_negative_int("tokens_per_step", tokens_per_step)
+    tokens_per_batch = v.positive_int("tokens_per_batch", tokens_per_batch)
+    num_replicas = v.positive_int("num_replicas", num_replicas)
     if not tokens_per_step:
         return 1
-    return max(1, math.ceil(int(tokens_per_step)
-                            / (int(tokens_per_batch) * int(num_replicas))))
+    return max(1, math.ceil(tokens_per_step / (tokens_per_batch * num_replicas)))
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
@@ -63,6 +63,8 @@ class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         gradient_accumulation_steps: int >= 1.
 
     Raises:
+        TypeError: ``gradient_accumulation_steps`` not an int (2.5 is not
+            rounded; bool refused).
         ValueError: ``gradient_accumulation_steps`` < 1.
 
     Example:
@@ -72,12 +74,9 @@ class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, schedule, gradient_accumulation_steps):
-        if int(gradient_accumulation_steps) < 1:
-            raise ValueError(
-                "`gradient_accumulation_steps` must be >= 1, got "
-                f"gradient_accumulation_steps={gradient_accumulation_steps!r}")
         self.schedule = schedule
-        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
+        self.gradient_accumulation_steps = v.positive_int(
+            "gradient_accumulation_steps", gradient_accumulation_steps)
 
     def __call__(self, step):
         return self.schedule(ops.floor_divide(

@@ -1,12 +1,16 @@
 """Atomic weight checkpoints and checkpoint averaging (Vaswani et al. §6.1)."""
 
+import contextlib
 import io
+import math
+import os
 import pathlib
 import time
 
 import keras
 import numpy as np
 
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_file, atomic_write, check_free_space
 
 
@@ -111,34 +115,87 @@ def average_checkpoints(model, paths):
 
     Args:
         model: a built model whose architecture matches the checkpoints.
-        paths: non-empty list of ``*.weights.h5`` files.
+        paths: non-empty list (or other sequence) of ``*.weights.h5``
+            files; a single path is refused, not read as its characters.
 
     Returns:
         ``model``, with averaged weights.
 
     Raises:
-        ValueError: empty ``paths``. FileNotFoundError: a missing file.
+        TypeError: ``paths`` a single str, bytes or path.
+        ValueError: empty ``paths``; a checkpoint that does not load into
+            ``model`` (another architecture, a truncated or corrupt file),
+            naming it, e.g. "`paths[1]`: checkpoint 'run/wider.weights.h5'
+            could not be loaded into the model (ValueError: ...)".
+        FileNotFoundError: a missing file, before anything is loaded.
+        OSError: an error reading a file (permissions), naming it.
+
+        On any error ``model`` (and its optimizer's variables) keep the
+        weights they had before the call.
     """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(
+            "`paths` must be a list of checkpoint files, got one path: "
+            f"paths={paths!r} (pass [paths] to use a single checkpoint)")
     paths = [pathlib.Path(p) for p in paths]
     if not paths:
         raise ValueError("`paths` is empty: no checkpoint to average")
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"checkpoint {str(p)!r} does not exist")
-    # One float64 sum, added to in place: the sum and one checkpoint's
-    # weights are all that is held, whatever the number of checkpoints.
-    total = None
-    for p in paths:
-        model.load_weights(str(p))
-        if total is None:
-            total = [np.array(w, np.float64) for w in model.get_weights()]
-            continue
-        for t, w in zip(total, model.get_weights()):
-            t += w
-    for t in total:
-        t /= len(paths)
-    model.set_weights(total)
+    with _restored_on_error(model):
+        # One float64 sum, added to in place: the sum and one checkpoint's
+        # weights are all that is held, whatever the number of checkpoints.
+        total = None
+        for i, p in enumerate(paths):
+            _load_checkpoint(model, p, f"paths[{i}]")
+            if total is None:
+                total = [np.array(w, np.float64) for w in model.get_weights()]
+                continue
+            for t, w in zip(total, model.get_weights()):
+                t += w
+        for t in total:
+            t /= len(paths)
+        model.set_weights(total)
     return model
+
+
+def _load_checkpoint(model, path, name):
+    """``model.load_weights(path)``; an error names ``name`` and ``path``
+    (Keras' "A total of 1 objects could not be loaded" and h5py's "file
+    signature not found" name neither)."""
+    try:
+        model.load_weights(str(path))
+    except OSError as error:
+        if error.errno is not None:  # a real I/O error (permissions, ...)
+            raise type(error)(error.errno, f"`{name}`: reading checkpoint "
+                              f"{str(path)!r}: {error.strerror}") from error
+        raise ValueError(  # h5py: not an HDF5 file (empty, truncated, other)
+            f"`{name}`: checkpoint {str(path)!r} could not be read as a "
+            f".weights.h5 file ({type(error).__name__}: {error})") from error
+    except Exception as error:
+        raise ValueError(
+            f"`{name}`: checkpoint {str(path)!r} could not be loaded into the "
+            f"model (not the model's architecture?) ({type(error).__name__}: "
+            f"{str(error)[:500]})") from error
+
+
+@contextlib.contextmanager
+def _restored_on_error(model):
+    """Puts back ``model``'s weights (and its optimizer's variables, which
+    ``load_weights`` also sets) when the block raises: one host copy of
+    them is held meanwhile."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(optimizer.variables) if optimizer is not None else []
+    weights = model.get_weights()
+    values = [keras.ops.convert_to_numpy(v) for v in variables]
+    try:
+        yield
+    except BaseException:
+        model.set_weights(weights)
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        raise
 
 
 def select_checkpoint_average(model, paths, score, max_count=5):
@@ -148,7 +205,9 @@ def select_checkpoint_average(model, paths, score, max_count=5):
     with few epochs the early ones can hurt, so this tries k = 1, ...,
     ``max_count`` (the newest k of ``paths``) and keeps the best by
     ``score`` -- which must be computed on validation data, never on the
-    test set. Ties go to the smaller k.
+    test set. Ties go to the smaller k. A NaN score (a diverged average,
+    or a metric of no tokens) is recorded in ``scores`` but never chosen:
+    the best of the other k is.
 
     Args:
         model: a built model matching the checkpoints.
@@ -162,19 +221,40 @@ def select_checkpoint_average(model, paths, score, max_count=5):
         ``model`` holds the chosen average.
 
     Raises:
-        ValueError: empty ``paths`` or ``max_count < 1``.
+        TypeError: ``max_count`` not an int (bool refused), ``paths`` a
+            single path, ``score`` returning something that is not a
+            number.
+        ValueError: empty ``paths``, ``max_count < 1``, every score NaN
+            (naming the scores), or a checkpoint that does not load (see
+            ``average_checkpoints``).
+
+        On any error ``model`` keeps the weights it had before the call.
     """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(
+            "`paths` must be a list of checkpoint files, got one path: "
+            f"paths={paths!r}")
     paths = list(paths)
     if not paths:
         raise ValueError("`paths` is empty: no checkpoint to average")
-    if int(max_count) < 1:
-        raise ValueError(f"`max_count` must be >= 1, got max_count={max_count}")
+    max_count = v.positive_int("max_count", max_count)
     scores = {}
-    for k in range(1, min(int(max_count), len(paths)) + 1):
-        average_checkpoints(model, paths[-k:])
-        scores[k] = float(score(model))
-    best = max(scores, key=lambda k: (scores[k], -k))
-    average_checkpoints(model, paths[-best:])
+    with _restored_on_error(model):
+        for k in range(1, min(max_count, len(paths)) + 1):
+            average_checkpoints(model, paths[-k:])
+            value = score(model)
+            try:
+                scores[k] = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"`score` must return a number, got {value!r} for the "
+                    f"average of the last {k} checkpoint(s)") from None
+        finite = [k for k in scores if not math.isnan(scores[k])]
+        if not finite:
+            raise ValueError(
+                f"`score` gave NaN for every average tried: scores={scores}")
+        best = max(finite, key=lambda k: (scores[k], -k))
+        average_checkpoints(model, paths[-best:])
     return best, scores
 
 
@@ -196,12 +276,15 @@ class EpochCheckpoints(keras.callbacks.Callback):
         directory: where the files go (created).
         keep: int >= 1, how many newest files are kept.
         every_steps: int >= 0; 0 = not by steps.
-        every_minutes: float >= 0; 0 = not by time.
+        every_minutes: finite float >= 0; 0 = not by time.
         write: False on non-chief workers (nothing is written).
 
     Raises:
-        ValueError: ``keep`` < 1, negative ``every_steps`` /
-            ``every_minutes``, or both set.
+        TypeError: ``keep`` or ``every_steps`` not an int (2.5 is not
+            rounded; bool refused), ``every_minutes`` not a number.
+        ValueError: ``keep`` < 1, negative ``every_steps``, ``every_minutes``
+            negative, NaN or inf (no checkpoint would ever be written), or
+            both set.
         OSError: ``errno.ENOSPC`` out of ``fit`` when ``directory``'s file
             system is full (see ``save_weights_atomic``); the files kept so
             far are complete and unchanged.
@@ -220,20 +303,19 @@ class EpochCheckpoints(keras.callbacks.Callback):
     def __init__(self, directory, keep=5, every_steps=0, every_minutes=0.0,
                  write=True):
         super().__init__()
-        if int(keep) < 1:
-            raise ValueError(f"`keep` must be >= 1, got keep={keep!r}")
-        if int(every_steps) < 0 or float(every_minutes) < 0:
-            raise ValueError(
-                "`every_steps` and `every_minutes` must be >= 0, got "
-                f"every_steps={every_steps!r}, every_minutes={every_minutes!r}")
-        if int(every_steps) and float(every_minutes):
+        keep = v.positive_int("keep", keep)
+        every_steps = v.non_negative_int("every_steps", every_steps)
+        # NaN would compare False with every elapsed time (no checkpoint,
+        # ever), and so would inf.
+        every_minutes = v.non_negative_float("every_minutes", every_minutes)
+        if every_steps and every_minutes:
             raise ValueError(
                 "set one of `every_steps` and `every_minutes`, got "
                 f"every_steps={every_steps!r}, every_minutes={every_minutes!r}")
         self.directory = pathlib.Path(directory)
-        self.keep = int(keep)
-        self.every_steps = int(every_steps)
-        self.every_seconds = float(every_minutes) * 60.0
+        self.keep = keep
+        self.every_steps = every_steps
+        self.every_seconds = every_minutes * 60.0
         self.write = bool(write)
         self.paths = []
         self._step, self._last_time = 0, None

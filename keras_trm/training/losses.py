@@ -36,22 +36,30 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     Args:
         label_smoothing: ε in [0, 1).
-        pad_id: int, label id that is ignored (0).
+        pad_id: int >= 0, label id that is ignored (0). (A negative one,
+            say -100, would be outside [0, V): NaN, see below.)
 
     Call arguments:
-        y_true: int ``(batch, T)`` labels.
+        y_true: integer ``(batch, T)`` labels: a tensor, NumPy array or
+            nested list.
         y_pred: float ``(batch, T, V)`` logits.
 
     Returns:
         float32 scalar; 0 for a batch with no real token. NaN when a label
-        lies outside [0, V) (say -100, PyTorch's "ignore" label), on every
-        backend, whatever the logits.
+        given as a tensor lies outside [0, V) (say -100, PyTorch's "ignore"
+        label), on every backend, whatever the logits.
 
     Raises:
-        ValueError: label_smoothing outside [0, 1); a ``sample_weight`` (the
-            padding mask is the weighting); labels given as a NumPy array
-            with an id outside [0, V) (tensors are not read back from the
-            device: they give the NaN above).
+        TypeError: ``pad_id`` not an int (1.7 is not truncated; bool
+            refused); ``y_true`` of a float, bool or string dtype (float
+            labels were truncated to ids), naming the dtype.
+        ValueError: label_smoothing outside [0, 1); ``pad_id`` negative; a
+            ``sample_weight`` (the padding mask is the weighting); shapes
+            that are not ``(batch, T)`` and ``(batch, T, V)`` with the same
+            batch and T, naming both (checked on static shapes: a
+            dimension unknown when traced is not compared); labels given
+            as a NumPy array or a list with an id outside [0, V) (tensors
+            are not read back from the device: they give the NaN above).
 
     Example:
 
@@ -71,7 +79,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
                  **kwargs):
         super().__init__(name=name, **kwargs)
         self.label_smoothing = v.rate("label_smoothing", label_smoothing)
-        self.pad_id = int(pad_id)
+        self.pad_id = v.non_negative_int("pad_id", pad_id)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras' Loss.__call__ would weigh the scalar by the output's mask
@@ -82,6 +90,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
                 "LabelSmoothedCrossEntropy weighs tokens by the padding mask "
                 f"(label pad_id={self.pad_id}) and takes no sample_weight, got "
                 f"sample_weight of shape {ops.shape(sample_weight)}")
+        # Host values are checked as NumPy arrays (a list's ids too); for
+        # tensors only the static dtype and shapes: nothing is copied back.
+        if isinstance(y_true, (list, tuple)):
+            y_true = np.asarray(y_true)
+        if isinstance(y_pred, (list, tuple)):
+            y_pred = np.asarray(y_pred, "float32")
+        _check_labels_and_logits(y_true, y_pred)
         num_classes = ops.shape(y_pred)[-1]
         if isinstance(y_true, np.ndarray) and y_true.size and num_classes is not None:
             low, high = int(y_true.min()), int(y_true.max())
@@ -105,6 +120,31 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         config = super().get_config()
         config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
         return config
+
+
+def _static_shape(x):
+    """``x``'s static shape as a tuple (None for unknown dimensions), or
+    None when even its rank is unknown."""
+    try:
+        return tuple(None if d is None else int(d) for d in x.shape)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _check_labels_and_logits(y_true, y_pred):
+    """Integer ``(batch, T)`` labels for ``(batch, T, V)`` logits, checked
+    on the dtype and the static shapes only (no device read)."""
+    if hasattr(y_true, "dtype"):
+        v.integer_ids("y_true", y_true, what="integer labels (token ids)")
+    labels, logits = _static_shape(y_true), _static_shape(y_pred)
+    if labels is None or logits is None:
+        return
+    if (len(labels) != 2 or len(logits) != 3 or any(
+            a is not None and b is not None and a != b
+            for a, b in zip(labels, logits[:2]))):
+        raise ValueError(
+            "`y_true` must be (batch, T) labels for `y_pred` (batch, T, V) "
+            f"logits, got y_true of shape {labels} and y_pred of shape {logits}")
 
 
 def _smoothed_cross_entropy(labels, logits, label_smoothing):
@@ -194,6 +234,15 @@ def _global_sum(value):
 class MaskedAccuracy(keras.metrics.Mean):
     """Next-token accuracy over non-padding labels.
 
+    Args:
+        pad_id: int >= 0, the label id that is not counted (0).
+
+    Raises:
+        TypeError: ``pad_id`` not an int (1.7 is not truncated; bool
+            refused); in ``update_state``, ``y_true`` of a float, bool or
+            string dtype (float labels were truncated to ids).
+        ValueError: ``pad_id`` negative.
+
     Example:
 
     >>> import numpy as np
@@ -207,9 +256,13 @@ class MaskedAccuracy(keras.metrics.Mean):
 
     def __init__(self, pad_id=0, name="accuracy", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.pad_id = int(pad_id)
+        self.pad_id = v.non_negative_int("pad_id", pad_id)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        if isinstance(y_true, (list, tuple)):
+            y_true = np.asarray(y_true)
+        if hasattr(y_true, "dtype"):  # the static dtype: no device read
+            v.integer_ids("y_true", y_true, what="integer labels (token ids)")
         y_true = ops.cast(y_true, "int32")
         correct = ops.cast(
             ops.equal(ops.cast(ops.argmax(y_pred, -1), "int32"), y_true),

@@ -20,10 +20,12 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     Args:
         d_model: int > 0.
         warmup_steps: int > 0 (4000 in the paper).
-        scale: float > 0, a constant factor (1.0 in the paper).
+        scale: finite float > 0, a constant factor (1.0 in the paper).
 
     Raises:
-        ValueError / TypeError: non-positive arguments.
+        TypeError: ``d_model`` or ``warmup_steps`` not an int, ``scale``
+            not a number (e.g. None or a string), naming the argument.
+        ValueError: non-positive arguments; ``scale`` NaN or inf.
 
     Example:
 
@@ -38,9 +40,7 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
         self.d_model = v.positive_int("d_model", d_model)
         self.warmup_steps = v.positive_int("warmup_steps", warmup_steps)
-        if not float(scale) > 0:
-            raise ValueError(f"`scale` must be > 0, got scale={scale!r}")
-        self.scale = float(scale)
+        self.scale = v.positive_float("scale", scale)
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
@@ -65,7 +65,8 @@ def paper_adam(learning_rate, weight_decay=0.0, **kwargs):
     variable under TensorFlow); ``kwargs`` go to it.
 
     Args:
-        learning_rate: float or schedule (e.g. ``NoamSchedule``).
+        learning_rate: finite float > 0, or a schedule (e.g.
+            ``NoamSchedule``) or other callable of the step.
         weight_decay: float >= 0; 0 (the paper) adds none. Otherwise
             decoupled weight decay (Loshchilov & Hutter 2019, AdamW): before
             each update every weight matrix and embedding shrinks by
@@ -75,8 +76,10 @@ def paper_adam(learning_rate, weight_decay=0.0, **kwargs):
             contain one of ``NO_WEIGHT_DECAY_NAMES``).
 
     Raises:
-        ValueError / TypeError: ``weight_decay`` negative, NaN or not a
-            number.
+        TypeError: ``learning_rate`` neither a number nor a schedule (a
+            string, a bool, None); ``weight_decay`` not a number.
+        ValueError: ``learning_rate`` a number <= 0, NaN or inf (trains to
+            NaN or not at all); ``weight_decay`` negative, NaN or inf.
 
     Example:
 
@@ -86,6 +89,7 @@ def paper_adam(learning_rate, weight_decay=0.0, **kwargs):
     >>> paper_adam(1e-3, weight_decay=0.01).weight_decay
     0.01
     """
+    learning_rate = _learning_rate(learning_rate)
     weight_decay = v.non_negative_float("weight_decay", weight_decay)
     return FusedAdam(
         learning_rate=learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
@@ -104,9 +108,19 @@ def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
     Keras' ``CosineDecay`` with ``warmup_target``; the decay spans
     ``max(total_steps - warmup_steps, 1)`` steps.
 
+    Args:
+        learning_rate: finite float > 0, the peak.
+        total_steps: int > 0.
+        warmup_steps: int >= 0.
+        alpha: float in [0, 1], the final rate as a fraction of the peak.
+
     Raises:
-        ValueError/TypeError: ``learning_rate`` not > 0, ``total_steps``
-            not a positive int, ``warmup_steps`` not an int >= 0.
+        TypeError: an argument of the wrong type (``total_steps`` 2.5,
+            ``alpha`` None), naming it.
+        ValueError: ``learning_rate`` not a finite float > 0,
+            ``total_steps`` < 1, ``warmup_steps`` < 0, ``alpha`` outside
+            [0, 1] or NaN (NaN gave NaN rates, a negative one negative
+            rates).
 
     Example:
 
@@ -117,6 +131,10 @@ def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
     learning_rate = v.positive_float("learning_rate", learning_rate)
     total_steps = v.positive_int("total_steps", total_steps)
     warmup_steps = v.non_negative_int("warmup_steps", warmup_steps)
+    alpha = v.non_negative_float("alpha", alpha)
+    if alpha > 1.0:
+        raise ValueError(f"`alpha` must be a float in [0, 1] (the final rate "
+                         f"as a fraction of the peak), got alpha={alpha!r}")
     return keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0,
         decay_steps=max(total_steps - warmup_steps, 1),
@@ -124,3 +142,13 @@ def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
         warmup_target=learning_rate,
         warmup_steps=warmup_steps,
     )
+
+
+def _learning_rate(value):
+    """A number is checked (finite, > 0); a schedule, callable or tensor
+    (Keras' optimizers take all three) passes as it is."""
+    import numbers
+
+    if isinstance(value, (numbers.Real, str, bytes)) or value is None:
+        return v.positive_float("learning_rate", value)
+    return value
