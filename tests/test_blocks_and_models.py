@@ -470,3 +470,43 @@ def test_masks_of_the_wrong_shape_are_refused():
     with pytest.raises(ValueError, match="attention_mask"):
         mha(x, x, attention_mask=np.ones((2, 5, 4), bool))
     mha(x, x, attention_mask=np.ones((2, 1, 5), bool))  # broadcast: fine
+
+
+def test_relative_attention_and_lstm_ln_inputs_are_checked():
+    """Each of these failed deep in the backend (or, for a float length,
+    gave 4 rows for 3.5; mem_len was read only with same_length)."""
+    from keras_trm.layers import LSTM_LN, RelativeMultiHeadAttention
+    from keras_trm.layers.relative_attention import (
+        rel_shift, relative_position_encoding)
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    ra = RelativeMultiHeadAttention(num_heads=2, key_dim=4)
+    ra(x, x)
+    with pytest.raises(ValueError, match="rank 3"):
+        ra(x[0], x[0])
+    with pytest.raises(ValueError, match="one key per value"):
+        ra(x, x, key=x[:, :4])
+    with pytest.raises(ValueError, match="batch sizes"):
+        ra(x, x[:1])
+    with pytest.raises(ValueError, match="attention_mask"):
+        ra(x, x, attention_mask=np.ones((2, 5, 4), bool))
+    for mem_len in ("abc", -3):
+        with pytest.raises((TypeError, ValueError), match="mem_len"):
+            ra(x, x, mem_len=mem_len)
+    assert tuple(relative_position_encoding(np.int64(3), 8).shape) == (3, 8)
+    with pytest.raises(ValueError, match="length"):
+        relative_position_encoding(np.int64(-1), 8)
+    with pytest.raises(TypeError, match="length"):
+        relative_position_encoding(3.5, 8)
+    with pytest.raises(ValueError, match="K >= T"):
+        rel_shift(np.zeros((4, 3), "float32"))
+
+    lstm = LSTM_LN(4)
+    lstm(x)
+    with pytest.raises(ValueError, match="initial_state"):
+        lstm(x, initial_state=[np.zeros((2, 4), "float32")])
+    with pytest.raises(ValueError, match=r"initial_state\[1\]"):
+        lstm(x, initial_state=[np.zeros((2, 4), "float32"), np.zeros((2, 3), "float32")])
+    with pytest.raises(ValueError, match="mask"):
+        lstm(x, mask=np.ones((2, 3), bool))

@@ -302,7 +302,8 @@ class LSTM_LN(keras.layers.RNN):
         TypeError/ValueError: ``units`` not a positive int, ``dropout`` or
             ``recurrent_dropout`` outside [0, 1), ``epsilon`` not > 0 (the
             message names the argument and value); ValueError (from the
-            layer's ``InputSpec(ndim=3)``) for inputs that are not 3-D.
+            layer's ``InputSpec(ndim=3)``) for inputs that are not 3-D, and
+            for a ``mask`` or ``initial_state`` of another shape.
 
     Example:
 
@@ -366,6 +367,16 @@ class LSTM_LN(keras.layers.RNN):
         self.input_spec = keras.layers.InputSpec(ndim=3)
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
+        v.mask_shape("mask", mask, sequences.shape[:2], "(batch, timesteps)")
+        if initial_state is not None:
+            if not isinstance(initial_state, (list, tuple)) or len(initial_state) != 2:
+                raise ValueError(
+                    "`initial_state` must be the list [h_0, c_0], got "
+                    f"{type(initial_state).__name__} of "
+                    f"{len(initial_state) if isinstance(initial_state, (list, tuple)) else 1}")
+            for i, state in enumerate(initial_state):
+                v.mask_shape(f"initial_state[{i}]", state,
+                             (sequences.shape[0], self.units), "(batch, units)")
         return super().call(
             sequences, initial_state=initial_state, mask=mask, training=training
         )

@@ -131,18 +131,6 @@ def _shapes_compatible(a, b):
     )
 
 
-def _check_batches(**tensors):
-    """The batch sizes (axis 0) of the tensors given (None skipped) agree
-    where known. Keras' layer refuses a mismatch under TensorFlow only;
-    under JAX and PyTorch a batch of 1 broadcast silently."""
-    known = {name: x.shape[0] for name, x in tensors.items()
-             if x is not None and isinstance(x.shape[0], int)}
-    if len(set(known.values())) > 1:
-        shapes = ", ".join(f"{name}.shape={tuple(tensors[name].shape)}"
-                           for name in known)
-        raise ValueError(f"The inputs' batch sizes (axis 0) must agree, got {shapes}")
-
-
 @keras.saving.register_keras_serializable(package="keras_trm")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with padding/causal masks and a key/value cache.
@@ -814,7 +802,7 @@ class MultiHeadAttention(keras.layers.Layer):
             key = value
         elif cache is None or cache_update_index is not None:
             self._check_key_value_shapes(value.shape, key.shape)
-        _check_batches(query=query, value=value, key=key, cache=cache)
+        v.same_batch(query=query, value=value, key=key, cache=cache)
         # With a cache the keys are the S cached positions, not T_k: masks of
         # the new key/value rows do not apply (pass `attention_mask` instead).
         mask = self._merge_masks(

@@ -68,7 +68,10 @@ def relative_position_encoding(length, d_model, clamp_len=None,
         ``(length, d_model)`` tensor of ``dtype``.
 
     Raises:
-        ValueError: ``d_model`` odd or not positive, ``clamp_len`` negative.
+        ValueError: ``d_model`` odd or not positive, ``clamp_len`` or a
+            host ``length`` negative.
+        TypeError: a host ``length`` that is not an integer (3.5 gave 4
+            rows).
 
     Example:
 
@@ -84,8 +87,8 @@ def relative_position_encoding(length, d_model, clamp_len=None,
             "`d_model` must be even for sinusoidal positions, got "
             f"d_model={d_model}"
         )
-    if isinstance(length, int):
-        v.non_negative_int("length", length)
+    if isinstance(length, np.generic) or not hasattr(length, "shape"):
+        length = v.non_negative_int("length", length)  # not a tensor
     pos = ops.cast(length - 1 - ops.arange(length), "float32")
     if clamp_len is not None:
         clamp_len = v.non_negative_int("clamp_len", clamp_len)
@@ -124,6 +127,9 @@ def rel_shift(x):
     Returns:
         Tensor of the same shape and dtype.
 
+    Raises:
+        ValueError: rank < 2, or K < T where both are static.
+
     Example:
 
     >>> import numpy as np
@@ -140,6 +146,9 @@ def rel_shift(x):
     shape = ops.shape(x)
     lead = tuple(shape[:-2])
     q_len, k_len = shape[-2], shape[-1]
+    if isinstance(q_len, int) and isinstance(k_len, int) and k_len < q_len:
+        raise ValueError(
+            f"`x` must have K >= T (..., T, K), got shape {tuple(x.shape)}")
     x = ops.pad(x, [[0, 0]] * (rank - 1) + [[1, 0]])
     x = ops.reshape(x, lead + (k_len + 1, q_len))
     x = x[..., 1:, :]
@@ -232,8 +241,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         ValueError: bad constructor arguments, an odd key ``d_model`` (the
             sinusoids need an even size), ``key`` shorter than ``query``,
             missing or mis-shaped u/v, ``same_length`` without a
-            ``mem_len`` > 0 (neither the layer's nor the call's).
-        TypeError: a non-integer ``mem_len``.
+            ``mem_len`` > 0 (neither the layer's nor the call's), inputs
+            not of rank 3, batch sizes or key and value lengths that
+            differ, an ``attention_mask`` not broadcastable to (batch, T,
+            K).
+        TypeError: a non-integer ``mem_len`` (checked with or without
+            ``same_length``).
 
     Example:
 
@@ -399,6 +412,30 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "keys, so it needs mem_len > 0, got mem_len=0"
             )
         return mem_len
+
+    @staticmethod
+    def _check_inputs(query, value, key, attention_mask):
+        """Static shapes: rank 3, one batch size, as many keys as values,
+        a mask broadcastable to (T, K); each failed deep in the backend."""
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            if len(x.shape) != 3:
+                raise ValueError(f"`{name}` must have rank 3 (batch, length, "
+                                 f"features), got {name}.shape={tuple(x.shape)}")
+        v.same_batch(query=query, value=value, key=key)
+        k_len, v_len = key.shape[1], value.shape[1]
+        if k_len is not None and v_len is not None and k_len != v_len:
+            raise ValueError(
+                "`key` and `value` must hold one key per value, got "
+                f"key.shape={tuple(key.shape)} and value.shape={tuple(value.shape)}")
+        if attention_mask is not None:
+            t_q, t_k = query.shape[1], key.shape[1]
+            if len(attention_mask.shape) not in (3, 4) or not all(
+                    d is None or w is None or d in (1, w)
+                    for d, w in zip(attention_mask.shape[-2:], (t_q, t_k))):
+                raise ValueError(
+                    "`attention_mask` must be broadcastable to (batch, T, K) = "
+                    f"(batch, {t_q}, {t_k}), got attention_mask.shape="
+                    f"{tuple(attention_mask.shape)}")
 
     def _window(self, mem_len):
         """The ``same_length`` window of a call: ``mem_len`` if given, else
@@ -582,6 +619,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
              content_bias=None, position_bias=None, training=None,
              return_attention_scores=False, mem_len=None):
         key = value if key is None else key
+        self._check_inputs(query, value, key, attention_mask)
+        if mem_len is not None:
+            self._checked_window(mem_len)
         window = self._window(mem_len)
         chunk = None
         if attention_mask is None and not return_attention_scores and (

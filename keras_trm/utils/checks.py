@@ -167,6 +167,21 @@ def mask_shape(name, mask, expected, what="its input's shape without the last ax
                          f"{name}.shape={shape}")
 
 
+def same_batch(**tensors):
+    """The batch sizes (axis 0) of the named tensors (None skipped) agree
+    where known. Keras' attention refuses a mismatch under TensorFlow
+    only; under JAX and PyTorch a batch of 1 was broadcast silently.
+
+    Raises:
+        ValueError: naming each tensor and its shape.
+    """
+    known = {name: x.shape[0] for name, x in tensors.items()
+             if x is not None and len(x.shape) and isinstance(x.shape[0], int)}
+    if len(set(known.values())) > 1:
+        shapes = ", ".join(f"{name}.shape={tuple(tensors[name].shape)}" for name in known)
+        raise ValueError(f"The inputs' batch sizes (axis 0) must agree, got {shapes}")
+
+
 def integer_ids(name, value, what="integer token ids"):
     """Checks that ``value`` (a tensor, NumPy array or ``KerasTensor``)
     holds integers (signed or unsigned); returns its standardized dtype.
