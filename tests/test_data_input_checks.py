@@ -274,3 +274,23 @@ def test_mix_needs_one_weight_per_corpus(shards):
     for call in (mix_batches, mix_steps):
         with pytest.raises(ValueError, match="2 corpora but 1 weights"):
             call([shards, shards], [1], 8, (4, 8))
+
+
+def test_lm_vocabulary_decode_and_data_position_are_checked():
+    """Vocabulary.decode read id -1 as the last token and raised a bare
+    IndexError past the end; DataPosition took a negative epoch."""
+    from keras_trm.data.language_modeling import Vocabulary
+    from keras_trm.training import DataPosition
+
+    vocab = Vocabulary(["a", "b", "c"])
+    assert vocab.decode([2, 0]) == ["c", "a"]
+    with pytest.raises(ValueError, match=r"ids.*\[0, 3\).*=-1"):
+        vocab.decode([0, -1])
+    with pytest.raises(ValueError, match=r"ids.*=5"):
+        vocab.decode([5])
+    with pytest.raises(TypeError, match="ids"):
+        vocab.decode([1.5])
+    with pytest.raises(ValueError, match="epoch=-1"):
+        DataPosition(epoch=-1)
+    with pytest.raises(TypeError, match="skip"):
+        DataPosition(skip=2.5)

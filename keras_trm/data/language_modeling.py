@@ -43,6 +43,7 @@ import numpy as np
 
 from keras_trm.data.download import fetch
 from keras_trm.data.paths import resolve_data_dir
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
 PTB_SPLITS = ("train", "valid", "test")
@@ -242,8 +243,18 @@ class Vocabulary:
         return ids
 
     def decode(self, ids):
-        """Ids -> list of tokens (``"".join`` them for characters)."""
-        return [self.tokens[int(i)] for i in np.asarray(ids).reshape(-1)]
+        """Ids -> list of tokens (``"".join`` them for characters).
+
+        Raises:
+            TypeError: ids that are not integers.
+            ValueError: an id outside ``[0, len(self))`` (-1 read the last
+                token), naming its position.
+        """
+        ids = np.asarray(ids)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise TypeError(f"`ids` must be integer ids, got dtype {ids.dtype}")
+        v.host_ids_in_range("ids", ids, len(self), "the vocabulary")
+        return [self.tokens[int(i)] for i in ids.reshape(-1)]
 
     def get_config(self):
         return {"tokens": self.tokens, "unk_token": self.unk_token}

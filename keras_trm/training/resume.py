@@ -30,6 +30,7 @@ import keras
 import numpy as np
 
 from keras_trm.training.checkpoints import save_weights_atomic
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
 
@@ -38,6 +39,9 @@ class DataPosition:
     its first ``skip`` batches left out. ``TrainingBackup`` sets it at every
     epoch start; a data pipeline built with ``position=`` reads it.
 
+    Raises:
+        TypeError / ValueError: ``epoch`` or ``skip`` not an int >= 0.
+
     Example:
         >>> p = DataPosition()
         >>> (p.epoch, p.skip)
@@ -45,7 +49,8 @@ class DataPosition:
     """
 
     def __init__(self, epoch=0, skip=0):
-        self.epoch, self.skip = int(epoch), int(skip)
+        self.epoch = v.non_negative_int("epoch", epoch)
+        self.skip = v.non_negative_int("skip", skip)
 
     def __repr__(self):
         return f"DataPosition(epoch={self.epoch}, skip={self.skip})"
