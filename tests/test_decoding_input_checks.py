@@ -208,3 +208,99 @@ def test_the_other_backends_agree(backend):
             name + "_zero_width"]
         assert "start_id=60" in result[name + "_start_id"]
         assert "length_penalty=nan" in result[name + "_length_penalty"]
+
+
+# -- Translator ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from keras_trm.text import RESERVED_TOKENS, TextTokenizer
+
+    return TextTokenizer(list(RESERVED_TOKENS)
+                         + [f"w{i}" for i in range(VOCAB - len(RESERVED_TOKENS))])
+
+
+def test_translator_refuses_a_tokenizer_of_another_size(model):
+    """A tokenizer smaller than the model's output vocabulary crashed the
+    process (a segfault in detokenize) at the first translate; the source
+    side is checked too."""
+    from keras_trm.decoding import Translator
+    from keras_trm.text import RESERVED_TOKENS, TextTokenizer
+
+    small = TextTokenizer(list(RESERVED_TOKENS) + list("abcdef"))
+    with pytest.raises(ValueError, match=r"`tokenizer` has 10 tokens "
+                       r"\(vocabulary_size=10\) but the model's target "
+                       rf"vocabulary has {VOCAB}"):
+        Translator(model, small, beam_size=1)
+    untied = transformer(60, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                         max_sequence_length=16, tie_embeddings="none",
+                         target_vocabulary_size=10)
+    with pytest.raises(ValueError, match=r"model's source vocabulary has 60"):
+        Translator(untied, small)
+
+
+def test_translator_refuses_tokenizer_special_ids_past_the_vocabulary(
+        model, tokenizer):
+    from keras_trm.decoding import Translator
+    from keras_trm.text import TextTokenizer
+
+    class FarEnd(TextTokenizer):
+        end_id = VOCAB
+
+    with pytest.raises(ValueError, match=rf"end_id={VOCAB}"):
+        Translator(model, FarEnd(tokenizer.vocabulary))
+
+
+@pytest.mark.parametrize("name, bad, error", [
+    ("length_penalty", float("nan"), ValueError),
+    ("length_penalty", float("inf"), ValueError),
+    ("length_penalty", -1, ValueError),
+    ("length_penalty", "0.6", TypeError),
+    ("beam_size", 2.5, TypeError), ("beam_size", True, TypeError),
+    ("beam_size", 0, ValueError),
+    ("max_source_length", 0, ValueError), ("max_source_length", 1, ValueError),
+    ("max_source_length", 17, ValueError),
+    ("max_source_length", 2.5, TypeError),
+    ("max_source_length", True, TypeError)])
+def test_translator_refuses_bad_arguments_at_construction(model, tokenizer,
+                                                          name, bad, error):
+    """length_penalty=nan was taken, -1 failed only at the first translate
+    inside a tf.function; beam_size 2.5 became 2 and True 1;
+    max_source_length=0 silently meant the default and 2.5 became 2."""
+    from keras_trm.decoding import Translator
+
+    with pytest.raises(error, match=rf"{name}={bad!r}"):
+        Translator(model, tokenizer, **{name: bad})
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (0, ValueError),
+                                        (2.5, TypeError), (True, TypeError)])
+def test_translate_texts_refuses_a_bad_batch_size(model, tokenizer, bad, error):
+    """batch_size=-1 returned [] (every sentence lost), 0 raised range()'s
+    own error."""
+    from keras_trm.decoding import Translator
+
+    translator = Translator(model, tokenizer, beam_size=1)
+    with pytest.raises(error, match=rf"batch_size={bad!r}"):
+        translator.translate_texts(["w1 w2"], batch_size=bad)
+
+
+def test_translator_translates_an_empty_batch(model, tokenizer):
+    """No sentence in, none out, on every backend (the backend search gets
+    a (0, 0) source)."""
+    from keras_trm.decoding import Translator
+
+    for beam_size in (1, 2):
+        translator = Translator(model, tokenizer, beam_size=beam_size,
+                                max_source_length=8)
+        assert translator.translate_texts([]) == []
+        assert translator.translate_texts(["w1 w2", " "], batch_size=1)[1] == ""
+        if BACKEND == "tensorflow":
+            import tensorflow as tf
+
+            assert translator.translate(tf.constant([], tf.string)).shape == (0,)
+        else:
+            import tensorflow as tf
+
+            assert translator._translate_on_backend(
+                tf.constant([], tf.string)).shape == (0,)
