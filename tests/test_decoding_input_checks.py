@@ -304,3 +304,80 @@ def test_translator_translates_an_empty_batch(model, tokenizer):
 
             assert translator._translate_on_backend(
                 tf.constant([], tf.string)).shape == (0,)
+
+
+# -- language-model evaluation (TensorFlow) ---------------------------------
+
+@pytest.fixture(scope="module")
+def language_models():
+    from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
+
+    xl = TransformerXLLM(7, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                         mem_len=4, max_segment_len=4)
+    vanilla = vanilla_transformer_lm(7, 1, 8, 2, 16, max_sequence_length=4)
+    return xl, vanilla
+
+
+def _evaluations(language_models):
+    from keras_trm.decoding.lm_evaluation import (evaluate_disjoint_segments,
+                                                  evaluate_sliding_window,
+                                                  evaluate_with_memory)
+
+    xl, vanilla = language_models
+    return {"with_memory": lambda s: evaluate_with_memory(xl, s, 4),
+            "disjoint": lambda s: evaluate_disjoint_segments(vanilla, s, 4),
+            "sliding": lambda s: evaluate_sliding_window(vanilla, s, 4)}
+
+
+lm_only = pytest.mark.skipif(BACKEND != "tensorflow",
+                             reason="the evaluations are tf.function loops")
+
+
+@lm_only
+@pytest.mark.parametrize("kind", ["with_memory", "disjoint", "sliding"])
+def test_lm_evaluations_refuse_bad_streams(language_models, kind):
+    """Ids >= V failed inside the graph (InvalidArgumentError), float
+    streams were cut to ints silently, and an empty batch divided by zero
+    (sliding) or blamed batch_size (with memory)."""
+    evaluate = _evaluations(language_models)[kind]
+    streams = np.ones((2, 9), "int32")
+    streams[1, 3] = 7
+    with pytest.raises(ValueError, match=r"`streams` must be ids in \[0, 7\) "
+                       r".*streams\[1, 3\]=7"):
+        evaluate(streams)
+    with pytest.raises(TypeError, match=r"`streams` must be integer token "
+                                        r"ids, got dtype float32"):
+        evaluate(np.full((2, 9), 1.7, "float32"))
+    with pytest.raises(ValueError, match=r"`streams` of shape \(0, 5\) hold "
+                                         r"no stream"):
+        evaluate(np.ones((0, 5), "int32"))
+    assert math.isfinite(evaluate(np.ones((2, 9), "int32")))
+
+
+@lm_only
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError),
+                                        ("x", TypeError), (1.5, TypeError)])
+def test_evaluate_with_memory_refuses_a_bad_max_segments(language_models, bad,
+                                                         error):
+    """0 and -1 blamed the data ("streams ... hold no (input, target)
+    pair"), "x" raised a bare comparison TypeError, 1.5 meant 2."""
+    from keras_trm.decoding.lm_evaluation import evaluate_with_memory
+
+    with pytest.raises(error, match=rf"max_segments={bad!r}"):
+        evaluate_with_memory(language_models[0], np.ones((2, 9), "int32"), 4,
+                             max_segments=bad)
+
+
+# -- BLEU --------------------------------------------------------------------
+
+@pytest.mark.parametrize("metric", ["corpus_bleu", "tokenized_bleu",
+                                    "compound_split_bleu"])
+def test_bleu_of_an_empty_corpus_is_refused(metric):
+    """sacreBLEU has no score for an empty corpus (it raised a bare
+    IndexError)."""
+    from keras_trm.decoding import bleu
+
+    with pytest.raises(ValueError, match=r"`hypotheses` and `references` "
+                                         r"must hold at least one sentence, got 0"):
+        getattr(bleu, metric)([], [])
+    assert getattr(bleu, metric)(["a b c d"], ["a b c d"])[0] == pytest.approx(100.0)
