@@ -3,6 +3,20 @@
 import sacrebleu
 
 
+def _check_corpus(hypotheses, references):
+    """As many hypotheses as references, and at least one: sacreBLEU
+    defines no score for an empty corpus (it raised a bare IndexError)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"`hypotheses` has {len(hypotheses)} sentences but `references` "
+            f"has {len(references)}"
+        )
+    if not len(hypotheses):
+        raise ValueError(
+            "`hypotheses` and `references` must hold at least one sentence, "
+            "got 0: BLEU is undefined for an empty corpus")
+
+
 def corpus_bleu(hypotheses, references, tokenize="13a", lowercase=False):
     """sacreBLEU corpus BLEU.
 
@@ -17,7 +31,8 @@ def corpus_bleu(hypotheses, references, tokenize="13a", lowercase=False):
         signature string, and the full ``BLEU = ...`` line.
 
     Raises:
-        ValueError: lengths differ.
+        ValueError: lengths differ, or no sentence (an empty corpus has no
+            BLEU).
 
     Example:
 
@@ -30,11 +45,7 @@ def corpus_bleu(hypotheses, references, tokenize="13a", lowercase=False):
     ...
     ValueError: `hypotheses` has 2 sentences but `references` has 1
     """
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"`hypotheses` has {len(hypotheses)} sentences but `references` "
-            f"has {len(references)}"
-        )
+    _check_corpus(hypotheses, references)
     metric = sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return result.score, str(metric.get_signature()), str(result)
@@ -61,7 +72,8 @@ def compound_split_bleu(hypotheses, references, language="de"):
         ``(score, full)``: BLEU (float, 0-100) and the ``BLEU = ...`` line.
 
     Raises:
-        ValueError: lengths differ.
+        ValueError: lengths differ, or no sentence (an empty corpus has no
+            BLEU).
 
     Example:
         >>> compound_split_bleu(["Ein Eis-Café."], ["Ein Eis-Café."])[0]
@@ -101,7 +113,8 @@ def tokenized_bleu(hypotheses, references, language="de", lowercase=True):
         ``(score, full)``: BLEU (float, 0-100) and the ``BLEU = ...`` line.
 
     Raises:
-        ValueError: lengths differ.
+        ValueError: lengths differ, or no sentence (an empty corpus has no
+            BLEU).
 
     Example:
         >>> round(tokenized_bleu(["Zwei Hunde spielen im Schnee."],
@@ -119,11 +132,7 @@ def tokenized_bleu(hypotheses, references, language="de", lowercase=True):
 def _moses_tokens(hypotheses, references, language):
     from sacremoses import MosesTokenizer
 
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"`hypotheses` has {len(hypotheses)} sentences but `references` "
-            f"has {len(references)}"
-        )
+    _check_corpus(hypotheses, references)
     moses = MosesTokenizer(lang=language)
     return ([moses.tokenize(h, return_str=True, escape=True) for h in hypotheses],
             [moses.tokenize(r, return_str=True, escape=True) for r in references])

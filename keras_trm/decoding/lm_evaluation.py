@@ -29,6 +29,50 @@ from keras_trm.utils import checks as v
 _EVAL_STEPS = weakref.WeakKeyDictionary()
 
 
+def _vocabulary_size(model):
+    """The ids a language model embeds: ``model.vocabulary_size``
+    (``TransformerXLLM``), its ``"embedding"`` layer's
+    (``vanilla_transformer_lm``), else the width of its output; None when
+    none is known (then ids are not range-checked)."""
+    size = getattr(model, "vocabulary_size", None)
+    if size is None:
+        try:
+            size = model.get_layer("embedding").vocabulary_size
+        except (ValueError, AttributeError):
+            try:
+                size = model.output_shape[-1]
+            except (AttributeError, ValueError, TypeError, IndexError):
+                size = None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _check_streams(model, streams):
+    """``streams`` as a 2-D integer NumPy array of at least one stream, its
+    ids in the model's vocabulary, checked on the host once per evaluation
+    (never in the segment loop): float streams were cut to ints silently,
+    and an id past the vocabulary failed inside the graph's embedding
+    lookup (or read a row of NaN, under JAX).
+
+    Raises:
+        ValueError: not 2-D, no stream, ids outside the vocabulary.
+        TypeError: not integer ids.
+    """
+    streams = np.asarray(streams)
+    if streams.ndim != 2:
+        raise ValueError(
+            "`streams` must be 2-D (batch_size, n) as made by batchify, got "
+            f"streams.shape={streams.shape}")
+    v.integer_ids("streams", streams)
+    if streams.shape[0] == 0:
+        raise ValueError(
+            f"`streams` of shape {streams.shape} hold no stream, so no "
+            "(input, target) pair: nothing to average over")
+    size = _vocabulary_size(model)
+    if size is not None:
+        v.host_ids_in_range("streams", streams, size, "the model's vocabulary")
+    return streams
+
+
 def _summed_nll(targets, logits):
     return ops.sum(ops.sparse_categorical_crossentropy(
         targets, logits, from_logits=True))
@@ -71,14 +115,17 @@ def evaluate_with_memory(model, streams, seg_len, max_segments=None):
         model: a ``TransformerXLLM``.
         streams: int ``(batch_size, n)`` from ``batchify``.
         seg_len: int, 0 < seg_len <= ``model.max_segment_len``.
-        max_segments: optional int, stop after this many segments.
+        max_segments: optional int >= 1, stop after this many segments.
 
     Returns:
         float, the mean negative log-likelihood over all predicted tokens.
 
     Raises:
-        ValueError: ``seg_len`` larger than ``model.max_segment_len``, bad
-            ``streams``.
+        ValueError: ``seg_len`` larger than ``model.max_segment_len``,
+            ``max_segments`` < 1, ``streams`` not 2-D, with no stream or no
+            (input, target) pair, or ids outside the model's vocabulary.
+        TypeError: ``seg_len`` or ``max_segments`` not an int, ``streams``
+            not integer ids.
 
     Example:
 
@@ -96,7 +143,10 @@ def evaluate_with_memory(model, streams, seg_len, max_segments=None):
             f"`seg_len`={seg_len} is longer than max_segment_len="
             f"{model.max_segment_len} of model '{model.name}'"
         )
-    streams = np.asarray(streams)
+    if max_segments is not None:
+        # 0 or less blamed the data ("hold no (input, target) pair").
+        max_segments = v.positive_int("max_segments", max_segments)
+    streams = _check_streams(model, streams)
     forward = _memory_eval_step(model, seg_len)
     memories = model.init_memories(streams.shape[0])
     total, count = 0.0, 0
@@ -124,7 +174,9 @@ def evaluate_disjoint_segments(model, streams, seg_len):
         seg_len: int > 0.
 
     Raises:
-        ValueError: ``streams`` hold no (input, target) pair.
+        ValueError: ``streams`` not 2-D, with no stream or no (input,
+            target) pair, or ids outside the model's vocabulary.
+        TypeError: ``seg_len`` not an int, ``streams`` not integer ids.
 
     Example:
 
@@ -139,13 +191,14 @@ def evaluate_disjoint_segments(model, streams, seg_len):
     import tensorflow as tf
 
     seg_len = v.positive_int("seg_len", seg_len)
+    streams = _check_streams(model, streams)
 
     @tf.function(reduce_retracing=True)
     def forward(inputs, targets):
         return _summed_nll(targets, model(inputs, training=False))
 
     total, count = 0.0, 0
-    for inputs, targets in segments(np.asarray(streams), seg_len):
+    for inputs, targets in segments(streams, seg_len):
         total += float(forward(inputs, targets))
         count += targets.size
     if count == 0:
@@ -184,8 +237,12 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
         predictions.
 
     Raises:
-        ValueError: ``context_len`` above the model's ``max_sequence_length``, bad
-            ``streams``/``max_tokens``.
+        ValueError: ``context_len`` above the model's
+            ``max_sequence_length``, ``max_tokens`` < 1, ``streams`` not
+            (batch_size, n) with n >= 2, with no stream (nothing to
+            average), or ids outside the model's vocabulary.
+        TypeError: ``context_len`` or ``max_tokens`` not an int,
+            ``streams`` not integer ids.
 
     Example (on streams no longer than the window, the sliding window and
     disjoint segments see the same context):
@@ -210,8 +267,8 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
             f"`context_len`={context_len} is longer than max_sequence_length="
             f"{positions} of model '{vanilla_model.name}'"
         )
-    streams = np.asarray(streams)
-    if streams.ndim != 2 or streams.shape[1] < 2:
+    streams = _check_streams(vanilla_model, streams)
+    if streams.shape[1] < 2:
         raise ValueError(
             "`streams` must be (batch_size, n) with n >= 2, got "
             f"streams.shape={streams.shape}"

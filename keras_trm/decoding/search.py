@@ -161,7 +161,46 @@ def _check_tokens(encoder_tokens, model):
             "`encoder_tokens` must have shape (batch, T_src), got "
             f"{tuple(encoder_tokens.shape)}"
         )
+    if encoder_tokens.shape[1] == 0 and encoder_tokens.shape[0] != 0:
+        # No position, not even END: nothing for the decoder to attend to
+        # (the backends failed each their own way on the empty maximum).
+        # A batch of no sentence, (0, 0) included, is empty, not refused.
+        raise ValueError(
+            "`encoder_tokens` must have at least one position per sentence "
+            "(the source ids and END), got a zero-width source of shape "
+            f"{tuple(encoder_tokens.shape)}"
+        )
     return ops.cast(encoder_tokens, "int32")
+
+
+def _check_encoder_outputs(model, encoder_outputs, encoder_tokens):
+    """``encoder_outputs`` given to a search, checked on its static shape
+    and dtype only (nothing copied back from a device): float ``(batch,
+    T_src, d_model)``, batch and T_src those of ``encoder_tokens`` and
+    d_model the model's, where both are known. The backends otherwise
+    failed deep inside the decoder with messages of their own."""
+    if encoder_outputs is None:
+        return None
+    encoder_outputs = ops.convert_to_tensor(encoder_outputs)
+    dtype = keras.backend.standardize_dtype(encoder_outputs.dtype)
+    if "float" not in dtype:
+        raise TypeError(
+            "`encoder_outputs` must be float (the model's encoder output), "
+            f"got dtype {dtype} (shape {tuple(encoder_outputs.shape)})")
+    shape = tuple(encoder_outputs.shape)
+    d_model = getattr(model, "d_model", None)
+    expected = (encoder_tokens.shape[0], encoder_tokens.shape[1],
+                d_model if isinstance(d_model, int) else None)
+    if len(shape) != 3 or any(
+            isinstance(got, int) and isinstance(want, int) and got != want
+            for got, want in zip(shape, expected)):
+        want = tuple("?" if n is None else n for n in expected)
+        raise ValueError(
+            "`encoder_outputs` must have shape (batch, T_src, d_model) = "
+            f"{want} (`encoder_tokens` of shape "
+            f"{tuple(encoder_tokens.shape)}, d_model={d_model}), got "
+            f"encoder_outputs of shape {shape}")
+    return encoder_outputs
 
 
 def _is_tensorflow():
@@ -654,19 +693,37 @@ def _static_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
     return _beam_result(search, limits, k, alpha, return_all)
 
 
-def _check_special_ids(start_id, end_id, pad_id):
-    """The three special ids as ints >= 0 (TypeError/ValueError naming
-    the argument otherwise)."""
-    return tuple(v.non_negative_int(name, value) for name, value in (
+def _check_special_ids(model, start_id, end_id, pad_id):
+    """The three special ids as ints in [0, the model's target vocabulary)
+    (TypeError/ValueError naming the argument otherwise): START is the
+    decoder's first input and PAD fills its later positions, both looked
+    up in the target embedding (an id past it read a row of NaN on JAX
+    and failed in the embedding elsewhere), END and PAD are output ids."""
+    ids = tuple(v.non_negative_int(name, value) for name, value in (
         ("start_id", start_id), ("end_id", end_id), ("pad_id", pad_id)))
+    size = int(model.target_vocabulary_size)
+    for name, value in zip(("start_id", "end_id", "pad_id"), ids):
+        if value >= size:
+            raise ValueError(
+                f"`{name}` must be an id in [0, {size}) (the model's target "
+                f"vocabulary), got {name}={value}")
+    return ids
 
 
 def _search(model, encoder_tokens, max_decoding_length, pad_id, static_cache,
-            encoder_outputs, key, drive):
+            encoder_outputs, key, drive, empty):
     """Runs ``drive(graph, steps, limits, encoder_tokens, encoder_outputs)``
     (``graph``: TensorFlow's compacting loop) as ``_run`` does, on the
-    checked ids (``max_decoding_length`` checked by the caller)."""
+    checked ids (``max_decoding_length`` checked by the caller). A batch
+    of no sentence (a static 0 rows) gives ``empty(steps)`` without
+    running the search: every backend the same empty result."""
     encoder_tokens = _check_tokens(encoder_tokens, model)
+    encoder_outputs = _check_encoder_outputs(model, encoder_outputs,
+                                             encoder_tokens)
+    if encoder_tokens.shape[0] == 0:
+        steps, _ = decode_length(model, encoder_tokens, max_decoding_length,
+                                 pad_id)
+        return empty(steps)
 
     def run(encoder_tokens, encoder_outputs):
         steps, limits = decode_length(model, encoder_tokens,
@@ -696,7 +753,9 @@ def greedy_search(model, encoder_tokens, max_decoding_length=None,
     Args:
         model: a ``keras_trm.models.Transformer`` (or any ``DecodingModel``).
         encoder_tokens: int ``(batch, T_src)`` source ids (``pad_id`` =
-            padding).
+            padding), T_src >= 1 (a zero-width source is refused); a batch
+            of 0 sentences (any width) gives an empty result without
+            searching.
         max_decoding_length: int, tokens to generate at most per sentence
             (default: the sentence's own source length, END included, + 50
             (§6.1), capped by the model's max_sequence_length - 1). The
@@ -709,7 +768,8 @@ def greedy_search(model, encoder_tokens, max_decoding_length=None,
             by one position per step (faster in graph mode). The ids are
             the same either way.
         start_id, end_id, pad_id: the tokenizer's ``[START]``, ``[END]``
-            and padding ids, ints >= 0 (default: ``keras_trm.text``'s
+            and padding ids, ints in [0, ``model.target_vocabulary_size``)
+            (default: ``keras_trm.text``'s
             reserved ids, START 2, END 3, PAD 0). The decoder starts from
             ``start_id``, a sentence stops at ``end_id``; ``pad_id`` marks
             the source's padding and fills the output after END (the
@@ -717,16 +777,23 @@ def greedy_search(model, encoder_tokens, max_decoding_length=None,
             padding).
         encoder_outputs: optional float ``(batch, T_src, d_model)``,
             ``model.encode(encoder_tokens)`` computed already (e.g. by
-            ``encode_by_length``); by default the search encodes.
+            ``encode_by_length``); by default the search encodes. Its
+            static shape must match ``encoder_tokens`` and the model's
+            d_model.
 
     Returns:
         int32 ``(batch, steps)`` generated ids (without START); after END
-        every position is ``pad_id``.
+        every position is ``pad_id``. For 0 sentences, int32 ``(0,
+        steps)``.
 
     Raises:
-        TypeError: non-integer ids. ValueError: bad shapes, special ids,
-            max_decoding_length, or host (NumPy) ids outside the source
-            vocabulary.
+        TypeError: non-integer ids, a non-int special id or
+            ``max_decoding_length``, non-float ``encoder_outputs``.
+        ValueError: bad shapes (a zero-width source, ``encoder_outputs``
+            whose batch, width or d_model does not match), special ids
+            outside [0, the target vocabulary), ``max_decoding_length``
+            out of range, or host (NumPy) ids outside the source
+            vocabulary. Each message names the argument and its value.
 
     Example:
 
@@ -745,7 +812,8 @@ def greedy_search(model, encoder_tokens, max_decoding_length=None,
     """
     max_decoding_length = check_decoding_length(model, v.renamed(
         "max_length", max_length, "max_decoding_length", max_decoding_length))
-    start_id, end_id, pad_id = _check_special_ids(start_id, end_id, pad_id)
+    start_id, end_id, pad_id = _check_special_ids(model, start_id, end_id,
+                                                  pad_id)
 
     def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
         if graph:
@@ -757,9 +825,12 @@ def greedy_search(model, encoder_tokens, max_decoding_length=None,
         return _static_greedy(model, encoder_tokens, steps, limits, use_cache,
                               start_id, end_id, pad_id, encoder_outputs)
 
+    def empty(steps):
+        return ops.zeros((0, steps), "int32")
+
     key = ("greedy", max_decoding_length, use_cache, start_id, end_id, pad_id)
     return _search(model, encoder_tokens, max_decoding_length, pad_id,
-                   static_cache, encoder_outputs, key, drive)
+                   static_cache, encoder_outputs, key, drive, empty)
 
 
 def top_k_rows(values, k):
@@ -864,8 +935,9 @@ def beam_search(
         model: as in ``greedy_search``.
         encoder_tokens: int ``(batch, T_src)``.
         beam_size: int >= 1 (4 in the paper).
-        length_penalty: the GNMT α >= 0 (0.6 in the paper; 0 = raw
-            log-prob). ``length_penalty_alpha``: its old name, deprecated.
+        length_penalty: the GNMT α, a finite float >= 0 (0.6 in the
+            paper; 0 = raw log-prob). ``length_penalty_alpha``: its old
+            name, deprecated.
         max_decoding_length: as in ``greedy_search`` (a limit per
             sentence); a hypothesis that reaches its limit without END is
             finished with |Y| = the limit. ``max_length``: its old name,
@@ -889,11 +961,16 @@ def beam_search(
         sorted best first: the finished hypotheses (END or the limit), then,
         if fewer than k finished, the best live ones at the stop, scored by
         their length so far. Slots no hypothesis reached score about -1e9.
+        For 0 sentences, the same with a batch of 0.
 
     Raises:
-        ValueError: beam_size < 1, α < 0, an unknown ``early_stopping``,
-            bad shapes, special ids, max_decoding_length, or host (NumPy)
-            ids outside the source vocabulary.
+        TypeError: ``beam_size`` not an int, ``length_penalty`` not a real
+            number (a bool or a string included), and as in
+            ``greedy_search``.
+        ValueError: beam_size < 1, α < 0, NaN or inf, an unknown
+            ``early_stopping``, and as in ``greedy_search`` (bad shapes,
+            special ids, max_decoding_length, host ids outside the source
+            vocabulary).
 
     Example:
 
@@ -922,21 +999,17 @@ def beam_search(
     ...                 max_decoding_length=6)))
     True
     """
-    if isinstance(beam_size, bool) or int(beam_size) < 1:
-        raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
-    length_penalty = v.renamed("length_penalty_alpha", length_penalty_alpha,
-                               "length_penalty", length_penalty)
-    if float(length_penalty) < 0:
-        raise ValueError(
-            "`length_penalty` must be >= 0, got "
-            f"length_penalty={length_penalty}"
-        )
+    k = v.positive_int("beam_size", beam_size)
+    # A finite α >= 0: NaN scored every hypothesis NaN, and inf divided
+    # every score by inf (a string or a bool was read as a number).
+    alpha = v.non_negative_float("length_penalty", v.renamed(
+        "length_penalty_alpha", length_penalty_alpha, "length_penalty",
+        length_penalty))
     rule = stop_rule(early_stopping)
-    k = int(beam_size)
-    alpha = float(length_penalty)
     max_decoding_length = check_decoding_length(model, v.renamed(
         "max_length", max_length, "max_decoding_length", max_decoding_length))
-    start_id, end_id, pad_id = _check_special_ids(start_id, end_id, pad_id)
+    start_id, end_id, pad_id = _check_special_ids(model, start_id, end_id,
+                                                  pad_id)
 
     def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
         if graph:
@@ -952,7 +1025,14 @@ def beam_search(
                             rule, use_cache, start_id, end_id, pad_id,
                             encoder_outputs, return_all)
 
+    def empty(steps):
+        best = ops.zeros((0, steps), "int32")
+        if return_all:
+            return (best, ops.zeros((0, k, steps), "int32"),
+                    ops.zeros((0, k), "float32"))
+        return best
+
     key = ("beam", k, alpha, rule, max_decoding_length, use_cache, return_all,
            start_id, end_id, pad_id)
     return _search(model, encoder_tokens, max_decoding_length, pad_id,
-                   static_cache, encoder_outputs, key, drive)
+                   static_cache, encoder_outputs, key, drive, empty)

@@ -8,12 +8,35 @@ import numpy as np
 import tensorflow as tf
 
 from keras_trm.decoding.bleu import corpus_bleu
-from keras_trm.decoding.search import (beam_search, encode_by_length,
-                                      greedy_search, stop_rule)
+from keras_trm.decoding.search import (_check_special_ids, beam_search,
+                                      encode_by_length, greedy_search,
+                                      stop_rule)
 from keras_trm.models.transformer import as_transformer
 from keras_trm.training.precision import float32_copy
 from keras_trm.utils import ids as reserved
 from keras_trm.utils import checks as v
+
+
+def _check_vocabulary_sizes(model, tokenizer):
+    """The tokenizer's vocabulary against the model's target and source
+    vocabularies (where the tokenizer tells its size): the translator
+    feeds the tokenizer's ids to the encoder and detokenizes the model's
+    output ids with it. A model's output past the tokenizer's vocabulary
+    crashed the detokenizer (a segfault, not an exception), and source ids
+    past the model's source vocabulary read a row of NaN (JAX) or fail
+    in the embedding."""
+    size = getattr(tokenizer, "vocabulary_size", None)
+    if size is None:
+        return
+    size = int(size)
+    sides = {"target": model.target_vocabulary_size,
+             "source": model.source_embedding.vocabulary_size}
+    for side, model_size in sides.items():
+        if int(model_size) != size:
+            raise ValueError(
+                f"`tokenizer` has {size} tokens (vocabulary_size={size}) but "
+                f"the model's {side} vocabulary has {model_size}: translate "
+                "with the tokenizer the model was trained with")
 
 
 class Translator(tf.Module):
@@ -22,14 +45,17 @@ class Translator(tf.Module):
     Args:
         model: a model built by ``keras_trm.models.transformer``.
         tokenizer: ``keras_trm.text.TextTokenizer`` (shared vocabulary) or
-            ``SentencePieceTokenizer``; its ``start_id``, ``end_id`` and
-            ``pad_id`` are the searches' special ids (the reserved ids
-            where it has none).
+            ``SentencePieceTokenizer``, of ``vocabulary_size`` the model's
+            source and target vocabulary size; its ``start_id``,
+            ``end_id`` and ``pad_id`` are the searches' special ids (the
+            reserved ids where it has none).
         beam_size: int >= 1; 1 means greedy search.
-        length_penalty: α of the GNMT length penalty (beam search).
+        length_penalty: α of the GNMT length penalty (beam search), a
+            finite float >= 0.
         length_penalty_alpha: the old name of ``length_penalty``, deprecated.
-        max_source_length: source tokens kept, END included (default: the
-            model's max_sequence_length). Longer inputs are truncated to their first
+        max_source_length: int in [2, the model's max_sequence_length],
+            source tokens kept, END included (default None: the model's
+            max_sequence_length). Longer inputs are truncated to their first
             ``max_source_length - 1`` subword tokens.
         early_stopping: beam search's stopping rule (``beam_search``): True
             / ``"bound"`` (exact), ``"first_end"`` (CTranslate2's early
@@ -73,11 +99,17 @@ class Translator(tf.Module):
             ``jit_compile`` (static shapes). Default 4.
 
     Raises:
-        ValueError: ``beam_size`` < 1, a bad ``max_source_length``, an
-            unknown ``early_stopping``, a non-bool ``jit_compile``, or
+        ValueError: a tokenizer whose ``vocabulary_size`` is not the
+            model's target and source vocabulary size, tokenizer special
+            ids outside the target vocabulary, ``beam_size`` < 1, a
+            ``length_penalty`` < 0, NaN or inf, a ``max_source_length``
+            (when given) outside [2, max_sequence_length], an unknown
+            ``early_stopping``, a non-bool ``jit_compile``, or
             ``parallel_searches``, ``encode_groups`` or
             ``jit_compile_max_batch_size`` (when given) not an int >= 1, or
             ``jit_compile_max_batch_size`` without ``jit_compile``.
+        TypeError: ``beam_size`` or ``max_source_length`` not an int (a
+            float or bool included), ``length_penalty`` not a real number.
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string. It is a
@@ -108,25 +140,32 @@ class Translator(tf.Module):
         super().__init__(name=name)
         self.model = as_transformer(model)
         self.tokenizer = tokenizer
-        # The searches' special ids: the tokenizer's own.
-        self.start_id, self.end_id, self.pad_id = (
-            int(getattr(tokenizer, name, default)) for name, default in (
-                ("start_id", reserved.START_ID), ("end_id", reserved.END_ID),
-                ("pad_id", reserved.PAD_ID)))
-        if int(beam_size) < 1:
-            raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
-        self.beam_size = int(beam_size)
-        self.length_penalty = float(v.renamed(
+        _check_vocabulary_sizes(self.model, tokenizer)
+        # The searches' special ids: the tokenizer's own, checked now
+        # against the target vocabulary (not at the first translate).
+        self.start_id, self.end_id, self.pad_id = _check_special_ids(
+            self.model, *(getattr(tokenizer, name, default)
+                          for name, default in (
+                              ("start_id", reserved.START_ID),
+                              ("end_id", reserved.END_ID),
+                              ("pad_id", reserved.PAD_ID))))
+        self.beam_size = v.positive_int("beam_size", beam_size)
+        self.length_penalty = v.non_negative_float("length_penalty", v.renamed(
             "length_penalty_alpha", length_penalty_alpha, "length_penalty",
             length_penalty))
         self.early_stopping = stop_rule(early_stopping)
         limit = self.model.max_sequence_length
-        self.max_source_length = int(max_source_length or limit)
-        if not 1 < self.max_source_length <= limit:
-            raise ValueError(
-                f"`max_source_length` must be in [2, {limit}], got "
-                f"max_source_length={max_source_length}"
-            )
+        if max_source_length is None:
+            self.max_source_length = limit
+        else:
+            self.max_source_length = v.positive_int("max_source_length",
+                                                    max_source_length)
+            if not 1 < self.max_source_length <= limit:
+                raise ValueError(
+                    f"`max_source_length` must be an int in [2, {limit}] "
+                    f"(the model's max_sequence_length), got "
+                    f"max_source_length={max_source_length!r}"
+                )
         if not isinstance(jit_compile, bool):
             raise ValueError(f"`jit_compile` must be True or False, got "
                              f"jit_compile={jit_compile!r}")
@@ -257,8 +296,16 @@ class Translator(tf.Module):
         return tf.where(is_empty, tf.constant(""), text)
 
     def translate_texts(self, sentences, batch_size=100, progress=False):
-        """Python helper: list of str -> list of str, in batches."""
+        """Python helper: list of str -> list of str, in batches of
+        ``batch_size`` (an int >= 1).
+
+        Raises:
+            TypeError: ``batch_size`` not an int (a bool included).
+            ValueError: ``batch_size`` < 1.
+        """
         from tqdm.auto import tqdm
+
+        batch_size = v.positive_int("batch_size", batch_size)
 
         translate = (self.translate if keras.backend.backend() == "tensorflow"
                      else self._translate_on_backend)
