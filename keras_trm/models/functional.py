@@ -39,3 +39,4 @@ class IntegerInputsModel(keras.Model):
     def call(self, inputs, training=None, mask=None):
         v.integer_inputs(inputs, self.inputs)
         return super().call(inputs, training=training, mask=mask)
+

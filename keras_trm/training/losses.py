@@ -134,7 +134,7 @@ def _static_shape(x):
 def _check_labels_and_logits(y_true, y_pred):
     """Integer ``(batch, T)`` labels for ``(batch, T, V)`` logits, checked
     on the dtype and the static shapes only (no device read)."""
-    if hasattr(y_true, "dtype"):
+    if hasattr(y_true, "dtype") and not v.in_symbolic_scope():
         v.integer_ids("y_true", y_true, what="integer labels (token ids)")
     labels, logits = _static_shape(y_true), _static_shape(y_pred)
     if labels is None or logits is None:
@@ -261,7 +261,9 @@ class MaskedAccuracy(keras.metrics.Mean):
     def update_state(self, y_true, y_pred, sample_weight=None):
         if isinstance(y_true, (list, tuple)):
             y_true = np.asarray(y_true)
-        if hasattr(y_true, "dtype"):  # the static dtype: no device read
+        # The static dtype (no device read), once Keras is past its shape
+        # inference (v.in_symbolic_scope).
+        if hasattr(y_true, "dtype") and not v.in_symbolic_scope():
             v.integer_ids("y_true", y_true, what="integer labels (token ids)")
         y_true = ops.cast(y_true, "int32")
         correct = ops.cast(

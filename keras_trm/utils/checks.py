@@ -219,6 +219,8 @@ def integer_inputs(inputs, specs):
     """
     import keras
 
+    if in_symbolic_scope():
+        return
     if isinstance(inputs, dict):
         pairs = [(inputs.get(spec.name), spec) for spec in specs]
     else:
@@ -227,6 +229,19 @@ def integer_inputs(inputs, specs):
     for value, spec in pairs:
         if hasattr(value, "dtype") and "int" in keras.backend.standardize_dtype(spec.dtype):
             integer_ids(spec.name, value)
+
+
+def in_symbolic_scope():
+    """Whether Keras is only inferring shapes (``compute_output_spec``), so
+    that a dtype check of values must wait for the real call: under a
+    ``tf.distribute`` strategy ``fit`` builds the model and its loss on
+    the MEAN of the replicas' first batch, float64 ids never computed
+    with."""
+    try:
+        from keras.src.backend.common.symbolic_scope import in_symbolic_scope as inside
+    except ImportError:  # a Keras without it: check every call
+        return False
+    return inside()
 
 
 def renamed(old_name, old_value, new_name, new_value):
