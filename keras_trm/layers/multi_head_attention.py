@@ -674,16 +674,8 @@ class MultiHeadAttention(keras.layers.Layer):
         v.mask_shape("query_mask", query_mask, query.shape[:-1])
         v.mask_shape("value_mask", value_mask, value.shape[:-1])
         v.mask_shape("key_mask", key_mask, key.shape[:-1])
-        if use_kv_masks and attention_mask is not None:
-            rank = len(attention_mask.shape)
-            t_q, t_k = query.shape[-2], key.shape[-2]
-            if rank < 2 or not all(
-                    d is None or w is None or d in (1, w)
-                    for d, w in zip(attention_mask.shape[-2:], (t_q, t_k))):
-                raise ValueError(
-                    "`attention_mask` must be broadcastable to (batch, T_q, "
-                    f"T_k) = (batch, {t_q}, {t_k}), got attention_mask.shape="
-                    f"{tuple(attention_mask.shape)}")
+        if use_kv_masks:
+            v.attention_mask_shape(attention_mask, query.shape[-2], key.shape[-2])
         if query_mask is not None:
             mask = _and(mask, _bool(query_mask, -1))
         if value_mask is not None:

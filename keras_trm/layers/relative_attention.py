@@ -427,15 +427,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             raise ValueError(
                 "`key` and `value` must hold one key per value, got "
                 f"key.shape={tuple(key.shape)} and value.shape={tuple(value.shape)}")
-        if attention_mask is not None:
-            t_q, t_k = query.shape[1], key.shape[1]
-            if len(attention_mask.shape) not in (3, 4) or not all(
-                    d is None or w is None or d in (1, w)
-                    for d, w in zip(attention_mask.shape[-2:], (t_q, t_k))):
-                raise ValueError(
-                    "`attention_mask` must be broadcastable to (batch, T, K) = "
-                    f"(batch, {t_q}, {t_k}), got attention_mask.shape="
-                    f"{tuple(attention_mask.shape)}")
+        v.attention_mask_shape(attention_mask, query.shape[1], key.shape[1],
+                               ranks=(3, 4))
 
     def _window(self, mem_len):
         """The ``same_length`` window of a call: ``mem_len`` if given, else

@@ -167,6 +167,26 @@ def mask_shape(name, mask, expected, what="its input's shape without the last ax
                          f"{name}.shape={shape}")
 
 
+def attention_mask_shape(mask, t_q, t_k, ranks=None):
+    """Checks that an ``attention_mask`` broadcasts to ``(batch, T_q, T_k)``
+    on its static shape: its last two dimensions are 1 or those lengths
+    (unknown ones pass), its rank one of ``ranks`` (default: at least 2).
+    A wrong one failed deep in the backend. ``mask`` None passes.
+
+    Raises:
+        ValueError: naming both shapes.
+    """
+    if mask is None:
+        return
+    rank = len(mask.shape)
+    if (rank < 2 if ranks is None else rank not in ranks) or not all(
+            d is None or w is None or d in (1, w)
+            for d, w in zip(mask.shape[-2:], (t_q, t_k))):
+        raise ValueError(
+            "`attention_mask` must be broadcastable to (batch, T_q, T_k) = "
+            f"(batch, {t_q}, {t_k}), got attention_mask.shape={tuple(mask.shape)}")
+
+
 def same_batch(**tensors):
     """The batch sizes (axis 0) of the named tensors (None skipped) agree
     where known. Keras' attention refuses a mismatch under TensorFlow
