@@ -1,6 +1,7 @@
 """Atomic weight checkpoints and checkpoint averaging (Vaswani et al. §6.1)."""
 
 import contextlib
+import contextvars
 import io
 import math
 import os
@@ -180,15 +181,25 @@ def _load_checkpoint(model, path, name):
             f"{str(error)[:500]})") from error
 
 
+# Set while a _restored_on_error block holds its copy: a nested one (each
+# average select_checkpoint_average tries) needs none of its own.
+_HOLDING_COPY = contextvars.ContextVar("keras_trm_holding_copy", default=False)
+
+
 @contextlib.contextmanager
 def _restored_on_error(model):
     """Puts back ``model``'s weights (and its optimizer's variables, which
-    ``load_weights`` also sets) when the block raises: one host copy of
-    them is held meanwhile."""
+    ``load_weights`` also sets) when the block raises. One host copy of
+    them is held meanwhile (about 3x the float32 weights with Adam's two
+    slots), by the outermost block only."""
+    if _HOLDING_COPY.get():
+        yield
+        return
     optimizer = getattr(model, "optimizer", None)
     variables = list(optimizer.variables) if optimizer is not None else []
     weights = model.get_weights()
     values = [keras.ops.convert_to_numpy(v) for v in variables]
+    token = _HOLDING_COPY.set(True)
     try:
         yield
     except BaseException:
@@ -196,6 +207,8 @@ def _restored_on_error(model):
         for variable, value in zip(variables, values):
             variable.assign(value)
         raise
+    finally:
+        _HOLDING_COPY.reset(token)
 
 
 def select_checkpoint_average(model, paths, score, max_count=5):
