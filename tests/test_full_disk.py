@@ -392,3 +392,24 @@ def test_cli_reports_a_full_disk_in_one_line_without_traceback(
     monkeypatch.setattr(translation, "run", bug)
     with pytest.raises(PermissionError):
         cli.main(argv)
+
+
+def test_files_written_through_temporaries_get_the_usual_permissions(tmp_path):
+    """mkstemp/mkdtemp make 0600 files and 0700 folders: a result file or a
+    SavedModel version written through them could not be read by another
+    user (a server running as its own user). They now get 0666 / 0777
+    less the umask, as open() and mkdir() give."""
+    import os
+    import stat
+
+    from keras_trm.utils.files import atomic_directory, atomic_write
+
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "result.json", "{}")
+        with atomic_directory(tmp_path / "export" / "1") as folder:
+            (folder / "saved_model.pb").write_bytes(b"")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "result.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "export" / "1").stat().st_mode) == 0o755

@@ -96,7 +96,7 @@ import tensorflow as tf
 from keras_trm.data.batching import DEFAULT_BOUNDARIES
 from keras_trm.data.translation import CorpusError, decoded_lines
 from keras_trm.utils import checks as v
-from keras_trm.utils.files import write_json
+from keras_trm.utils.files import usual_permissions, write_json
 
 FORMAT = "keras_trm.shards/1"
 MANIFEST = "manifest.json"
@@ -351,6 +351,7 @@ def _prepare(source_path, target_path, files, tokenizer, directory,
         fd, tmp = tempfile.mkstemp(dir=staging, prefix=".shard-",
                                    suffix=".tmp")
         os.close(fd)
+        usual_permissions(tmp)
         return {"tmp": tmp, "writer": tf.io.TFRecordWriter(tmp), "pairs": 0,
                 "counts": np.zeros(max_train_length + 1, np.int64)}
 
@@ -523,6 +524,7 @@ def shards_from_pairs(sources, targets, tokenizer, directory=None,
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".pairs-",
                                        suffix=".tmp")
             os.close(fd)
+            usual_permissions(tmp)
             tmps.append(tmp)
         _write_pairs(sources, targets, tmps, int(chunk_size))
         # A changed text file is read from its temporary, under the key of

@@ -20,10 +20,10 @@ tokenizer unchanged.
 import os
 import pathlib
 import random
-import tempfile
 
 import tensorflow as tf
 
+from keras_trm.utils.files import atomic_write
 from keras_trm.text.wordpiece import (
     END,
     END_ID,
@@ -110,11 +110,7 @@ def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
         num_threads=num_threads or os.cpu_count() or 1,
         minloglevel=2,
     )
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "wb") as f:
-        f.write(proto.getvalue())
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, proto.getvalue())
 
 
 class SentencePieceTokenizer(tf.Module):

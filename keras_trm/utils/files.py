@@ -159,12 +159,47 @@ def check_free_space(path, needed):
     return path
 
 
+def process_umask():
+    """The process's umask, read without changing it where Linux tells it
+    (``/proc/self/status``), else by setting it and putting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def usual_permissions(path):
+    """Gives ``path`` the permissions ``open`` / ``mkdir`` would have: 0666
+    (a file) or 0777 (a folder) less the umask. ``tempfile.mkstemp`` and
+    ``mkdtemp`` make them 0600 / 0700, so a file or a SavedModel written
+    through a temporary could not be read by another user (a server
+    running as its own user, say).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkstemp()[1])
+    >>> usual_permissions(path)
+    >>> oct(path.stat().st_mode & 0o777) == oct(0o666 & ~process_umask())
+    True
+    """
+    path = pathlib.Path(path)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~process_umask())
+
+
 def _temp_name(path, suffix=""):
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                suffix=".tmp" + suffix)
     os.close(fd)
+    usual_permissions(tmp)
     return pathlib.Path(tmp)
 
 
@@ -306,6 +341,7 @@ def atomic_directory(path, exist_ok=False, expected_size=None):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = pathlib.Path(tempfile.mkdtemp(dir=path.parent,
                                             prefix=f".tmp-{path.name}-"))
+        usual_permissions(tmp)
     except OSError as error:
         if is_no_space_error(error):
             raise no_space_error(path, expected_size or tree_bytes(path)) from error
