@@ -697,6 +697,10 @@ def serve_main(argv):
             args.tensorflow_session_parallelism)
         config = model_server_config(args.model_name, args.model_base_path,
                                      args.model_config_file)
+        if args.batching_parameters_file and not args.enable_batching:
+            # TF Serving refuses it too (model_servers/server.cc).
+            raise ValueError("--batching_parameters_file is set without "
+                             "--enable_batching")
         batching = (batching_options(args.batching_parameters_file)
                     if args.enable_batching else None)
         metrics_path = monitoring_path(args.monitoring_config_file)

@@ -966,3 +966,86 @@ def test_monitoring_config_file_as_tf_serving_reads_it(tmp_path):
         monitoring_path(tmp_path / "missing.txt")
     with pytest.raises(ValueError, match="rest_api_port=None"):
         ModelServer(None, rest_api_port=None, monitoring_path="/m")
+
+
+def test_odd_or_broken_version_folders_never_stop_the_scan(tmp_path):
+    """A folder named by a non-ASCII digit made int() fail and stopped every
+    model's scan (and the start-up); a "0010" folder was loaded from
+    "10"; a deleted base path unloaded every version it served (TF Serving
+    logs a failed poll and keeps them); a version that failed three loads
+    was never tried again, even once its folder was replaced."""
+    import shutil
+
+    _export(tmp_path, "a")
+    _export(tmp_path, "b")
+    shutil.copytree(tmp_path / "a" / "1", tmp_path / "a" / "\u00b2")
+    shutil.copytree(tmp_path / "a" / "1", tmp_path / "a" / "0010")
+    manager = ModelManager(model_server_config([], [tmp_path / "a", tmp_path / "b"]),
+                           file_system_poll_wait_seconds=-1)
+    manager.start()
+    try:
+        assert _states(manager, "a") == {10: "AVAILABLE"}
+        _export(tmp_path, "b")
+        manager.refresh()
+        assert _states(manager, "b") == {1: "END", 2: "AVAILABLE"}
+        shutil.rmtree(tmp_path / "b")
+        manager.refresh()
+        assert _states(manager, "b")[2] == "AVAILABLE"
+        bad = tmp_path / "a" / "11"
+        shutil.copytree(tmp_path / "a" / "1", bad)
+        (bad / "saved_model.pb").write_bytes(b"not a SavedModel")
+        for _ in range(4):
+            manager.refresh()
+        assert _states(manager, "a") == {10: "AVAILABLE", 11: "END"}
+        shutil.rmtree(bad)
+        shutil.copytree(tmp_path / "a" / "1", bad)
+        manager.refresh()
+        assert _states(manager, "a") == {10: "END", 11: "AVAILABLE"}
+    finally:
+        manager.stop()
+
+
+@pytest.mark.parametrize("files, flags, words", [
+    # A missing file or a folder was a traceback (exit 1); a non-UTF-8 file
+    # named neither the flag nor the file; a batching file without
+    # --enable_batching was ignored (TF Serving refuses it).
+    ({}, ["--model_config_file", "nope.cfg"],
+     "`model_config_file` 'nope.cfg' cannot be read: No such file"),
+    ({}, ["--model_config_file", "."], "`model_config_file` '.' cannot be read"),
+    ({"m.cfg": b"model_config_list { } # caf\xe9"}, ["--model_config_file", "m.cfg"],
+     "`model_config_file` 'm.cfg' is not UTF-8 text"),
+    ({}, ["--model_base_path", ".", "--enable_batching", "--batching_parameters_file",
+          "nope.cfg"], "`batching_parameters_file` 'nope.cfg' cannot be read"),
+    ({"b.cfg": b"max_batch_size { value: 4 }"},
+     ["--model_base_path", ".", "--batching_parameters_file", "b.cfg"],
+     "--batching_parameters_file is set without --enable_batching"),
+    # A wait past a day killed the batch threads (their requests hung).
+    ({"b.cfg": b"batch_timeout_micros { value: 9223372036854775807 }"},
+     ["--model_base_path", ".", "--enable_batching", "--batching_parameters_file", "b.cfg"],
+     "batch_timeout_micros` must be an int in [0, 86400000000]"),
+    ({"b.cfg": b"num_batch_threads { value: 100000000 }"},
+     ["--model_base_path", ".", "--enable_batching", "--batching_parameters_file", "b.cfg"],
+     "num_batch_threads` must be an int in [1, 1024]"),
+    # Names the REST paths cannot reach (GET /v1/models/a:b was a 405).
+    ({"m.cfg": b'model_config_list { config { name: "a:b" base_path: "/m" } }'},
+     ["--model_config_file", "m.cfg"], "model name 'a:b'"),
+    ({"m.cfg": b'model_config_list { config { name: "a/b" base_path: "/m" } }'},
+     ["--model_config_file", "m.cfg"], "model name 'a/b'"),
+    # A metrics path that would answer in place of an API route.
+    ({"mon.cfg": b'prometheus_config { enable: true path: "/healthz" }'},
+     ["--model_base_path", ".", "--monitoring_config_file", "mon.cfg"],
+     "is a route of the REST API"),
+    ({"mon.cfg": b"prometheus_config { enable: true } # caf\xe9"},
+     ["--model_base_path", ".", "--monitoring_config_file", "mon.cfg"],
+     "`monitoring_config_file` 'mon.cfg' is not UTF-8 text"),
+])
+def test_cli_refuses_bad_config_files_in_one_line(tmp_path, monkeypatch, capsys, files,
+                                                  flags, words):
+    from keras_trm import cli
+
+    monkeypatch.chdir(tmp_path)
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert cli.main(["serve", *flags]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err

@@ -38,15 +38,23 @@ import numpy as np
 from keras_trm.serving.errors import InvalidArgument, ServingError, Unavailable
 
 
+# Bounds past which a setting can only be a mistake: a wait of more than a
+# day overflowed the batch threads' clock (they died, and their requests
+# hung), and each model version starts num_batch_threads threads.
+MAX_BATCH_TIMEOUT_MICROS = 86_400 * 10**6
+MAX_BATCH_THREADS = 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class BatchingOptions:
     """TF Serving's ``BatchingParameters`` (the ones this server honours).
 
     Args:
         max_batch_size: int >= 1, rows per batch at most.
-        batch_timeout_micros: int >= 0, the longest wait for a fuller batch.
-        num_batch_threads: int >= 1, batches of one model version run at
-            once (default: the number of CPU cores).
+        batch_timeout_micros: int in [0, 86,400,000,000] (a day), the
+            longest wait for a fuller batch.
+        num_batch_threads: int in [1, 1024], batches of one model version
+            run at once (default: the number of CPU cores).
         max_enqueued_batches: int >= 1, batches waiting per signature.
         allowed_batch_sizes: increasing ints ending in ``max_batch_size``
             (pad batches up to one of them), or ``()``.
@@ -63,11 +71,15 @@ class BatchingOptions:
     allowed_batch_sizes: tuple = ()
 
     def __post_init__(self):
-        for name, low in (("max_batch_size", 1), ("batch_timeout_micros", 0),
-                          ("num_batch_threads", 1), ("max_enqueued_batches", 1)):
+        for name, low, high in (("max_batch_size", 1, None),
+                                ("batch_timeout_micros", 0, MAX_BATCH_TIMEOUT_MICROS),
+                                ("num_batch_threads", 1, MAX_BATCH_THREADS),
+                                ("max_enqueued_batches", 1, None)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"`{name}` must be an int >= {low}, got {name}={value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+                    high is not None and value > high):
+                within = f">= {low}" if high is None else f"in [{low}, {high}]"
+                raise ValueError(f"`{name}` must be an int {within}, got {name}={value!r}")
         sizes = tuple(int(s) for s in self.allowed_batch_sizes)
         object.__setattr__(self, "allowed_batch_sizes", sizes)
         if sizes and (list(sizes) != sorted(set(sizes)) or sizes[0] < 1

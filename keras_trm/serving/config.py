@@ -38,7 +38,14 @@ def _parse_text_proto(path, message, argument):
     a ``ValueError`` names the flag ``argument``, the file and the parse
     error."""
     try:
-        text_format.Parse(path.read_text(encoding="utf-8"), message)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"`{argument}` {str(path)!r} is not UTF-8 text: {err}") from None
+    except OSError as err:  # missing, a folder, unreadable
+        raise ValueError(f"`{argument}` {str(path)!r} cannot be read: "
+                         f"{err.strerror or err}") from None
+    try:
+        text_format.Parse(text, message)
     except text_format.ParseError as err:
         raise ValueError(
             f"`{argument}` {str(path)!r} is not a text "
@@ -110,6 +117,12 @@ def model_server_config(model_names=(), model_base_paths=(), model_config_file=N
     for model in config.model_config_list.config:
         if not model.name:
             model.name = pathlib.Path(model.base_path).name
+        if not model.name or "/" in model.name or ":" in model.name:
+            # The REST paths /v1/models/<name>[:verb] cannot name it.
+            raise ValueError(
+                f"model name {model.name!r} (base path {model.base_path!r}) must "
+                "be non-empty, without '/' or ':', which the REST API's paths "
+                "cannot hold")
         if model.model_platform not in ("", "tensorflow"):
             raise ValueError(
                 f"model {model.name!r}: model_platform={model.model_platform!r}; "

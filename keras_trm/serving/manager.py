@@ -463,19 +463,84 @@ class ServableVersion:
         return {k: v.numpy() for k, v in outputs.items()}
 
 
+def _folder_identity(folder):
+    """What changes when a version folder is replaced or rewritten: the
+    folder's and its saved_model.pb's inode, size and modification time."""
+    if folder is None:
+        return None
+    try:
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in (
+            os.stat(folder), os.stat(pathlib.Path(folder) / "saved_model.pb")))
+    except OSError:
+        return None
+
+
 class _Model:
     def __init__(self, config):
         self.config = config
         self.name = config.name
         self.base_path = pathlib.Path(config.base_path)
         self.versions = {}  # int -> ServableVersion (END ones kept for status)
-        self.attempts = {}  # int -> failed load attempts
+        # int -> (failed load attempts, identity of the folder's files): a
+        # version folder replaced (a fixed copy) gets its attempts again.
+        self.attempts = {}
+        self.folders = {}  # int -> its folder (the name as found: 007 too)
+        self._warned = None  # the last scan problem logged (logged once)
+
+    def _warn_once(self, message, *args):
+        if self._warned != (message, args):
+            self._warned = (message, args)
+            log.warning(message, *args)
 
     def found_versions(self):
-        if not self.base_path.is_dir():
-            return []
-        return sorted(int(p.name) for p in self.base_path.iterdir()
-                      if p.name.isdigit() and (p / "saved_model.pb").is_file())
+        """The versions under the base path (folders named by ASCII digits,
+        as TF Serving's integer parse takes them, holding a
+        saved_model.pb), sorted; None when the base path is missing (a
+        failed poll: its versions are kept, as TF Serving keeps them). A
+        folder that cannot be read (permissions) is logged and skipped:
+        one bad folder never stops a scan."""
+        try:
+            entries = sorted(self.base_path.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            self._warn_once("could not find base path %s of model %r; serving its "
+                            "versions loaded so far", str(self.base_path), self.name)
+            return None
+        folders = {}
+        for path in entries:
+            name = path.name
+            if not (name.isascii() and name.isdigit()):
+                continue
+            try:
+                if not (path / "saved_model.pb").is_file():
+                    continue
+            except OSError as error:
+                self._warn_once("model %r: skipping version folder %s: %s",
+                                self.name, str(path), error)
+                continue
+            version = int(name)
+            if version in folders and name != str(version):
+                continue  # "7" wins over "007"
+            folders[version] = path
+        if not folders:
+            self._warn_once("no versions of model %r found under base path %s",
+                            self.name, str(self.base_path))
+        else:
+            self._warned = None
+        self.folders = folders
+        return sorted(folders)
+
+    def attempts_left(self, version):
+        """Whether ``version`` may be (re)tried: fewer than
+        MAX_LOAD_ATTEMPTS failures since its folder last changed."""
+        count, identity = self.attempts.get(version, (0, None))
+        if identity != _folder_identity(self.folders.get(version)):
+            self.attempts.pop(version, None)
+            return True
+        return count < MAX_LOAD_ATTEMPTS
+
+    def failed(self, version):
+        count, _ = self.attempts.get(version, (0, None))
+        self.attempts[version] = (count + 1, _folder_identity(self.folders.get(version)))
 
     def aspired(self, found):
         policy = self.config.model_version_policy
@@ -565,28 +630,36 @@ class ModelManager:
                 log.exception("scanning the model base paths failed")
 
     def refresh(self):
-        """One scan: load aspired versions, then unload the ones they replace."""
+        """One scan: load aspired versions, then unload the ones they
+        replace. A model whose scan fails is logged and skipped: the
+        others are still scanned."""
         with self._refresh_lock:
             for model in self._models.values():
-                self._refresh_model(model)
+                try:
+                    self._refresh_model(model)
+                except Exception:  # noqa: BLE001 - one model never stops the rest
+                    log.exception("scanning model %r (base path %s) failed",
+                                  model.name, str(model.base_path))
 
     def _refresh_model(self, model):
         found = model.found_versions()
+        if found is None:
+            return  # the base path is gone: keep what is served
         aspired = model.aspired(found)
         for version in aspired:
             current = model.versions.get(version)
             if current is not None and current.state in ("LOADING", "AVAILABLE"):
                 continue
-            if model.attempts.get(version, 0) >= MAX_LOAD_ATTEMPTS:
+            if not model.attempts_left(version):
                 continue
-            servable = ServableVersion(model.name, version, model.base_path / str(version))
+            servable = ServableVersion(model.name, version, model.folders[version])
             with self._cond:
                 model.versions[version] = servable
             try:
                 servable.load(self.batching, self.warm_up_signatures,
                               self.loader_niceness if self._serving else 0)
             except Exception:  # noqa: BLE001 - reported in the status
-                model.attempts[version] = model.attempts.get(version, 0) + 1
+                model.failed(version)
                 log.exception("model %r version %d failed to load", model.name, version)
                 continue
             log.info("model %r version %d AVAILABLE (loaded in %.1f s: restored in "

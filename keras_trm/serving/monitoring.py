@@ -126,15 +126,11 @@ def monitoring_path(monitoring_config_file=None):
     """
     if monitoring_config_file is None:
         return None
-    from google.protobuf import text_format
+    from keras_trm.serving.config import _parse_text_proto
 
     path = pathlib.Path(monitoring_config_file)
     config = _monitoring_config_class()()
-    try:
-        text_format.Parse(path.read_text(encoding="utf-8"), config)
-    except (OSError, text_format.ParseError) as err:
-        raise ValueError(f"`monitoring_config_file` {str(path)!r} is not a readable "
-                         f"text MonitoringConfig: {err}") from err
+    _parse_text_proto(path, config, "monitoring_config_file")
     prometheus = config.prometheus_config
     if not prometheus.enable:
         return None
@@ -142,4 +138,10 @@ def monitoring_path(monitoring_config_file=None):
     if not url_path.startswith("/"):
         raise ValueError(f"`monitoring_config_file` {str(path)!r}: prometheus_config "
                          f"path must start with '/', got {url_path!r}")
+    if url_path.rstrip("/") in ("", "/healthz", "/readyz", "/v1") or (
+            url_path.startswith("/v1/")):
+        # It would answer in place of the REST API's own route.
+        raise ValueError(f"`monitoring_config_file` {str(path)!r}: prometheus_config "
+                         f"path {url_path!r} is a route of the REST API (/v1/..., "
+                         "/healthz, /readyz)")
     return url_path
