@@ -201,3 +201,66 @@ def test_backup_dir_that_is_a_file_is_refused_at_construction(tmp_path):
 def test_training_backup_arguments_checked(tmp_path, kwargs, error, match):
     with pytest.raises(error, match=match):
         TrainingBackup(tmp_path / "b", **kwargs)
+
+
+@pytest.mark.parametrize("every, error", [(0, ValueError), (-1, ValueError),
+                                          (2.5, TypeError)])
+def test_bleu_log_every_checked(tmp_path, every, error):
+    with pytest.raises(error, match="every"):
+        BleuLog(lambda m: 1.0, tmp_path / "log.json", every=every)
+
+
+def test_bleu_log_score_must_be_callable(tmp_path):
+    with pytest.raises(TypeError, match="score"):
+        BleuLog(12.5, tmp_path / "log.json")
+
+
+@pytest.mark.parametrize("seconds, error", [("abc", TypeError), ("60", TypeError),
+                                            (0, ValueError), (float("nan"), ValueError)])
+def test_time_budget_seconds_checked(seconds, error):
+    with pytest.raises(error, match="seconds"):
+        TimeBudget(seconds)
+
+
+@pytest.mark.parametrize("state", [{}, [], {"elapsed_seconds": -1.0, "longest_epoch": 0.0},
+                                   {"elapsed_seconds": "1", "longest_epoch": 0.0}])
+def test_time_budget_damaged_state(state):
+    with pytest.raises(ValueError, match="TimeBudget state"):
+        TimeBudget(60).set_state(state)
+
+
+@pytest.mark.parametrize("state", [{}, {"history": "x"}, {"history": [1]}])
+def test_bleu_log_damaged_state(tmp_path, state):
+    with pytest.raises(ValueError, match="BleuLog state"):
+        BleuLog(lambda m: 1.0, tmp_path / "log.json").set_state(state)
+
+
+@pytest.mark.parametrize("n, error", [(0, ValueError), (-1, ValueError),
+                                      ("two", TypeError)])
+def test_make_strategy_num_cpu_devices_checked_first(n, error):
+    from keras_trm.training import make_strategy
+    with pytest.raises(error, match="`num_cpu_devices` must be a positive int"):
+        make_strategy("mirrored", num_cpu_devices=n)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (True, True), (False, False), ("on", True), ("off", False), ("auto", True)])
+def test_resolve_jit_compile_choices(value, expected):
+    import tensorflow as tf
+    from keras_trm.training import resolve_jit_compile
+    assert resolve_jit_compile(value, tf.distribute.get_strategy()) is expected
+    assert resolve_jit_compile(value, None) is expected
+
+
+@pytest.mark.parametrize("value", ["false", "true", "", 1, None, "AUTO"])
+def test_resolve_jit_compile_refuses_other_values(value):
+    import tensorflow as tf
+    from keras_trm.training import resolve_jit_compile
+    with pytest.raises(ValueError, match="jit_compile"):
+        resolve_jit_compile(value, tf.distribute.get_strategy())
+
+
+def test_shard_batches_needs_a_dataset():
+    from keras_trm.training import shard_batches
+    with pytest.raises(TypeError, match="dataset"):
+        shard_batches([1, 2])
