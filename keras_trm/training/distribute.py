@@ -30,6 +30,8 @@ import os
 
 import tensorflow as tf
 
+from keras_trm.utils import checks as v
+
 
 def make_strategy(kind="default", num_cpu_devices=2):
     """Returns a ``tf.distribute.Strategy``.
@@ -37,10 +39,19 @@ def make_strategy(kind="default", num_cpu_devices=2):
     Must be called before TensorFlow initializes its devices when it creates
     logical CPU devices.
 
+    Args:
+        kind: ``"default"``, ``"mirrored"`` or ``"multi_worker"``.
+        num_cpu_devices: int >= 1, the logical CPU devices of
+            ``"mirrored"`` when there is no GPU.
+
     Raises:
-        ValueError: unknown ``kind``; logical devices requested after the
-            runtime was initialized.
+        TypeError: ``num_cpu_devices`` not an int (with ``"mirrored"``).
+        ValueError: unknown ``kind``; ``num_cpu_devices`` < 1 (with
+            ``"mirrored"``, checked before TensorFlow is touched); logical
+            devices requested after the runtime was initialized.
     """
+    if kind == "mirrored":
+        num_cpu_devices = v.positive_int("num_cpu_devices", num_cpu_devices)
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "mirrored":
@@ -64,7 +75,13 @@ def make_strategy(kind="default", num_cpu_devices=2):
 
 
 def split_cpu(num_devices):
-    """Splits the physical CPU into ``num_devices`` logical devices."""
+    """Splits the physical CPU into ``num_devices`` logical devices.
+
+    Raises:
+        TypeError / ValueError: ``num_devices`` not an int >= 1.
+        ValueError: TensorFlow initialized its devices already.
+    """
+    num_devices = v.positive_int("num_devices", num_devices)
     cpu = tf.config.list_physical_devices("CPU")[0]
     existing = tf.config.get_logical_device_configuration(cpu)
     if existing and len(existing) >= num_devices:
@@ -81,10 +98,37 @@ def split_cpu(num_devices):
         ) from e
 
 
-def resolve_jit_compile(jit_compile, strategy):
-    """``"auto"`` -> False for multi-replica CPU strategies, else True."""
+_JIT_CHOICES = {"on": True, "off": False, "auto": None}
+
+
+def resolve_jit_compile(jit_compile, strategy=None):
+    """Keras' ``jit_compile`` for ``compile``: True / ``"on"`` -> True,
+    False / ``"off"`` -> False, ``"auto"`` -> False for a multi-replica
+    strategy on CPUs, else True.
+
+    Args:
+        jit_compile: True, False, ``"on"``, ``"off"`` or ``"auto"``.
+        strategy: the ``tf.distribute.Strategy`` the model is built under;
+            None: the current one (``tf.distribute.get_strategy()``).
+
+    Raises:
+        ValueError: any other ``jit_compile`` (e.g. ``"false"``, which
+            ``bool`` would turn on).
+
+    Example:
+        >>> resolve_jit_compile("off"), resolve_jit_compile("auto")
+        (False, True)
+    """
+    if isinstance(jit_compile, bool):
+        return jit_compile
+    if not isinstance(jit_compile, str) or jit_compile not in _JIT_CHOICES:
+        raise ValueError(
+            "`jit_compile` must be True, False, 'on', 'off' or 'auto', got "
+            f"jit_compile={jit_compile!r}")
     if jit_compile != "auto":
-        return bool(jit_compile)
+        return _JIT_CHOICES[jit_compile]
+    if strategy is None:
+        strategy = tf.distribute.get_strategy()
     if strategy.num_replicas_in_sync > 1 and not tf.config.list_physical_devices(
         "GPU"
     ):
@@ -183,11 +227,17 @@ def shard_batches(dataset, strategy=None):
     auto-shard policy set to ``DATA`` (FILE sharding cannot split a
     Python-generator dataset).
 
+    Raises:
+        TypeError: ``dataset`` not a ``tf.data.Dataset``.
+
     Example:
         >>> ds = shard_batches(tf.data.Dataset.range(4).batch(2))
         >>> ds.options().experimental_distribute.auto_shard_policy.name
         'DATA'
     """
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError("`dataset` must be a batched tf.data.Dataset, got "
+                        f"dataset={dataset!r}")
     if strategy is not None and worker_info(strategy)[0] > 1:
         def per_worker(context):
             return dataset.shard(context.num_input_pipelines,

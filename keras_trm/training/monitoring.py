@@ -19,6 +19,7 @@ from keras import ops
 
 # TF-free (keras_trm.training.progress), re-exported here.
 from keras_trm.training.progress import TimeBudget, TokenCount  # noqa: F401
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
 
@@ -30,13 +31,18 @@ class BleuLog(keras.callbacks.Callback):
     Args:
         score: callable ``score(model) -> float``, on validation data.
         path: the JSON log (a list of per-epoch dicts).
-        every: int >= 1.
+        every: int >= 1: score every ``every``-th epoch.
         clock: callable returning training seconds so far (e.g.
             ``TimeBudget.elapsed``); default: seconds since fit started.
         key: the entry's name for the score.
         writer: a ``tf.summary`` writer, or None; the score goes there too
             (tag ``key``, step = epoch).
         write: False on non-chief workers (no file written).
+
+    Raises:
+        TypeError: ``score`` or ``clock`` not callable; ``every`` not an int.
+        ValueError: ``every`` < 1; ``set_state`` given a state without a
+            ``history`` list of dicts (a damaged backup).
 
     Example:
         >>> import tempfile, pathlib
@@ -50,7 +56,12 @@ class BleuLog(keras.callbacks.Callback):
     def __init__(self, score, path, every=1, clock=None, key="val_greedy_bleu",
                  writer=None, write=True):
         super().__init__()
-        self.score, self.path, self.every = score, pathlib.Path(path), int(every)
+        if not callable(score):
+            raise TypeError(f"`score` must be callable, got score={score!r}")
+        if clock is not None and not callable(clock):
+            raise TypeError(f"`clock` must be callable or None, got clock={clock!r}")
+        every = v.positive_int("every", every)
+        self.score, self.path, self.every = score, pathlib.Path(path), every
         self.clock, self.key, self.writer, self.write = clock, key, writer, write
         self.history = []
         self._start = time.time()
@@ -79,7 +90,12 @@ class BleuLog(keras.callbacks.Callback):
         return {"history": self.history}
 
     def set_state(self, state):
-        self.history = list(state["history"])
+        history = state.get("history") if isinstance(state, dict) else None
+        if not (isinstance(history, list)
+                and all(isinstance(e, dict) for e in history)):
+            raise ValueError(
+                f"BleuLog state needs 'history', a list of dicts; got state={state!r}")
+        self.history = list(history)
 
 
 class TensorBoardScalars(keras.callbacks.Callback):

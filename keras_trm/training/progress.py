@@ -8,6 +8,8 @@ Each callback keeps what it must carry across a restart in
 ``get_state()`` / ``set_state()`` (``keras_trm.training.TrainingBackup``).
 """
 
+import math
+import numbers
 import time
 
 import keras
@@ -55,10 +57,14 @@ class TimeBudget(keras.callbacks.Callback):
     elapsed seconds and the longest epoch are part of ``get_state()``.
 
     Args:
-        seconds: float > 0, the training-time budget (s).
+        seconds: float > 0, the training-time budget (s); ``inf``: no
+            budget.
 
     Raises:
-        ValueError: ``seconds`` <= 0.
+        TypeError: ``seconds`` not a number.
+        ValueError: ``seconds`` <= 0 or NaN; ``set_state`` given a state
+            without non-negative ``elapsed_seconds`` and ``longest_epoch``
+            (a damaged backup).
 
     Example:
         >>> b = TimeBudget(60.0)
@@ -69,6 +75,8 @@ class TimeBudget(keras.callbacks.Callback):
 
     def __init__(self, seconds):
         super().__init__()
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+            raise TypeError(f"`seconds` must be a number > 0, got seconds={seconds!r}")
         if not float(seconds) > 0:
             raise ValueError(f"`seconds` must be > 0, got seconds={seconds!r}")
         self.seconds = float(seconds)
@@ -104,6 +112,14 @@ class TimeBudget(keras.callbacks.Callback):
         return {"elapsed_seconds": self.elapsed(), "longest_epoch": self._longest}
 
     def set_state(self, state):
-        self._offset = float(state["elapsed_seconds"])
-        self._longest = float(state["longest_epoch"])
+        values = []
+        for key in ("elapsed_seconds", "longest_epoch"):
+            value = state.get(key) if isinstance(state, dict) else None
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not 0 <= value < math.inf:
+                raise ValueError(
+                    f"TimeBudget state needs {key!r}, a finite float >= 0; "
+                    f"got state={state!r}")
+            values.append(float(value))
+        self._offset, self._longest = values
         self._start = self._epoch_start = time.time()

@@ -24,7 +24,9 @@ torn file), and it does not save the dropout RNG state (Keras'
 """
 
 import json
+import numbers
 import pathlib
+import warnings
 
 import keras
 import numpy as np
@@ -60,6 +62,85 @@ def _seed_states(model):
     return [v for v in model.variables if "seed_generator_state" in v.path]
 
 
+def _optimizer_name(model):
+    optimizer = getattr(model, "optimizer", None)
+    return None if optimizer is None else type(optimizer).__name__
+
+
+def _fix(directory):
+    return (f"delete {str(directory)!r} to train from scratch, or give this "
+            "run another work directory")
+
+
+def _damaged(path, reason):
+    """The one error of a backup that cannot be read back."""
+    return ValueError(
+        f"TrainingBackup: the backup file {str(path)!r} is damaged ({reason}); "
+        f"{_fix(pathlib.Path(path).parent)}")
+
+
+def _mismatch(directory, differences):
+    return ValueError(
+        f"TrainingBackup: the backup in {str(directory)!r} was written by a "
+        f"different run ({'; '.join(differences)}), so this run cannot "
+        f"resume from it; {_fix(directory)}")
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_state(state, path):
+    """Types and ranges of a ``state.json`` dict; raises ``_damaged``."""
+    if not isinstance(state, dict):
+        raise _damaged(path, f"a JSON {type(state).__name__}, not an object")
+    for key in ("epoch", "batch", "step", "weights", "seed_states",
+                "callbacks"):
+        if key not in state:
+            raise _damaged(path, f"no {key!r}")
+    for key in ("epoch", "batch", "step"):
+        if not _is_int(state[key]) or state[key] < 0:
+            raise _damaged(path, f"{key}={state[key]!r} is not an int >= 0")
+    name = state["weights"]
+    if not (isinstance(name, str) and name.endswith(".weights.h5")
+            and pathlib.PurePath(name).name == name and "/" not in name
+            and "\\" not in name):
+        raise _damaged(path, f"weights={name!r} is not a *.weights.h5 file "
+                             "name inside the backup folder")
+    try:
+        if not isinstance(state["seed_states"], list):
+            raise ValueError("not a list")
+        for value in state["seed_states"]:
+            np.asarray(value, np.float64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _damaged(path, f"seed_states is not a list of number arrays: {e}") from None
+    if not isinstance(state["callbacks"], dict):
+        raise _damaged(path, "callbacks is not an object")
+    if not isinstance(state.get("fingerprint"), (dict, type(None))):
+        raise _damaged(path, "fingerprint is not an object")
+    spe = state.get("steps_per_epoch")
+    if spe is not None:
+        if not _is_int(spe) or spe < 1:
+            raise _damaged(path, f"steps_per_epoch={spe!r} is not an int >= 1")
+        if state["batch"] > spe or (
+                state["step"] != state["epoch"] * spe + state["batch"]):
+            raise _damaged(
+                path, f"epoch={state['epoch']}, batch={state['batch']} and "
+                      f"step={state['step']} disagree with "
+                      f"steps_per_epoch={spe}")
+
+
+def _differences(stored, new):
+    """``["key: old -> new", ...]`` for the keys whose values differ."""
+    out = []
+    for key in sorted(set(stored) | set(new), key=str):
+        old_value = stored.get(key, "(absent)")
+        new_value = new.get(key, "(absent)")
+        if old_value != new_value:
+            out.append(f"{key}: {old_value!r} -> {new_value!r}")
+    return out
+
+
 class TrainingBackup(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` with mid-epoch resume, atomic writes, dropout
     RNG and callback states (see the module docstring).
@@ -81,6 +162,17 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     Files in ``backup_dir``: ``state.json`` and the one weights file it
     names (``step_{t}.weights.h5``).
 
+    Same run only: ``state.json`` records the optimizer's class name,
+    ``steps_per_epoch``, ``batches_per_epoch``, ``num_workers`` and the
+    caller's ``fingerprint``; a backup whose recorded values differ from
+    this run's is refused (``ValueError``) before anything is loaded or
+    written, so a run with other settings never resumes from, nor
+    overwrites, another run's backup. A backup written before these were
+    recorded resumes as before; if this run passes a ``fingerprint`` and
+    the backup has none, it resumes with a ``UserWarning`` and its next
+    save records the fingerprint. A run that passes no ``fingerprint``
+    does not compare one.
+
     Args:
         backup_dir: directory (created); used by this run only.
         save_freq: int >= 1 (training steps between backups) or
@@ -88,24 +180,43 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         position: the ``DataPosition`` the data pipeline reads, or None
             (then an interrupted epoch restarts from its first batch, as
             with plain Keras, and ``steps_per_epoch`` may be None).
-        steps_per_epoch: int, the ``steps_per_epoch`` given to fit.
-        batches_per_epoch: int, batches in one epoch of the data stream
-            (default ``steps_per_epoch * num_workers``).
-        num_workers: int, workers sharing the stream (1).
+        steps_per_epoch: int >= 1 or None, the ``steps_per_epoch`` given
+            to fit.
+        batches_per_epoch: int >= 1 or None, batches in one epoch of the
+            data stream (default ``steps_per_epoch * num_workers``).
+        num_workers: int >= 1, workers sharing the stream (1).
         stateful: dict ``{name: callback}``; each has ``get_state() ->
             dict`` (JSON-able) and ``set_state(dict)``.
         delete_checkpoint: remove ``backup_dir`` when fit ends normally
             (default False: running the finished command again trains no
             further and goes straight to what follows fit).
         write: False on workers that must not write here (non-chief).
+        fingerprint: None, or a JSON-serialisable dict describing the run
+            (e.g. its model and data settings: languages, dataset, vocabulary,
+            model size, optimizer settings). Stored in ``state.json``; on
+            restore every key is compared (as JSON gives it back: tuples
+            are lists) with the stored one.
 
     Attributes:
         restored: None, or the ``state.json`` dict restored at the start.
 
     Raises:
+        TypeError: ``steps_per_epoch``, ``batches_per_epoch`` or
+            ``num_workers`` not an int; a ``stateful`` value without
+            ``get_state``/``set_state``; ``fingerprint`` not a
+            JSON-serialisable dict.
         ValueError: ``save_freq`` neither ``"epoch"`` nor an int >= 1;
-            ``position`` without ``steps_per_epoch``; a backup whose model
-            differs.
+            ``steps_per_epoch``, ``batches_per_epoch`` or ``num_workers``
+            < 1; ``position`` without ``steps_per_epoch``; ``backup_dir``
+            (or a folder above it) is a file. Out of ``fit``, before a step
+            is trained: a backup of another run (a different fingerprint,
+            optimizer, epoch length, RNG states or weight shapes), naming
+            the folder, what differs (``key: old -> new``) and the fix
+            (delete the folder, or use another work directory); a damaged
+            backup (``state.json`` that is not JSON, lacks a key, has a
+            value of the wrong type or range, names a weights file outside
+            the folder or one that is missing, damaged or truncated, or a
+            callback state that ``set_state`` refuses), naming the file.
         OSError: ``errno.ENOSPC`` out of ``fit`` when ``backup_dir``'s file
             system is full, naming the file and the space needed and free
             (see ``save_weights_atomic``). The previous backup stays
@@ -125,26 +236,59 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, save_freq="epoch", position=None,
                  steps_per_epoch=None, batches_per_epoch=None, num_workers=1,
-                 stateful=None, delete_checkpoint=False, write=True):
-        if save_freq != "epoch" and not (
-                isinstance(save_freq, int) and save_freq >= 1):
+                 stateful=None, delete_checkpoint=False, write=True,
+                 fingerprint=None):
+        if save_freq != "epoch" and not (_is_int(save_freq) and save_freq >= 1):
             raise ValueError(
                 "`save_freq` must be 'epoch' or an int >= 1 (steps), got "
                 f"save_freq={save_freq!r}")
+        if steps_per_epoch is not None:
+            steps_per_epoch = v.positive_int("steps_per_epoch", steps_per_epoch)
+        if batches_per_epoch is not None:
+            batches_per_epoch = v.positive_int("batches_per_epoch",
+                                               batches_per_epoch)
+        num_workers = v.positive_int("num_workers", num_workers)
         if position is not None and not steps_per_epoch:
             raise ValueError(
                 "`steps_per_epoch` is needed with a `position`, got "
                 f"steps_per_epoch={steps_per_epoch!r}")
+        stateful = dict(stateful or {})
+        for name, cb in stateful.items():
+            if not (callable(getattr(cb, "get_state", None))
+                    and callable(getattr(cb, "set_state", None))):
+                raise TypeError(
+                    f"`stateful[{name!r}]` needs get_state() and set_state(), "
+                    f"got {cb!r}")
+        if fingerprint is not None:
+            if not isinstance(fingerprint, dict):
+                raise TypeError("`fingerprint` must be a dict or None, got "
+                                f"fingerprint={fingerprint!r}")
+            try:  # compared with the stored one as JSON gives it back
+                fingerprint = json.loads(json.dumps(fingerprint))
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"`fingerprint` must be JSON-serialisable "
+                                f"({e}), got fingerprint={fingerprint!r}") from None
+        if not backup_dir:
+            raise ValueError(f"`backup_dir` is empty: backup_dir={backup_dir!r}")
+        directory = pathlib.Path(backup_dir)
+        for folder in (directory, *directory.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise ValueError(
+                        f"`backup_dir` must be a directory, but {str(folder)!r} "
+                        f"is a file: backup_dir={str(backup_dir)!r}")
+                break
         super().__init__(str(backup_dir), save_freq=save_freq,
                          delete_checkpoint=delete_checkpoint)
-        self.directory = pathlib.Path(backup_dir)
+        self.directory = directory
         self.position = position
         self.steps_per_epoch = steps_per_epoch
-        self.num_workers = int(num_workers)
-        self.batches_per_epoch = int(
+        self.num_workers = num_workers
+        self.batches_per_epoch = (
             batches_per_epoch or (steps_per_epoch or 0) * self.num_workers)
-        self.stateful = dict(stateful or {})
+        self.stateful = stateful
         self.write = bool(write)
+        self.fingerprint = fingerprint
         self.restored = None
         self._resume_epoch, self._resume_batch = None, 0
         self._epoch, self._batch_in_epoch, self._since_save = 0, 0, 0
@@ -153,32 +297,104 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     # -- restore -----------------------------------------------------------
     def on_train_begin(self, logs=None):
         state_path = self.directory / "state.json"
-        if not state_path.is_file():
+        if not state_path.exists():
             return
-        state = json.loads(state_path.read_text())
+        state = self._read_state(state_path)
+        weights = self.directory / state["weights"]
+        if not weights.is_file():
+            raise _damaged(state_path, f"the weights file it names, "
+                                       f"{state['weights']!r}, is missing")
         if not self.model.built:
             raise ValueError("TrainingBackup: build the model before fit() "
                              "so that a backup can be restored into it")
-        if self.model.optimizer is not None and not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(str(self.directory / state["weights"]))
+        self._check_same_run(state)
         seeds = _seed_states(self.model)
         if len(seeds) != len(state["seed_states"]):
-            raise ValueError(
-                f"TrainingBackup: the backup in {str(self.directory)!r} has "
-                f"{len(state['seed_states'])} RNG states, the model "
-                f"{len(seeds)}: not the same model")
+            raise _mismatch(self.directory, [
+                f"it has {len(state['seed_states'])} dropout RNG states, this model "
+                f"{len(seeds)}"])
+        seed_values = []
         for var, value in zip(seeds, state["seed_states"]):
-            var.assign(np.asarray(value, var.dtype))
+            try:
+                value = np.asarray(value, var.dtype)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise _damaged(state_path, f"a seed state is not numbers: {e}") from None
+            if tuple(value.shape) != tuple(var.shape):
+                raise _damaged(state_path, f"a seed state of shape {value.shape}, "
+                                           f"the model's is {tuple(var.shape)}")
+            seed_values.append(value)
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self._load_weights(weights)
+        for var, value in zip(seeds, seed_values):
+            var.assign(value)
         for name, cb in self.stateful.items():
             if name in state["callbacks"]:
-                cb.set_state(state["callbacks"][name])
+                try:
+                    cb.set_state(state["callbacks"][name])
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise _damaged(
+                        state_path, f"the state of callback {name!r}: "
+                                    f"{type(e).__name__}: {e}") from None
         self.model._initial_epoch = state["epoch"]
         self._resume_epoch, self._resume_batch = state["epoch"], state["batch"]
         self.restored = state
         print(f"resumed from {state_path}: epoch {state['epoch'] + 1}, "
               f"{state['batch']} of its steps done, global step "
               f"{state['step']}", flush=True)
+
+    def _read_state(self, state_path):
+        """``state.json`` parsed and checked, or ``_damaged``."""
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise _damaged(state_path, f"{type(e).__name__}: {e}") from None
+        _check_state(state, state_path)
+        return state
+
+    def _check_same_run(self, state):
+        """Refuses a backup of another run before anything is loaded."""
+        differences = []
+        optimizer = _optimizer_name(self.model)
+        if "optimizer" in state and state["optimizer"] != optimizer:
+            differences.append(f"optimizer: {state['optimizer']!r} -> {optimizer!r}")
+        for key in ("steps_per_epoch", "batches_per_epoch", "num_workers"):
+            new = getattr(self, key) or None
+            if key in state and state[key] != new:
+                differences.append(f"{key}: {state[key]!r} -> {new!r}")
+        stored = state.get("fingerprint")
+        if self.fingerprint is not None:
+            if stored is None:
+                warnings.warn(
+                    f"TrainingBackup: the backup in {str(self.directory)!r} "
+                    "has no fingerprint (written before fingerprints, or "
+                    "without one), so it cannot be checked against this "
+                    "run's; resuming from it, and its next save records this "
+                    "run's fingerprint", stacklevel=2)
+            else:
+                differences += _differences(stored, self.fingerprint)
+        if differences:
+            raise _mismatch(self.directory, differences)
+
+    def _load_weights(self, path):
+        """``model.load_weights``, its errors named: a file that does not
+        open is damaged; weights of other shapes, or an optimizer's
+        variables that Keras would skip (another optimizer, in a backup that
+        did not record its class), are another run's."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                self.model.load_weights(str(path))
+            except ValueError as e:
+                raise _mismatch(self.directory, [
+                    f"its weights do not fit this model: {str(e)[:400]}"]) from None
+            except Exception as e:  # h5py's errors: OSError, KeyError, ...
+                raise _damaged(path, f"{type(e).__name__}: {e}") from None
+        for w in caught:
+            if str(w.message).startswith("Skipping variable loading for optimizer"):
+                raise _mismatch(self.directory, [str(w.message).strip()])
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._flush_pending()
@@ -232,6 +448,11 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         save_weights_atomic(self.model, self.directory / name)
         state = {
             "epoch": epoch, "batch": batch, "step": step, "weights": name,
+            "fingerprint": self.fingerprint,
+            "optimizer": _optimizer_name(self.model),
+            "steps_per_epoch": self.steps_per_epoch,
+            "batches_per_epoch": self.batches_per_epoch or None,
+            "num_workers": self.num_workers,
             "seed_states": [np.asarray(v.numpy()).tolist()
                             for v in _seed_states(self.model)],
             "callbacks": {n: cb.get_state() for n, cb in self.stateful.items()},
