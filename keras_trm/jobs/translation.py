@@ -717,22 +717,44 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
             "weights": weights}
 
 
-def first_lines(corpora, n, workdir):
+def first_lines(corpora, n, workdir, languages=None):
     """The first ``n`` lines of each corpus (smoke runs, ``limit``),
-    written once to ``workdir/limit_<n>/``; returns the corpora as
-    ``(name, source_path, target_path)`` tuples over those copies."""
+    written to ``workdir/limit_<n>/``; returns the corpora as
+    ``(name, source_path, target_path)`` tuples over those copies.
+
+    Each copy is named by its corpus and language
+    (``<name>.<language>.gz``; ``languages``: the ``(source, target)``
+    codes, default ``("source", "target")``) and keyed to the file it was
+    copied from (path, size, modification time, in ``<copy>.key.json``):
+    it is reused only while that key holds, and written again when the
+    direction, the data folder or the file changed -- never a copy of
+    other text.
+    """
     import gzip
     import itertools
 
+    from keras_trm.data.shards import _file_identity
+
+    if languages is None:
+        languages = ("source", "target")
+    folder = pathlib.Path(workdir) / f"limit_{n}"
     out = []
     for name, *paths in corpora:
         copies = []
-        for path in paths:
-            copy = pathlib.Path(workdir) / f"limit_{n}" / f"{name}.{len(copies)}.gz"
-            if not copy.is_file():
+        for language, path in zip(languages, paths):
+            copy = folder / f"{name}.{language}.gz"
+            key_path = folder / f"{name}.{language}.gz.key.json"
+            key = {"source": _file_identity(path), "lines": int(n)}
+            try:
+                current = json.loads(key_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                current = None
+            if current != key or not copy.is_file():
+                key_path.unlink(missing_ok=True)  # no stale key over a new copy
                 with atomic_file(copy) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
                     for line in itertools.islice(iter_lines(path), n):
                         f.write(line + "\n")
+                write_json(key_path, key)
             copies.append(copy)
         out.append((name, *copies))
     return out
@@ -792,7 +814,7 @@ def resolve_translation_data(config, data_dir, workdir):
         n = config.limit
         val_src, val_tgt, test_src, test_tgt = (
             x[:n] for x in (val_src, val_tgt, test_src, test_tgt))
-        corpora = first_lines(corpora, n, workdir)
+        corpora = first_lines(corpora, n, workdir, languages)
     if config.validation_limit:
         val_src = val_src[:config.validation_limit]
         val_tgt = val_tgt[:config.validation_limit]
