@@ -59,3 +59,42 @@ def test_limit_copies_follow_the_direction_and_the_data(data_dir, tmp_path):
     (_, source, _), = translation.resolve_translation_data(
         config, None, work / "files").corpora
     assert _read(source) == [f"three {i}" for i in range(5)]
+
+
+def _prepared_folder(folder, vocabulary):
+    """A prepared folder's manifest (no pair files: enough for the checks
+    made before any model is built)."""
+    from keras_trm.jobs import portable_files as pf
+    from keras_trm.utils import write_json
+
+    folder.mkdir(parents=True)
+    write_json(folder / pf.MANIFEST, {
+        "format": pf.FORMAT, "files": {}, "vocabulary": vocabulary,
+        "model": {"vocabulary_size": len(vocabulary), "num_layers": 1}})
+    return folder
+
+
+def test_export_refuses_weights_of_another_prepared_folder(tmp_path):
+    """Weights record the SHA-256 of the manifest they were trained on;
+    exported with another prepared folder (another vocabulary, the same
+    model shape) they are refused, both folders named."""
+    import pytest
+
+    from keras_trm.jobs import portable_files as pf
+    from keras_trm.jobs.portable_tensorflow import export_portable
+    from keras_trm.utils import write_json
+
+    a = _prepared_folder(tmp_path / "a", ["<pad>", "x", "y"])
+    b = _prepared_folder(tmp_path / "b", ["<pad>", "p", "q"])
+    weights = tmp_path / "run" / "weights"
+    weights.mkdir(parents=True)
+    write_json(weights / pf.WEIGHTS_MANIFEST, {
+        "format": pf.WEIGHTS_FORMAT, "model": {"vocabulary_size": 3, "num_layers": 1},
+        "prepared_manifest_sha256": pf.sha256_file(a / pf.MANIFEST),
+        "weights": [], "files": {}})
+    write_json(weights / "result.json", {"prepared": str(a)})
+    with pytest.raises(ValueError, match="another prepared folder|trained on") as info:
+        export_portable(b, weights, tmp_path / "export")
+    message = str(info.value)
+    assert str(a) in message and str(b) in message and str(weights) in message
+    assert not (tmp_path / "export").exists()
