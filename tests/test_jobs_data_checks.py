@@ -98,3 +98,85 @@ def test_export_refuses_weights_of_another_prepared_folder(tmp_path):
     message = str(info.value)
     assert str(a) in message and str(b) in message and str(weights) in message
     assert not (tmp_path / "export").exists()
+
+
+def _refused(config, *words):
+    import pytest
+
+    with pytest.raises((ValueError, TypeError)) as info:
+        config.validate()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_translation_config_refuses_what_it_used_to_misread():
+    T = translation.TranslationConfig
+    for kwargs, words in [
+            (dict(jit_compile="yes"), ("jit_compile", "'yes'")),
+            (dict(jit_compile=True), ("jit_compile", "True")),
+            (dict(tensorboard=True), ("tensorboard", "True")),
+            (dict(tensorboard="yes"), ("tensorboard", "'yes'")),
+            (dict(download="no"), ("download", "'no'")),
+            (dict(source_language="en", target_language="en"),
+             ("source_language", "target_language", "differ")),
+            (dict(source_language="../x"), ("source_language", "'../x'")),
+            (dict(model_name="../../evil"), ("model_name", "'../../evil'")),
+            (dict(model_name=""), ("model_name",)),
+            (dict(model_name=".."), ("model_name",)),
+            (dict(length_penalty=float("inf")), ("length_penalty", "inf")),
+            (dict(length_penalty="1"), ("length_penalty", "'1'")),
+            (dict(checkpoint_every_minutes=float("inf")),
+             ("checkpoint_every_minutes", "inf")),
+            (dict(train_weights="1,x"), ("train_weights", "'1,x'")),
+            (dict(train_weights="1,inf"), ("train_weights",)),
+    ]:
+        _refused(T(**kwargs), *words)
+    T(source_language="de", target_language="en", model_name="my_model",
+      train_weights="1,3", length_penalty=0, tensorboard="off",
+      jit_compile="auto", download=False).validate()
+
+
+def test_classifier_and_lm_configs_refuse_strings_for_tuples_and_bools():
+    from keras_trm.jobs import imdb, language_model, mnist
+
+    M, I, L = mnist.MnistConfig, imdb.ImdbConfig, language_model.LanguageModelConfig
+    for config, words in [
+            (M(jit_compile="off"), ("jit_compile", "'off'")),
+            (M(download="no"), ("download",)),
+            (M(norms=()), ("norms", "()")),
+            (M(batch_sizes=()), ("batch_sizes",)),
+            (M(norms="batch"), ("norms", "'batch'")),
+            (M(batch_sizes=8), ("batch_sizes", "8")),
+            (M(norms=("batch", "group")), ("norms", "'group'")),
+            (M(batch_sizes=(8, 0)), ("batch_sizes", "0")),
+            (I(jit_compile="yes"), ("jit_compile", "'yes'")),
+            (I(jit_compile=False), ("jit_compile", "False")),
+            (I(models=()), ("models",)),
+            (I(models="encoder"), ("models", "'encoder'")),
+            (I(download="no"), ("download",)),
+            (L(d_model=130, num_heads=4), ("d_model", "num_heads")),
+            (L(match_parameters="no"), ("match_parameters",)),
+            (L(model_name="a/b"), ("model_name",)),
+    ]:
+        _refused(config, *words)
+    M(norms=["layer"], batch_sizes=[64], jit_compile=False).validate()
+    I(models=("lstm",), jit_compile="on").validate()
+    L(model_name="").validate()
+
+
+def test_cli_still_passes_its_bools_and_choices():
+    from keras_trm import cli
+    from keras_trm.jobs import imdb, mnist
+
+    def parse(cls, argv):
+        parser = cli.config_parser("x", "d", cls, "w", results_dir=False)
+        return cli.parse_config(parser, cls, argv)[0]
+
+    config = parse(translation.TranslationConfig,
+                   ["--tensorboard", "off", "--jit_compile", "on", "--download", "false"])
+    assert (config.tensorboard, config.jit_compile, config.download) == ("off", "on", False)
+    config = parse(mnist.MnistConfig, ["--jit_compile", "false", "--norms", "batch",
+                                       "--batch_sizes", "8"])
+    assert (config.jit_compile, config.norms, config.batch_sizes) == (False, ("batch",), (8,))
+    config = parse(imdb.ImdbConfig, ["--jit_compile", "off", "--models", "encoder,lstm"])
+    assert (config.jit_compile, config.models) == ("off", ("encoder", "lstm"))
