@@ -180,3 +180,103 @@ def test_cli_still_passes_its_bools_and_choices():
     assert (config.jit_compile, config.norms, config.batch_sizes) == (False, ("batch",), (8,))
     config = parse(imdb.ImdbConfig, ["--jit_compile", "off", "--models", "encoder,lstm"])
     assert (config.jit_compile, config.models) == ("off", ("encoder", "lstm"))
+
+
+def _gz(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data))
+    return path
+
+
+def _damaged(path, how):
+    """``path`` (a .gz) cut short, or not gzip at all."""
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2] if how == "truncated" else b"plain text\n")
+
+
+def test_damaged_imdb_mnist_ptb_files_are_named(tmp_path):
+    import numpy as np
+    import pytest
+
+    from keras_trm.data import CorpusError, load_imdb, load_mnist, load_ptb
+
+    for how in ("truncated", "not gzip"):
+        root = tmp_path / how.replace(" ", "_")
+        review = b'{"text": "a good film", "label": 1}\n'
+        for split in ("train", "test"):
+            _gz(root / "imdb" / f"imdb_{split}.jsonl.gz", review * 3000)
+        _damaged(root / "imdb" / "imdb_train.jsonl.gz", how)
+        with pytest.raises(CorpusError, match="imdb_train.jsonl.gz"):
+            load_imdb("train", root)
+        header = np.array([2051, 100, 28, 28], ">i4").tobytes()
+        rng = np.random.default_rng(0)
+        _gz(root / "mnist" / "t10k-images-idx3-ubyte.gz",
+            header + rng.integers(0, 255, 100 * 28 * 28, dtype=np.uint8).tobytes())
+        _gz(root / "mnist" / "t10k-labels-idx1-ubyte.gz",
+            np.array([2049, 100], ">i4").tobytes() + bytes(100))
+        _damaged(root / "mnist" / "t10k-images-idx3-ubyte.gz", how)
+        with pytest.raises(CorpusError, match="t10k-images-idx3-ubyte.gz"):
+            load_mnist("test", root)
+        _gz(root / "ptb" / "ptb.valid.txt.gz", b" the cat sat\n" * 5000)
+        _damaged(root / "ptb" / "ptb.valid.txt.gz", how)
+        with pytest.raises(CorpusError, match="ptb.valid.txt.gz"):
+            load_ptb("valid", root)
+
+
+def test_malformed_or_empty_corpora_are_refused_naming_the_file(tmp_path):
+    import pytest
+
+    from keras_trm.data import (
+        CorpusError, load_imdb, load_ptb, load_tiny_shakespeare)
+
+    good = b'{"text": "fine", "label": 0}\n'
+    path = tmp_path / "imdb" / "imdb_train.jsonl.gz"
+    for body, words in [
+            (good + b"\n" + good + b'{"text": "cut\n', ("line 4", "JSON")),
+            (good + b"[1, 2]\n", ("line 2", "object")),
+            (good + b'{"text": "x", "label": true}\n', ("line 2", "label")),
+            (b"", ("no review",)),
+            (b"\n\n", ("no review",))]:
+        _gz(path, body)
+        with pytest.raises(CorpusError) as info:
+            load_imdb("train", tmp_path)
+        assert all(w in str(info.value) for w in (str(path), *words)), str(info.value)
+
+    (tmp_path / "ptb").mkdir()
+    (tmp_path / "ptb" / "ptb.test.txt").write_text("\n \n\n")
+    with pytest.raises(CorpusError, match=r"ptb\.test\.txt.*no word"):
+        load_ptb("test", tmp_path)
+
+    shakespeare = tmp_path / "tinyshakespeare" / "input.txt"
+    shakespeare.parent.mkdir()
+    shakespeare.write_bytes(b"First Citizen:\nBefore \xff we proceed\n")
+    with pytest.raises(CorpusError, match=r"input\.txt.*UTF-8.*line 2"):
+        load_tiny_shakespeare("train", tmp_path)
+    for text in ("", "abc"):
+        shakespeare.write_text(text)
+        with pytest.raises(CorpusError, match=r"input\.txt.*empty"):
+            load_tiny_shakespeare("valid", tmp_path)
+    shakespeare.write_text("To be, or not to be\r\n" * 50)
+    assert "\r" not in load_tiny_shakespeare("train", tmp_path)
+
+
+def test_imdb_limit_on_a_smaller_dataset(tmp_path):
+    """``limit`` samples each split by its own size (a copy smaller than
+    25,000 reviews gave an IndexError); the full-size choice is kept."""
+    import numpy as np
+
+    from keras_trm.jobs import imdb
+
+    for split, n in (("train", 300), ("test", 200)):
+        body = "".join(f'{{"text": "{split} review {i}", "label": {i % 2}}}\n'
+                       for i in range(n)).encode()
+        _gz(tmp_path / "data" / "imdb" / f"imdb_{split}.jsonl.gz", body)
+    config = imdb.ImdbConfig(limit=250, download=False)
+    job = imdb.ImdbRun(config, tmp_path / "data", tmp_path / "work", tmp_path / "export",
+                       "", 2)
+    job.prepare_data()
+    assert len(job.train_texts) + len(job.val_texts) == 250
+    assert len(job.test_texts) == 200 and len(set(job.test_texts)) == 200
+    keep = np.random.default_rng(0).permutation(300)[:250]
+    assert sorted(job.train_texts + job.val_texts) == sorted(
+        f"train review {i}" for i in keep)

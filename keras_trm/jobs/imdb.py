@@ -503,10 +503,15 @@ class ImdbRun(StagedJob):
         train_labels = check_labels(train_labels, 2, "train_labels")
         test_labels = check_labels(test_labels, 2, "test_labels")
         if config.limit:
-            keep = np.random.default_rng(config.seed).permutation(25_000)[:config.limit]
-            train_texts = [train_texts[i] for i in keep]
-            test_texts = [test_texts[i] for i in keep]
-            train_labels, test_labels = train_labels[keep], test_labels[keep]
+            # Each split's own size (25,000 in the full dataset: the same
+            # reviews as before); a smaller copy has fewer.
+            def keep(n):
+                return np.random.default_rng(config.seed).permutation(n)[:config.limit]
+
+            train_keep, test_keep = keep(len(train_labels)), keep(len(test_labels))
+            train_texts = [train_texts[i] for i in train_keep]
+            test_texts = [test_texts[i] for i in test_keep]
+            train_labels, test_labels = train_labels[train_keep], test_labels[test_keep]
             print(f"smoke run: {config.limit} reviews of each split", flush=True)
         train_index, val_index = validation_split(
             len(train_labels), config.validation_fraction, config.seed)
