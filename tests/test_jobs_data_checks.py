@@ -280,3 +280,59 @@ def test_imdb_limit_on_a_smaller_dataset(tmp_path):
     keep = np.random.default_rng(0).permutation(300)[:250]
     assert sorted(job.train_texts + job.val_texts) == sorted(
         f"train review {i}" for i in keep)
+
+
+def test_damaged_portable_files_are_named(tmp_path):
+    import json
+
+    import keras
+    import numpy as np
+    import pytest
+
+    from keras_trm.jobs import portable_files as pf
+    from keras_trm.utils import write_json
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Embedding(100, 128),
+                              keras.layers.Dense(7)])
+    folder = tmp_path / "weights"
+    info = pf.write_weights(model, folder, extra={"model": {"vocabulary_size": 100}})
+    manifest = folder / pf.WEIGHTS_MANIFEST
+    text = manifest.read_text()
+
+    def refused(error, *words, read=pf.read_weights, **kwargs):
+        with pytest.raises(error) as got:
+            read(folder, **kwargs)
+        assert all(w in str(got.value) for w in words), str(got.value)
+
+    manifest.write_text(text[:len(text) // 2])
+    refused(ValueError, str(manifest), "not valid JSON")
+    refused(ValueError, str(manifest), "not valid JSON", read=pf.load_portable_model)
+    manifest.write_text("[1, 2]")
+    refused(ValueError, str(manifest), "not a JSON object")
+    for key, read in (("files", pf.read_weights), ("model", pf.load_portable_model)):
+        write_json(manifest, {k: v for k, v in info.items() if k != key})
+        refused(ValueError, str(manifest), repr(key), read=read)
+    write_json(manifest, info)
+    npz = folder / "weights-00000.npz"
+    data = npz.read_bytes()
+    npz.write_bytes(data[:len(data) // 2])
+    refused(ValueError, str(npz), "damaged", verify=False)
+    npz.write_bytes(data)
+    bad = json.loads(text)
+    bad["weights"][1]["shape"] = [7, 7]
+    write_json(manifest, bad)
+    refused(ValueError, "weight 1", "(7, 7)", "weights-00000.npz", verify=False)
+    write_json(manifest, info)
+    arrays, _ = pf.read_weights(folder)
+    assert all(np.array_equal(a, w) for a, w in zip(arrays, model.get_weights()))
+
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    write_json(prepared / pf.MANIFEST, {"format": pf.FORMAT})
+    with pytest.raises(ValueError, match="has no 'files' entry"):
+        pf.read_prepared(prepared)
+    write_json(prepared / pf.MANIFEST, {"format": pf.FORMAT, "files": {}})
+    with pytest.raises(ValueError, match=r"manifest\.json lists no 'train' split"):
+        pf.load_pairs(prepared, "train")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        pf.read_prepared(prepared / pf.MANIFEST)

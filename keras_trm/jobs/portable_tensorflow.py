@@ -26,6 +26,7 @@ from keras_trm.data import prepare_shards
 from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.jobs import translation as job
+from keras_trm.jobs.portable_files import _read_weights_info
 from keras_trm.jobs.portable_files import (
     DEFAULT_MAX_FILE_MIB,
     FORMAT,
@@ -410,8 +411,7 @@ def _check_weights_model(weights, prepared, manifest):
     than the prepared folder's, or was trained on another prepared folder
     (its ``prepared_manifest_sha256`` is not the SHA-256 of ``prepared``'s
     ``manifest.json``: another vocabulary, ids or splits)."""
-    info = json.loads((weights / WEIGHTS_MANIFEST).read_text("utf-8")) \
-        if (weights / WEIGHTS_MANIFEST).is_file() else None
+    info = _read_weights_info(weights) if (weights / WEIGHTS_MANIFEST).is_file() else None
     if info is not None and info.get("model") != manifest["model"]:
         raise ValueError(
             f"the weights in {str(weights)!r} are of the model {info.get('model')}, "
