@@ -336,3 +336,38 @@ def test_damaged_portable_files_are_named(tmp_path):
         pf.load_pairs(prepared, "train")
     with pytest.raises(NotADirectoryError, match="is a file"):
         pf.read_prepared(prepared / pf.MANIFEST)
+
+
+def test_failed_downloads_leave_no_empty_folders(tmp_path, monkeypatch):
+    """Offline (here: a file:// URL that does not exist) a download fails
+    and leaves no empty multi30k/, ptb/ or tinyshakespeare/ folder; a
+    data_dir that is a file is named as such, and Multi30k refuses one
+    language on both sides."""
+    import pytest
+
+    from keras_trm.data import language_modeling as lm
+    from keras_trm.data import load_multi30k, load_ptb, load_tiny_shakespeare
+
+    gone = (tmp_path / "nowhere").as_uri()
+    monkeypatch.setattr(lm, "PTB_URL", gone + "/simple-examples.tgz")
+    monkeypatch.setattr(lm, "SHAKESPEARE_URL", gone + "/input.txt")
+    root = tmp_path / "data"
+    root.mkdir()
+    with pytest.raises(OSError, match="nowhere"):
+        load_multi30k("val", root, download=True, url=gone + "/")
+    with pytest.raises(OSError, match="nowhere"):
+        load_ptb("valid", root, download=True)
+    with pytest.raises(OSError, match="nowhere"):
+        load_tiny_shakespeare("valid", root, download=True)
+    assert list(root.iterdir()) == []
+    deeper = tmp_path / "new" / "data"
+    with pytest.raises(OSError, match="nowhere"):
+        load_ptb("valid", deeper, download=True)
+    assert not (tmp_path / "new").exists()
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(FileNotFoundError, match="a_file.*not a directory"):
+        load_ptb("valid", a_file, download=True)
+    with pytest.raises(ValueError, match="`source` and `target` must differ"):
+        load_multi30k("val", root, source="en", target="en")

@@ -40,7 +40,7 @@ import pathlib
 
 import numpy as np
 
-from keras_trm.data.download import fetch
+from keras_trm.data.download import _make_folders, _remove_empty, fetch
 from keras_trm.data.paths import resolve_data_dir
 from keras_trm.data.translation import CorpusError, decoded_lines
 from keras_trm.utils import checks as v
@@ -64,13 +64,17 @@ SHAKESPEARE_SHA256 = (
 def _download_ptb(directory):
     """Extracts ``data/ptb.{train,valid,test}.txt`` of ``PTB_URL`` into
     ``directory`` (each file written whole, then renamed into place)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as tmp:
-        archive = fetch(PTB_URL, pathlib.Path(tmp) / "simple-examples.tgz")
-        with tarfile.open(archive, "r:gz") as tar:
-            for split in PTB_SPLITS:
-                member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
-                atomic_write(directory / f"ptb.{split}.txt", member.read())
+    created = _make_folders(directory)
+    try:
+        with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as tmp:
+            archive = fetch(PTB_URL, pathlib.Path(tmp) / "simple-examples.tgz")
+            with tarfile.open(archive, "r:gz") as tar:
+                for split in PTB_SPLITS:
+                    member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
+                    atomic_write(directory / f"ptb.{split}.txt", member.read())
+    except BaseException:
+        _remove_empty(created)  # offline: no empty ptb folder left behind
+        raise
 
 
 def _download_shakespeare(directory):
