@@ -37,7 +37,8 @@ def fetch(url, path, sha256=None, timeout=60.0):
             the URL and both digests); nothing is written.
         OSError: the download failed (unreachable host, HTTP error, the
             connection dropped before the announced length); the message
-            names the URL; nothing is written.
+            names the URL; nothing is written, and folders ``fetch``
+            created for ``path`` are removed again.
 
     Example:
 
@@ -48,7 +49,39 @@ def fetch(url, path, sha256=None, timeout=60.0):
     'Hallo'
     """
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_folders(path.parent)
+    try:
+        return _fetch(url, path, sha256, timeout)
+    except BaseException:
+        _remove_empty(created)  # a failed download leaves no empty folder
+        raise
+
+
+def _make_folders(folder):
+    """Creates ``folder`` and its missing parents; returns those created,
+    deepest first (for ``_remove_empty``)."""
+    folder = pathlib.Path(folder)
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    if missing:
+        missing[0].mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_empty(folders):
+    """Removes the ``folders`` (deepest first) that are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break  # not empty (or gone): its parents are not empty either
+
+
+def _fetch(url, path, sha256, timeout):
     print(f"downloading {url} -> {path}", file=sys.stderr, flush=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                suffix=".part")

@@ -10,12 +10,12 @@ ordered negative first. Online, the same data come from tfds
 ``imdb_reviews`` (``download=True``).
 """
 
-import gzip
 import json
 
 import numpy as np
 
 from keras_trm.data.paths import resolve_data_dir
+from keras_trm.data.translation import CorpusError, decoded_lines
 
 IMDB_SPLITS = ("train", "test")
 HTML_BREAK = "<br />"
@@ -62,8 +62,11 @@ def load_imdb(split="train", data_dir=None, download=False,
         ``(25,000,)`` with 0 = negative, 1 = positive (12,500 each).
 
     Raises:
-        ValueError: unknown ``split``; a record without ``text``/``label``
-            or with a label other than 0/1 (the message names file and line).
+        ValueError: unknown ``split``.
+        CorpusError: (a ``ValueError``) a damaged file: not a readable gzip
+            file, not UTF-8, a line that is not a JSON object, a record
+            without ``text``/``label`` or with a label other than 0/1, or
+            no review at all (the message names the file, and the line).
         FileNotFoundError: the file is missing and ``download`` is False;
             the message names the expected file and folder.
     """
@@ -85,22 +88,40 @@ def load_imdb(split="train", data_dir=None, download=False,
             "tfds 'imdb_reviews' when online)"
         )
     texts, labels = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+    for line_number, line in enumerate(decoded_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
             record = json.loads(line)
-            try:
-                text, label = record["text"], record["label"]
-            except KeyError as e:
-                raise ValueError(
-                    f"{path}, line {line_number}: record has no field {e}"
-                ) from None
-            if label not in (0, 1):
-                raise ValueError(
-                    f"{path}, line {line_number}: label must be 0 or 1, "
-                    f"got {label!r}"
-                )
-            texts.append(_clean(text, replace_breaks))
-            labels.append(label)
+        except ValueError as err:
+            raise CorpusError(
+                f"{path}, line {line_number}: not a JSON record ({err})"
+            ) from None
+        if not isinstance(record, dict):
+            raise CorpusError(
+                f"{path}, line {line_number}: a record must be a JSON object "
+                f"with 'text' and 'label', got {type(record).__name__} "
+                f"{line[:40]!r}"
+            )
+        try:
+            text, label = record["text"], record["label"]
+        except KeyError as e:
+            raise CorpusError(
+                f"{path}, line {line_number}: record has no field {e}"
+            ) from None
+        if isinstance(label, bool) or label not in (0, 1):
+            raise CorpusError(
+                f"{path}, line {line_number}: label must be 0 or 1, "
+                f"got {label!r}"
+            )
+        if not isinstance(text, str):
+            raise CorpusError(
+                f"{path}, line {line_number}: text must be a string, got "
+                f"{text!r:.40}"
+            )
+        texts.append(_clean(text, replace_breaks))
+        labels.append(label)
+    if not texts:
+        raise CorpusError(f"{path} holds no review (an empty file: copy "
+                          "it again)")
     return texts, np.asarray(labels, dtype=np.int32)

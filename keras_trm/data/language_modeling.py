@@ -33,7 +33,6 @@ row continue each other, which is what segment-level recurrence needs.
 """
 
 import collections
-import gzip
 import tarfile
 import tempfile
 
@@ -41,8 +40,9 @@ import pathlib
 
 import numpy as np
 
-from keras_trm.data.download import fetch
+from keras_trm.data.download import _make_folders, _remove_empty, fetch
 from keras_trm.data.paths import resolve_data_dir
+from keras_trm.data.translation import CorpusError, decoded_lines
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
@@ -64,13 +64,17 @@ SHAKESPEARE_SHA256 = (
 def _download_ptb(directory):
     """Extracts ``data/ptb.{train,valid,test}.txt`` of ``PTB_URL`` into
     ``directory`` (each file written whole, then renamed into place)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as tmp:
-        archive = fetch(PTB_URL, pathlib.Path(tmp) / "simple-examples.tgz")
-        with tarfile.open(archive, "r:gz") as tar:
-            for split in PTB_SPLITS:
-                member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
-                atomic_write(directory / f"ptb.{split}.txt", member.read())
+    created = _make_folders(directory)
+    try:
+        with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as tmp:
+            archive = fetch(PTB_URL, pathlib.Path(tmp) / "simple-examples.tgz")
+            with tarfile.open(archive, "r:gz") as tar:
+                for split in PTB_SPLITS:
+                    member = tar.extractfile(f"./simple-examples/data/ptb.{split}.txt")
+                    atomic_write(directory / f"ptb.{split}.txt", member.read())
+    except BaseException:
+        _remove_empty(created)  # offline: no empty ptb folder left behind
+        raise
 
 
 def _download_shakespeare(directory):
@@ -105,6 +109,8 @@ def load_ptb(split="train", data_dir=None, download=False):
         FileNotFoundError: the file is missing (and ``download`` is
             False); the message names both accepted file names and the
             directory searched.
+        CorpusError: (a ``ValueError``) the file is not a readable gzip
+            file, not UTF-8 (file and line named), or holds no word.
     """
     _split_arg(split, PTB_SPLITS)
     directory = resolve_data_dir(data_dir, must_exist=not download) / "ptb"
@@ -123,12 +129,15 @@ def load_ptb(split="train", data_dir=None, download=False):
             f"{stem}.gz in {directory} (pass download=True, or --download "
             f"true to keras-trm train-lm, to fetch {PTB_URL} when online)"
         )
-    opener = gzip.open if path.suffix == ".gz" else open
-    tokens = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            tokens.extend(line.split())
-            tokens.append(EOS)
+    tokens, words = [], 0
+    for line in decoded_lines(path):  # CorpusError: damaged gzip, not UTF-8
+        line = line.split()
+        words += len(line)
+        tokens.extend(line)
+        tokens.append(EOS)
+    if not words:
+        raise CorpusError(f"Penn Treebank split {split!r}: {path} holds no "
+                          f"word ({len(tokens)} blank lines): copy it again")
     return tokens
 
 
@@ -160,6 +169,8 @@ def load_tiny_shakespeare(split="train", data_dir=None, download=False):
         ValueError: unknown ``split``.
         FileNotFoundError: ``input.txt`` is missing and ``download`` is
             False (the message names it).
+        CorpusError: (a ``ValueError``) ``input.txt`` is not UTF-8 (the
+            line named), or the split is empty (too short a file).
     """
     _split_arg(split, SHAKESPEARE_SPLITS)
     root = resolve_data_dir(data_dir, must_exist=not download)
@@ -172,14 +183,28 @@ def load_tiny_shakespeare(split="train", data_dir=None, download=False):
             f"download=True, or --download true to keras-trm train-lm, to "
             f"fetch {SHAKESPEARE_URL} when online)"
         )
-    with open(path, "r", encoding="utf-8") as f:
-        text = f.read()
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise CorpusError(
+            f"{path} is not valid UTF-8: line {line}, byte offset {err.start} "
+            f"in the file: {err.reason} (0x{data[err.start:err.start + 1].hex()})"
+        ) from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as text mode read it
     train_end, valid_end = tiny_shakespeare_bounds(len(text))
-    return {
+    chosen = {
         "train": text[:train_end],
         "valid": text[train_end:valid_end],
         "test": text[valid_end:],
     }[split]
+    if not chosen:
+        raise CorpusError(
+            f"Tiny Shakespeare split {split!r} of {path} is empty (the file "
+            f"holds {len(text)} characters; the {split} split is "
+            f"{'90' if split == 'train' else '5'}% of them): copy it again")
+    return chosen
 
 
 class Vocabulary:

@@ -14,10 +14,12 @@ major. Online, the same data come from tfds ``mnist`` (``download=True``).
 """
 
 import gzip
+import zlib
 
 import numpy as np
 
 from keras_trm.data.paths import resolve_data_dir
+from keras_trm.data.translation import CorpusError
 
 MNIST_SPLITS = {"train": "train", "test": "t10k"}
 IMAGES_MAGIC = 2051
@@ -28,8 +30,12 @@ IMAGE_SIZE = 28
 def _read_idx(path, magic, ndim):
     """Reads an IDX file with ``ndim`` dimensions, checking magic and size."""
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise CorpusError(f"{path} is not a readable gzip file (cut short or "
+                          f"not gzip: copy it again): {err}") from None
     header_size = 4 * (1 + ndim)
     if len(data) < header_size:
         raise ValueError(
@@ -50,6 +56,9 @@ def _read_idx(path, magic, ndim):
             f"but the file has {len(data) - header_size} bytes after the "
             "header"
         )
+    if not shape[0]:
+        raise CorpusError(f"{path}: the IDX header says it holds no "
+                          f"{'images' if magic == IMAGES_MAGIC else 'labels'}")
     array = np.frombuffer(data, dtype=np.uint8, offset=header_size)
     return array.reshape(shape).copy()  # writable, independent of `data`
 
@@ -87,6 +96,8 @@ def load_mnist(split="train", data_dir=None, download=False):
         ValueError: unknown ``split``; a file with a wrong magic number, a
             size that disagrees with its header, images that are not 28x28,
             or image and label counts that differ (each names the file).
+        CorpusError: (a ``ValueError``) a file that is not a readable gzip
+            file (cut short, or not gzip) or holds no digit (named).
         FileNotFoundError: a file is missing and ``download`` is False; the
             message names the expected files and folder.
     """

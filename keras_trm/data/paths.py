@@ -45,12 +45,13 @@ def resolve_data_dir(data_dir=None, must_exist=True):
 
     Raises:
         FileNotFoundError: ``data_dir`` (or ``$KERAS_TRM_DATA_DIR``) given
-            but missing, or none of the default candidates exists; the
-            message lists every path tried.
+            but missing, or a file (also with ``must_exist=False``: a
+            download could not go there), or none of the default
+            candidates exists; the message lists every path tried.
     """
     if data_dir is not None:
         path = pathlib.Path(data_dir).expanduser()
-        if must_exist and not path.is_dir():
+        if (must_exist or path.exists()) and not path.is_dir():
             raise FileNotFoundError(
                 f"data_dir={str(path)!r} does not exist or is not a directory"
             )
@@ -58,7 +59,7 @@ def resolve_data_dir(data_dir=None, must_exist=True):
     env = os.environ.get(ENV_VAR)
     if env:
         path = pathlib.Path(env).expanduser()
-        if must_exist and not path.is_dir():
+        if (must_exist or path.exists()) and not path.is_dir():
             raise FileNotFoundError(
                 f"{ENV_VAR}={env!r} does not exist or is not a directory"
             )

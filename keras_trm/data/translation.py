@@ -156,9 +156,11 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
         ``(sources, targets)``: two lists of raw (cased, untokenized) str.
 
     Raises:
-        ValueError: unknown ``split`` or language; line counts differ.
+        ValueError: unknown ``split`` or language; ``source`` equal to
+            ``target``; line counts differ.
         FileNotFoundError: files missing (and not downloaded); the message
-            names the files expected and the directory searched.
+            names the files expected and the directory searched; a
+            ``data_dir`` that is a file.
         OSError, ValueError: the download failed or a file's checksum did
             not match (see ``keras_trm.data.download.fetch``).
 
@@ -174,6 +176,9 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
     for name, lang in (("source", source), ("target", target)):
         if lang not in ("en", "de", "fr", "cs"):
             raise ValueError(f"`{name}` must be a Multi30k language, got {lang!r}")
+    if source == target:
+        raise ValueError(f"`source` and `target` must differ, got source={source!r} "
+                         f"and target={target!r}")
     root = resolve_data_dir(data_dir, must_exist=not download)
     directory = root / "multi30k"
     paths = [_find(directory, f"{split}.{lang}") for lang in (source, target)]

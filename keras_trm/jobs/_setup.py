@@ -41,3 +41,54 @@ def start_classifier_job(job, workdir, data_dir, export_dir, results_dir,
         workdir, data_dir, verbose, download=download)
     job.results_dir = job.workdir / "results" if results_dir is None else results_dir
     job.export_dir = export_dir
+
+
+# -- config checks the jobs' validate() share (each names the field) ---------
+
+
+def check_bool(name, value):
+    """Returns ``value`` if it is a bool (``True``/``False``), else raises
+    ``TypeError``: a string such as ``"no"`` or ``"off"`` is truthy and
+    would switch the setting on."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False, got {name}={value!r}")
+    return value
+
+
+def check_choices(name, values, allowed, check=None):
+    """Checks a non-empty tuple or list of settings (``norms``,
+    ``batch_sizes``, ``models``): each one of ``allowed`` (or passing
+    ``check(name, value)``). A str or int where the tuple is expected is
+    refused, naming the field (a str would be read letter by letter).
+
+    Raises:
+        TypeError: not a tuple or list.
+        ValueError: empty, or an item not allowed.
+    """
+    if not isinstance(values, (tuple, list)):
+        raise TypeError(f"`{name}` must be a tuple or list of settings "
+                        f"(one item: ({values!r},)), got {name}={values!r}")
+    if not values:
+        raise ValueError(f"`{name}` must name at least one, got {name}={values!r}")
+    for value in values:
+        if check is not None:
+            check(name, value)
+        elif not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"`{name}` must hold items of {sorted(allowed)}, "
+                             f"got {value!r} in {name}={values!r}")
+    return tuple(values)
+
+
+def check_folder_name(name, value, empty_ok=False):
+    """Checks a folder name under an output folder (``model_name``): a
+    plain, non-empty name -- no path separator, not ``.`` or ``..`` --
+    so that the export stays inside ``export_dir``."""
+    if not isinstance(value, str):
+        raise TypeError(f"`{name}` must be a str, got {name}={value!r}")
+    if value == "" and empty_ok:
+        return value
+    if (not value.strip() or value in (".", "..") or "/" in value or "\\" in value
+            or "\0" in value or value != value.strip()):
+        raise ValueError(f"`{name}` must be a plain folder name (no path "
+                         f"separator, not '.' or '..', not empty), got {name}={value!r}")
+    return value

@@ -46,7 +46,7 @@ from keras_trm.data.batching import (
     labelled_bucket_steps,
 )
 from keras_trm.export import ReviewClassifier, export_module
-from keras_trm.jobs._setup import start_classifier_job
+from keras_trm.jobs._setup import check_bool, check_choices, start_classifier_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import text_classifier
@@ -161,9 +161,13 @@ class ImdbConfig:
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
         value (``keras-trm train-imdb`` turns it into a usage error, exit
-        2, before anything is read or written; the job checks too)."""
-        for kind in self.models:
-            v.one_of("models", kind, set(MODEL_KINDS))
+        2, before anything is read or written; the job checks too): also
+        ``models`` empty or not a tuple or list (``models="encoder"`` is
+        ``("encoder",)``), a ``jit_compile`` not one of ``auto``, ``on``,
+        ``off`` and a ``download`` that is not a bool."""
+        check_choices("models", self.models, set(MODEL_KINDS))
+        v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
+        check_bool("download", self.download)
         for name in ("vocabulary_size", "max_length", "batch_size",
                      "encoder_max_length", "num_layers", "d_model", "num_heads",
                      "d_ff", "encoder_epochs", "embedding_dim", "units",
@@ -499,10 +503,15 @@ class ImdbRun(StagedJob):
         train_labels = check_labels(train_labels, 2, "train_labels")
         test_labels = check_labels(test_labels, 2, "test_labels")
         if config.limit:
-            keep = np.random.default_rng(config.seed).permutation(25_000)[:config.limit]
-            train_texts = [train_texts[i] for i in keep]
-            test_texts = [test_texts[i] for i in keep]
-            train_labels, test_labels = train_labels[keep], test_labels[keep]
+            # Each split's own size (25,000 in the full dataset: the same
+            # reviews as before); a smaller copy has fewer.
+            def keep(n):
+                return np.random.default_rng(config.seed).permutation(n)[:config.limit]
+
+            train_keep, test_keep = keep(len(train_labels)), keep(len(test_labels))
+            train_texts = [train_texts[i] for i in train_keep]
+            test_texts = [test_texts[i] for i in test_keep]
+            train_labels, test_labels = train_labels[train_keep], test_labels[test_keep]
             print(f"smoke run: {config.limit} reviews of each split", flush=True)
         train_index, val_index = validation_split(
             len(train_labels), config.validation_fraction, config.seed)

@@ -48,7 +48,7 @@ from keras_trm.decoding import (
     evaluate_with_memory,
 )
 from keras_trm.export import export_language_model
-from keras_trm.jobs._setup import start_job
+from keras_trm.jobs._setup import check_bool, check_folder_name, start_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
@@ -140,12 +140,19 @@ class LanguageModelConfig:
     }
 
     def validate(self):
-        """Raises ``ValueError``/``TypeError`` naming a bad field."""
+        """Raises ``ValueError``/``TypeError`` naming a bad field (before
+        any data is read): also ``d_model`` not divisible by ``num_heads``,
+        ``match_parameters`` / ``download`` that are not bools and a
+        ``model_name`` that is not a plain folder name."""
         v.one_of("corpus", self.corpus, CORPORA)
         for name in ("num_layers", "d_model", "num_heads", "d_ff", "seg_len",
                      "batch_size", "steps", "warmup_steps", "eval_every",
                      "eval_batch_size"):
             v.positive_int(name, getattr(self, name))
+        v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
+        check_bool("match_parameters", self.match_parameters)
+        check_bool("download", self.download)
+        check_folder_name("model_name", self.model_name, empty_ok=True)
         for name in ("mem_len", "eval_mem_len", "train_tokens",
                      "eval_tokens", "seed"):
             v.non_negative_int(name, getattr(self, name))

@@ -39,7 +39,7 @@ import numpy as np
 
 from keras_trm.data import check_labels, load_mnist, validation_split
 from keras_trm.export import DigitClassifier, export_module
-from keras_trm.jobs._setup import start_classifier_job
+from keras_trm.jobs._setup import check_bool, check_choices, start_classifier_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import check_images, lenet_cnn
@@ -101,11 +101,14 @@ class MnistConfig:
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
         value (``keras-trm train-mnist`` turns it into a usage error, exit
-        2, before anything is read or written; the job checks too)."""
-        for norm in self.norms:
-            v.one_of("norms", norm, set(NORMS))
-        for b in self.batch_sizes:
-            v.positive_int("batch_sizes", b)
+        2, before anything is read or written; the job checks too): also
+        ``norms`` / ``batch_sizes`` that are empty or not a tuple or list
+        (``norms="batch"`` is ``("batch",)``), and ``jit_compile`` /
+        ``download`` that are not bools (``"off"`` is truthy)."""
+        check_choices("norms", self.norms, set(NORMS))
+        check_choices("batch_sizes", self.batch_sizes, (), check=v.positive_int)
+        check_bool("jit_compile", self.jit_compile)
+        check_bool("download", self.download)
         v.positive_int("epochs", self.epochs)
         v.positive_int("bin_examples", self.bin_examples)
         v.non_negative_int("seed", self.seed)

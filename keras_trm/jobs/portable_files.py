@@ -318,16 +318,58 @@ def load_pairs_files(directory, names):
     offsets = {"source": [np.zeros(1, np.int64)], "target": [np.zeros(1, np.int64)]}
     base = {"source": 0, "target": 0}
     for name in names:
-        with np.load(pathlib.Path(directory) / name, allow_pickle=False) as data:
-            for side in parts:
-                ids = data[side]
-                off = data[f"{side}_offsets"]
-                parts[side].append(ids)
-                offsets[side].append(off[1:] + base[side])
-                base[side] += int(ids.size)
+        path = pathlib.Path(directory) / name
+        data = _load_npz(path, f"prepared folder {str(directory)!r}")
+        for side in parts:
+            try:
+                ids, off = data[side], data[f"{side}_offsets"]
+            except KeyError as err:
+                raise ValueError(f"prepared folder {str(directory)!r}: {name} has "
+                                 f"no array {err}; not a pair file") from None
+            parts[side].append(ids)
+            offsets[side].append(off[1:] + base[side])
+            base[side] += int(ids.size)
     return Pairs(*(np.concatenate(x) if len(x) else np.zeros(0, np.int32)
                    for side in ("source", "target")
                    for x in (parts[side], offsets[side])))
+
+
+def _read_manifest(path, hint, keys):
+    """The JSON object in ``path`` (``manifest.json`` / ``weights.json``),
+    with ``keys`` (``{name: type}``) present and of that type.
+
+    Raises:
+        ValueError: not valid JSON (cut short), not a JSON object, or a key
+            missing or of another type (the file and the key named; then
+            ``hint``).
+    """
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); {hint}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a JSON object (got a "
+                         f"{type(data).__name__}); {hint}")
+    for key, kind in keys.items():
+        if not isinstance(data.get(key), kind):
+            problem = ("has no" if key not in data
+                       else f"has a {type(data[key]).__name__} as its")
+            raise ValueError(f"{path} {problem} {key!r} entry; {hint}")
+    return data
+
+
+def _load_npz(path, what):
+    """The arrays of an ``.npz`` file as a dict; a damaged file raises
+    ``ValueError`` naming it (``verify=False`` reads skip the SHA-256)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what}: {path} is missing (listed in its "
+                                "manifest); copy the whole folder") from None
+    except Exception as err:  # BadZipFile, EOFError, zlib.error, ValueError
+        raise ValueError(f"{what}: {path} is damaged ({type(err).__name__}: "
+                         f"{err}); copy it again") from None
 
 
 def read_prepared(directory, verify=True):
@@ -346,12 +388,18 @@ def read_prepared(directory, verify=True):
     Raises:
         FileNotFoundError: no such folder, no ``manifest.json`` in it, or a
             listed file missing.
-        ValueError: not a prepared folder of this format, or a file whose
-            size or SHA-256 differs from the manifest's.
+        NotADirectoryError: ``directory`` is a file.
+        ValueError: not a prepared folder of this format (also a
+            ``manifest.json`` cut short, not a JSON object or without its
+            ``files``), or a file whose size or SHA-256 differs from the
+            manifest's.
     """
     directory = pathlib.Path(directory)
     hint = ("run `keras-trm prepare-translation --output_dir "
             f"{directory}` on a machine with TensorFlow and copy the folder here")
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"prepared folder {str(directory)!r} is a file, "
+                                 f"not a folder; {hint}")
     if not directory.is_dir():
         raise FileNotFoundError(f"prepared folder {str(directory)!r} does not "
                                 f"exist; {hint}")
@@ -359,14 +407,11 @@ def read_prepared(directory, verify=True):
     if not path.is_file():
         raise FileNotFoundError(f"prepared folder {str(directory)!r} has no "
                                 f"{MANIFEST}; {hint}")
-    try:
-        manifest = json.loads(path.read_text("utf-8"))
-    except ValueError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); {hint}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        got = manifest.get("format") if isinstance(manifest, dict) else None
+    manifest = _read_manifest(path, hint, {})
+    if manifest.get("format") != FORMAT:
         raise ValueError(f"{path} is not a prepared folder's manifest: format "
-                         f"{got!r}, expected {FORMAT!r}")
+                         f"{manifest.get('format')!r}, expected {FORMAT!r}")
+    _read_manifest(path, hint, {"files": dict})  # the keys every reader needs
     if verify:
         check_files(directory, manifest["files"])
     return manifest
@@ -378,14 +423,23 @@ def load_pairs(directory, split, manifest=None):
     per token of memory per side).
 
     Raises:
-        ValueError: an unknown ``split``; errors of ``read_prepared``.
+        ValueError: an unknown ``split``; a manifest without that split's
+            files; a damaged pair file (named); errors of ``read_prepared``.
     """
     manifest = manifest or read_prepared(directory)
-    splits = manifest["splits"]
-    if split not in ("train", "validation") or not splits.get(split):
+    if split not in ("train", "validation"):
         raise ValueError(f"`split` must be 'train' or 'validation', got "
                          f"split={split!r}")
-    return load_pairs_files(directory, [f["file"] for f in splits[split]["files"]])
+    splits = manifest.get("splits")
+    entry = splits.get(split) if isinstance(splits, dict) else None
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("file"), str) for f in files):
+        raise ValueError(
+            f"{pathlib.Path(directory) / MANIFEST} lists no {split!r} split "
+            "files (its 'splits' entry is missing or damaged); prepare the "
+            "folder again with `keras-trm prepare-translation`")
+    return load_pairs_files(directory, [f["file"] for f in files])
 
 
 # -- token-count batches ---------------------------------------------------------
@@ -760,36 +814,67 @@ def read_weights(directory, verify=True):
 
     Raises:
         FileNotFoundError: no ``weights.json`` or a listed file missing.
-        ValueError: another format; a file whose size or SHA-256 differs.
+        ValueError: another format; a ``weights.json`` cut short, not a
+            JSON object or without ``files``/``weights``; a file whose size
+            or SHA-256 differs; (also with ``verify=False``) a damaged
+            ``.npz`` or one whose values do not fit a weight's shape (the
+            file and the weight named).
     """
     directory = pathlib.Path(directory)
+    info = _read_weights_info(directory)
+    if verify:
+        check_files(directory, info["files"], what="weights folder")
+    loaded = {}
+    what = f"weights folder {str(directory)!r}"
+
+    def array(file, key):
+        if file not in loaded:
+            loaded[file] = _load_npz(directory / file, what)
+        if key not in loaded[file]:
+            raise ValueError(f"{what}: {file} has no array {key!r} (listed in "
+                             f"{WEIGHTS_MANIFEST}); copy the folder again")
+        return loaded[file][key]
+
+    arrays = []
+    for i, entry in enumerate(info["weights"]):
+        try:
+            parts = [(p["file"], p["array"]) for p in entry["parts"]]
+            shape = tuple(int(d) for d in entry["shape"])
+            dtype = entry["dtype"]
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{what}: {WEIGHTS_MANIFEST}'s weight {i} entry is "
+                             f"damaged ({type(err).__name__}: {err})") from None
+        pieces = [array(file, key) for file, key in parts]
+        flat = np.concatenate(pieces) if pieces else np.zeros(0)
+        if flat.size != int(np.prod(shape)):
+            raise ValueError(
+                f"{what}: weight {i} ({entry.get('path')!r}) has {flat.size} "
+                f"values in {', '.join(sorted({file for file, _ in parts}))}, "
+                f"its shape {shape} needs {int(np.prod(shape))}; the files do "
+                f"not match {WEIGHTS_MANIFEST} (copy the folder again)")
+        if dtype == "bfloat16":
+            flat = from_bfloat16_bits(flat)
+        arrays.append(flat.reshape(shape))
+    return arrays, info
+
+
+def _read_weights_info(directory, keys=None):
+    """``weights.json`` of a weights folder, checked: valid JSON, an
+    object of the weights format with ``files`` and ``weights`` (and
+    ``keys``)."""
+    directory = pathlib.Path(directory)
     path = directory / WEIGHTS_MANIFEST
+    hint = ("copy the weights folder again (or write it with `keras-trm "
+            "train-portable`)")
     if not path.is_file():
         raise FileNotFoundError(
             f"weights folder {str(directory)!r} has no {WEIGHTS_MANIFEST} (write "
             "it with `keras-trm train-portable`; its <workdir>/weights)")
-    info = json.loads(path.read_text("utf-8"))
+    info = _read_manifest(path, hint, {})
     if info.get("format") != WEIGHTS_FORMAT:
         raise ValueError(f"{path}: format {info.get('format')!r}, expected "
                          f"{WEIGHTS_FORMAT!r}")
-    if verify:
-        check_files(directory, info["files"], what="weights folder")
-    loaded = {}
-
-    def array(file, key):
-        if file not in loaded:
-            with np.load(directory / file, allow_pickle=False) as data:
-                loaded[file] = {k: data[k] for k in data.files}
-        return loaded[file][key]
-
-    arrays = []
-    for entry in info["weights"]:
-        pieces = [array(p["file"], p["array"]) for p in entry["parts"]]
-        flat = np.concatenate(pieces) if pieces else np.zeros(0)
-        if entry["dtype"] == "bfloat16":
-            flat = from_bfloat16_bits(flat)
-        arrays.append(flat.reshape(entry["shape"]))
-    return arrays, info
+    return _read_manifest(path, hint, {"files": dict, "weights": list, **(keys or {})})
 
 
 def load_weights(model, directory, verify=True):
@@ -833,7 +918,12 @@ def load_portable_model(weights_dir, dtype="float32"):
 
         model = load_portable_model("runs/portable/weights")
         ids = keras_trm.decoding.beam_search(model, source_ids)
+
+    Raises:
+        FileNotFoundError / ValueError: as ``read_weights`` (also a
+            ``weights.json`` without its ``model`` entry); ``load_weights``'
+            architecture mismatch.
     """
-    info = json.loads((pathlib.Path(weights_dir) / WEIGHTS_MANIFEST).read_text("utf-8"))
+    info = _read_weights_info(weights_dir, {"model": dict})
     model = build_model(info["model"], dtype=dtype)
     return load_weights(model, weights_dir)

@@ -26,6 +26,7 @@ from keras_trm.data import prepare_shards
 from keras_trm.decoding import Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu
 from keras_trm.jobs import translation as job
+from keras_trm.jobs.portable_files import _read_weights_info
 from keras_trm.jobs.portable_files import (
     DEFAULT_MAX_FILE_MIB,
     FORMAT,
@@ -37,6 +38,7 @@ from keras_trm.jobs.portable_files import (
     load_portable_model,
     max_file_bytes,
     read_prepared,
+    sha256_file,
 )
 from keras_trm.training import apply_preset
 from keras_trm.utils.files import atomic_write, write_json
@@ -372,7 +374,10 @@ def export_portable(prepared, weights, export_dir="export", test=False,
 
     Raises:
         FileNotFoundError / ValueError: a missing or damaged folder; weights
-            of another model than the prepared folder's.
+            of another model than the prepared folder's, or trained on
+            another prepared folder (``weights.json``'s
+            ``prepared_manifest_sha256`` differs from ``prepared``'s
+            manifest: both folders are named).
 
     Example::
 
@@ -403,13 +408,37 @@ def export_portable(prepared, weights, export_dir="export", test=False,
 
 def _check_weights_model(weights, prepared, manifest):
     """Raises ``ValueError`` where ``weights.json`` names another model
-    than the prepared folder's."""
-    info = json.loads((weights / WEIGHTS_MANIFEST).read_text("utf-8")) \
-        if (weights / WEIGHTS_MANIFEST).is_file() else None
+    than the prepared folder's, or was trained on another prepared folder
+    (its ``prepared_manifest_sha256`` is not the SHA-256 of ``prepared``'s
+    ``manifest.json``: another vocabulary, ids or splits)."""
+    info = _read_weights_info(weights) if (weights / WEIGHTS_MANIFEST).is_file() else None
     if info is not None and info.get("model") != manifest["model"]:
         raise ValueError(
             f"the weights in {str(weights)!r} are of the model {info.get('model')}, "
             f"the prepared folder {str(prepared)!r} of {manifest['model']}")
+    recorded = info.get("prepared_manifest_sha256") if info is not None else None
+    if recorded is not None:
+        actual = sha256_file(prepared / MANIFEST)
+        if recorded != actual:
+            raise ValueError(
+                f"the weights in {str(weights)!r} were trained on "
+                f"{_trained_on(weights)} (manifest.json SHA-256 "
+                f"{recorded[:16]}...), not on the prepared folder "
+                f"{str(prepared)!r} (manifest.json SHA-256 {actual[:16]}...): "
+                "its vocabulary and ids need not be theirs; export them with "
+                "the prepared folder they were trained on")
+
+
+def _trained_on(weights):
+    """The prepared folder ``result.json`` beside the weights names, as
+    words (``another prepared folder`` where it names none)."""
+    try:
+        folder = json.loads((weights / "result.json").read_text("utf-8"))["prepared"]
+    except (OSError, ValueError, KeyError, TypeError):
+        folder = None
+    if isinstance(folder, str):
+        return f"the prepared folder {folder!r}"
+    return "another prepared folder"
 
 
 def _export_config(manifest, beam_size):

@@ -22,6 +22,7 @@ and ``keras-trm train-translation``.
 import dataclasses
 import json
 import pathlib
+import re
 import sys
 import time
 import warnings
@@ -51,6 +52,7 @@ from keras_trm.decoding.search import stop_rule
 from keras_trm.export.saved_model import export_module
 from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
 from keras_trm.jobs.portable_files import bucket_boundaries, parse_boundaries
+from keras_trm.jobs._setup import check_bool, check_folder_name
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.utils.memory import release_freed_memory
@@ -102,6 +104,7 @@ OnOff = Literal["on", "off"]
 OnOffAuto = Literal["auto", "on", "off"]
 VOCABULARIES = get_args(Vocabulary)
 DEFAULT_MODEL_NAME = "transformer_multi30k_en_de"
+_LANGUAGE = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclasses.dataclass
@@ -344,7 +347,13 @@ class TranslationConfig:
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
         value (``keras-trm train-translation`` turns it into a usage error,
-        exit 2, before anything is written; ``run`` checks too)."""
+        exit 2, before anything is written; ``run`` checks too): among
+        others a setting that is not one of its choices (``jit_compile``,
+        ``tensorboard``: the strings ``on``/``off``/``auto``), a
+        ``download`` that is not a bool, equal source and target
+        languages, a ``model_name`` that is not a plain folder name, an
+        infinite ``length_penalty`` or ``checkpoint_every_minutes``, and
+        ``train_weights`` that are not comma-separated numbers >= 0."""
         for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
                      "d_ff", "max_sequence_length", "warmup_steps", "tokens_per_batch",
                      "epochs", "average_last", "beam_size", "parallel_searches",
@@ -380,14 +389,27 @@ class TranslationConfig:
         v.non_negative_float("weight_decay", self.weight_decay)
         v.positive_float("time_budget_minutes", self.time_budget_minutes)
         v.positive_float("lr_scale", self.lr_scale)
-        if not self.length_penalty >= 0:
-            raise ValueError("`length_penalty` must be >= 0, got "
-                             f"length_penalty={self.length_penalty!r}")
-        if not self.checkpoint_every_minutes >= 0:
-            raise ValueError("`checkpoint_every_minutes` must be >= 0, got "
-                             f"checkpoint_every_minutes={self.checkpoint_every_minutes!r}")
+        v.non_negative_float("length_penalty", self.length_penalty)
+        v.non_negative_float("checkpoint_every_minutes", self.checkpoint_every_minutes)
         stop_rule(self.early_stopping)
         parse_boundaries(self.boundaries)
+        v.one_of("dataset", self.dataset, get_args(Dataset))
+        v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
+        v.one_of("tensorboard", self.tensorboard, get_args(OnOff))
+        check_bool("download", self.download)
+        for name in ("source_language", "target_language"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _LANGUAGE.fullmatch(value):
+                raise ValueError(f"`{name}` must be a language code such as 'en' "
+                                 "(letters, digits, '-' or '_'; it names files "
+                                 f"and the export folder), got {name}={value!r}")
+        if self.source_language == self.target_language:
+            raise ValueError(
+                "`source_language` and `target_language` must differ, got "
+                f"source_language={self.source_language!r} and "
+                f"target_language={self.target_language!r}")
+        check_folder_name("model_name", self.model_name)
+        _parse_weights(self.train_weights)
 
 
 def train_length(config):
@@ -652,14 +674,36 @@ def _tfds_train_files(workdir, source_language, target_language):
     return [("wmt14_train", *paths)]
 
 
-def _weights(config, corpora):
-    if not config.train_weights.strip():
+def _parse_weights(text):
+    """``train_weights`` as a list of floats (None when empty).
+
+    Raises:
+        TypeError: not a str.
+        ValueError: not comma-separated finite numbers >= 0 with a
+            positive sum (the value named).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"`train_weights` must be a str of comma-separated numbers, "
+                        f"got train_weights={text!r}")
+    if not text.strip():
         return None
     try:
-        weights = [float(w) for w in config.train_weights.split(",")]
+        weights = [float(w) for w in text.split(",")]
     except ValueError:
         weights = []
-    if len(weights) != len(corpora) or min(weights) < 0 or sum(weights) <= 0:
+    if (not weights or not all(0 <= w < float("inf") for w in weights)
+            or sum(weights) <= 0):
+        raise ValueError(
+            "`train_weights` must be comma-separated finite numbers >= 0 with a "
+            f"positive sum, one per training corpus, got train_weights={text!r}")
+    return weights
+
+
+def _weights(config, corpora):
+    weights = _parse_weights(config.train_weights)
+    if weights is None:
+        return None
+    if len(weights) != len(corpora):
         raise ValueError(
             f"`train_weights` must give one number >= 0 per training corpus "
             f"({len(corpora)}: {', '.join(c[0] for c in corpora)}) with a positive sum, "
@@ -717,22 +761,44 @@ def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
             "weights": weights}
 
 
-def first_lines(corpora, n, workdir):
+def first_lines(corpora, n, workdir, languages=None):
     """The first ``n`` lines of each corpus (smoke runs, ``limit``),
-    written once to ``workdir/limit_<n>/``; returns the corpora as
-    ``(name, source_path, target_path)`` tuples over those copies."""
+    written to ``workdir/limit_<n>/``; returns the corpora as
+    ``(name, source_path, target_path)`` tuples over those copies.
+
+    Each copy is named by its corpus and language
+    (``<name>.<language>.gz``; ``languages``: the ``(source, target)``
+    codes, default ``("source", "target")``) and keyed to the file it was
+    copied from (path, size, modification time, in ``<copy>.key.json``):
+    it is reused only while that key holds, and written again when the
+    direction, the data folder or the file changed -- never a copy of
+    other text.
+    """
     import gzip
     import itertools
 
+    from keras_trm.data.shards import _file_identity
+
+    if languages is None:
+        languages = ("source", "target")
+    folder = pathlib.Path(workdir) / f"limit_{n}"
     out = []
     for name, *paths in corpora:
         copies = []
-        for path in paths:
-            copy = pathlib.Path(workdir) / f"limit_{n}" / f"{name}.{len(copies)}.gz"
-            if not copy.is_file():
+        for language, path in zip(languages, paths):
+            copy = folder / f"{name}.{language}.gz"
+            key_path = folder / f"{name}.{language}.gz.key.json"
+            key = {"source": _file_identity(path), "lines": int(n)}
+            try:
+                current = json.loads(key_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                current = None
+            if current != key or not copy.is_file():
+                key_path.unlink(missing_ok=True)  # no stale key over a new copy
                 with atomic_file(copy) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
                     for line in itertools.islice(iter_lines(path), n):
                         f.write(line + "\n")
+                write_json(key_path, key)
             copies.append(copy)
         out.append((name, *copies))
     return out
@@ -792,7 +858,7 @@ def resolve_translation_data(config, data_dir, workdir):
         n = config.limit
         val_src, val_tgt, test_src, test_tgt = (
             x[:n] for x in (val_src, val_tgt, test_src, test_tgt))
-        corpora = first_lines(corpora, n, workdir)
+        corpora = first_lines(corpora, n, workdir, languages)
     if config.validation_limit:
         val_src = val_src[:config.validation_limit]
         val_tgt = val_tgt[:config.validation_limit]
