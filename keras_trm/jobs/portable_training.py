@@ -340,8 +340,8 @@ def _backup_step(backup_dir):
     """The global step a backup in ``backup_dir`` resumes at (0: none)."""
     try:
         return int(json.loads((pathlib.Path(backup_dir) / "state.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
-        return 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0  # none, or damaged: TrainingBackup names the damage
 
 
 def evaluate_token_loss(model, batches):
@@ -516,7 +516,13 @@ class PortableTrainingRun(StagedJob):
             workdir / "backup", save_freq=self.config.save_freq,
             position=DataPosition(), steps_per_epoch=steps,
             stateful={"time_budget": budget, "epoch_log": log,
-                      "checkpoints": checkpoints})
+                      "checkpoints": checkpoints},
+            # Another prepared folder, model or recipe: refused, not resumed
+            # (the epochs and the time budget may change on resume).
+            fingerprint={"prepared_manifest_sha256": sha256_file(self.prepared / MANIFEST),
+                         "model": self.manifest["model"],
+                         **{k: v for k, v in run.items()
+                            if k not in ("epochs", "time_budget_minutes")}})
         # The stream starts where the backup left off (TrainingBackup restores
         # the weights, the optimizer and the step in on_train_begin).
         stream = prefetch(self.batches.stream(start_step // steps, start_step % steps))

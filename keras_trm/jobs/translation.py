@@ -804,6 +804,30 @@ def first_lines(corpora, n, workdir, languages=None):
     return out
 
 
+# The settings that make a run what it is: a backup written under other
+# values is refused, not resumed (the epochs, the time budget, evaluation,
+# checkpointing, export and the strategy may change when a run resumes).
+FINGERPRINT_FIELDS = (
+    "dataset", "source_language", "target_language", "train_source",
+    "train_target", "train_weights", "vocabulary", "vocabulary_size", "limit",
+    "num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
+    "attention_dropout_rate", "max_sequence_length", "max_train_length",
+    "label_smoothing", "weight_decay", "warmup_steps", "lr_scale",
+    "tokens_per_batch", "tokens_per_step", "precision", "seed")
+
+
+def run_fingerprint(config):
+    """``FINGERPRINT_FIELDS`` of ``config``: what ``TrainingBackup``
+    compares before it resumes a run from a backup.
+
+    Example:
+
+    >>> run_fingerprint(TranslationConfig())["target_language"]
+    'de'
+    """
+    return {name: getattr(config, name) for name in FINGERPRINT_FIELDS}
+
+
 @dataclasses.dataclass
 class TranslationData:
     """What ``resolve_translation_data`` found: the data folder (None for
@@ -1149,7 +1173,8 @@ class TranslationRun(StagedJob):
             steps_per_epoch=stream["steps_per_epoch"],
             batches_per_epoch=stream["batches_per_epoch"], num_workers=1,  # own stream
             stateful={"time_budget": budget, "bleu_log": bleu_log,
-                      "checkpoints": checkpoints})
+                      "checkpoints": checkpoints},
+            fingerprint=run_fingerprint(config))
         callbacks = [backup, checkpoints, bleu_log, budget]
         if writer is not None:
             callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
