@@ -15,6 +15,8 @@ import tempfile
 import urllib.error
 import urllib.request
 
+from keras_trm.utils.files import usual_permissions
+
 _CHUNK = 1 << 16
 
 
@@ -85,6 +87,7 @@ def _fetch(url, path, sha256, timeout):
     print(f"downloading {url} -> {path}", file=sys.stderr, flush=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                suffix=".part")
+    usual_permissions(tmp)  # mkstemp's 0600 stays on the renamed file
     digest = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as out:
