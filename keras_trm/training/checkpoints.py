@@ -131,8 +131,8 @@ def average_checkpoints(model, paths):
         FileNotFoundError: a missing file, before anything is loaded.
         OSError: an error reading a file (permissions), naming it.
 
-        On any error ``model`` (and its optimizer's variables) keep the
-        weights they had before the call.
+    On any error ``model`` (and its optimizer's variables) keep the
+    weights they had before the call.
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError(
@@ -241,7 +241,7 @@ def select_checkpoint_average(model, paths, score, max_count=5):
             (naming the scores), or a checkpoint that does not load (see
             ``average_checkpoints``).
 
-        On any error ``model`` keeps the weights it had before the call.
+    On any error ``model`` keeps the weights it had before the call.
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError(
