@@ -401,6 +401,22 @@ def test_float_ids_are_refused_by_the_models():
         lm(np.ones((1, 4), "float32"))
 
 
+def test_integer_inputs_model_saves_and_loads(tmp_path):
+    """vanilla_transformer_lm is an IntegerInputsModel now: a .keras file
+    keeps the class, the outputs and the refusal of float ids."""
+    from keras_trm.models import IntegerInputsModel, vanilla_transformer_lm
+
+    lm = vanilla_transformer_lm(11, num_layers=1, d_model=8, num_heads=2,
+                                d_ff=16, max_sequence_length=6, dropout_rate=0.0)
+    ids = np.ones((2, 6), "int32")
+    lm.save(tmp_path / "lm.keras")
+    back = keras.saving.load_model(tmp_path / "lm.keras")
+    assert isinstance(back, IntegerInputsModel)
+    np.testing.assert_allclose(to_numpy(back(ids)), to_numpy(lm(ids)), rtol=1e-6)
+    with pytest.raises(TypeError, match="token_ids.*float32"):
+        back(ids.astype("float32"))
+
+
 @pytest.mark.parametrize("value", [-1.0, 0.0, float("nan"), float("inf")])
 def test_layer_norm_epsilon_is_checked(value):
     """A negative or NaN epsilon made every output NaN."""
