@@ -79,7 +79,7 @@ def matmul_floor(model, steps, rows=4):
             continue
         if "cross_attention/key" in name or "cross_attention/value" in name:
             continue  # computed once per sentence, not per step
-        if name.endswith("output_kernel"):
+        if name.endswith("attention_output/kernel"):  # W^O
             kernels.append(tf.reshape(w.value, (-1, w.shape[-1])))
         else:
             kernels.append(tf.reshape(w.value, (w.shape[0], -1)))

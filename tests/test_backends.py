@@ -228,9 +228,10 @@ def _record_fused_calls(monkeypatch):
 def _numpy_projections(mha, query, value):
     """``mha``'s q, k, v projections of numpy inputs, as numpy arrays."""
     return [to_numpy(mha._project(ops.convert_to_tensor(x), kernel, bias))
-            for x, kernel, bias in ((query, mha.query_kernel, mha.query_bias),
-                                    (value, mha.key_kernel, mha.key_bias),
-                                    (value, mha.value_kernel, mha.value_bias))]
+            for x, kernel, bias in (
+                (query, mha.query_dense.kernel, mha.query_dense.bias),
+                (value, mha.key_dense.kernel, mha.key_dense.bias),
+                (value, mha.value_dense.kernel, mha.value_dense.bias))]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -263,8 +264,8 @@ def test_fused_attention_is_eq_1_with_masks(monkeypatch, causal):
     if causal:
         mask &= np.tril(np.ones((5, 5), bool))
     heads = _numpy_attention(q, k, v, mask)
-    expected = heads.reshape(2, 5, 8) @ to_numpy(mha.output_kernel).reshape(8, 8)
-    expected += to_numpy(mha.output_bias)
+    expected = heads.reshape(2, 5, 8) @ to_numpy(mha.output_dense.kernel).reshape(8, 8)
+    expected += to_numpy(mha.output_dense.bias)
     assert np.isfinite(out).all()  # the padded rows of sentence 0 too
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
@@ -352,8 +353,8 @@ def test_fused_projections_are_the_same_function(monkeypatch, small_model,
 
     def results():
         out = {}
-        for name, variable in (("key_kernel", layer.key_kernel),
-                               ("value_bias", layer.value_bias)):
+        for name, variable in (("key_kernel", layer.key_dense.kernel),
+                               ("value_bias", layer.value_dense.bias)):
             def loss(t):
                 with keras.StatelessScope(state_mapping=[(variable, t)]):
                     y = layer(x, x, attention_mask=mask)
@@ -412,8 +413,8 @@ def test_fused_attention_gets_the_mask_at_full_query_length(monkeypatch):
     q, k, v = _numpy_projections(mha, query, value)
     mask = np.broadcast_to(value_mask[:, None, :], (2, 3, 5))
     heads = _numpy_attention(q, k, v, mask)
-    expected = heads.reshape(2, 3, 8) @ to_numpy(mha.output_kernel).reshape(8, 8)
-    np.testing.assert_allclose(out, expected + to_numpy(mha.output_bias), atol=1e-5)
+    expected = heads.reshape(2, 3, 8) @ to_numpy(mha.output_dense.kernel).reshape(8, 8)
+    np.testing.assert_allclose(out, expected + to_numpy(mha.output_dense.bias), atol=1e-5)
 
 
 def test_embedding_gradient_sums_in_float32_under_mixed_bfloat16():

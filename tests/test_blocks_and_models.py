@@ -128,23 +128,6 @@ def test_incremental_decoding_equals_full_recompute(rng):
                 tgt[:, t:t + 1], t, caches, cross, src != 0)
             steps.append(to_numpy(logits))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
-        # The blocks' Keras-style cached call (keras-hub's layout: keys and
-        # values stacked, (batch, 2, S, h, d_k)) gives the same logits.
-        blocks = model.decoder_layers
-        kv_cross = [b.precompute_cross_attention_cache(enc) for b in blocks]
-        kv_caches = [np.zeros((2, 2, 6, model.num_heads, model.key_dim), "float32")
-                     for _ in blocks]
-        steps = []
-        for t in range(6):
-            y = model.target_embedding(tgt[:, t:t + 1], start_index=t)
-            for i, block in enumerate(blocks):
-                y, kv_caches[i] = block(
-                    y, encoder_padding_mask=src != 0,
-                    self_attention_cache=kv_caches[i],
-                    self_attention_cache_update_index=t,
-                    cross_attention_cache=kv_cross[i])
-            steps.append(to_numpy(model.logits(model._decoder_final(y))[:, 0]))
-        np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -318,24 +301,24 @@ def test_bad_cache_positions_are_refused():
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     mha = MultiHeadAttention(2, 4)
     mha(x, x)
-    cache = np.zeros((2, 2, 4, 2, 4), "float32")  # S = 4
-    out, _ = mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=3,
-                 use_causal_mask=True)
+    cache = (np.zeros((2, 2, 4, 4), "float32"),) * 2  # S = 4
+
+    def step(length, index):
+        return mha.call_with_cache(x[:, :length], cache,
+                                   new_key_value=x[:, :length],
+                                   cache_update_index=index)
+
+    out, _ = step(1, 3)
     assert tuple(out.shape) == (2, 1, 8)
-    for index in (4, 10, -1):
+    for index in (4, 10, -1, 9):
         with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 3\]"):
-            mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=index,
-                use_causal_mask=True)
+            step(1, index)
     with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 2\]"):
-        mha(x[:, :2], x[:, :2], cache=cache, cache_update_index=3)
+        step(2, 3)
     for index in (1.5, True):
         with pytest.raises(TypeError, match="cache_update_index"):
-            mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=index)
+            step(1, index)
     keys = mha.key_value_heads(x[:, :0])[0]
-    fixed = (np.zeros((2, 2, 4, 4), "float32"),) * 2
-    with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 3\]"):
-        mha.call_with_cache(x[:, :1], fixed, new_key_value=x[:, :1],
-                            cache_update_index=9)
     assert tuple(keys.shape) == (2, 2, 0, 4)
 
     model = _tiny_transformer()
