@@ -173,8 +173,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     Raises:
         ValueError: ``num_heads``/``key_dim``/``value_dim`` not positive
             integers, ``dropout`` outside [0, 1), an ``output_shape`` that is
-            not a positive int or tuple of them, a ``key`` whose shape
-            differs from ``value``'s except in the last dimension.
+            not a positive int or tuple of them, inputs of rank < 3 or of
+            different ranks, a ``key`` whose shape differs from ``value``'s
+            except in the last dimension, batch sizes that differ, masks
+            whose shapes do not fit the inputs.
 
     Example:
 
@@ -311,9 +313,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
              key_mask=None, attention_mask=None,
              return_attention_scores=False, training=None,
              use_causal_mask=False):
-        # Keras fails inside the einsum on a built layer.
-        self.compute_output_shape(query.shape, value.shape,
-                                  None if key is None else key.shape)
+        self._check_inputs(query, value, key, query_mask, value_mask,
+                           key_mask, attention_mask)
         if query_mask is not None and getattr(query, "_keras_mask",
                                               None) is None:
             # Keras' call reads the query's Keras mask only.
@@ -339,6 +340,26 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                                               return_attention_scores)
         out = self._output_dense(out)
         return (out, scores) if return_attention_scores else out
+
+    def _check_inputs(self, query, value, key, query_mask, value_mask,
+                      key_mask, attention_mask):
+        """Static shapes that Keras' layer lets through to the backend (or,
+        under JAX and PyTorch, broadcasts silently)."""
+        if len(query.shape) < 3 or len(value.shape) != len(query.shape):
+            raise ValueError(
+                "`query` and `value` must have the same rank, at least 3 "
+                f"(batch, sequence, features), got query.shape="
+                f"{tuple(query.shape)} and value.shape={tuple(value.shape)}")
+        # Keras fails inside the einsum on a built layer.
+        self.compute_output_shape(query.shape, value.shape,
+                                  None if key is None else key.shape)
+        key = value if key is None else key
+        v.same_batch(query=query, value=value, key=key)
+        v.mask_shape("query_mask", query_mask, query.shape[:-1])
+        v.mask_shape("value_mask", value_mask, value.shape[:-1])
+        v.mask_shape("key_mask", key_mask, key.shape[:-1])
+        v.attention_mask_shape(attention_mask, query.shape[-2],
+                               key.shape[-2])
 
     # -- attention ---------------------------------------------------------
     # Keys at least this long (static length; unknown counts as long) go
