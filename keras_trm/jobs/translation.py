@@ -29,29 +29,26 @@ import warnings
 from typing import Literal, Optional, get_args
 
 import keras
-import tensorflow as tf
 
 from keras_trm.data import (
     CorpusError,
+    TokenBatches,
+    bucket_boundaries,
     check_parallel_corpus,
     iter_lines,
     load_translation_splits,
-    mix_batches,
-    mix_steps,
-    prepare_shards,
+    parse_boundaries,
+    prepare_translation_data,
+    read_prepared,
     resolve_data_dir,
     sample_lines,
-    stream_batches,
-    stream_steps,
     translation_eval_files,
     translation_train_files,
 )
+from keras_trm.data.prepared import file_identity, sha256_file
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.decoding.search import stop_rule
-from keras_trm.export.saved_model import export_module
-from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
-from keras_trm.jobs.portable_files import bucket_boundaries, parse_boundaries
 from keras_trm.jobs._setup import check_bool, check_folder_name
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
@@ -187,13 +184,14 @@ class TranslationConfig:
     max_train_length: Optional[int] = None
     """Training pairs whose source or target ids (START/END included) are
     longer are dropped (tokens, at most ``max_sequence_length``;
-    ``prepare_shards(max_train_length=)``); null: ``max_sequence_length``."""
+    ``prepare_translation_data(max_train_length=)``); null:
+    ``max_sequence_length``."""
     boundaries: str = ""
     """Bucket lengths of the token-count batches, comma-separated (tokens;
     empty: 8,12,16,20,24,32,40,48,64,96,128 below the longest training pair,
     then that length). Each bucket is one batch shape: under JAX one
     ``jax.jit`` compilation each, so fewer buckets compile faster and pad
-    more (``keras-trm train-portable --boundaries`` alike)."""
+    more."""
     max_length: Optional[int] = None
     """Deprecated: ``max_sequence_length`` and ``max_train_length`` in one
     (the single setting they replace); it sets both: ``max_sequence_length``
@@ -293,14 +291,10 @@ class TranslationConfig:
     """Steps between TensorBoard scalar writes (steps)."""
     download: bool = True
     """Fetch data missing from the data folder (online)."""
-    shuffle_buffer: int = 262_144
-    """Training pairs shuffled (and bucketed) together (pairs; about 0.3 KB
-    each): the reach of the shuffle and the bound on the data's memory. A
-    corpus up to this size is shuffled as a whole every epoch."""
-    pairs_per_shard: int = 100_000
-    """Training pairs per prepared TFRecord shard (pairs;
-    ``keras_trm.data.prepare_shards``); with several workers each corpus is
-    cut into at least 4 shards per worker."""
+    max_file_mib: float = 64.0
+    """The largest file of the prepared token ids in workdir/prepared
+    (MiB; ``keras_trm.data.prepare_translation_data``): a folder of such
+    files moves easily between machines."""
 
     # The sections of the command line and YAML (``--model.d_model``,
     # ``model: {d_model: ...}``; ``keras_trm.cli.config_keys``); the flat
@@ -312,8 +306,7 @@ class TranslationConfig:
                  "validation_source", "validation_target", "test_source",
                  "test_target", "vocabulary", "vocabulary_size",
                  "vocabulary_sample", "max_train_length", "boundaries", "limit",
-                 "download",
-                 "shuffle_buffer", "pairs_per_shard"),
+                 "download", "max_file_mib"),
         "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
                   "attention_dropout_rate", "max_sequence_length"),
         "training": ("label_smoothing", "weight_decay", "warmup_steps", "lr_scale",
@@ -357,8 +350,7 @@ class TranslationConfig:
         for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
                      "d_ff", "max_sequence_length", "warmup_steps", "tokens_per_batch",
                      "epochs", "average_last", "beam_size", "parallel_searches",
-                     "eval_every_epochs", "save_freq", "tensorboard_every_steps",
-                     "shuffle_buffer", "pairs_per_shard"):
+                     "eval_every_epochs", "save_freq", "tensorboard_every_steps"):
             v.positive_int(name, getattr(self, name))
         for name in ("seed", "limit", "tokens_per_step", "checkpoint_every_steps",
                      "validation_limit", "export_jit_compile_max_batch_size"):
@@ -391,6 +383,7 @@ class TranslationConfig:
         v.positive_float("lr_scale", self.lr_scale)
         v.non_negative_float("length_penalty", self.length_penalty)
         v.non_negative_float("checkpoint_every_minutes", self.checkpoint_every_minutes)
+        v.positive_float("max_file_mib", self.max_file_mib)
         stop_rule(self.early_stopping)
         parse_boundaries(self.boundaries)
         v.one_of("dataset", self.dataset, get_args(Dataset))
@@ -711,54 +704,79 @@ def _weights(config, corpora):
     return weights
 
 
-def _count_lines(path):
-    return sum(1 for _ in iter_lines(path))
+def token_encoder(tokenizer):
+    """``encode(lines) -> list of int32 id arrays`` (content ids, no
+    START/END) for ``prepare_translation_data``: the tokenizer's own
+    host ``encode`` where it has one (SentencePiece through the
+    ``sentencepiece`` package, no TensorFlow), else its in-graph
+    ``tokenize`` (WordPiece, TensorFlow)."""
+    encode = getattr(tokenizer, "encode", None)
+    if callable(encode):
+        return encode
+
+    def encode_in_graph(lines):
+        import tensorflow as tf
+
+        ragged = tokenizer.tokenize(tf.constant(lines))
+        return [row.astype("int32") for row in ragged.numpy()]
+
+    return encode_in_graph
 
 
-def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
-                            position, num_workers=1, worker_index=0):
-    """Prepares each corpus' shards (``keras_trm.data.prepare_shards``,
-    reused when unchanged) and returns the training stream.
+def vocabulary_sha256(tokenizer):
+    """SHA-256 of what defines a tokenizer's ids: a SentencePiece model's
+    bytes, else its vocabulary one token a line. Part of the prepared
+    folder's key: ids of another vocabulary are prepared again.
+
+    Example:
+
+    >>> class Tok:
+    ...     vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]", "a"]
+    >>> vocabulary_sha256(Tok())[:12]
+    '220285505c53'
+    """
+    import hashlib
+
+    proto = getattr(tokenizer, "model_proto", None)
+    if proto is not None:
+        return hashlib.sha256(bytes(proto)).hexdigest()
+    text = "\n".join(tokenizer.vocabulary) + "\n"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prepare_training_batches(config, corpora, tokenizer, folder, boundaries,
+                             position, num_processes=1, process_index=0):
+    """Prepares the training corpora's token ids once
+    (``keras_trm.data.prepare_translation_data``: reused while its key --
+    corpus files, vocabulary, filters -- matches) and returns the
+    training batches over them.
 
     Returns:
-        dict: ``dataset`` (endless ``tf.data`` stream of token-count
-        batches, resuming from ``position``), ``batches_per_epoch`` (this
-        worker's), ``steps_per_epoch`` (the minimum over workers),
-        ``manifests``, ``weights`` (None: one corpus, exact epochs).
+        dict: ``batches`` (an endless ``keras_trm.data.TokenBatches``,
+        resuming from ``position``), ``steps_per_epoch``, ``manifest``
+        (with ``reused``), ``weights`` (None: one corpus, every pair once
+        an epoch).
     """
     weights = _weights(config, corpora)
-    manifests = []
-    for name, source_path, target_path in corpora:
-        per_shard = int(config.pairs_per_shard)
-        if num_workers > 1:
-            lines = _count_lines(source_path)
-            per_shard = max(1, min(per_shard, lines // (4 * num_workers)))
-        manifests.append(prepare_shards(
-            source_path, target_path, tokenizer, pathlib.Path(shard_root) / name,
-            max_train_length=train_length(config), pairs_per_shard=per_shard,
-            limit=config.limit))
-    common = dict(tokens_per_batch=config.tokens_per_batch, boundaries=boundaries)
-    if len(manifests) == 1 and weights is None:
-        counts = [stream_steps(manifests[0], worker_index=w, num_workers=num_workers,
-                               **common) for w in range(num_workers)]
-        dataset = stream_batches(manifests[0], seed=config.seed, repeat=True,
-                                 shuffle_buffer=config.shuffle_buffer,
-                                 worker_index=worker_index, num_workers=num_workers,
-                                 position=position, **common)
-    else:
-        if weights is None:  # each pair equally likely
-            weights = [m["pairs"] for m in manifests]
-        counts = [mix_steps(manifests, weights, worker_index=w,
-                            num_workers=num_workers, **common)
-                  for w in range(num_workers)]
-        dataset = mix_batches(manifests, weights, seed=config.seed, repeat=True,
-                              shuffle_buffer=config.shuffle_buffer,
-                              worker_index=worker_index, num_workers=num_workers,
-                              position=position, batches_per_epoch=counts[worker_index],
-                              **common)
-    return {"dataset": dataset, "batches_per_epoch": counts[worker_index],
-            "steps_per_epoch": max(1, min(counts)), "manifests": manifests,
-            "weights": weights}
+    vocabulary = len(tokenizer.vocabulary)
+    manifest = prepare_translation_data(
+        folder, corpora, token_encoder(tokenizer), vocabulary,
+        vocabulary_sha256(tokenizer), max_train_length=train_length(config),
+        max_file_mib=config.max_file_mib)
+    # Checked as any folder is (sizes, SHA-256, ids within the vocabulary);
+    # a folder that was just written is only opened.
+    prepared = read_prepared(folder, vocabulary_size=vocabulary,
+                             key=manifest["key"], verify=manifest["reused"],
+                             check_ids=manifest["reused"])
+    splits = [prepared.splits[name] for name, _, _ in corpora]
+    if weights is None and len(splits) > 1:  # each pair equally likely
+        weights = [len(s) for s in splits]
+    batches = TokenBatches(
+        splits, config.tokens_per_batch, boundaries, weights=weights,
+        seed=config.seed, repeat=True, process_index=process_index,
+        num_processes=num_processes, position=position)
+    return {"batches": batches, "steps_per_epoch": batches.batches_per_epoch,
+            "manifest": manifest, "weights": weights}
 
 
 def first_lines(corpora, n, workdir, languages=None):
@@ -777,8 +795,6 @@ def first_lines(corpora, n, workdir, languages=None):
     import gzip
     import itertools
 
-    from keras_trm.data.shards import _file_identity
-
     if languages is None:
         languages = ("source", "target")
     folder = pathlib.Path(workdir) / f"limit_{n}"
@@ -788,7 +804,7 @@ def first_lines(corpora, n, workdir, languages=None):
         for language, path in zip(languages, paths):
             copy = folder / f"{name}.{language}.gz"
             key_path = folder / f"{name}.{language}.gz.key.json"
-            key = {"source": _file_identity(path), "lines": int(n)}
+            key = {"source": file_identity(path), "lines": int(n)}
             try:
                 current = json.loads(key_path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -890,6 +906,54 @@ def resolve_translation_data(config, data_dir, workdir):
                            (val_src, val_tgt), (test_src, test_tgt))
 
 
+class _OneDevice:
+    """The job's strategy off TensorFlow: one process, Keras' own device
+    placement (``tf.distribute`` is TensorFlow's)."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def job_strategy(kind):
+    """``make_strategy(kind)`` on TensorFlow; on JAX and PyTorch only
+    ``"default"`` (one process, Keras' device placement).
+
+    Raises:
+        ValueError: ``mirrored`` / ``multi_worker`` off TensorFlow.
+    """
+    if keras.backend.backend() == "tensorflow":
+        return make_strategy(kind)
+    if kind != "default":
+        raise ValueError(f"`strategy`={kind!r} is TensorFlow's tf.distribute; under "
+                         f"KERAS_BACKEND={keras.backend.backend()} use 'default'")
+    return _OneDevice()
+
+
+def tf_dataset(batches):
+    """``batches`` (``TokenBatches``) as the ``tf.data.Dataset`` that
+    TensorFlow's ``fit`` and ``tf.distribute`` take: a thin
+    ``from_generator`` whose shapes are ``(None, None)``. (Keras' own
+    PyDataset adapter fixes each dimension its first two batches agree on,
+    so a later bucket's width would be refused.)"""
+    import itertools
+
+    import tensorflow as tf
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    dataset = tf.data.Dataset.from_generator(
+        lambda: (batches[i] for i in itertools.count()),
+        output_signature=({"encoder_tokens": spec, "decoder_tokens": spec}, spec))
+    options = tf.data.Options()
+    # Each worker already reads its own share: no tf.distribute re-sharding.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF)
+    return dataset.prefetch(2).with_options(options)
+
+
 def run(config=None, data_dir=None, workdir="runs/multi30k",
         export_dir="export", samples=()):
     """Runs the whole job; returns a dict of the figures it measured.
@@ -942,6 +1006,9 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
         OSError: ``errno.ENOSPC`` when ``export_dir`` is full (nothing of
             the version is left, see ``export_module``).
     """
+    from keras_trm.export.saved_model import export_module
+    from keras_trm.export.warmup import translator_warmup_requests
+
     exported, warmup = translator, None
     if config.export_jit_compile_max_batch_size:
         exported = Translator(
@@ -960,23 +1027,38 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
     )
 
 
-def export_translation_in_tensorflow(model, config, workdir, export_dir,
-                                     warmup_sources=(), timeout=3600):
-    """``export_translation`` for a model trained under JAX or PyTorch: the
-    SavedModel is a TensorFlow graph, so the model is saved (``.keras``,
-    which every backend reads) and a child Python process with
-    ``KERAS_BACKEND=tensorflow`` loads it with the run's tokenizer (cached
-    in ``workdir``) and exports it. The same weights and the same search,
-    so the SavedModel translates as the in-process search does.
+def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
+    """Writes ``<workdir>/export_request.json``: what the SavedModel export
+    of a model trained under JAX or PyTorch needs (the ``.keras`` file,
+    the config, the workdir with its vocabulary, the export folder, the
+    warm-up sources). Returns the command that runs it on a machine with
+    TensorFlow (``python -m keras_trm.jobs.translation export REQUEST``)."""
+    workdir = pathlib.Path(workdir)
+    path = write_json(workdir / "export_request.json", {
+        "model": str(pathlib.Path(model_path).resolve()),
+        "workdir": str(workdir.resolve()),
+        "export_dir": str(pathlib.Path(export_dir).resolve()),
+        "config": dataclasses.asdict(config),
+        "warmup_sources": list(warmup_sources)})
+    return ("KERAS_BACKEND=tensorflow python -m keras_trm.jobs.translation export "
+            f"{path}")
 
-    Args:
-        model: the float32 model (``keras_trm.models.transformer``).
-        config: the job's ``TranslationConfig``.
-        workdir: the run folder (its vocabulary; the request files go to a
-            temporary folder inside it, removed afterwards).
-        export_dir: as ``export_translation``.
-        warmup_sources: as ``export_translation``.
-        timeout: seconds the child may take.
+
+def tensorflow_installed():
+    """Whether ``import tensorflow`` can find it (without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def export_translation_in_tensorflow(command, timeout=3600):
+    """Runs an ``export_request`` command in a child process (the
+    SavedModel is a TensorFlow graph; the model was trained under JAX or
+    PyTorch): the same weights and the same search, so the SavedModel
+    translates as the in-process search does.
 
     Returns:
         ``pathlib.Path`` of the version folder.
@@ -985,30 +1067,20 @@ def export_translation_in_tensorflow(model, config, workdir, export_dir,
         RuntimeError: the child failed (its last output lines in the
             message).
     """
+    import os
+    import shlex
     import subprocess
-    import tempfile
 
-    workdir = pathlib.Path(workdir)
-    with tempfile.TemporaryDirectory(dir=workdir, prefix=".export-") as tmp:
-        tmp = pathlib.Path(tmp)
-        model.save(tmp / "model.keras")
-        request = {"model": str(tmp / "model.keras"), "workdir": str(workdir),
-                   "export_dir": str(export_dir),
-                   "config": dataclasses.asdict(config),
-                   "warmup_sources": list(warmup_sources),
-                   "out": str(tmp / "path.json")}
-        write_json(tmp / "request.json", request)
-        env = dict(__import__("os").environ, KERAS_BACKEND="tensorflow")
-        child = subprocess.run(
-            [sys.executable, "-m", "keras_trm.jobs.translation", "export",
-             str(tmp / "request.json")],
-            env=env, capture_output=True, text=True, timeout=timeout)
-        if child.returncode != 0:
-            tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
-            raise RuntimeError(
-                f"the TensorFlow export process failed (exit {child.returncode}):"
-                f"\n{tail}")
-        return pathlib.Path(json.loads((tmp / "path.json").read_text())["path"])
+    request = pathlib.Path(shlex.split(command)[-1])
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    child = subprocess.run(
+        [sys.executable, "-m", "keras_trm.jobs.translation", "export", str(request)],
+        env=env, capture_output=True, text=True, timeout=timeout)
+    if child.returncode != 0:
+        tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
+        raise RuntimeError(
+            f"the TensorFlow export process failed (exit {child.returncode}):\n{tail}")
+    return pathlib.Path(json.loads(request.with_suffix(".done.json").read_text())["path"])
 
 
 def _export_main(request_path):
@@ -1023,7 +1095,8 @@ def _export_main(request_path):
     translator = Translator(model, tokenizer, **_search_options(config))
     path = export_translation(translator, config, request["export_dir"],
                               request["warmup_sources"])
-    write_json(request["out"], {"path": str(path)})
+    write_json(pathlib.Path(request_path).with_suffix(".done.json"), {"path": str(path)})
+    print(f"exported SavedModel to {path}", flush=True)
 
 
 def _run(config, data_dir, workdir, export_dir, samples):
@@ -1055,6 +1128,7 @@ class TranslationRun(StagedJob):
                              f"parallel_searches={config.parallel_searches}")
         # Its warm-up requests (one per batch size and 8-token bucket) must
         # fit TF Serving's 1000: checked now, not after training.
+        MAX_WARMUP_RECORDS = 1000  # keras_trm.export.warmup's (TensorFlow)
         buckets = -(-config.max_sequence_length // 8)
         most = MAX_WARMUP_RECORDS // buckets
         if not 0 <= config.export_jit_compile_max_batch_size <= most:
@@ -1067,7 +1141,7 @@ class TranslationRun(StagedJob):
         keras.utils.set_random_seed(config.seed)
         self.config = config = dataclasses.replace(
             config, precision=apply_precision(config.precision))
-        self.strategy = make_strategy(config.strategy)
+        self.strategy = job_strategy(config.strategy)
         # The corpora and the vocabulary size they need: a bad file stops
         # the job now, before the run folder, a vocabulary, shards or weights.
         check_inputs(config, self.data_dir)
@@ -1086,27 +1160,31 @@ class TranslationRun(StagedJob):
               + (f" (smoke run: the first {config.limit} pairs of each split)"
                  if config.limit else ""), flush=True)
         self.tokenizer = prepare_tokenizer(config, corpora, workdir)
-        self.num_workers, self.worker_index, self.is_chief = worker_info(self.strategy)
+        self.num_workers, self.worker_index, self.is_chief = (
+            worker_info(self.strategy) if keras.backend.backend() == "tensorflow"
+            else (1, 0, True))
         self.boundaries = boundaries = bucket_boundaries(
             train_length(config), parse_boundaries(config.boundaries))
         self.position = DataPosition()  # where a resumed run re-enters the stream
         # Two processes must not write one folder: workers prepare their own.
-        shard_root = workdir / ("shards" if self.is_chief
-                                else f"shards_worker{self.worker_index}")
-        self.stream = stream = prepare_training_stream(
-            config, corpora, self.tokenizer, shard_root, boundaries, self.position,
+        folder = workdir / ("prepared" if self.is_chief
+                            else f"prepared_worker{self.worker_index}")
+        self.stream = stream = prepare_training_batches(
+            config, corpora, self.tokenizer, folder, boundaries, self.position,
             self.num_workers, self.worker_index)
-        for (name, _, _), m in zip(corpora, stream["manifests"]):
+        manifest = stream["manifest"]
+        for name, _, _ in corpora:
+            m = manifest["splits"][name]
             print(f"{name}: {m['pairs']:,} of {m['lines']:,} pairs kept "
                   f"({m['blank']:,} blank, {m['too_long']:,} over "
-                  f"{train_length(config)} tokens), {len(m['shards'])} shard(s)"
-                  f"{' (reused)' if m.get('reused') else ''}", flush=True)
+                  f"{train_length(config)} tokens) in {folder}"
+                  f"{' (reused)' if manifest['reused'] else ''}", flush=True)
         if stream["weights"] is not None:
             print("sampling weights: " + ", ".join(
                 f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
-        print(f"{stream['batches_per_epoch']} batches per epoch in "
-              f"{len(boundaries)} length buckets ({','.join(map(str, boundaries))} "
-              f"tokens); vocabulary {len(self.tokenizer.vocabulary)}", flush=True)
+        print(f"{stream['steps_per_epoch']} batches per epoch in "
+              f"{len(stream['batches'].shapes)} shapes ({', '.join(f'{b}x{L}' for b, L in stream['batches'].shapes)}); "
+              f"vocabulary {len(self.tokenizer.vocabulary)}", flush=True)
 
     def build(self):
         """The model, compiled with the paper's recipe."""
@@ -1149,8 +1227,10 @@ class TranslationRun(StagedJob):
         """Trains with the backup, epoch checkpoints, val BLEU and the time
         budget; a non-chief worker's job ends here."""
         config, model, workdir, stream = self.config, self.model, self.workdir, self.stream
-        train = stream["dataset"]
-        if self.num_workers > 1:  # one global step = one batch of each worker's shards
+        train = stream["batches"]
+        if keras.backend.backend() == "tensorflow":
+            train = tf_dataset(train)
+        if self.num_workers > 1:  # one global step = one batch of each worker
             local_train = train
             train = self.strategy.distribute_datasets_from_function(lambda _: local_train)
             build_for_distributed_fit(model, self.strategy, local_train)
@@ -1171,10 +1251,11 @@ class TranslationRun(StagedJob):
             workdir / ("backup" if self.is_chief else f"backup_worker{self.worker_index}"),
             save_freq=config.save_freq, position=self.position,
             steps_per_epoch=stream["steps_per_epoch"],
-            batches_per_epoch=stream["batches_per_epoch"], num_workers=1,  # own stream
+            batches_per_epoch=stream["steps_per_epoch"], num_workers=1,  # own share
             stateful={"time_budget": budget, "bleu_log": bleu_log,
                       "checkpoints": checkpoints},
-            fingerprint=run_fingerprint(config))
+            fingerprint={**run_fingerprint(config),
+                         "prepared": stream["manifest"]["key"]})
         callbacks = [backup, checkpoints, bleu_log, budget]
         if writer is not None:
             callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
@@ -1201,7 +1282,7 @@ class TranslationRun(StagedJob):
         their memory instead of adding to it (the job's peak RSS; see
         docs/measurements.md, "The translation job's memory")."""
         self.model.train_function = None
-        self.stream = {k: v for k, v in self.stream.items() if k != "dataset"}
+        self.stream = {k: v for k, v in self.stream.items() if k != "batches"}
         release_freed_memory()
 
     def select_average(self):
@@ -1263,16 +1344,27 @@ class TranslationRun(StagedJob):
         export (e.g. export_dir's disk full) must not lose the results: it
         is recorded by ``report``, which writes them and raises it."""
         config, translator = self.config, self.translator
-        self.export_path = self.export_error = None
+        self.export_path = self.export_error = self.export_command = None
         val_src = self.data.validation[0]
         try:
             if keras.backend.backend() == "tensorflow":
                 self.export_path = export_translation(
                     translator, config, self.export_dir, val_src)
             else:
-                self.export_path = export_translation_in_tensorflow(
-                    translator.model, config, self.workdir, self.export_dir, val_src)
-            print(f"exported SavedModel to {self.export_path}", flush=True)
+                # The float32 model that decoded test, as the export's graph.
+                model_path = self.workdir / "model_float32.keras"
+                with atomic_file(model_path, suffix=".keras") as tmp:
+                    translator.model.save(tmp)
+                command = export_request(model_path, config, self.workdir,
+                                         self.export_dir, val_src)
+                if not tensorflow_installed():
+                    self.export_command = command
+                    print("no TensorFlow here, so no SavedModel: on a machine with "
+                          f"TensorFlow and this workdir, run\n  {command}", flush=True)
+                else:
+                    self.export_path = export_translation_in_tensorflow(command)
+            if self.export_path is not None:
+                print(f"exported SavedModel to {self.export_path}", flush=True)
         except Exception as error:  # noqa: BLE001 -- re-raised by report
             self.export_error = error
             print(f"export to {self.export_dir} failed: {type(error).__name__}: {error}",
@@ -1292,7 +1384,8 @@ class TranslationRun(StagedJob):
             "test_split": self.data.names["test"],
             "validation_split": self.data.names["validation"],
             "train_split": "+".join(c[0] for c in corpora),
-            "train_pairs": {c[0]: m["pairs"] for c, m in zip(corpora, stream["manifests"])},
+            "train_pairs": {c[0]: stream["manifest"]["splits"][c[0]]["pairs"]
+                            for c in corpora},
             "train_weights": stream["weights"],
             "direction": f"{config.source_language}-{config.target_language}",
             "backend": keras.backend.backend(),
@@ -1307,11 +1400,12 @@ class TranslationRun(StagedJob):
             "job_minutes": round((time.time() - self.job_start) / 60, 1),
             "bucket_boundaries": list(self.boundaries),
             "train_real_target_tokens_per_epoch": sum(
-                m["target_tokens"] for m in stream["manifests"]),
+                stream["manifest"]["splits"][c[0]]["target_tokens"] for c in corpora),
             "beam_decode_sentences_per_second": (
                 round(len(test_src) / self.decode_seconds, 1)
                 if self.decode_seconds else None),
             "export": None if path is None else str(path),
+            "export_command": self.export_command,
             "export_error": None if error is None else f"{type(error).__name__}: {error}",
             "stage_seconds": dict(self.stage_seconds),  # the stages before this one
             "epochs_log": self.bleu_log.history,
