@@ -6,9 +6,7 @@
     keras-trm train-lm [--corpus tinyshakespeare|ptb] [--steps 1500] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
-    keras-trm prepare-translation [train-translation's flags] [--output_dir DIR]
-    keras-trm train-portable --prepared DIR [--workdir runs/portable] ...  (no TensorFlow)
-    keras-trm export-portable --prepared DIR --weights DIR [--test]
+    keras-trm export-translation --workdir DIR   (a run trained without TensorFlow)
 
 Every ``train-*`` subcommand has one flag per field of its job's config
 dataclass, parsed by jsonargparse (``config_parser``): the help line of a
@@ -550,7 +548,7 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
                      samples=(samples or SAMPLES).get(config.source_language, ()))
     except CorpusError as err:
         # run's first step (check_inputs): a bad corpus file, or a setting it
-        # rules out, found before a vocabulary, shards or weights exist.
+        # rules out, found before a vocabulary, prepared ids or weights exist.
         parser.error(str(err))
     print(json.dumps({k: result[k] for k in summary_keys}, indent=1))
     return 0
@@ -793,58 +791,39 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
     return 0
 
 
-# --- training on a GPU machine without TensorFlow (docs/long-runs.md) ----------
+# --- the SavedModel of a run trained without TensorFlow ---------------------------
 
 
-def prepare_translation_main(argv, prog="keras-trm prepare-translation"):
-    """Tokenize a corpus into portable files for train-portable (TensorFlow)."""
-    from keras_trm.data import CorpusError
-    from keras_trm.jobs.portable_tensorflow import check_settings, prepare_translation
-    from keras_trm.jobs.translation import TranslationConfig
-
-    parser = config_parser(
-        prog, "Tokenize a corpus as train-translation does (same flags) and "
-        "write it, with the vocabulary and the model config, as files that "
-        "`keras-trm train-portable` reads without TensorFlow.",
-        TranslationConfig, "runs/multi30k", results_dir=False, export_dir=False)
-    parser.add_argument("--output_dir", type=typing.Optional[str], default=None,
-                        help="the prepared folder (default <workdir>/portable); "
-                        "copy it to the training machine")
-    parser.add_argument("--max_file_mib", type=float, default=16.0,
-                        help="the largest token-id file (MiB)")
-    config, args = parse_config(parser, TranslationConfig, argv)
-    output_dir = args.output_dir or str(pathlib.Path(args.workdir) / "portable")
-    problem = (folder_problem("--workdir", args.workdir)
-               or folder_problem("--output_dir", output_dir))
-    try:
-        check_settings(config, args.max_file_mib)
-    except ValueError as err:
-        problem = problem or str(err)
-    if problem:
-        parser.error(problem)
+def export_translation_main(argv, prog="keras-trm export-translation"):
+    """Export a train-translation run trained without TensorFlow (SavedModel)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Write the raw-text SavedModel of a "
+        "`keras-trm train-translation` run that trained where TensorFlow is not "
+        "installed (it wrote <workdir>/export_request.json and printed this "
+        "command). Needs TensorFlow; runs under KERAS_BACKEND=tensorflow.")
+    parser.add_argument("--workdir", default="runs/multi30k",
+                        help="the run's work folder (default runs/multi30k)")
+    args = parser.parse_args(argv)
+    request = pathlib.Path(args.workdir) / "export_request.json"
+    if not request.is_file():
+        parser.error(f"--workdir {args.workdir}: no export_request.json in it (a "
+                     "train-translation run under JAX or PyTorch writes it)")
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "tensorflow"
     quiet_cuda_probe()
-    write_run_config(parser, args, output_dir)
-    try:
-        prepare_translation(config, args.data_dir, args.workdir, output_dir,
-                            args.max_file_mib)
-    except CorpusError as err:  # check_inputs: before anything is written
-        parser.error(str(err))
+    from keras_trm.jobs.translation import _export_main
+
+    _export_main(request)
     return 0
 
 
-def train_portable_main(argv, prog="keras-trm train-portable"):
-    """Train from prepare-translation's files on JAX/PyTorch, no TensorFlow."""
-    from keras_trm.jobs.portable_training import main
+def _replaced(old, new):
+    def main(argv, prog=f"keras-trm {old}"):
+        print(f"keras-trm {old} was folded into {new}", file=sys.stderr)
+        return 2
 
-    return main(argv, prog)
-
-
-def export_portable_main(argv, prog="keras-trm export-portable"):
-    """Export train-portable's weights as a SavedModel, report BLEU."""
-    from keras_trm.jobs.portable_tensorflow import export_main
-
-    quiet_cuda_probe()
-    return export_main(argv, prog)
+    main.__doc__ = f"Replaced: {new}."
+    return main
 
 
 COMMANDS = {
@@ -854,9 +833,20 @@ COMMANDS = {
     "train-lm": train_lm_main,
     "translate": translate_main,
     "serve": serve_main,
-    "prepare-translation": prepare_translation_main,
-    "train-portable": train_portable_main,
-    "export-portable": export_portable_main,
+    "export-translation": export_translation_main,
+}
+# The three-command split for machines without TensorFlow, before issue #61:
+# one train-translation command now runs on every backend.
+REPLACED = {
+    "prepare-translation": _replaced(
+        "prepare-translation", "`keras-trm train-translation`, which prepares the "
+        "token ids once in <workdir>/prepared (numpy, any backend)"),
+    "train-portable": _replaced(
+        "train-portable", "`KERAS_BACKEND=jax keras-trm train-translation` (or "
+        "torch), which trains without TensorFlow"),
+    "export-portable": _replaced(
+        "export-portable", "`keras-trm export-translation --workdir DIR`, the "
+        "command a run without TensorFlow prints"),
 }
 
 
@@ -884,6 +874,8 @@ def main(argv=None):
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
         return 0
+    if argv and argv[0] in REPLACED:
+        return REPLACED[argv[0]](argv[1:])
     if not argv or argv[0] not in COMMANDS:
         print(usage(), file=sys.stderr)
         if argv:

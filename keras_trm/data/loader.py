@@ -18,8 +18,8 @@ import numpy as np
 
 from keras_trm.utils import checks as v
 
-# The translation job's bucket lengths (tokens).
-DEFAULT_BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
+# The translation job's bucket lengths (tokens), below its longest pair.
+DEFAULT_BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
 
 
 def bucket_boundaries(max_pair_length, boundaries=()):

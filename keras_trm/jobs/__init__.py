@@ -1,13 +1,11 @@
 """End-to-end jobs behind the recipes and the CLI.
 
-TensorFlow by design (tf.data shards, tf-text tokenizers, SavedModels),
-except ``keras_trm.jobs.portable_training`` (and its files,
-``portable_files``, and the pure-Python ``stages`` it is built on): it
-trains on files that ``keras-trm prepare-translation`` wrote, on JAX or
-PyTorch, where no TensorFlow is installed (the usual GPU machine).
-Without TensorFlow those modules import; every other job raises
-``require_tensorflow``'s ``ImportError`` (what to install) when it is
-imported.
+The translation job (``translation``) and the pure-Python ``stages`` it
+is built on run on TensorFlow, JAX and PyTorch, also where TensorFlow is
+not installed (the usual GPU machine; only its SavedModel export needs
+TensorFlow). Without TensorFlow the other jobs (IMDB and MNIST through
+tfds, the LM) raise ``require_tensorflow``'s ``ImportError`` (what to
+install) when they are imported.
 """
 
 import importlib.util
@@ -16,7 +14,7 @@ import sys
 from keras_trm._optional import require_tensorflow
 
 # The jobs that run without TensorFlow (module names in this package).
-TENSORFLOW_FREE = frozenset({"portable_files", "portable_training", "stages"})
+TENSORFLOW_FREE = frozenset({"translation", "stages"})
 
 
 class _TensorFlowJobs:

@@ -649,7 +649,7 @@ def check_inputs(config, data_dir=None):
 
 def _tfds_train_files(workdir, source_language, target_language):
     """tfds ``wmt14_translate/de-en`` train written once, streaming, to
-    ``workdir/wmt14_train.{src,tgt}.gz`` (what the shards are prepared from)."""
+    ``workdir/wmt14_train.{src,tgt}.gz`` (what the token ids are prepared from)."""
     import gzip
 
     import tensorflow_datasets as tfds
@@ -1032,7 +1032,7 @@ def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
     of a model trained under JAX or PyTorch needs (the ``.keras`` file,
     the config, the workdir with its vocabulary, the export folder, the
     warm-up sources). Returns the command that runs it on a machine with
-    TensorFlow (``python -m keras_trm.jobs.translation export REQUEST``)."""
+    TensorFlow (``keras-trm export-translation --workdir WORKDIR``)."""
     workdir = pathlib.Path(workdir)
     path = write_json(workdir / "export_request.json", {
         "model": str(pathlib.Path(model_path).resolve()),
@@ -1040,8 +1040,7 @@ def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
         "export_dir": str(pathlib.Path(export_dir).resolve()),
         "config": dataclasses.asdict(config),
         "warmup_sources": list(warmup_sources)})
-    return ("KERAS_BACKEND=tensorflow python -m keras_trm.jobs.translation export "
-            f"{path}")
+    return f"keras-trm export-translation --workdir {workdir}"
 
 
 def tensorflow_installed():
@@ -1071,10 +1070,12 @@ def export_translation_in_tensorflow(command, timeout=3600):
     import shlex
     import subprocess
 
-    request = pathlib.Path(shlex.split(command)[-1])
+    workdir = shlex.split(command)[-1]
+    request = pathlib.Path(workdir) / "export_request.json"
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     child = subprocess.run(
-        [sys.executable, "-m", "keras_trm.jobs.translation", "export", str(request)],
+        [sys.executable, "-m", "keras_trm.cli", "export-translation", "--workdir",
+         workdir],
         env=env, capture_output=True, text=True, timeout=timeout)
     if child.returncode != 0:
         tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
@@ -1143,7 +1144,7 @@ class TranslationRun(StagedJob):
             config, precision=apply_precision(config.precision))
         self.strategy = job_strategy(config.strategy)
         # The corpora and the vocabulary size they need: a bad file stops
-        # the job now, before the run folder, a vocabulary, shards or weights.
+        # the job now, before the run folder, a vocabulary, prepared ids or weights.
         check_inputs(config, self.data_dir)
         self.workdir.mkdir(parents=True, exist_ok=True)
 
@@ -1418,10 +1419,3 @@ class TranslationRun(StagedJob):
                 "\"export_error\"); run the same command again to export (training "
                 "is not repeated: it resumes from its finished backup)")
             raise error
-
-
-if __name__ == "__main__":  # python -m keras_trm.jobs.translation export REQUEST
-    if sys.argv[1:2] != ["export"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m keras_trm.jobs.translation export REQUEST.json "
-                 "(the child of export_translation_in_tensorflow)")
-    _export_main(sys.argv[2])
