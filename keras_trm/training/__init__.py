@@ -33,11 +33,17 @@ from keras_trm.training.schedules import warmup_cosine_decay
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
 from keras_trm.training.progress import TimeBudget, TokenCount
 from keras_trm.training.resume import DataPosition, TrainingBackup
+# Validation score log and TensorBoard scalars (TensorFlow only when a
+# writer is made).
+from keras_trm.training.monitoring import (
+    BleuLog,
+    TensorBoardScalars,
+    tensorboard_writer,
+)
 
-# TensorFlow by design (tf.distribute strategies, tf.summary, the
-# language-model segment stream and the translator behind the BLEU
-# callbacks): imported on first use, with an error naming what to install
-# where TensorFlow is missing.
+# TensorFlow by design (tf.distribute strategies, the language-model
+# segment stream): imported on first use, with an error naming what to
+# install where TensorFlow is missing.
 _TENSORFLOW_ONLY = {
     **dict.fromkeys(
         ("make_strategy", "resolve_jit_compile", "split_cpu",
@@ -45,8 +51,6 @@ _TENSORFLOW_ONLY = {
          "worker_info"), "keras_trm.training.distribute"),
     **dict.fromkeys(("lm_loss", "make_train_step", "train_segments"),
                     "keras_trm.training.language_model"),
-    **dict.fromkeys(("BleuLog", "TensorBoardScalars", "tensorboard_writer"),
-                    "keras_trm.training.monitoring"),
 }
 _lazy = lazy_module_attributes(__name__, _TENSORFLOW_ONLY)
 
