@@ -163,7 +163,10 @@ def quiet_cuda_probe():
     """
     if has_nvidia_driver():
         return
-    import tensorflow as tf
+    try:
+        import tensorflow as tf
+    except ImportError:  # a machine without TensorFlow: nothing to quiet
+        return
 
     sys.stderr.flush()
     saved = os.dup(2)

@@ -14,7 +14,7 @@ import sys
 from keras_trm._optional import require_tensorflow
 
 # The jobs that run without TensorFlow (module names in this package).
-TENSORFLOW_FREE = frozenset({"translation", "stages"})
+TENSORFLOW_FREE = frozenset({"translation", "stages", "_setup"})
 
 
 class _TensorFlowJobs:

@@ -55,11 +55,8 @@ from keras_trm.utils import checks as v
 from keras_trm.utils.memory import release_freed_memory
 from keras_trm.models import transformer
 from keras_trm.text import (
-    SentencePieceTokenizer,
-    TextTokenizer,
+    HostSentencePieceTokenizer,
     learn_sentencepiece,
-    learn_vocabulary,
-    load_vocabulary,
 )
 from keras_trm.training import (
     EpochCheckpoints,
@@ -68,9 +65,7 @@ from keras_trm.training import (
     NoamSchedule,
     apply_precision,
     apply_preset,
-    make_strategy,
     paper_adam,
-    resolve_jit_compile,
     select_checkpoint_average,
 )
 from keras_trm.training import (  # long runs (issue #11)
@@ -82,9 +77,7 @@ from keras_trm.training import (  # long runs (issue #11)
     TokenCount,
     TrainingBackup,
     accumulation_steps,
-    build_for_distributed_fit,
     tensorboard_writer,
-    worker_info,
 )
 from keras_trm.utils import atomic_write, write_json
 from keras_trm.utils.files import atomic_file
@@ -259,9 +252,10 @@ class TranslationConfig:
     """Distribution: ``default`` (one device), ``mirrored`` (local GPUs, or
     2 logical CPU devices), ``multi_worker`` (cluster from TF_CONFIG)."""
     jit_compile: OnOffAuto = "off"
-    """XLA for the training step: ``on``, ``off`` or ``auto`` (off for
-    several CPU replicas, on otherwise). Under ``KERAS_BACKEND=jax`` the
-    step is always compiled (``jax.jit``)."""
+    """Compile the training step: ``on``, ``off`` or ``auto``: XLA under
+    TensorFlow (``auto``: off for several CPU replicas, on otherwise),
+    ``torch.compile`` under PyTorch (``auto``: off); under JAX always
+    (``jax.jit``). See ``job_jit_compile``."""
     precision: Precision = "auto"
     """Dtype policy: ``auto`` picks mixed_bfloat16 only on CPUs where it was
     measured faster (native bfloat16, under TensorFlow), else float32."""
@@ -431,7 +425,9 @@ def prepare_tokenizer(config, corpora, workdir):
     source files, then the target files, of ``corpora``: ``(name,
     source_path, target_path)`` tuples) and cached in ``workdir``."""
     kind = vocabulary_kind(config)
-    if kind == "wordpiece":
+    if kind == "wordpiece":  # tensorflow-text's WordPiece: TensorFlow only
+        from keras_trm.text import TextTokenizer
+
         return TextTokenizer(prepare_vocabulary(config, corpora, workdir))
     model_type = kind.split("_", 1)[1]
     path = pathlib.Path(workdir) / f"spm_{model_type}_{config.vocabulary_size}.model"
@@ -442,7 +438,18 @@ def prepare_tokenizer(config, corpora, workdir):
         learn_sentencepiece(_vocabulary_sample(config, corpora), config.vocabulary_size,
                             path, model_type=model_type,
                             sample_size=config.vocabulary_sample, seed=config.seed)
-    return SentencePieceTokenizer(path)
+    return HostSentencePieceTokenizer(path)
+
+
+def search_tokenizer(tokenizer):
+    """The tokenizer the job's searches (val BLEU, test, export) take: on
+    TensorFlow the in-graph one (tokenizer, search and detokenizer in one
+    graph, as the SavedModel serves them); on JAX and PyTorch the host
+    one (no TensorFlow)."""
+    in_graph = getattr(tokenizer, "in_graph", None)
+    if in_graph is not None and keras.backend.backend() == "tensorflow":
+        return in_graph()
+    return tokenizer
 
 
 def _vocabulary_sample(config, corpora):
@@ -460,6 +467,8 @@ def _model_name(config):
 
 
 def prepare_vocabulary(config, corpora, workdir):
+    from keras_trm.text import learn_vocabulary, load_vocabulary
+
     path = pathlib.Path(workdir) / f"vocab_{config.vocabulary_size}.txt"
     if path.is_file():
         return load_vocabulary(path)
@@ -906,6 +915,30 @@ def resolve_translation_data(config, data_dir, workdir):
                            (val_src, val_tgt), (test_src, test_tgt))
 
 
+def job_jit_compile(choice, strategy=None):
+    """``fit``'s ``jit_compile`` for the job's ``jit_compile`` setting
+    (``"on"``, ``"off"``, ``"auto"``), one meaning on every backend: XLA
+    (TensorFlow), ``jax.jit`` (JAX: always, since without it Keras runs
+    the step op by op), ``torch.compile`` (PyTorch); ``"auto"`` is on
+    except for several TensorFlow CPU replicas
+    (``keras_trm.training.resolve_jit_compile``) and off for PyTorch.
+
+    Example:
+
+    >>> job_jit_compile("on")
+    True
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return True
+    if backend == "tensorflow":
+        from keras_trm.training.distribute import resolve_jit_compile
+
+        return resolve_jit_compile({"on": True, "off": False}.get(choice, "auto"),
+                                   strategy)
+    return choice == "on"
+
+
 class _OneDevice:
     """The job's strategy off TensorFlow: one process, Keras' own device
     placement (``tf.distribute`` is TensorFlow's)."""
@@ -926,6 +959,8 @@ def job_strategy(kind):
         ValueError: ``mirrored`` / ``multi_worker`` off TensorFlow.
     """
     if keras.backend.backend() == "tensorflow":
+        from keras_trm.training.distribute import make_strategy
+
         return make_strategy(kind)
     if kind != "default":
         raise ValueError(f"`strategy`={kind!r} is TensorFlow's tf.distribute; under "
@@ -1034,10 +1069,11 @@ def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
     warm-up sources). Returns the command that runs it on a machine with
     TensorFlow (``keras-trm export-translation --workdir WORKDIR``)."""
     workdir = pathlib.Path(workdir)
-    path = write_json(workdir / "export_request.json", {
-        "model": str(pathlib.Path(model_path).resolve()),
-        "workdir": str(workdir.resolve()),
-        "export_dir": str(pathlib.Path(export_dir).resolve()),
+    # The model's path relative to the workdir: the folder may be copied to
+    # another machine and exported there.
+    write_json(workdir / "export_request.json", {
+        "model": str(pathlib.Path(model_path).resolve().relative_to(workdir.resolve())),
+        "export_dir": str(export_dir),
         "config": dataclasses.asdict(config),
         "warmup_sources": list(warmup_sources)})
     return f"keras-trm export-translation --workdir {workdir}"
@@ -1086,13 +1122,15 @@ def export_translation_in_tensorflow(command, timeout=3600):
 
 def _export_main(request_path):
     """The child of ``export_translation_in_tensorflow``."""
-    request = json.loads(pathlib.Path(request_path).read_text())
+    request_path = pathlib.Path(request_path)
+    request = json.loads(request_path.read_text())
+    workdir = request_path.parent
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
                            f"got {keras.backend.backend()!r}")
     config = TranslationConfig(**request["config"])
-    model = keras.saving.load_model(request["model"])
-    tokenizer = prepare_tokenizer(config, [], request["workdir"])
+    model = keras.saving.load_model(workdir / request["model"])
+    tokenizer = search_tokenizer(prepare_tokenizer(config, [], workdir))
     translator = Translator(model, tokenizer, **_search_options(config))
     path = export_translation(translator, config, request["export_dir"],
                               request["warmup_sources"])
@@ -1161,9 +1199,12 @@ class TranslationRun(StagedJob):
               + (f" (smoke run: the first {config.limit} pairs of each split)"
                  if config.limit else ""), flush=True)
         self.tokenizer = prepare_tokenizer(config, corpora, workdir)
-        self.num_workers, self.worker_index, self.is_chief = (
-            worker_info(self.strategy) if keras.backend.backend() == "tensorflow"
-            else (1, 0, True))
+        self.num_workers, self.worker_index, self.is_chief = (1, 0, True)
+        if keras.backend.backend() == "tensorflow":
+            from keras_trm.training.distribute import worker_info
+
+            self.num_workers, self.worker_index, self.is_chief = worker_info(
+                self.strategy)
         self.boundaries = boundaries = bucket_boundaries(
             train_length(config), parse_boundaries(config.boundaries))
         self.position = DataPosition()  # where a resumed run re-enters the stream
@@ -1211,12 +1252,7 @@ class TranslationRun(StagedJob):
                     gradient_accumulation_steps=accumulate if accumulate > 1 else None),
                 loss=LabelSmoothedCrossEntropy(config.label_smoothing),
                 metrics=[MaskedAccuracy(), TokenCount()],
-                # JAX: always compiled (without jax.jit Keras runs the step
-                # op by op); TensorFlow: as the flag says.
-                jit_compile=keras.backend.backend() == "jax" or resolve_jit_compile(
-                    {"on": True, "off": False}.get(config.jit_compile, "auto"),
-                    strategy,
-                ),
+                jit_compile=job_jit_compile(config.jit_compile, strategy),
             )
         print(f"model: {model.count_params():,} parameters", flush=True)
         if accumulate > 1:
@@ -1234,15 +1270,23 @@ class TranslationRun(StagedJob):
         if self.num_workers > 1:  # one global step = one batch of each worker
             local_train = train
             train = self.strategy.distribute_datasets_from_function(lambda _: local_train)
+            from keras_trm.training.distribute import build_for_distributed_fit
+
             build_for_distributed_fit(model, self.strategy, local_train)
         self.budget = budget = TimeBudget(config.time_budget_minutes * 60)
         self.checkpoints = checkpoints = EpochCheckpoints(
             workdir / "checkpoints", keep=config.average_last,
             every_steps=config.checkpoint_every_steps,
             every_minutes=config.checkpoint_every_minutes, write=self.is_chief)
-        writer = (tensorboard_writer(workdir / "tensorboard")
-                  if config.tensorboard == "on" and self.is_chief else None)
-        self.val_bleu = GreedyBleu(model, self.tokenizer, *self.data.validation)
+        writer = None
+        if config.tensorboard == "on" and self.is_chief:
+            if tensorflow_installed():  # tf.summary writes the event files
+                writer = tensorboard_writer(workdir / "tensorboard")
+            else:
+                print("tensorboard: off (it writes through TensorFlow, which is "
+                      "not installed here)", flush=True)
+        self.val_bleu = GreedyBleu(model, search_tokenizer(self.tokenizer),
+                                   *self.data.validation)
         self.bleu_log = bleu_log = BleuLog(
             self.val_bleu, workdir / "epochs.json", config.eval_every_epochs,
             clock=budget.elapsed, writer=writer, write=self.is_chief)
@@ -1305,7 +1349,8 @@ class TranslationRun(StagedJob):
         # training precision: the same weights, no per-step casts, portable
         # to CPUs without native bfloat16.
         self.translator = Translator(self.val_bleu.float32_model(self.model),
-                                     self.tokenizer, **_search_options(config))
+                                     search_tokenizer(self.tokenizer),
+                                     **_search_options(config))
         test_src, test_tgt = self.data.test
         test_name = self.data.names["test"]
         self.test = {"test_bleu": None, "test_bleu_line": None,
