@@ -30,6 +30,7 @@
 import argparse
 import json
 import os
+import pathlib
 import platform
 import resource
 import subprocess
@@ -44,8 +45,14 @@ import tensorflow as tf  # noqa: E402
 
 import keras_trm  # noqa: E402,F401
 from keras_trm.utils import write_json  # noqa: E402
-from keras_trm.data import load_multi30k, shards_from_pairs, stream_batches  # noqa: E402
+from keras_trm.data import (  # noqa: E402
+    TokenBatches,
+    load_multi30k,
+    prepare_translation_data,
+    read_prepared,
+)
 from keras_trm.decoding import beam_search, greedy_search  # noqa: E402
+from keras_trm.jobs.translation import token_encoder, vocabulary_sha256  # noqa: E402
 from keras_trm.models import transformer  # noqa: E402
 from keras_trm.text import END_ID, START_ID, TextTokenizer, load_vocabulary  # noqa: E402
 from keras_trm import _runtime  # noqa: E402
@@ -61,10 +68,24 @@ BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
 
 
 def job_batches(tokenizer, src, tgt):
-    """The translation job's batches of the pairs (its shard stream: pairs
-    over 128 ids dropped, 4096 tokens a side, one seeded epoch)."""
-    shards = shards_from_pairs(src, tgt, tokenizer, max_train_length=128)
-    return stream_batches(shards, 4096, BOUNDARIES, seed=0)
+    """The translation job's batches of the pairs (its prepared format and
+    loader: pairs over 128 ids dropped, 4096 tokens a side, one seeded
+    epoch) as a tf.data.Dataset."""
+    import tempfile
+
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="bench_translation_"))
+    (folder / "train.src").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+    (folder / "train.tgt").write_text("".join(s + "\n" for s in tgt), encoding="utf-8")
+    prepare_translation_data(
+        folder / "prepared", [("train", folder / "train.src", folder / "train.tgt")],
+        token_encoder(tokenizer), tokenizer.vocabulary_size,
+        vocabulary_sha256(tokenizer), max_train_length=128)
+    split = read_prepared(folder / "prepared").splits["train"]
+    batches = TokenBatches(split, 4096, BOUNDARIES, seed=0, repeat=False)
+    spec = tf.TensorSpec((None, None), tf.int32)
+    return tf.data.Dataset.from_generator(
+        lambda: (batches[i] for i in range(len(batches))),
+        output_signature=({"encoder_tokens": spec, "decoder_tokens": spec}, spec))
 
 
 def encode(tokenizer, sentences, prefix):
