@@ -1,9 +1,9 @@
 """``keras-trm``: command line entry points, one subcommand per recipe.
 
-    keras-trm train-translation [--data-dir DIR] [--epochs N] ...
-    keras-trm train-imdb [--models encoder,lstm_ln,lstm] [--limit 0] ...
-    keras-trm train-mnist [--batch-sizes 128,8] [--norms none,batch,layer] ...
-    keras-trm train-lm [--corpus tinyshakespeare|ptb] [--steps 1500] ...
+    keras-trm train-translation [--data_dir DIR] [--training.epochs N] ...
+    keras-trm train-imdb [--models encoder,lstm_ln,lstm] [--data.limit 0] ...
+    keras-trm train-mnist [--training.batch_sizes 128,8] [--model.norms none,batch,layer] ...
+    keras-trm train-lm [--data.corpus tinyshakespeare|ptb] [--training.steps 1500] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
     keras-trm export-translation --workdir DIR   (a run trained without TensorFlow)
@@ -49,10 +49,33 @@ SAMPLES = {
 
 FLAG_RULES = (
     "Flags: dashes and underscores are the same (--data-dir = --data_dir); "
-    "booleans take true|false (a bare flag means true); lists are "
-    "comma-separated (--batch-sizes 128,8) or YAML ([128, 8]). --config "
+    "booleans take true|false (a bare flag means true);{lists} --config "
     "FILE.yaml reads the same keys (e.g. a run's <workdir>/config.yaml); "
     "flags on the command line override it.")
+
+
+def flag_rules(config_cls):
+    """``FLAG_RULES`` for the command of ``config_cls``; its example of a
+    list is the class's first list field (none where it has none).
+
+    Example:
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     batch_sizes: tuple[int, ...] = (128, 8)
+    ...     SECTIONS = {"training": ("batch_sizes",)}
+    >>> "lists are comma-separated (--training.batch_sizes 128,8)" in flag_rules(Config)
+    True
+    """
+    lists = [f for f in dataclasses.fields(config_cls)
+             if typing.get_origin(f.type) is tuple and f.default]
+    example = ""
+    if lists:
+        key, values = config_keys(config_cls)[lists[0].name], lists[0].default
+        example = (f" lists are comma-separated (--{key} {','.join(map(str, values))})"
+                   f" or YAML ([{', '.join(map(str, values))}]).")
+    return FLAG_RULES.format(lists=example)
 
 
 def config_parser(prog, description, config_cls, workdir, results_dir=True,
@@ -80,7 +103,7 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
 
     # The help line of a field is its attribute docstring.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = ArgumentParser(prog=prog, description=f"{description} {FLAG_RULES}")
+    parser = ArgumentParser(prog=prog, description=f"{description} {flag_rules(config_cls)}")
     parser.add_argument(
         "--config", action=ActionConfigFile,
         help="YAML file of these flags (a run's <workdir>/config.yaml re-runs "
@@ -308,9 +331,11 @@ def parse_config(parser, config_cls, argv):
 @contextlib.contextmanager
 def _sectioned_config_files(argv, aliases):
     """``argv`` with each ``--config`` YAML file that has flat keys of
-    sectioned fields (a config.yaml written before the sections) replaced
-    by a temporary copy with those keys in their sections; the copies are
-    removed afterwards. Other files are passed as they are."""
+    sectioned fields (a config.yaml written before the sections) or
+    ``preset: ''`` (written before the default preset was ``cpu_small``)
+    replaced by a temporary copy with those keys in their sections and
+    ``preset: cpu_small``; the copies are removed afterwards. Other files
+    are passed as they are."""
     import tempfile
 
     import yaml
@@ -328,8 +353,14 @@ def _sectioned_config_files(argv, aliases):
                 data = yaml.safe_load(pathlib.Path(path).read_text())
             except (OSError, yaml.YAMLError):
                 continue  # jsonargparse reports it, naming the file
-            if not isinstance(data, dict) or not set(data) & set(aliases):
+            if not isinstance(data, dict):
                 continue
+            # A config.yaml of before the default preset was named: "".
+            old_preset = data.get("preset") == ""
+            if not (set(data) & set(aliases) or old_preset):
+                continue
+            if old_preset:
+                data["preset"] = "cpu_small"
             # A key already in its section wins over its flat spelling.
             nested = {k: v for k, v in data.items() if k not in aliases}
             for key in set(data) & set(aliases):

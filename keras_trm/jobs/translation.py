@@ -87,7 +87,7 @@ Dataset = Literal["multi30k", "wmt14", "wmt14_tfds", "files"]
 StopRule = Literal["bound", "first_end", "never"]
 Vocabulary = Literal["auto", "wordpiece", "sentencepiece_bpe",
                      "sentencepiece_unigram"]
-Preset = Literal["", "cpu_small", "tiny", "transformer_base", "transformer_big"]
+Preset = Literal["cpu_small", "tiny", "transformer_base", "transformer_big"]
 Strategy = Literal["default", "mirrored", "multi_worker"]
 Precision = Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"]
 OnOff = Literal["on", "off"]
@@ -148,9 +148,9 @@ class TranslationConfig:
     validation_limit: int = 0
     """> 0: the greedy validation BLEU of each epoch uses the first n
     pairs only (pairs; 0 = all)."""
-    preset: Preset = ""
+    preset: Preset = "cpu_small"
     """Hyper-parameter preset (``keras_trm.training.presets``): fills the
-    fields left at their defaults; ``""`` = these defaults (``cpu_small``)."""
+    fields left at their defaults; ``cpu_small`` is these defaults."""
 
     vocabulary_size: int = 10000
     """Subword vocabulary size (tokens, shared by both languages); 10,000
