@@ -81,11 +81,10 @@ def tune_allocator():
         Whether the settings were applied.
 
     Example:
-    >>> import os
-    >>> os.environ["KERAS_TRM_NO_MALLOC_TUNING"] = "1"
-    >>> tune_allocator()
+    >>> import os, unittest.mock
+    >>> with unittest.mock.patch.dict(os.environ, KERAS_TRM_NO_MALLOC_TUNING="1"):
+    ...     tune_allocator()   # turned off
     False
-    >>> del os.environ["KERAS_TRM_NO_MALLOC_TUNING"]
     """
     if ("GLIBC_TUNABLES" in os.environ or os.environ.get("KERAS_TRM_NO_MALLOC_TUNING")
             or not _is_glibc_linux()):
@@ -227,11 +226,10 @@ def quiet_tensorflow_start():
         Whether the defaults were set (False: the user's level stands).
 
     Example:
-    >>> import os
-    >>> os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
-    >>> quiet_tensorflow_start()   # the user's choice
+    >>> import os, unittest.mock
+    >>> with unittest.mock.patch.dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"):
+    ...     quiet_tensorflow_start()   # the user's level stands
     False
-    >>> del os.environ["TF_CPP_MIN_LOG_LEVEL"]
     """
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
         return False
