@@ -10,8 +10,23 @@ TensorFlow by design and import it when used (docs/getting-started.md,
 environment variable.
 """
 
-from keras_trm import layers  # noqa: F401
-from keras_trm import models  # noqa: E402,F401
-from keras_trm import training  # noqa: E402,F401  (registers schedule, loss)
+import importlib
+
+from keras_trm._runtime import is_command_process
 
 __version__ = "0.1.0"
+
+_SUBMODULES = ("layers", "models", "training")
+
+if not is_command_process():
+    from keras_trm import layers  # noqa: F401
+    from keras_trm import models  # noqa: F401
+    from keras_trm import training  # noqa: F401  (registers schedule, loss)
+
+
+def __getattr__(name):
+    # The ``keras-trm`` command imports them when a command uses them (its
+    # --help starts no TensorFlow; keras_trm._runtime.is_command_process).
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

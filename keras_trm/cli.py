@@ -32,8 +32,8 @@ import warnings
 
 from keras_trm._runtime import (
     quiet_cuda_probe,
-    reexec_with_allocator_tunables,
-    set_log_level_default,
+    quiet_tensorflow_start,
+    tune_allocator,
 )
 
 # Sentences translated at the end of train-translation, by source language.
@@ -548,8 +548,7 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
     corpus exits with status 2 and a usage message, before anything is
     written.
     """
-    from keras_trm.data import CorpusError
-    from keras_trm.jobs.translation import TranslationConfig, run
+    from keras_trm.jobs.translation_config import TranslationConfig
 
     parser = config_parser(
         prog, "Train a Transformer on Multi30k EN->DE (default), WMT14 or "
@@ -572,6 +571,10 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
                or folder_problem("--export_dir", args.export_dir))
     if problem:
         parser.error(problem)
+    # After the flags are read: --help starts no TensorFlow.
+    from keras_trm.data import CorpusError
+    from keras_trm.jobs.translation import run
+
     quiet_cuda_probe()
     write_run_config(parser, args)
     try:
@@ -895,12 +898,15 @@ def usage():
 
 
 def main(argv=None):
-    if argv is None and sys.argv[1:2] and sys.argv[1].startswith("train"):
-        # The training process runs again once, with glibc malloc tunables
-        # (fewer page faults, less kernel time) and TensorFlow's C++ log
-        # level 2 (no info lines) set before it imports TensorFlow.
-        set_log_level_default()
-        reexec_with_allocator_tunables()
+    if argv is None:
+        # The command's process, before anything imports TensorFlow
+        # (keras_trm/__init__.py leaves it to the command): no TensorFlow
+        # C++ lines unless the user set TF_CPP_MIN_LOG_LEVEL, and for
+        # training glibc malloc settings (fewer page faults, less kernel
+        # time) in this same process.
+        quiet_tensorflow_start()
+        if sys.argv[1:2] and sys.argv[1].startswith("train"):
+            tune_allocator()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
         print(usage())

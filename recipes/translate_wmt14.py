@@ -32,7 +32,7 @@ EN->DE, full data).
 
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
+from keras_trm._runtime import tune_allocator
 from keras_trm.cli import train_translation_main
 
 SAMPLES = {
@@ -54,6 +54,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
-    reexec_with_allocator_tunables()  # glibc malloc tunables
+    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
     sys.exit(main(sys.argv[1:]))

@@ -502,7 +502,6 @@ def test_no_cuda_error_lines_on_a_cpu_only_machine(tmp_path):
     if has_nvidia_driver():
         pytest.skip("an NVIDIA driver is present")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    env.update(KERAS_TRM_NO_REEXEC="1")
     missing = tmp_path / "missing"
     proc = subprocess.run(
         [sys.executable, "-m", "keras_trm.cli", "train-translation",
