@@ -79,6 +79,15 @@ def _check_weights(weights, count):
     return array
 
 
+def _position(position):
+    """``(epoch, skip)`` of a ``position`` (None: the start), each an int
+    >= 0 (a negative one read as an epoch before the first)."""
+    if position is None:
+        return 0, 0
+    return (v.non_negative_int("position.epoch", position.epoch),
+            v.non_negative_int("position.skip", position.skip))
+
+
 class TokenBatches(keras.utils.PyDataset):
     """Token-count batches over prepared splits, seeded, resumable,
     sharded per process, optionally mixing several corpora by weight.
@@ -218,7 +227,7 @@ class TokenBatches(keras.utils.PyDataset):
                              "leave no pair")
         self.shapes = [(int(b), int(L)) for b, L, c in zip(
             self.batch_sizes, self.boundaries, per_bucket) if c]
-        self.epoch = 0 if position is None else int(position.epoch)
+        self.epoch = _position(position)[0]
         self._plan_epoch, self._plan = None, None
         self._start = 0
 
@@ -241,9 +250,8 @@ class TokenBatches(keras.utils.PyDataset):
                 raise IndexError(f"batch {index} of an epoch of {self.batches_per_epoch}")
             return self.batch(self.epoch, index)
         if index == 0:  # the stream starts: where does it start?
-            p = self.position
-            self._start = (0 if p is None
-                           else int(p.epoch) * self.batches_per_epoch + int(p.skip))
+            epoch, skip = _position(self.position)
+            self._start = epoch * self.batches_per_epoch + skip
         epoch, at = divmod(self._start + index, self.batches_per_epoch)
         return self.batch(epoch, at)
 

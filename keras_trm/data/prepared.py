@@ -311,6 +311,22 @@ def _read_manifest_or_none(directory):
     return None
 
 
+_DTYPES = {"ids": np.int32, "offsets": np.int64, "source_lengths": np.int32}
+
+
+def _open_array(directory, file, kind):
+    """One chunk file, memory-mapped; a file numpy cannot map (cut short,
+    a damaged header) or of another dtype or rank is refused, named."""
+    try:
+        array = np.load(directory / file, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:
+        raise _refuse(file, f"cannot be read ({err})", directory) from None
+    if array.ndim != 1 or array.dtype != _DTYPES[kind]:
+        raise _refuse(file, f"holds {array.dtype} {array.shape}, not 1-D "
+                      f"{np.dtype(_DTYPES[kind])}", directory)
+    return array
+
+
 class PreparedSplit:
     """One split of a prepared folder, memory-mapped: nothing is read
     until asked for, and what is read stays in the page cache, not in
@@ -329,12 +345,17 @@ class PreparedSplit:
 
     def __init__(self, directory, name, chunks):
         self.name = name
-        self.chunks = [{k: np.load(directory / c[k], mmap_mode="r", allow_pickle=False)
-                        for k in ARRAYS} for c in chunks]
+        self.chunks = [{k: _open_array(directory, c[k], k) for k in ARRAYS}
+                       for c in chunks]
         self.bases = np.cumsum([0] + [len(c["source_lengths"]) for c in self.chunks])
         self.pairs = int(self.bases[-1])
         parts = []
-        for c in self.chunks:
+        for names, c in zip(chunks, self.chunks):
+            # cheap (two values read): the shapes the lengths below need
+            if (len(c["offsets"]) != len(c["source_lengths"]) + 1 or c["offsets"][0] != 0
+                    or c["offsets"][-1] != len(c["ids"])):
+                raise _refuse(names["offsets"], "does not fit its ids and source "
+                              "lengths", directory)
             n_source = np.asarray(c["source_lengths"], np.int32)
             n_target = np.diff(np.asarray(c["offsets"])).astype(np.int32) - n_source
             parts.append(np.maximum(n_source, n_target - 1))
@@ -443,11 +464,7 @@ def read_prepared(directory, vocabulary_size=None, key=None, verify=True,
                 isinstance(c, dict) and all(c.get(k) in manifest["files"] for k in ARRAYS)
                 for c in chunks):
             raise _refuse(MANIFEST, f"lists damaged chunks for split {name!r}", directory)
-        try:
-            split = PreparedSplit(directory, name, chunks)
-        except ValueError as err:  # a .npy header that numpy refuses
-            raise _refuse(f"a chunk of split {name!r}", f"cannot be read ({err})",
-                          directory) from None
+        split = PreparedSplit(directory, name, chunks)
         if check_ids:
             _check_chunks(directory, split, chunks, vocabulary_size)
         splits[name] = split
