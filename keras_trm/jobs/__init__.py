@@ -13,19 +13,20 @@ import sys
 
 from keras_trm._optional import require_tensorflow
 
-# The jobs that run without TensorFlow (module names in this package).
-TENSORFLOW_FREE = frozenset({"translation", "stages", "_setup"})
+# The jobs that need TensorFlow (module names in this package); the others
+# (the translation job, its config, the stages) run without it.
+TENSORFLOW_JOBS = frozenset({"imdb", "mnist", "language_model"})
 
 
 class _TensorFlowJobs:
     """``sys.meta_path`` finder, installed only where TensorFlow is missing:
-    importing a job outside ``TENSORFLOW_FREE`` raises
+    importing one of ``TENSORFLOW_JOBS`` raises
     ``require_tensorflow``'s error instead of a bare ``No module named
     'tensorflow'`` from deep inside it."""
 
     def find_spec(self, name, path=None, target=None):
         head, dot, rest = name.partition(__name__ + ".")
-        if not head and dot and rest.split(".")[0] not in TENSORFLOW_FREE:
+        if not head and dot and rest.split(".")[0] in TENSORFLOW_JOBS:
             require_tensorflow(name)  # raises ImportError
         return None
 
