@@ -12,7 +12,7 @@ good share of its CPU time in the kernel.
 ``ALLOCATOR_TUNABLES`` make every thread allocate from the main arena
 (``arena_max=1``), never ``mmap`` a block (``mmap_max=0``: the heap grows
 with ``brk``), and keep freed memory (``trim_threshold`` 4 GiB): the large
-blocks are reused from the heap. ``bench/bench_translation.py``
+blocks are reused from the heap. ``bench/bench_translation.py`` at 32da1ca
 (``epoch_cpu``) measures the effect on page faults, kernel time and epoch
 time (``bench/results/translation_cpu_epoch.json``, docs/measurements.md).
 
@@ -41,7 +41,7 @@ import re
 import sys
 import tempfile
 
-# Measured with bench/bench_translation.py (epoch_cpu). Neither of the
+# Measured with bench/bench_translation.py at 32da1ca (epoch_cpu). Neither of the
 # earlier choices: mmap_threshold=32 MiB alone (about 20% fewer faults: the
 # blocks above it, and all blocks of non-main arenas, are still mapped) nor
 # glibc.malloc.hugetlb=1 (100x fewer faults but 3x the kernel time,

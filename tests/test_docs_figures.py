@@ -246,6 +246,34 @@ def test_docs_pages_with_figures_are_all_checked():
     assert with_tables <= set(PAGES), sorted(with_tables - set(PAGES))
 
 
+# A script of bench/ named on a page: it exists, or the page gives the
+# commit of its last version (`... at 32da1ca` after its command, or just
+# before it, or `git show 32da1ca:bench/x.py`).
+_BENCH_SCRIPT = re.compile(r"(?<![\w/])(?:([0-9a-f]{7,40}):)?bench/(\w+\.(?:py|sh))\b")
+_AT_COMMIT = re.compile(r"\bat [0-9a-f]{7,40}\b")
+
+
+def missing_bench_scripts(text, root=ROOT):
+    """The ``bench/`` scripts ``text`` names that neither exist under
+    ``root`` nor come with a commit (in the 100 characters before or the
+    400 after)."""
+    return [m.group(2) for m in _BENCH_SCRIPT.finditer(text)
+            if not (root / "bench" / m.group(2)).is_file() and not m.group(1)
+            and not _AT_COMMIT.search(text, max(0, m.start() - 100), m.end() + 400)]
+
+
+def test_pages_name_bench_scripts_that_exist():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    missing = {str(p.relative_to(ROOT)): missing_bench_scripts(p.read_text(encoding="utf-8"))
+               for p in pages}
+    assert not {k: v for k, v in missing.items() if v}, missing
+    # The check itself: a retired script passes only with its commit.
+    assert missing_bench_scripts("run `python bench/gone.py --x`.") == ["gone.py"]
+    assert not missing_bench_scripts("run `python bench/gone.py --x` at 32da1ca.")
+    assert not missing_bench_scripts("`git show 32da1ca:bench/gone.py`")
+    assert not missing_bench_scripts("`python bench/ab.py train_step`")
+
+
 _TABLE = """\
 | result | value | split | host | date | source |
 | --- | --- | --- | --- | --- | --- |
