@@ -111,12 +111,16 @@ def build_corpus(pool, n, folder, seed=0):
 
 
 def _tokenizer(kind, path):
-    from keras_trm.text import (SentencePieceTokenizer, TextTokenizer,
-                                load_vocabulary)
+    """The job's tokenizer for preparing: SentencePiece on the host (the
+    ``sentencepiece`` package, as ``keras-trm train-translation``), or
+    WordPiece (tensorflow-text)."""
+    from keras_trm.text import HostSentencePieceTokenizer
 
     if kind == "wordpiece":
+        from keras_trm.text import TextTokenizer, load_vocabulary
+
         return TextTokenizer(load_vocabulary(path))
-    return SentencePieceTokenizer(path)
+    return HostSentencePieceTokenizer(path)
 
 
 def learn_tokenizer(kind, pool, folder, size=8000):

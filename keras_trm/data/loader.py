@@ -255,6 +255,13 @@ class TokenBatches(keras.utils.PyDataset):
         epoch, at = divmod(self._start + index, self.batches_per_epoch)
         return self.batch(epoch, at)
 
+    def shape_at(self, index):
+        """The ``(batch, L)`` shape of stream batch ``index`` (as
+        ``self[index]`` would give it, without assembling it)."""
+        epoch, at = divmod(self._start + index, self.batches_per_epoch)
+        b = int(self.plan(epoch)[0][at])
+        return int(self.batch_sizes[b]), int(self.boundaries[b])
+
     def on_epoch_end(self):
         if not self.repeat:
             self.epoch += 1

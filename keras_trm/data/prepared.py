@@ -94,30 +94,43 @@ class _SplitWriter:
     def __init__(self, directory, split, max_bytes):
         self.directory, self.split, self.max_bytes = directory, split, max_bytes
         self.chunks, self._pending, self._bytes = [], [], 0
+        self._room = max_bytes - 3 * 128 - 8  # three .npy headers, offsets[0]
 
-    def add(self, source, target):
-        """``source``: int32 ids with END; ``target``: START ... END."""
-        cost = 4 * (len(source) + len(target)) + 12
-        if 3 * 128 + cost > self.max_bytes:
-            raise ValueError(f"one pair takes {cost} bytes, more than a file of "
-                             f"max_file_mib={self.max_bytes / MIB:g} holds")
-        if self._bytes + cost + 3 * 128 + 8 > self.max_bytes:
-            self.flush()
-        self._pending.append((source, target))
-        self._bytes += cost
+    def add(self, ids, source_lengths, target_lengths):
+        """Pairs laid out one after the other in ``ids`` (int32: source
+        with END, then START, target, END), with their lengths."""
+        n_source = np.asarray(source_lengths, np.int64)
+        n_pair = n_source + np.asarray(target_lengths, np.int64)
+        cost = 4 * n_pair + 12  # ids, an offset, a source length
+        if cost.size and cost.max() > self._room:
+            raise ValueError(f"one pair takes {int(cost.max())} bytes, more than a "
+                             f"file of max_file_mib={self.max_bytes / MIB:g} holds")
+        ends = np.cumsum(n_pair)
+        first = 0
+        while first < len(cost):
+            spent = np.cumsum(cost[first:])
+            take = int(np.searchsorted(spent, self._room - self._bytes, side="right"))
+            if take == 0:
+                self.flush()
+                continue
+            last = first + take
+            start = int(ends[first - 1]) if first else 0
+            self._pending.append((ids[start:int(ends[last - 1])], n_source[first:last],
+                                  n_pair[first:last]))
+            self._bytes += int(spent[take - 1])
+            first = last
+            if first < len(cost):
+                self.flush()
 
     def flush(self):
         if not self._pending:
             return
-        lengths = np.array([[len(s), len(t)] for s, t in self._pending], np.int64)
-        arrays = {
-            "ids": np.concatenate([np.concatenate(p) for p in self._pending]
-                                  ).astype(np.int32),
-            "offsets": np.concatenate([[0], np.cumsum(lengths.sum(1))]).astype(np.int64),
-            "source_lengths": lengths[:, 0].astype(np.int32),
-        }
+        ids, n_source, n_pair = (np.concatenate(x) for x in zip(*self._pending))
+        arrays = {"ids": ids.astype(np.int32),
+                  "offsets": np.concatenate([[0], np.cumsum(n_pair)]).astype(np.int64),
+                  "source_lengths": n_source.astype(np.int32)}
         stem = f"{self.split}-{len(self.chunks):05d}"
-        chunk = {"pairs": len(self._pending)}
+        chunk = {"pairs": len(n_source)}
         for name, array in arrays.items():
             file = f"{stem}.{name}.npy"
             np.save(self.directory / file, array, allow_pickle=False)
@@ -154,24 +167,29 @@ def _prepare_split(writer, source_path, target_path, encode, vocabulary_size,
             continue
         sources = encode([s for s, _ in kept])
         targets = encode([t for _, t in kept])
-        for s, t in zip(sources, targets):
-            s = np.asarray(s, np.int32)
-            t = np.asarray(t, np.int32)
-            if len(s) + 1 > max_train_length or len(t) + 2 > max_train_length:
-                counts["too_long"] += 1
-                continue
-            for ids in (s, t):
-                if ids.size and (ids.min() < 0 or ids.max() >= vocabulary_size):
-                    raise ValueError(
-                        f"`encode` gave id {int(ids.max() if ids.max() >= vocabulary_size else ids.min())} "
-                        f"outside the vocabulary of {vocabulary_size} ids")
-            writer.add(np.concatenate([s, [END_ID]]),
-                       np.concatenate([[START_ID], t, [END_ID]]))
-            counts["pairs"] += 1
-            counts["source_tokens"] += len(s) + 1
-            counts["target_tokens"] += len(t) + 1  # the labels: ... END
-            counts["max_pair_length"] = max(counts["max_pair_length"],
-                                            len(s) + 1, len(t) + 1)
+        n_source = np.fromiter(map(len, sources), np.int64, len(kept)) + 1  # + END
+        n_target = np.fromiter(map(len, targets), np.int64, len(kept)) + 2  # START, END
+        keep = (n_source <= max_train_length) & (n_target <= max_train_length)
+        counts["too_long"] += int(len(kept) - keep.sum())
+        rows = np.flatnonzero(keep)
+        if not len(rows):
+            continue
+        end, start = np.array([END_ID], np.int32), np.array([START_ID], np.int32)
+        parts = []
+        for r in rows:  # source, END, START, target, END: one concatenation
+            parts += (sources[r], end, start, targets[r], end)
+        ids = np.concatenate(parts).astype(np.int32)
+        if ids.min() < 0 or ids.max() >= vocabulary_size:
+            bad = int(ids.max()) if ids.max() >= vocabulary_size else int(ids.min())
+            raise ValueError(f"`encode` gave id {bad} outside the vocabulary of "
+                             f"{vocabulary_size} ids")
+        writer.add(ids, n_source[rows], n_target[rows])
+        counts["pairs"] += len(rows)
+        counts["source_tokens"] += int(n_source[rows].sum())
+        counts["target_tokens"] += int(n_target[rows].sum()) - len(rows)  # labels
+        counts["max_pair_length"] = max(counts["max_pair_length"],
+                                        int(n_source[rows].max()),
+                                        int(n_target[rows].max()) - 1)
     writer.flush()
     return counts
 

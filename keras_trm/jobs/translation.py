@@ -84,6 +84,7 @@ from keras_trm.training import (  # long runs (issue #11)
     DataPosition,
     PerUpdateSchedule,
     TensorBoardScalars,
+    StepTimes,
     TimeBudget,
     TokenCount,
     TrainingBackup,
@@ -962,7 +963,8 @@ class TranslationRun(StagedJob):
                       "checkpoints": checkpoints},
             fingerprint={**run_fingerprint(config),
                          "prepared": stream["manifest"]["key"]})
-        callbacks = [backup, checkpoints, bleu_log, budget]
+        self.step_times = StepTimes(stream["batches"].shape_at)
+        callbacks = [backup, checkpoints, bleu_log, budget, self.step_times]
         if writer is not None:
             callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
         model.fit(
@@ -974,6 +976,9 @@ class TranslationRun(StagedJob):
             verbose=1 if sys.stdout.isatty() else 2,
         )
         self.train_seconds = budget.elapsed()
+        print(f"compiling the step took {self.step_times.compile_seconds:.1f} s over "
+              f"{self.step_times.shapes} batch shapes (of "
+              f"{self.train_seconds / 60:.1f} min of training)", flush=True)
         if not self.is_chief:  # only the chief averages, writes, decodes and exports
             return {"worker": self.worker_index, "test_bleu": None,
                     "parameters": int(model.count_params()),
@@ -1104,6 +1109,10 @@ class TranslationRun(StagedJob):
             "averaged_checkpoints": self.averaged,
             "val_greedy_bleu_by_average": self.average_scores,
             "train_minutes": round(self.train_seconds / 60, 1),
+            # Tracing and compiling the step, once per batch shape (see
+            # keras_trm.training.StepTimes): part of train_minutes.
+            "compile_seconds": self.step_times.compile_seconds,
+            "compiled_shapes": self.step_times.shapes,
             "job_minutes": round((time.time() - self.job_start) / 60, 1),
             "bucket_boundaries": list(self.boundaries),
             "train_real_target_tokens_per_epoch": sum(

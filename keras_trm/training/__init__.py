@@ -31,7 +31,7 @@ from keras_trm.training.history import (
 from keras_trm.training.schedules import warmup_cosine_decay
 # Long runs: accumulation, resume (issue #11).
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
-from keras_trm.training.progress import TimeBudget, TokenCount
+from keras_trm.training.progress import StepTimes, TimeBudget, TokenCount
 from keras_trm.training.resume import DataPosition, TrainingBackup
 # Validation score log and TensorBoard scalars (TensorFlow only when a
 # writer is made).
@@ -103,6 +103,7 @@ __all__ = [
     "DataPosition",
     "PerUpdateSchedule",
     "TensorBoardScalars",
+    "StepTimes",
     "TimeBudget",
     "TokenCount",
     "TrainingBackup",

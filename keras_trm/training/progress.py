@@ -123,3 +123,54 @@ class TimeBudget(keras.callbacks.Callback):
             values.append(float(value))
         self._offset, self._longest = values
         self._start = self._epoch_start = time.time()
+
+
+class StepTimes(keras.callbacks.Callback):
+    """Training time apart from compile time: each step is timed, and a
+    step shape's first step, which traces and compiles the step function
+    for that shape (one ``jax.jit`` / XLA compilation per bucket), counts
+    as compile time beyond that shape's median step.
+
+    Args:
+        shape_at: callable, the training step's index (counted from the
+            start of ``fit``) -> a hashable shape, e.g.
+            ``keras_trm.data.TokenBatches.shape_at``.
+
+    Attributes (after training): ``compile_seconds`` (sum over shapes of
+    the first step's excess over the median of that shape's later
+    steps), ``shapes`` (how many shapes were compiled), ``steps``.
+
+    Example:
+
+    >>> times = StepTimes(lambda i: i % 2)
+    >>> times.record([(0, 5.0), (1, 3.0), (0, 1.0), (1, 1.0), (0, 1.0)])
+    >>> times.compile_seconds, times.shapes
+    (6.0, 2)
+    """
+
+    def __init__(self, shape_at):
+        super().__init__()
+        self.shape_at = shape_at
+        self._times, self._step, self._start = [], 0, None
+        self.compile_seconds, self.shapes, self.steps = 0.0, 0, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._start is not None:
+            self._times.append((self.shape_at(self._step),
+                                time.perf_counter() - self._start))
+        self._step += 1
+
+    def on_train_end(self, logs=None):
+        self.record(self._times)
+
+    def record(self, times):
+        by_shape = {}
+        for shape, seconds in times:
+            by_shape.setdefault(shape, []).append(seconds)
+        self.compile_seconds = round(sum(
+            max(0.0, t[0] - (sorted(t[1:])[len(t[1:]) // 2] if len(t) > 1 else 0.0))
+            for t in by_shape.values()), 2)
+        self.shapes, self.steps = len(by_shape), len(times)
