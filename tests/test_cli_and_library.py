@@ -48,6 +48,21 @@ def _imported_modules(path, package=None):
     return names
 
 
+@pytest.mark.parametrize("old,new", [
+    ("prepare-translation", "`keras-trm train-translation`"),
+    ("train-portable", "`KERAS_BACKEND=jax keras-trm train-translation`"),
+    ("export-portable", "`keras-trm export-translation --workdir DIR`")])
+def test_the_removed_portable_commands_name_their_replacement(old, new, capsys):
+    """The three-command route without TensorFlow (before issue #61) only
+    says what replaced it, whatever its flags, and exits 2; it is no
+    longer listed."""
+    assert cli.main([old, "--prepared", "p", "--workdir", "w"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"keras-trm {old} was folded into {new}")
+    assert err.count("\n") == 1  # one line, no usage dump or traceback
+    assert old not in cli.usage() and old not in cli.COMMANDS
+
+
 def test_models_and_layers_import_no_data_jobs_or_serving():
     forbidden = ("keras_trm.data", "keras_trm.jobs", "keras_trm.serving")
     checked, offences = 0, []
