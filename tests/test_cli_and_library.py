@@ -261,7 +261,7 @@ def test_classifier_jobs_refuse_bad_values_as_usage_errors(job, argv, words, cap
 
 def test_a_batch_smaller_than_the_longest_pair_is_a_usage_error(capsys):
     """``--training.tokens_per_batch 1`` was a traceback after the
-    vocabulary and the shards were written (the shard stream checks it);
+    vocabulary and the training data were prepared (the loader checks it);
     now the config refuses it, naming both values, before anything runs."""
     from keras_trm.jobs.translation import TranslationConfig
 
