@@ -28,7 +28,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     release = translation.TranslationRun.release_training
 
     def release_spy(self):  # the training stream and step are really freed
-        dataset = weakref.ref(self.stream["dataset"])
+        dataset = weakref.ref(self.stream["batches"])
         release(self)
         gc.collect()
         released.append((dataset() is None, self.model.train_function is None))
