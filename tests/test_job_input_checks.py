@@ -3,7 +3,7 @@ that cannot be learned from (line counts that differ, no text, invalid
 UTF-8) or a vocabulary size too small for its characters stops
 ``keras-trm train-translation`` at once -- exit 2, one ``error:`` line
 naming the file or flag and the value, no traceback -- before a
-vocabulary, shards or weights are written."""
+vocabulary, prepared ids or weights are written."""
 
 import collections
 import dataclasses

@@ -12,8 +12,8 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import fit_input, translation_batches
 from keras_trm import _runtime
-from keras_trm.data import shards_from_pairs, stream_batches
 from keras_trm.decoding import Translator
 from keras_trm.layers import MultiHeadAttention
 from keras_trm.models import transformer
@@ -126,22 +126,22 @@ def ops_float(t):
 
 def _batches(tokenizer, pairs, folder, tokens_per_batch=600):
     """The jobs' token-count batches of ``pairs`` (pairs over 64 ids
-    dropped), one epoch, seeded."""
-    shards = shards_from_pairs(*pairs, tokenizer, folder, max_train_length=64)
-    return stream_batches(shards, tokens_per_batch, (16, 32, 64), seed=0)
+    dropped), endless, seeded."""
+    return translation_batches(tokenizer, pairs, folder, tokens_per_batch,
+                               (16, 32, 64), max_train_length=64, seed=0)[0]
 
 
 def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
         restore_policy, multi30k_small, tokenizer, tmp_path):
     apply_precision("mixed_bfloat16", log=None)
     pairs = (multi30k_small[0][:240], multi30k_small[1][:240])
-    train = _batches(tokenizer, pairs, tmp_path).cache()
+    train = _batches(tokenizer, pairs, tmp_path)
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=64,
                         num_heads=2, d_ff=128, dropout_rate=0.0, max_sequence_length=64)
     assert all(w.dtype == "float32" for w in model.weights)
     assert {layer.compute_dtype for layer in model.layers
             if layer.weights} == {"bfloat16"}
-    inputs, labels = next(iter(train))
+    inputs, labels = train.batch(0, 0)
     logits = model(inputs)
     assert logits.dtype == "float32"
     loss_fn = LabelSmoothedCrossEntropy(0.1)
@@ -149,7 +149,8 @@ def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
     assert loss.dtype == "float32"
     start = float(loss)
     model.compile(optimizer=paper_adam(NoamSchedule(64, 20, 1.0)), loss=loss_fn)
-    history = model.fit(train, epochs=8, verbose=0).history["loss"]
+    history = model.fit(fit_input(train), epochs=8, verbose=0,
+                        steps_per_epoch=train.batches_per_epoch).history["loss"]
     assert np.all(np.isfinite(history))
     assert history[-1] < 0.8 * start, (start, history)
     # decoding (greedy, key/value cache in bfloat16) gives text

@@ -28,7 +28,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     release = translation.TranslationRun.release_training
 
     def release_spy(self):  # the training stream and step are really freed
-        dataset = weakref.ref(self.stream["dataset"])
+        dataset = weakref.ref(self.stream["batches"])
         release(self)
         gc.collect()
         released.append((dataset() is None, self.model.train_function is None))
@@ -74,10 +74,9 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     assert result["test_lowercase_tokenized_bleu_line"].startswith("BLEU = ")
 
 
-def test_several_corpora_with_weights_are_streamed_from_shards(
-        data_dir, tmp_path):
+def test_several_corpora_with_weights_are_prepared_once(data_dir, tmp_path):
     """``dataset="files"`` with two training corpora and ``train_weights``:
-    each is prepared once into shards under the work folder (reused by a
+    each is prepared once, a split of ``<workdir>/prepared`` (reused by a
     second run), and the result names both with their pairs and weights."""
     import gzip
 
@@ -103,13 +102,14 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
     assert result["train_split"] == "one+two"
     assert result["train_weights"] == [1.0, 3.0]
     assert result["test_bleu"] is None  # no test split given
-    manifests = sorted((tmp_path / "work" / "shards").glob("*/manifest.json"))
-    assert [m.parent.name for m in manifests] == ["one", "two"]
-    read = [json.loads(m.read_text()) for m in manifests]
-    assert [m["lines"] for m in read] == [120, 180]
-    assert result["train_pairs"] == {"one": read[0]["pairs"], "two": read[1]["pairs"]}
-    assert all(m["pairs"] + m["too_long"] + m["blank"] == m["lines"] for m in read)
-    stamp = [m.stat().st_mtime_ns for m in manifests]
+    manifest = tmp_path / "work" / "prepared" / "manifest.json"
+    read = json.loads(manifest.read_text())["splits"]
+    assert sorted(read) == ["one", "two"]
+    assert [read[n]["lines"] for n in ("one", "two")] == [120, 180]
+    assert result["train_pairs"] == {n: read[n]["pairs"] for n in ("one", "two")}
+    assert all(m["pairs"] + m["too_long"] + m["blank"] == m["lines"]
+               for m in read.values())
+    stamp = manifest.stat().st_mtime_ns
     bad = dataclasses.replace(config, train_weights="1")
     with pytest.raises(ValueError, match="train_weights"):
         translation.run(bad, None, tmp_path / "work2", tmp_path / "export")
@@ -117,7 +117,7 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
 
     shutil.rmtree(tmp_path / "work" / "backup")
     translation.run(config, None, tmp_path / "work", tmp_path / "export")
-    assert [m.stat().st_mtime_ns for m in manifests] == stamp  # reused
+    assert manifest.stat().st_mtime_ns == stamp  # reused
 
 
 @pytest.mark.parametrize("bad", [{"parallel_searches": 0},

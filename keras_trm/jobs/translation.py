@@ -637,18 +637,33 @@ def tf_dataset(batches):
     PyDataset adapter fixes each dimension its first two batches agree on,
     so a later bucket's width would be refused.)"""
     import itertools
+    import weakref
 
     import tensorflow as tf
 
+    # TensorFlow keeps a from_generator's generator state past the dataset
+    # (a C++ registry), which kept the batches (their plan, the mapped
+    # chunks) alive after training: the generator holds them weakly, the
+    # returned dataset strongly, so they go with the dataset.
+    held = weakref.ref(batches)
+
+    def generate():
+        for i in itertools.count():
+            if held() is None:
+                return
+            yield held()[i]
+
     spec = tf.TensorSpec((None, None), tf.int32)
     dataset = tf.data.Dataset.from_generator(
-        lambda: (batches[i] for i in itertools.count()),
+        generate,
         output_signature=({"encoder_tokens": spec, "decoder_tokens": spec}, spec))
     options = tf.data.Options()
     # Each worker already reads its own share: no tf.distribute re-sharding.
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.OFF)
-    return dataset.prefetch(2).with_options(options)
+    dataset = dataset.prefetch(2).with_options(options)
+    dataset.token_batches = batches
+    return dataset
 
 
 def run(config=None, data_dir=None, workdir="runs/multi30k",
