@@ -317,6 +317,6 @@ class HostSentencePieceTokenizer:
     def in_graph(self, name=None):
         """The tensorflow-text ``SentencePieceTokenizer`` of this model
         (what a SavedModel carries; needs TensorFlow)."""
-        from keras_trm.text.graph_sentencepiece import SentencePieceTokenizer
+        from keras_trm import text  # its TensorFlow part, imported lazily
 
-        return SentencePieceTokenizer(self.model_proto, name=name)
+        return text.SentencePieceTokenizer(self.model_proto, name=name)
