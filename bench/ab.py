@@ -6,6 +6,7 @@ both alike; the raw figures, their medians and the ratio B/A go to a JSON.
     python bench/ab.py search --a b6ddd91~1 --b . --out /tmp/search_ab.json
     python bench/ab.py saved_model --a <old export>/1 --b <new export>/1 --out ...
     python bench/ab.py job_memory --a bc1b22c --b . --out /tmp/job_memory.json
+    python bench/ab.py job_epoch --a 32da1ca --b . --out /tmp/epoch_ab.json
 
 ``--a`` / ``--b`` are git revisions (exported once with ``git archive``,
 ``bench.common.tree_at``) or folders (``.``: this checkout with its
@@ -37,6 +38,9 @@ edits); for ``saved_model`` they are SavedModel version folders. Kinds:
   also times the first N sentences as one request.
 - ``job_memory``: the peak RSS of ``keras-trm train-translation``, per
   ``bench/bench_job_memory.py`` (its flags after ``--``).
+- ``job_epoch``: the translation job's own training input and model (its
+  stages up to ``build``; train-translation's flags after ``--``), wall
+  seconds of the last of ``--epochs`` epochs of ``fit``.
 """
 
 import argparse
@@ -212,8 +216,25 @@ def job_memory(args, trees):
     return json.loads(pathlib.Path(args.out).read_text())
 
 
+def job_epoch(args, trees):
+    """Each side's translation job input and model (``ab_child.job_epoch``),
+    ``--epochs`` epochs of ``fit``; the last epoch's wall time is compared
+    (the first also traces and compiles)."""
+    runs = alternate(args.runs, lambda name: run_child(trees[name], "job_epoch", dict(
+        workdir=tempfile.mkdtemp(prefix=f"job_epoch_{name}_"), epochs=args.epochs,
+        flags=args.job_flags)))
+    last = {name: statistics.median(r["epoch_seconds"][-1] for r in rs)
+            for name, rs in runs.items()}
+    return {"what": "the translation job's fit (its training input and model, "
+                    "default config plus job_flags), wall seconds of the last of "
+                    f"{args.epochs} epochs, two revisions alternating in child processes",
+            "job_flags": args.job_flags, "runs": runs,
+            "median_last_epoch_seconds": last,
+            "speed_b_over_a": last["a"] / last["b"]}
+
+
 KINDS = {"train_step": train_step, "search": search, "saved_model": saved_model,
-         "job_memory": job_memory}
+         "job_memory": job_memory, "job_epoch": job_epoch}
 
 
 def parse_args(argv=None):
@@ -252,6 +273,10 @@ def parse_args(argv=None):
     p.add_argument("--runs", type=int, default=3, help="jobs per revision")
     p.add_argument("job_flags", nargs="*",
                    help="after --: bench_job_memory.py's flags (--epochs, --a_flags, ...)")
+    p = kinds.add_parser("job_epoch", parents=[common_args])
+    p.add_argument("--runs", type=int, default=2, help="child processes per revision")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("job_flags", nargs="*", help="after --: train-translation's flags")
     return parser.parse_args(argv)
 
 

@@ -141,7 +141,44 @@ def search(a_search, batch, max_length, repeats):
                          for kind in ("beam4", "greedy")}}
 
 
+def job_epoch(workdir, epochs, flags):
+    """The translation job's training input and model as ``keras-trm
+    train-translation`` builds them (its stages up to ``build``, the
+    default config plus ``flags``), then ``fit`` for ``epochs`` epochs;
+    wall seconds of each epoch. Before issue #61 the input was a tf.data
+    stream of TFRecord shards (``stream["dataset"]``), since then the
+    TokenBatches behind a thin ``tf_dataset``."""
+    from keras_trm.cli import config_parser, parse_config
+    from keras_trm.jobs import translation
+
+    parser = config_parser("ab", "", translation.TranslationConfig, workdir)
+    config, args = parse_config(parser, translation.TranslationConfig, flags)
+    run = translation.TranslationRun(config, None, workdir, "/nonexistent", ())
+    for stage in ("check", "prepare_data", "build"):
+        getattr(run, stage)()
+    stream = run.stream
+    if "dataset" in stream:
+        train, steps = stream["dataset"], stream["steps_per_epoch"]
+    else:
+        train = translation.tf_dataset(stream["batches"])
+        steps = stream["steps_per_epoch"]
+    seconds = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.t = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds.append(time.perf_counter() - self.t)
+
+    history = run.model.fit(train, epochs=epochs, steps_per_epoch=steps,
+                            callbacks=[Clock()], verbose=0, shuffle=False)
+    return {"epoch_seconds": seconds, "steps_per_epoch": steps,
+            "loss": [float(x) for x in history.history["loss"]]}
+
+
 if __name__ == "__main__":
     kind, options = sys.argv[1], json.loads(sys.argv[2])
-    result = {"train_step": train_step, "search": search}[kind](**options)
+    result = {"train_step": train_step, "search": search,
+              "job_epoch": job_epoch}[kind](**options)
     print(json.dumps(dict(result, keras_trm=keras_trm.__file__)))
