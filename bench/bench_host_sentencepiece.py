@@ -13,7 +13,8 @@ chunks of ``--chunk`` lines, in the same process, alternating, and the best
 of ``--repeats`` passes is kept (lines/s). ``encode``: str lines -> int32
 id arrays (the host's numpy arrays; the graph's ragged tensor read back
 with ``.numpy()`` per row, what data preparation needs);
-``detokenize``: the ids -> str lines. The ids and texts of the two are
+``detokenize``: the ids -> str lines (for tf-text, from the host arrays
+through ``tf.ragged.constant``, what a host caller pays). The ids and texts of the two are
 compared (``same_ids``, ``same_text``: lines equal out of ``lines``).
 
 The machine may be shared with other jobs; the host line names the CPU.
@@ -98,7 +99,9 @@ def main(argv=None):
             results[name] = (ids, text)
     (host_ids, host_text), (graph_ids, graph_text) = results["sentencepiece_host"], results["tensorflow_text"]
     report = {
+        "date": time.strftime("%Y-%m-%d"),
         "host": host_info(),
+        "load_average_1min": round(os.getloadavg()[0], 2),  # a shared host
         "lines": len(lines),
         "vocabulary_size": host.vocabulary_size,
         "chunk": args.chunk,
