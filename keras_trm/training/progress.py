@@ -1,8 +1,7 @@
 """Progress callbacks and metrics that need no TensorFlow: the training
 time budget and the count of real target tokens (tokens/s). The translation
-job uses them through ``keras_trm.training`` (``monitoring`` re-exports
-them); the TensorFlow-free trainer of ``keras_trm.jobs.portable_training``
-runs the time budget on JAX and PyTorch.
+job uses them through ``keras_trm.training`` on every backend, with
+``StepTimes``, which tells compile time apart from training time.
 
 Each callback keeps what it must carry across a restart in
 ``get_state()`` / ``set_state()`` (``keras_trm.training.TrainingBackup``).
