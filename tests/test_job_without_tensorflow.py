@@ -88,11 +88,3 @@ def test_its_savedmodel_translates_as_its_search(run_without_tensorflow, tmp_pat
     hyps = (workdir / "test_2016_flickr.hyp.de").read_text().splitlines()
     assert served["hyps"] == hyps
     assert abs(served["bleu"] - result["test_bleu"]) <= 0.05
-
-
-def test_the_old_commands_say_what_replaced_them():
-    for old, new in (("prepare-translation", "train-translation"),
-                     ("train-portable", "KERAS_BACKEND=jax"),
-                     ("export-portable", "export-translation")):
-        child = _run([old, "--help"], "jax", blocked=True, timeout=120)
-        assert child.returncode == 2 and new in child.stderr, child.stderr

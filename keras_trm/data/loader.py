@@ -1,7 +1,9 @@
 """The one loader of translation training: token-count batches in length
 buckets over prepared folders (``keras_trm.data.prepared``), as a
-``keras.utils.PyDataset`` that ``fit`` takes on TensorFlow, JAX and
-PyTorch.
+``keras.utils.PyDataset``: JAX's and PyTorch's ``fit`` take it as it is;
+TensorFlow's through ``keras_trm.jobs.translation.tf_dataset`` (a thin
+``tf.data`` wrapper: Keras' own PyDataset adapter fixes the batch shape
+from the first two batches, which refuses a second bucket width).
 
 Vaswani et al. (2017, §5.1): "Sentence pairs were batched together by
 approximate sequence length. Each training batch contained a set of
