@@ -345,6 +345,17 @@ def _open_array(directory, file, kind):
     return array
 
 
+def _drop_pages(arrays):
+    """``madvise(MADV_DONTNEED)`` on each memory-mapped array of
+    ``arrays`` (a dict): their pages leave this process's resident set."""
+    import mmap
+
+    for array in arrays.values():
+        handle = getattr(array, "_mmap", None)
+        if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+            handle.madvise(mmap.MADV_DONTNEED)
+
+
 class PreparedSplit:
     """One split of a prepared folder, memory-mapped: nothing is read
     until asked for, and what is read stays in the page cache, not in
@@ -377,6 +388,7 @@ class PreparedSplit:
             n_source = np.asarray(c["source_lengths"], np.int32)
             n_target = np.diff(np.asarray(c["offsets"])).astype(np.int32) - n_source
             parts.append(np.maximum(n_source, n_target - 1))
+            _drop_pages(c)
         self.pair_lengths = (np.concatenate(parts) if parts
                              else np.zeros(0, np.int32))
 
@@ -390,13 +402,8 @@ class PreparedSplit:
         loader calls it every few hundred batches, so the process's RSS
         stays flat in the corpus size instead of growing by the ids
         touched."""
-        import mmap
-
         for arrays in self.chunks:
-            for array in arrays.values():
-                handle = getattr(array, "_mmap", None)
-                if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
-                    handle.madvise(mmap.MADV_DONTNEED)
+            _drop_pages(arrays)
 
     def chunk_of(self, rows):
         rows = np.asarray(rows, np.int64)
@@ -500,6 +507,7 @@ def read_prepared(directory, vocabulary_size=None, key=None, verify=True,
         split = PreparedSplit(directory, name, chunks)
         if check_ids:
             _check_chunks(directory, split, chunks, vocabulary_size)
+        split.release()  # what the checks read stays in the page cache only
         splits[name] = split
     return Prepared(directory, manifest, splits)
 
@@ -517,3 +525,4 @@ def _check_chunks(directory, split, chunks, vocabulary_size):
             bad = int(ids.max()) if int(ids.max()) >= vocabulary_size else int(ids.min())
             raise _refuse(names["ids"], f"holds id {bad}, outside the vocabulary of "
                           f"{vocabulary_size} ids", directory)
+        _drop_pages(c)  # one chunk's pages resident at a time

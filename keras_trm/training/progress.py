@@ -164,6 +164,7 @@ class StepTimes(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.record(self._times)
+        self.shape_at = None  # it may hold the training data: freed with it
 
     def record(self, times):
         by_shape = {}
