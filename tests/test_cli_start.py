@@ -36,7 +36,7 @@ def _imports(stderr):
 
 
 @pytest.mark.parametrize("command", [
-    [], ["train-translation"], ["prepare-translation"], ["serve"], ["translate"]])
+    [], ["train-translation"], ["export-translation"], ["serve"], ["translate"]])
 def test_help_imports_no_tensorflow(command):
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "keras_trm.cli", *command, "--help"],

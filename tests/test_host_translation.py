@@ -10,6 +10,7 @@ A tiny Transformer is trained for a few epochs on 300 real Multi30k pairs
 from them; its weights go to a file that each process loads."""
 
 import gzip
+import pathlib
 import json
 import os
 import subprocess
@@ -20,13 +21,14 @@ import keras
 import numpy as np
 import pytest
 
-from test_portable_training import BLOCKER
 
 MAX_LENGTH = 20  # the model's max_sequence_length: longer sources are cut
 MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
              max_sequence_length=MAX_LENGTH)
 BLANK = ["", " \t"]  # translate to "" on every path
 
+# The child starts as on a machine without TensorFlow.
+BLOCKER = (pathlib.Path(__file__).parent / "no_tensorflow" / "sitecustomize.py").read_text()
 CHILD = BLOCKER + textwrap.dedent("""
     import json
     import keras_trm, keras_trm.training, keras_trm.decoding, keras_trm.text
