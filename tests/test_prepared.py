@@ -611,3 +611,18 @@ def test_fit_on_token_batches_lowers_the_loss(prepared, spm):
     assert np.isfinite(history.history["loss"]).all()
     assert loss_before > np.log(spm.size) - 1.0  # about a uniform guess
     assert loss_after < loss_before - 1.5, (loss_before, loss_after)
+
+
+def test_splits_are_named_as_the_jobs_name_corpora(corpus, spm, tmp_path):
+    """The WMT14 corpora are 'europarl_v7_first20000' and
+    'newstest2008-2022-pool': a split name is a file-name stem; a path is not."""
+    _, source, target = corpus.train
+    manifest = prepare_translation_data(
+        tmp_path / "p", [("newstest2008-2022-pool", source, target),
+                         ("europarl_v7.first", source, target)],
+        spm.encode, spm.size, spm.sha256, max_train_length=MAX_LENGTH)
+    assert sorted(manifest["splits"]) == ["europarl_v7.first", "newstest2008-2022-pool"]
+    for bad in ("a/b", "..", "", ".hidden"):
+        with pytest.raises(ValueError, match="corpora"):
+            prepare_translation_data(tmp_path / "q", [(bad, source, target)],
+                                     spm.encode, spm.size, spm.sha256)

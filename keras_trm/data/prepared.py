@@ -263,9 +263,10 @@ def prepare_translation_data(directory, corpora, encode, vocabulary_size,
                for split, s, t in corpora]
     names = [c[0] for c in corpora]
     if not corpora or len(set(names)) != len(names) or not all(
-            n and n.replace("_", "").replace(".", "").isalnum() for n in names):
+            n and not n.startswith(".") and all(c.isalnum() or c in "_.-" for c in n)
+            for n in names):
         raise ValueError("`corpora` must name each split once, with letters, digits, "
-                         f"'_' or '.', got splits {names!r}")
+                         f"'_', '-' or '.' (a file name), got splits {names!r}")
     key = {"format": FORMAT,
            "corpora": {n: [file_identity(s), file_identity(t)] for n, s, t in corpora},
            "vocabulary_sha256": str(vocabulary_sha256),
