@@ -20,8 +20,6 @@ import numpy as np
 
 from keras_trm.utils import checks as v
 
-# Batches between two releases of the mapped pages (PreparedSplit.release).
-RELEASE_EVERY = 256
 # The translation job's bucket lengths (tokens), below its longest pair.
 DEFAULT_BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
 
@@ -309,10 +307,6 @@ class TokenBatches(keras.utils.PyDataset):
 
     def batch(self, epoch, index):
         """Batch ``index`` of epoch ``epoch`` (this process's rows)."""
-        self._assembled = getattr(self, "_assembled", 0) + 1
-        if self._assembled % RELEASE_EVERY == 0:  # flat RSS: see release()
-            for split in self.splits:
-                split.release()
         buckets, starts, rows = self.plan(epoch)
         b = int(buckets[index])
         size = int(self.batch_sizes[b])
@@ -344,4 +338,7 @@ class TokenBatches(keras.utils.PyDataset):
                     keep = cols[None, :] < (last - first)[:, None]
                     index = np.where(keep, first[:, None] + cols[None, :], 0)
                     target[out] = np.where(keep, ids[index], 0)
+                # Random rows fault in whole pages (and their read-ahead):
+                # let go of them, so the RSS stays flat in the corpus size.
+                split.release(c)
         return {"encoder_tokens": encoder, "decoder_tokens": decoder}, labels

@@ -396,14 +396,14 @@ class PreparedSplit:
     def __len__(self):
         return self.pairs
 
-    def release(self):
-        """Drops the pages of the mapped files from this process's resident
-        memory (``madvise(MADV_DONTNEED)``; read-only mappings, so nothing
-        is lost: the next read maps them again from the page cache). The
-        loader calls it every few hundred batches, so the process's RSS
-        stays flat in the corpus size instead of growing by the ids
-        touched."""
-        for arrays in self.chunks:
+    def release(self, chunk=None):
+        """Drops the pages of the mapped files (of one ``chunk``, default
+        all) from this process's resident memory (``madvise(MADV_DONTNEED)``;
+        read-only mappings, so nothing is lost: the next read maps them
+        again from the page cache). The loader calls it after each batch,
+        so the process's RSS stays flat in the corpus size instead of
+        growing by the pages its random rows touched."""
+        for arrays in self.chunks if chunk is None else [self.chunks[chunk]]:
             _drop_pages(arrays)
 
     def chunk_of(self, rows):
