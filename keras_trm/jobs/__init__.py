@@ -31,7 +31,7 @@ class _TensorFlowJobs:
         return None
 
 
-def _tensorflow_installed():
+def tensorflow_installed():
     """Whether ``import tensorflow`` can find it (without importing it: a
     JAX process on a machine that has TensorFlow does not pay for it)."""
     try:
@@ -40,5 +40,5 @@ def _tensorflow_installed():
         return False
 
 
-if not _tensorflow_installed():
+if not tensorflow_installed():
     sys.meta_path.insert(0, _TensorFlowJobs())

@@ -47,6 +47,7 @@ from keras_trm.data.prepared import file_identity, sha256_file
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.decoding.search import stop_rule
+from keras_trm.jobs import tensorflow_installed
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.jobs.translation_config import (  # noqa: F401  (its home before)
     DEFAULT_MODEL_NAME,
@@ -754,16 +755,6 @@ def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
         "config": dataclasses.asdict(config),
         "warmup_sources": list(warmup_sources)})
     return f"keras-trm export-translation --workdir {workdir}"
-
-
-def tensorflow_installed():
-    """Whether ``import tensorflow`` can find it (without importing it)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("tensorflow") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def export_translation_in_tensorflow(command, timeout=3600):
