@@ -222,13 +222,13 @@ def job_epoch(args, trees):
     (the first also traces and compiles)."""
     runs = alternate(args.runs, lambda name: run_child(trees[name], "job_epoch", dict(
         workdir=tempfile.mkdtemp(prefix=f"job_epoch_{name}_"), epochs=args.epochs,
-        flags=args.job_flags)))
+        flags=args.job_flags), args.backend))
     last = {name: statistics.median(r["epoch_seconds"][-1] for r in rs)
             for name, rs in runs.items()}
     return {"what": "the translation job's fit (its training input and model, "
                     "default config plus job_flags), wall seconds of the last of "
                     f"{args.epochs} epochs, two revisions alternating in child processes",
-            "job_flags": args.job_flags, "runs": runs,
+            "backend": args.backend, "job_flags": args.job_flags, "runs": runs,
             "median_last_epoch_seconds": last,
             "speed_b_over_a": last["a"] / last["b"]}
 
@@ -276,6 +276,7 @@ def parse_args(argv=None):
     p = kinds.add_parser("job_epoch", parents=[common_args])
     p.add_argument("--runs", type=int, default=2, help="child processes per revision")
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax", "torch"))
     p.add_argument("job_flags", nargs="*", help="after --: train-translation's flags")
     return parser.parse_args(argv)
 

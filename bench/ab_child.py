@@ -147,7 +147,7 @@ def job_epoch(workdir, epochs, flags):
     default config plus ``flags``), then ``fit`` for ``epochs`` epochs;
     wall seconds of each epoch. Before issue #61 the input was a tf.data
     stream of TFRecord shards (``stream["dataset"]``), since then the
-    TokenBatches behind a thin ``tf_dataset``."""
+    TokenBatches (behind a thin ``tf_dataset`` on TensorFlow)."""
     from keras_trm.cli import config_parser, parse_config
     from keras_trm.jobs import translation
 
@@ -159,9 +159,10 @@ def job_epoch(workdir, epochs, flags):
     stream = run.stream
     if "dataset" in stream:
         train, steps = stream["dataset"], stream["steps_per_epoch"]
-    else:
-        train = translation.tf_dataset(stream["batches"])
-        steps = stream["steps_per_epoch"]
+    else:  # the job's own rule: TokenBatches as they are, tf.data on TensorFlow
+        train, steps = stream["batches"], stream["steps_per_epoch"]
+        if keras.backend.backend() == "tensorflow":
+            train = translation.tf_dataset(train)
     seconds = []
 
     class Clock(keras.callbacks.Callback):

@@ -5,6 +5,7 @@ test set decoded once at the end, an export."""
 import dataclasses
 import gc
 import json
+import time
 import weakref
 
 import pytest
@@ -190,3 +191,33 @@ def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     out = served(sentences=tf.constant(test_src[:120]))
     (texts,) = out.values()
     assert [t.decode() for t in texts.numpy()] == hyps
+
+
+def test_a_budget_that_cuts_the_run_fits_its_schedule(data_dir, tmp_path, monkeypatch):
+    """``budget_schedule="fit"`` on a fake clock where each epoch takes 100
+    s of a 250-s budget: after the first, one more fits, so the rate decays
+    to 0 over the second epoch and the job stops there (of 4 planned)."""
+    import types
+
+    from keras_trm.training import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(
+        time=lambda: clock[0], perf_counter=time.perf_counter))
+    end_epoch = progress.TimeBudget.on_epoch_end
+
+    def slow_epoch(self, epoch, logs=None):
+        clock[0] += 100.0
+        return end_epoch(self, epoch, logs)
+
+    monkeypatch.setattr(progress.TimeBudget, "on_epoch_end", slow_epoch)
+    config = translation.TranslationConfig(
+        vocabulary_size=400, num_layers=1, d_model=32, num_heads=2, d_ff=64,
+        max_sequence_length=48, warmup_steps=10, tokens_per_batch=1024, epochs=4,
+        average_last=1, limit=240, model_name="tiny", time_budget_minutes=250 / 60,
+        budget_schedule="fit", beam_size=1)
+    result = translation.run(config, data_dir, tmp_path / "work", tmp_path / "export")
+    steps = json.loads((tmp_path / "work" / "result.json").read_text())["budget_decay_steps"]
+    assert result["epochs"] == 2
+    per_epoch = steps[0]
+    assert per_epoch > 0 and steps == [per_epoch, 2 * per_epoch]

@@ -83,6 +83,7 @@ from keras_trm.training import (
 from keras_trm.training import (  # long runs (issue #11)
     BleuLog,
     DataPosition,
+    BudgetDecay,
     PerUpdateSchedule,
     TensorBoardScalars,
     StepTimes,
@@ -914,6 +915,9 @@ class TranslationRun(StagedJob):
                                     config.lr_scale)
             if accumulate > 1:  # the schedule counts updates, not micro-batches
                 schedule = PerUpdateSchedule(schedule, accumulate)
+            self.budget_decay = None
+            if config.budget_schedule == "fit":  # TimeBudget fits it (fit())
+                schedule = self.budget_decay = BudgetDecay(schedule)
             model.compile(
                 optimizer=paper_adam(
                     schedule, weight_decay=config.weight_decay,
@@ -941,7 +945,9 @@ class TranslationRun(StagedJob):
             from keras_trm.training.distribute import build_for_distributed_fit
 
             build_for_distributed_fit(model, self.strategy, local_train)
-        self.budget = budget = TimeBudget(config.time_budget_minutes * 60)
+        self.budget = budget = TimeBudget(
+            config.time_budget_minutes * 60, schedule=self.budget_decay,
+            steps_per_epoch=stream["steps_per_epoch"], epochs=config.epochs)
         self.checkpoints = checkpoints = EpochCheckpoints(
             workdir / "checkpoints", keep=config.average_last,
             every_steps=config.checkpoint_every_steps,
@@ -1119,6 +1125,11 @@ class TranslationRun(StagedJob):
             # keras_trm.training.StepTimes): part of train_minutes.
             "compile_seconds": self.step_times.compile_seconds,
             "compiled_shapes": self.step_times.shapes,
+            # budget_schedule="fit": the steps of the linear decay to 0 that
+            # the time budget fitted; null when nothing was fitted.
+            "budget_decay_steps": ([self.budget_decay.start, self.budget_decay.end]
+                                   if self.budget_decay and self.budget_decay.end
+                                   else None),
             "job_minutes": round((time.time() - self.job_start) / 60, 1),
             "bucket_boundaries": list(self.boundaries),
             "train_real_target_tokens_per_epoch": sum(

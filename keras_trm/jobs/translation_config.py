@@ -24,6 +24,7 @@ Strategy = Literal["default", "mirrored", "multi_worker"]
 Precision = Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"]
 OnOff = Literal["on", "off"]
 OnOffAuto = Literal["auto", "on", "off"]
+BudgetSchedule = Literal["cut", "fit"]
 VOCABULARIES = get_args(Vocabulary)
 DEFAULT_MODEL_NAME = "transformer_multi30k_en_de"
 _LANGUAGE = re.compile(r"[A-Za-z0-9_-]+")
@@ -144,6 +145,14 @@ class TranslationConfig:
     """Training time budget (minutes): stops after the epoch that another
     epoch would overrun (30 Multi30k epochs take about 34 min on a 2-core
     AVX512_BF16 host)."""
+    budget_schedule: BudgetSchedule = "cut"
+    """What the time budget does to the learning-rate schedule when it ends
+    the run before ``epochs``: ``cut`` (the schedule stops where the budget
+    stops it) or ``fit`` (after the first epochs have measured the speed,
+    the rate decays linearly to 0 at the end of the last epoch the budget
+    holds, and training stops there: ``keras_trm.training.BudgetDecay``;
+    a resumed run keeps the fitted decay). A run whose epochs all fit is
+    the same under both."""
     average_last: int = 5
     """The most epoch checkpoints averaged (the number chosen by
     validation BLEU)."""
@@ -237,7 +246,7 @@ class TranslationConfig:
                   "attention_dropout_rate", "max_sequence_length"),
         "training": ("label_smoothing", "weight_decay", "warmup_steps", "lr_scale",
                      "tokens_per_batch", "tokens_per_step", "epochs",
-                     "time_budget_minutes", "average_last", "eval_every_epochs",
+                     "time_budget_minutes", "budget_schedule", "average_last", "eval_every_epochs",
                      "validation_limit", "strategy", "jit_compile", "precision",
                      "checkpoint_every_steps", "checkpoint_every_minutes",
                      "save_freq", "tensorboard", "tensorboard_every_steps"),
@@ -319,6 +328,7 @@ class TranslationConfig:
         v.one_of("dataset", self.dataset, get_args(Dataset))
         v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
         v.one_of("tensorboard", self.tensorboard, get_args(OnOff))
+        v.one_of("budget_schedule", self.budget_schedule, get_args(BudgetSchedule))
         check_bool("download", self.download)
         for name in ("source_language", "target_language"):
             value = getattr(self, name)

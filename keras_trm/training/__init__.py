@@ -17,7 +17,7 @@ from keras_trm.training.precision import (
 )
 from keras_trm.training.presets import PRESETS, apply_preset, preset
 from keras_trm.training.optimizers import FusedAdam
-from keras_trm.training.schedules import NoamSchedule, paper_adam
+from keras_trm.training.schedules import BudgetDecay, NoamSchedule, paper_adam
 
 # Per-step logs (keras_trm.jobs use them).
 from keras_trm.training.classification import compile_classifier
@@ -71,6 +71,7 @@ __all__ = [
     "EpochCheckpoints",
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",
+    "BudgetDecay",
     "NoamSchedule",
     "apply_precision",
     "float32_copy",
