@@ -945,6 +945,12 @@ class TranslationRun(StagedJob):
             from keras_trm.training.distribute import build_for_distributed_fit
 
             build_for_distributed_fit(model, self.strategy, local_train)
+        if self.is_chief:  # the plan, on the first screen
+            print(f"plan: up to {config.epochs} epochs of {stream['steps_per_epoch']} "
+                  f"batches within {config.time_budget_minutes:.3g} min of training "
+                  f"(budget_schedule={config.budget_schedule}); checkpoints and "
+                  f"result.json in {workdir}, the export in {self.export_dir}",
+                  flush=True)
         self.budget = budget = TimeBudget(
             config.time_budget_minutes * 60, schedule=self.budget_decay,
             steps_per_epoch=stream["steps_per_epoch"], epochs=config.epochs)

@@ -70,8 +70,10 @@ class TimeBudget(keras.callbacks.Callback):
         seconds: float > 0, the training-time budget (s); ``inf``: no
             budget.
         schedule: None, or the ``BudgetDecay`` to fit.
-        steps_per_epoch: int > 0 (fit steps), with ``schedule``.
-        epochs: int > 0, the planned epochs, with ``schedule``.
+        steps_per_epoch: int > 0 (fit steps); needed with ``schedule``.
+        epochs: int > 0, the planned epochs; needed with ``schedule``.
+            Given, the first epoch of each ``fit`` prints how long the
+            rest would take at its pace.
 
     Raises:
         TypeError: ``seconds`` not a number; ``schedule`` not a
@@ -102,7 +104,10 @@ class TimeBudget(keras.callbacks.Callback):
             if not isinstance(schedule, BudgetDecay):
                 raise TypeError("`schedule` must be a keras_trm.training.BudgetDecay "
                                 f"or None, got schedule={schedule!r}")
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
+        if schedule is not None or steps_per_epoch is not None:
             self.steps_per_epoch = v.positive_int("steps_per_epoch", steps_per_epoch)
+        if schedule is not None or epochs is not None:
             self.epochs = v.positive_int("epochs", epochs)
         self._offset, self._longest = 0.0, 0.0  # longest epoch after a first
         self._first = None  # the first epoch of this fit (compiles included)
@@ -121,12 +126,19 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.time()
-        if self._first is None:
+        first = self._first is None
+        if first:
             self._first = now - self._epoch_start
         else:
             self._longest = max(self._longest, now - self._epoch_start)
         elapsed = self._offset + now - self._start
         estimate = self._longest or self._first
+        if first and self.epochs and self.epochs > epoch + 1:  # the plan, measured
+            print(f"epoch {epoch + 1} took {self._first / 60:.1f} min (compiling "
+                  f"included): the {self.epochs - epoch - 1} epochs left would take "
+                  f"about {(self.epochs - epoch - 1) * self._first / 60:.0f} min at "
+                  f"that pace; the budget leaves "
+                  f"{max(0.0, self.seconds - elapsed) / 60:.0f} min", flush=True)
         if self.schedule is not None:
             self._fit(epoch + 1, int((self.seconds - elapsed) // estimate))
             if self.schedule.end and (epoch + 1) * self.steps_per_epoch >= self.schedule.end:
