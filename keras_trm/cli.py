@@ -813,12 +813,13 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
         [prog, *argv])
     result = run(config, args.data_dir, args.workdir, args.export_dir,
                  args.results_dir, command=command.strip())
+    vanilla = result["vanilla"] or {}  # None: --training.baseline false
     summary = {
         "transformer_xl_test": result["transformer_xl"]["test"],
-        "vanilla_test_sliding_window": result["vanilla"]["test_sliding_window"],
-        "vanilla_test_disjoint": result["vanilla"]["test_disjoint"],
+        "vanilla_test_sliding_window": vanilla.get("test_sliding_window"),
+        "vanilla_test_disjoint": vanilla.get("test_disjoint"),
         "parameters": [result["transformer_xl"]["parameters"],
-                       result["vanilla"]["parameters"]],
+                       vanilla.get("parameters")],
         "job_minutes": result["job_minutes"], "export": result["export"],
     }
     print(json.dumps(summary, indent=1))

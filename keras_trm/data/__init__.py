@@ -8,6 +8,7 @@ from keras_trm.data.language_modeling import (
     Vocabulary,
     batchify,
     load_ptb,
+    load_text_file,
     load_tiny_shakespeare,
     segments,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "load_multi30k",
     "load_parallel",
     "load_ptb",
+    "load_text_file",
     "load_tiny_shakespeare",
     "load_translation_splits",
     "load_wmt14",
