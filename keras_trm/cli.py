@@ -7,6 +7,7 @@
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
     keras-trm export-translation --workdir DIR   (a run trained without TensorFlow)
+    keras-trm sample-lm export/<name>/<version> --prompt "ROMEO:" --num_tokens 200
 
 Every ``train-*`` subcommand has one flag per field of its job's config
 dataclass, parsed by jsonargparse (``config_parser``): the help line of a
@@ -852,6 +853,51 @@ def export_translation_main(argv, prog="keras-trm export-translation"):
     return 0
 
 
+# --- text from an exported language model ------------------------------------------
+
+
+def sample_lm_main(argv, prog="keras-trm sample-lm"):
+    """Sample text from an exported Transformer-XL language model."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Continue --prompt with text sampled from a "
+        "Transformer-XL LM that train-lm exported, the model's memories carried "
+        "from segment to segment; prints the prompt followed by the sample.")
+    parser.add_argument("export", metavar="EXPORT_VERSION_DIR",
+                        help="SavedModel folder export/<name>/<version>")
+    parser.add_argument("--prompt", required=True,
+                        help="text to continue (characters, or words for a "
+                        "word-level model; a newline is <eos>)")
+    parser.add_argument("--num_tokens", type=int_in(1), default=200,
+                        help="tokens to generate (default 200)")
+    parser.add_argument("--temperature", type=finite_float(0.0), default=1.0,
+                        help="divides the log-probabilities; 0 takes the most "
+                        "likely token (default 1)")
+    parser.add_argument("--top_k", type=int_in(0), default=0,
+                        help="sample among the k most likely tokens (default 0: all)")
+    parser.add_argument("--seed", type=int_in(0), default=0,
+                        help="random seed; the same seed gives the same text (default 0)")
+    args = parser.parse_args(argv)
+    problem = saved_model_problem(args.export, flag="EXPORT_VERSION_DIR")
+    assets = pathlib.Path(args.export) / "assets.extra"
+    if not problem and not all((assets / name).is_file()
+                               for name in ("vocab.json", "config.json")):
+        problem = (f"EXPORT_VERSION_DIR {args.export!r} has no assets.extra/"
+                   "vocab.json and config.json: not a language model that "
+                   "train-lm exported")
+    if problem:
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
+    quiet_cuda_probe()
+    from keras_trm.export.language_model import sample_text
+
+    try:
+        text, _ = sample_text(args.export, args.prompt, args.num_tokens,
+                              args.temperature, args.top_k, args.seed)
+    except ValueError as err:  # a prompt without tokens, or an unknown token
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    print(args.prompt + text)
+    return 0
+
+
 def _replaced(old, new):
     def main(argv, prog=f"keras-trm {old}"):
         print(f"keras-trm {old} was folded into {new}", file=sys.stderr)
@@ -869,6 +915,7 @@ COMMANDS = {
     "translate": translate_main,
     "serve": serve_main,
     "export-translation": export_translation_main,
+    "sample-lm": sample_lm_main,
 }
 # The three-command split for machines without TensorFlow, before issue #61:
 # one train-translation command now runs on every backend.

@@ -486,7 +486,7 @@ def test_serve_batching_flag_uses_the_boolean_rule():
 
 @pytest.mark.parametrize("command", ["train-translation", "train-imdb",
                                      "train-mnist", "train-lm", "translate",
-                                     "serve"])
+                                     "serve", "sample-lm"])
 def test_every_subcommand_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main([command, "--help"])
