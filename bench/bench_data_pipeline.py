@@ -1,9 +1,10 @@
-"""Benchmark: the streaming shards of ``keras_trm.data.shards`` (the
-translation jobs' input pipeline) at growing corpus sizes.
+"""Benchmark: the translation job's input pipeline -- the prepared format
+(``keras_trm.data.prepare_translation_data``) and its loader
+(``keras_trm.data.TokenBatches``) -- at growing corpus sizes.
 
     python bench/bench_data_pipeline.py --sizes 200000 1000000 [5000000]
-        [--workdir /tmp/keras_trm_bench_data] [--batches 2000] [--warmup 200]
-        [--vocabulary sentencepiece_bpe] [--out bench/results/data_pipeline.json]
+        [--workdir /tmp/keras_trm_bench_data] [--vocabulary sentencepiece_bpe]
+        [--out bench/results/data_pipeline_prepared.json]
 
 Corpora: ``n`` real sentence pairs drawn with replacement (seeded) from the
 pairs of ``<data_dir>``: Multi30k train (29,000), the Europarl v7 slice
@@ -16,23 +17,28 @@ pool.
 Each configuration runs in a fresh child process (``ru_maxrss`` of that
 process is its peak RSS):
 
-- ``prepare``: ``prepare_shards`` (streaming read + tokenize + TFRecord
-  write), timed once per size; not part of the time to first batch.
-- ``new``: ``stream_batches(repeat=True)`` over the prepared shards.
+- ``prepare``: ``prepare_translation_data`` (streaming read + tokenize +
+  ``.npy`` chunk write), timed once per size; not part of the time to
+  first batch.
+- ``loader``: ``read_prepared`` (manifest and SHA-256 checks, memory-mapped
+  splits) + ``TokenBatches(repeat=False)``, iterating one whole epoch of
+  batches.
 
 Figures: ``rss_mb`` (peak, ``ru_maxrss``), ``rss_now_mb`` (VmRSS at the
-end), ``rss_after_imports_mb`` (peak of the same process after importing
-TensorFlow and building the tokenizer, before touching data), ``first_batch_s`` (from building the input --
-opening the shards -- to the first batch in hand), ``batches_per_s``
-over ``--batches`` batches after ``--warmup`` untimed ones (the pipeline
-alone, no model: steady state; the pipeline ramps up), pairs.
-Job settings: tokens_per_batch 4096, max_length 128, the job's boundaries.
+end), ``rss_after_imports_mb`` (peak of the same process after its
+imports, before touching data: Keras and its backend, ``KERAS_BACKEND``
+as set, TensorFlow by default; the ``prepare`` child also builds the
+tokenizer), ``first_batch_s`` (from opening the prepared folder to the
+first batch in hand), ``batches_per_s`` over the rest of the epoch (the
+loader alone, no model), ``batches``, pairs. Job settings:
+tokens_per_batch 4096, max_length 128, the job's boundaries.
 
-The ``old`` rows of ``bench/results/data_pipeline.json`` (the job's
-in-memory path before issue #23: every sentence tokenized into Python
-lists, then a Python-generator batcher) were measured by this script at
-commit 4e0ac09, with ``--skip-old-above``; that path was removed in issue
-#41 (one input pipeline), and with it the ``old`` mode here.
+History: ``bench/results/data_pipeline.json`` holds this benchmark's
+figures for the pipeline before issue #61 (TFRecord shards read by
+tf.data, ``keras_trm.data.shards`` at commit 32da1ca; its ``new`` rows),
+and for the in-memory path before issue #23 (its ``old`` rows, measured
+at commit 4e0ac09). The script writes ``data_pipeline_prepared.json`` by
+default, so as not to overwrite them.
 
 The machine may be shared with other jobs; the host line names the CPU.
 """
@@ -105,12 +111,16 @@ def build_corpus(pool, n, folder, seed=0):
 
 
 def _tokenizer(kind, path):
-    from keras_trm.text import (SentencePieceTokenizer, TextTokenizer,
-                                load_vocabulary)
+    """The job's tokenizer for preparing: SentencePiece on the host (the
+    ``sentencepiece`` package, as ``keras-trm train-translation``), or
+    WordPiece (tensorflow-text)."""
+    from keras_trm.text import HostSentencePieceTokenizer
 
     if kind == "wordpiece":
+        from keras_trm.text import TextTokenizer, load_vocabulary
+
         return TextTokenizer(load_vocabulary(path))
-    return SentencePieceTokenizer(path)
+    return HostSentencePieceTokenizer(path)
 
 
 def learn_tokenizer(kind, pool, folder, size=8000):
@@ -128,52 +138,44 @@ def learn_tokenizer(kind, pool, folder, size=8000):
     return path
 
 
-def _time_batches(ds, batches):
-    it = iter(ds)
-    next(it)
-    first = time.perf_counter()
-    for _ in range(batches):
-        next(it)
-    return batches / (time.perf_counter() - first)
-
-
 def child(args):
-    import tensorflow as tf
+    import keras
 
-    tok = _tokenizer(args.vocabulary, args.tokenizer_path)
-    tok.tokenize(tf.constant(["warm up"]))  # trace outside the timings
     import keras_trm
 
-    out = {"mode": args.child, "rss_after_imports_mb": _rss_mb(),
+    out = {"mode": args.child, "backend": keras.backend.backend(),
            "keras_trm": str(pathlib.Path(keras_trm.__file__).parent)}
-    start = time.perf_counter()
     if args.child == "prepare":
-        from keras_trm.data import prepare_shards
+        from keras_trm.data import prepare_translation_data
+        from keras_trm.jobs.translation import token_encoder, vocabulary_sha256
 
-        manifest = prepare_shards(args.source, args.target, tok, args.shards,
-                                  max_train_length=MAX_LENGTH)
-        out.update(prepare_s=time.perf_counter() - start,
-                   pairs=manifest["pairs"], shards=len(manifest["shards"]),
-                   reused=manifest["reused"],
-                   shard_bytes=sum(s["bytes"] for s in manifest["shards"]))
+        tok = _tokenizer(args.vocabulary, args.tokenizer_path)
+        encode = token_encoder(tok)
+        encode(["warm up"])  # trace outside the timings
+        out["rss_after_imports_mb"] = _rss_mb()
+        start = time.perf_counter()
+        manifest = prepare_translation_data(
+            args.prepared, [("train", args.source, args.target)], encode,
+            len(tok.vocabulary), vocabulary_sha256(tok), max_train_length=MAX_LENGTH)
+        split = manifest["splits"]["train"]
+        out.update(prepare_s=time.perf_counter() - start, pairs=split["pairs"],
+                   chunks=len(split["chunks"]), reused=manifest["reused"],
+                   prepared_bytes=sum(f["bytes"] for f in manifest["files"].values()))
         out["rss_mb"], out["rss_now_mb"] = _rss_mb(), _rss_now_mb()
         return out
-    else:
-        from keras_trm.data import read_manifest, stream_batches
+    from keras_trm.data import TokenBatches, read_prepared
 
-        manifest = read_manifest(args.shards)
-        out["pairs"] = manifest["pairs"]
-        ds = stream_batches(args.shards, TOKENS_PER_BATCH, BOUNDARIES, seed=0,
-                            repeat=True)
-    it = iter(ds)
-    next(it)
+    out["rss_after_imports_mb"] = _rss_mb()
+    start = time.perf_counter()
+    split = read_prepared(args.prepared).splits["train"]
+    batches = TokenBatches(split, TOKENS_PER_BATCH, BOUNDARIES, seed=0, repeat=False)
+    out["pairs"], out["batches"] = len(split), len(batches)
+    batches[0]
     out["first_batch_s"] = time.perf_counter() - start
-    for _ in range(args.warmup):  # untimed: pipelines ramp up
-        next(it)
     t0 = time.perf_counter()
-    for _ in range(args.batches):
-        next(it)
-    out["batches_per_s"] = args.batches / (time.perf_counter() - t0)
+    for i in range(1, len(batches)):  # the rest of the epoch
+        batches[i]
+    out["batches_per_s"] = (len(batches) - 1) / (time.perf_counter() - t0)
     out["rss_mb"], out["rss_now_mb"] = _rss_mb(), _rss_now_mb()
     return out
 
@@ -222,17 +224,15 @@ def main():
                         default=[200_000, 1_000_000])
     parser.add_argument("--workdir", type=pathlib.Path,
                         default=pathlib.Path("/tmp/keras_trm_bench_data"))
-    parser.add_argument("--batches", type=int, default=2000)
-    parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--vocabulary", default="sentencepiece_bpe",
                         choices=("sentencepiece_bpe", "wordpiece"))
     parser.add_argument("--out", type=pathlib.Path,
-                        default=ROOT / "bench" / "results" / "data_pipeline.json")
+                        default=ROOT / "bench" / "results" / "data_pipeline_prepared.json")
     parser.add_argument("--data-dir", default=None)
     # child mode (internal)
-    parser.add_argument("--child", choices=("prepare", "new"))
+    parser.add_argument("--child", choices=("prepare", "loader"))
     parser.add_argument("--source"), parser.add_argument("--target")
-    parser.add_argument("--shards"), parser.add_argument("--tokenizer-path")
+    parser.add_argument("--prepared"), parser.add_argument("--tokenizer-path")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args)))
@@ -250,24 +250,23 @@ def main():
         "settings": {"tokens_per_batch": TOKENS_PER_BATCH,
                      "max_length": MAX_LENGTH, "boundaries": list(BOUNDARIES),
                      "vocabulary": f"{args.vocabulary} {tok_path.name}",
-                     "pool_pairs": len(pool), "timed_batches": args.batches,
-                     "untimed_warmup_batches": args.warmup},
+                     "pool_pairs": len(pool),
+                     "keras_backend": os.environ.get("KERAS_BACKEND", "tensorflow")},
         "sizes": {},
     }
     for n in args.sizes:
         src, tgt = build_corpus(pool, n, args.workdir)
-        shards = args.workdir / f"shards_{n}"
+        prepared = args.workdir / f"prepared_{n}"
         common = ["--source", str(src), "--target", str(tgt),
-                  "--shards", str(shards), "--tokenizer-path", str(tok_path),
-                  "--vocabulary", args.vocabulary, "--batches", str(args.batches),
-                  "--warmup", str(args.warmup)]
+                  "--prepared", str(prepared), "--tokenizer-path", str(tok_path),
+                  "--vocabulary", args.vocabulary]
         row = {"corpus_gz_mb": (src.stat().st_size + tgt.stat().st_size) / 2**20}
         row["prepare"] = _run_child("prepare", common)
-        row["new"] = _run_child("new", common)
+        row["loader"] = _run_child("loader", common)
         result["sizes"][str(n)] = row
     sizes = [str(n) for n in args.sizes]
     summary = {}
-    for mode in ("new", "prepare"):
+    for mode in ("loader", "prepare"):
         have = [n for n in sizes if mode in result["sizes"][n]]
         for key in ("rss_mb", "first_batch_s", "batches_per_s", "prepare_s"):
             values = {n: result["sizes"][n][mode].get(key) for n in have}

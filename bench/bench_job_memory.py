@@ -30,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 
-from bench_litert import _cpu_model
+if __package__ in (None, ""):  # python bench/bench_job_memory.py: import bench/ as a package
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+from bench.common import cpu_model as _cpu_model  # noqa: E402
 
 WRAPPER = r"""
 import resource, subprocess, sys

@@ -230,9 +230,10 @@ def run_child(args):
     import tensorflow as tf
 
     from keras_trm.decoding import Translator, corpus_bleu
-    from keras_trm.jobs.translation import TranslationConfig, prepare_training_stream
+    from keras_trm.jobs.translation import (TranslationConfig, prepare_training_batches,
+                                            tf_dataset)
     from keras_trm.models import transformer_base
-    from keras_trm.text import SentencePieceTokenizer
+    from keras_trm.text import HostSentencePieceTokenizer
     from keras_trm.training import (
         DataPosition, LabelSmoothedCrossEntropy, NoamSchedule, TokenCount,
         apply_precision, make_strategy, paper_adam, resolve_jit_compile)
@@ -260,21 +261,21 @@ def run_child(args):
 
     workdir = pathlib.Path(args.workdir)
     splits, corpora = _load_data(args, workdir)
-    tokenizer = SentencePieceTokenizer(workdir / "spm.model")
+    tokenizer = HostSentencePieceTokenizer(workdir / "spm.model")
     limit = min(m["max_length"], 128)
     boundaries = tuple(b for b in (8, 12, 16, 20, 24, 32, 40, 48, 64, 96)
                        if b < limit) + (limit,)
     tokens_per_batch = args.tokens_per_batch * replicas
-    # The translation job's pipeline: shards prepared once (the first child
-    # writes them, the others reuse them), streamed with tf.data; both
-    # corpora, each pair equally likely. Iterating the dataset again starts
-    # the same seeded stream, so counting its batches here sees exactly the
-    # batches fit() trains on.
-    stream = prepare_training_stream(
+    # The translation job's pipeline: token ids prepared once (the first
+    # child writes them, the others reuse them), TokenBatches through the
+    # job's thin tf.data wrapper; both corpora, each pair equally likely.
+    # Iterating the dataset again starts the same seeded stream, so counting
+    # its batches here sees exactly the batches fit() trains on.
+    stream = prepare_training_batches(
         TranslationConfig(dataset="wmt14", max_sequence_length=limit,
                           tokens_per_batch=tokens_per_batch, seed=0),
-        corpora, tokenizer, workdir / "shards", boundaries, DataPosition())
-    train = stream["dataset"]
+        corpora, tokenizer, workdir / "prepared", boundaries, DataPosition())
+    train = tf_dataset(stream["batches"])
     step_tokens, padded, shapes = [], 0, []
     for _, labels in train.take(args.steps).as_numpy_iterator():
         step_tokens.append(int(np.count_nonzero(labels)))
@@ -338,7 +339,8 @@ def run_child(args):
         "peak_gpu_memory_bytes_per_gpu": train_peak,
         "first_loss": timer.losses[0], "final_loss": timer.losses[-1],
         "interval_losses": timer.losses, "log_every": args.log_every,
-        "train_pairs_within_max_length": sum(m["pairs"] for m in stream["manifests"]),
+        "train_pairs_within_max_length": sum(
+            split["pairs"] for split in stream["manifest"]["splits"].values()),
         "bleu": round(float(bleu), 2), "bleu_split": "newstest2014",
         "bleu_sentences": len(hyps), "bleu_beam_size": 4,
         "bleu_signature": signature,

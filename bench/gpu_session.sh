@@ -2,17 +2,19 @@
 # One device call for a GPU session (issue #39), from the repository root on
 # a GPU machine without TensorFlow (JAX, PyTorch and numpy installed):
 #   A. bench/gpu_train.py: keras_trm on JAX against torch.compile (JSON).
-#   B. keras-trm train-portable on a prepared Multi30k folder (JAX, bf16).
+#   B. keras-trm train-translation on Multi30k under JAX (bf16), the one
+#      command that trains without TensorFlow (issue #61; it prepares the
+#      token ids into its workdir itself).
 # This is the two device calls of 2026-11-26 (H100) in one script.
 #
 # Here, before the call (see the device README's note on wheels):
-#   pip download --no-deps ... -d .whl keras==3.15.1 namex optree jsonargparse docstring-parser
-#   keras-trm prepare-translation --output_dir .gpu/m30k    # the prepared folder (TF)
-# and carry .whl and .gpu. Back here: keras-trm export-portable --prepared
-# .gpu/m30k --weights <OUT>/weights [--test].
+#   pip download --no-deps ... -d .whl keras==3.15.1 namex optree jsonargparse docstring-parser sentencepiece sacrebleu
+# and carry .whl (the data: DATA_DIR, shared/data by default). Back here:
+# copy <OUT>/workdir to /tmp/portable (its export_request.json names that
+# folder) and run keras-trm export-translation --workdir /tmp/portable.
 #
 # Settings (environment): OUT (results folder), PHASES ("A B": which of the
-# two to run, e.g. PHASES=B for a second call), PREPARED (.gpu/m30k),
+# two to run, e.g. PHASES=B for a second call), DATA_DIR (shared/data),
 # TRAIN_MINUTES (8: the first epoch compiles for about 2 minutes on an H100),
 # BENCH_SECONDS (250), BOUNDARIES (16,24,32,48: few widths, few compiles),
 # PROFILE_STEPS (3: steps traced after the timing, device time by kernel
@@ -53,12 +55,16 @@ for phase in $PHASES; do  # in the order given
   # shellcheck disable=SC2086  # C_FLAGS, A_FLAGS: word lists
   C) BENCH_SECONDS=${C_SECONDS:-${BENCH_SECONDS:-250}} bench gpu_train_c "${MODELS_C:-transformer_big}" ${C_FLAGS-${A_FLAGS:-}} ;;  # a second model, after L
   B)
-    KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 90 )) \
-      python3 -m keras_trm.jobs.portable_training --prepared "${PREPARED:-.gpu/m30k}" \
-      --workdir /tmp/portable --precision mixed_bfloat16 \
-      --time_budget_minutes "${TRAIN_MINUTES:-8}" --boundaries "${BOUNDARIES:-16,24,32,48}"
+    KERAS_BACKEND=jax timeout $(( ${TRAIN_MINUTES:-8} * 60 + 300 )) \
+      python3 -m keras_trm.cli train-translation --data_dir "${DATA_DIR:-shared/data}" \
+      --workdir /tmp/portable --export_dir /tmp/portable/export \
+      --training.precision mixed_bfloat16 --training.time_budget_minutes "${TRAIN_MINUTES:-8}" \
+      --data.boundaries "${BOUNDARIES:-16,24,32,48}"
     echo "B rc=$?"
-    mkdir -p "$OUT/weights" && cp /tmp/portable/weights/* /tmp/portable/*.json "$OUT/weights/" 2>/dev/null ;;
+    # The run's files without its prepared ids and backups (the float32
+    # model, the vocabulary, result.json, export_request.json, config.yaml).
+    mkdir -p "$OUT/workdir" && cp /tmp/portable/*.json /tmp/portable/*.keras \
+      /tmp/portable/*.model /tmp/portable/*.txt /tmp/portable/*.yaml "$OUT/workdir/" 2>/dev/null ;;
   T)  # attention by key length, fused op vs einsums, both backends
     for backend in jax torch; do
       timeout $(( ${T_SECONDS:-70} + 60 )) python3 bench/gpu_attention_lengths.py --backend $backend \

@@ -76,7 +76,9 @@ import time
 
 import numpy as np
 
-import step_parts  # bench/: the standard library only
+if __package__ in (None, ""):  # python bench/gpu_train.py: import bench/ as a package
+    sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+from bench import step_parts  # noqa: E402  (the standard library only)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

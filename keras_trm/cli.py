@@ -1,14 +1,13 @@
 """``keras-trm``: command line entry points, one subcommand per recipe.
 
-    keras-trm train-translation [--data-dir DIR] [--epochs N] ...
-    keras-trm train-imdb [--models encoder,lstm_ln,lstm] [--limit 0] ...
-    keras-trm train-mnist [--batch-sizes 128,8] [--norms none,batch,layer] ...
-    keras-trm train-lm [--corpus tinyshakespeare|ptb] [--steps 1500] ...
+    keras-trm train-translation [--data_dir DIR] [--training.epochs N] ...
+    keras-trm train-imdb [--models encoder,lstm_ln,lstm] [--data.limit 0] ...
+    keras-trm train-mnist [--training.batch_sizes 128,8] [--model.norms none,batch,layer] ...
+    keras-trm train-lm [--data.corpus tinyshakespeare|ptb] [--training.steps 1500] ...
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
-    keras-trm prepare-translation [train-translation's flags] [--output_dir DIR]
-    keras-trm train-portable --prepared DIR [--workdir runs/portable] ...  (no TensorFlow)
-    keras-trm export-portable --prepared DIR --weights DIR [--test]
+    keras-trm export-translation --workdir DIR   (a run trained without TensorFlow)
+    keras-trm sample-lm export/<name>/<version> --prompt "ROMEO:" --num_tokens 200
 
 Every ``train-*`` subcommand has one flag per field of its job's config
 dataclass, parsed by jsonargparse (``config_parser``): the help line of a
@@ -34,8 +33,8 @@ import warnings
 
 from keras_trm._runtime import (
     quiet_cuda_probe,
-    reexec_with_allocator_tunables,
-    set_log_level_default,
+    quiet_tensorflow_start,
+    tune_allocator,
 )
 
 # Sentences translated at the end of train-translation, by source language.
@@ -51,10 +50,33 @@ SAMPLES = {
 
 FLAG_RULES = (
     "Flags: dashes and underscores are the same (--data-dir = --data_dir); "
-    "booleans take true|false (a bare flag means true); lists are "
-    "comma-separated (--batch-sizes 128,8) or YAML ([128, 8]). --config "
+    "booleans take true|false (a bare flag means true);{lists} --config "
     "FILE.yaml reads the same keys (e.g. a run's <workdir>/config.yaml); "
     "flags on the command line override it.")
+
+
+def flag_rules(config_cls):
+    """``FLAG_RULES`` for the command of ``config_cls``; its example of a
+    list is the class's first list field (none where it has none).
+
+    Example:
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     batch_sizes: tuple[int, ...] = (128, 8)
+    ...     SECTIONS = {"training": ("batch_sizes",)}
+    >>> "lists are comma-separated (--training.batch_sizes 128,8)" in flag_rules(Config)
+    True
+    """
+    lists = [f for f in dataclasses.fields(config_cls)
+             if typing.get_origin(f.type) is tuple and f.default]
+    example = ""
+    if lists:
+        key, values = config_keys(config_cls)[lists[0].name], lists[0].default
+        example = (f" lists are comma-separated (--{key} {','.join(map(str, values))})"
+                   f" or YAML ([{', '.join(map(str, values))}]).")
+    return FLAG_RULES.format(lists=example)
 
 
 def config_parser(prog, description, config_cls, workdir, results_dir=True,
@@ -82,7 +104,7 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
 
     # The help line of a field is its attribute docstring.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = ArgumentParser(prog=prog, description=f"{description} {FLAG_RULES}")
+    parser = ArgumentParser(prog=prog, description=f"{description} {flag_rules(config_cls)}")
     parser.add_argument(
         "--config", action=ActionConfigFile,
         help="YAML file of these flags (a run's <workdir>/config.yaml re-runs "
@@ -310,9 +332,11 @@ def parse_config(parser, config_cls, argv):
 @contextlib.contextmanager
 def _sectioned_config_files(argv, aliases):
     """``argv`` with each ``--config`` YAML file that has flat keys of
-    sectioned fields (a config.yaml written before the sections) replaced
-    by a temporary copy with those keys in their sections; the copies are
-    removed afterwards. Other files are passed as they are."""
+    sectioned fields (a config.yaml written before the sections) or
+    ``preset: ''`` (written before the default preset was ``cpu_small``)
+    replaced by a temporary copy with those keys in their sections and
+    ``preset: cpu_small``; the copies are removed afterwards. Other files
+    are passed as they are."""
     import tempfile
 
     import yaml
@@ -330,8 +354,14 @@ def _sectioned_config_files(argv, aliases):
                 data = yaml.safe_load(pathlib.Path(path).read_text())
             except (OSError, yaml.YAMLError):
                 continue  # jsonargparse reports it, naming the file
-            if not isinstance(data, dict) or not set(data) & set(aliases):
+            if not isinstance(data, dict):
                 continue
+            # A config.yaml of before the default preset was named: "".
+            old_preset = data.get("preset") == ""
+            if not (set(data) & set(aliases) or old_preset):
+                continue
+            if old_preset:
+                data["preset"] = "cpu_small"
             # A key already in its section wins over its flat spelling.
             nested = {k: v for k, v in data.items() if k not in aliases}
             for key in set(data) & set(aliases):
@@ -519,8 +549,7 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
     corpus exits with status 2 and a usage message, before anything is
     written.
     """
-    from keras_trm.data import CorpusError
-    from keras_trm.jobs.translation import TranslationConfig, run
+    from keras_trm.jobs.translation_config import TranslationConfig
 
     parser = config_parser(
         prog, "Train a Transformer on Multi30k EN->DE (default), WMT14 or "
@@ -543,6 +572,10 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
                or folder_problem("--export_dir", args.export_dir))
     if problem:
         parser.error(problem)
+    # After the flags are read: --help starts no TensorFlow.
+    from keras_trm.data import CorpusError
+    from keras_trm.jobs.translation import run
+
     quiet_cuda_probe()
     write_run_config(parser, args)
     try:
@@ -550,7 +583,7 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
                      samples=(samples or SAMPLES).get(config.source_language, ()))
     except CorpusError as err:
         # run's first step (check_inputs): a bad corpus file, or a setting it
-        # rules out, found before a vocabulary, shards or weights exist.
+        # rules out, found before a vocabulary, prepared ids or weights exist.
         parser.error(str(err))
     print(json.dumps({k: result[k] for k in summary_keys}, indent=1))
     return 0
@@ -781,70 +814,97 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
         [prog, *argv])
     result = run(config, args.data_dir, args.workdir, args.export_dir,
                  args.results_dir, command=command.strip())
+    vanilla = result["vanilla"] or {}  # None: --training.baseline false
     summary = {
         "transformer_xl_test": result["transformer_xl"]["test"],
-        "vanilla_test_sliding_window": result["vanilla"]["test_sliding_window"],
-        "vanilla_test_disjoint": result["vanilla"]["test_disjoint"],
+        "vanilla_test_sliding_window": vanilla.get("test_sliding_window"),
+        "vanilla_test_disjoint": vanilla.get("test_disjoint"),
         "parameters": [result["transformer_xl"]["parameters"],
-                       result["vanilla"]["parameters"]],
+                       vanilla.get("parameters")],
         "job_minutes": result["job_minutes"], "export": result["export"],
     }
     print(json.dumps(summary, indent=1))
     return 0
 
 
-# --- training on a GPU machine without TensorFlow (docs/long-runs.md) ----------
+# --- the SavedModel of a run trained without TensorFlow ---------------------------
 
 
-def prepare_translation_main(argv, prog="keras-trm prepare-translation"):
-    """Tokenize a corpus into portable files for train-portable (TensorFlow)."""
-    from keras_trm.data import CorpusError
-    from keras_trm.jobs.portable_tensorflow import check_settings, prepare_translation
-    from keras_trm.jobs.translation import TranslationConfig
-
-    parser = config_parser(
-        prog, "Tokenize a corpus as train-translation does (same flags) and "
-        "write it, with the vocabulary and the model config, as files that "
-        "`keras-trm train-portable` reads without TensorFlow.",
-        TranslationConfig, "runs/multi30k", results_dir=False, export_dir=False)
-    parser.add_argument("--output_dir", type=typing.Optional[str], default=None,
-                        help="the prepared folder (default <workdir>/portable); "
-                        "copy it to the training machine")
-    parser.add_argument("--max_file_mib", type=float, default=16.0,
-                        help="the largest token-id file (MiB)")
-    config, args = parse_config(parser, TranslationConfig, argv)
-    output_dir = args.output_dir or str(pathlib.Path(args.workdir) / "portable")
-    problem = (folder_problem("--workdir", args.workdir)
-               or folder_problem("--output_dir", output_dir))
-    try:
-        check_settings(config, args.max_file_mib)
-    except ValueError as err:
-        problem = problem or str(err)
-    if problem:
-        parser.error(problem)
+def export_translation_main(argv, prog="keras-trm export-translation"):
+    """Export a train-translation run trained without TensorFlow (SavedModel)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Write the raw-text SavedModel of a "
+        "`keras-trm train-translation` run that trained where TensorFlow is not "
+        "installed (it wrote <workdir>/export_request.json and printed this "
+        "command). Needs TensorFlow; runs under KERAS_BACKEND=tensorflow.")
+    parser.add_argument("--workdir", default="runs/multi30k",
+                        help="the run's work folder (default runs/multi30k)")
+    args = parser.parse_args(argv)
+    request = pathlib.Path(args.workdir) / "export_request.json"
+    if not request.is_file():
+        parser.error(f"--workdir {args.workdir}: no export_request.json in it (a "
+                     "train-translation run under JAX or PyTorch writes it)")
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "tensorflow"
     quiet_cuda_probe()
-    write_run_config(parser, args, output_dir)
-    try:
-        prepare_translation(config, args.data_dir, args.workdir, output_dir,
-                            args.max_file_mib)
-    except CorpusError as err:  # check_inputs: before anything is written
-        parser.error(str(err))
+    from keras_trm.jobs.translation import _export_main
+
+    _export_main(request)
     return 0
 
 
-def train_portable_main(argv, prog="keras-trm train-portable"):
-    """Train from prepare-translation's files on JAX/PyTorch, no TensorFlow."""
-    from keras_trm.jobs.portable_training import main
-
-    return main(argv, prog)
+# --- text from an exported language model ------------------------------------------
 
 
-def export_portable_main(argv, prog="keras-trm export-portable"):
-    """Export train-portable's weights as a SavedModel, report BLEU."""
-    from keras_trm.jobs.portable_tensorflow import export_main
-
+def sample_lm_main(argv, prog="keras-trm sample-lm"):
+    """Sample text from an exported Transformer-XL language model."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Continue --prompt with text sampled from a "
+        "Transformer-XL LM that train-lm exported, the model's memories carried "
+        "from segment to segment; prints the prompt followed by the sample.")
+    parser.add_argument("export", metavar="EXPORT_VERSION_DIR",
+                        help="SavedModel folder export/<name>/<version>")
+    parser.add_argument("--prompt", required=True,
+                        help="text to continue (characters, or words for a "
+                        "word-level model; a newline is <eos>)")
+    parser.add_argument("--num_tokens", type=int_in(1), default=200,
+                        help="tokens to generate (default 200)")
+    parser.add_argument("--temperature", type=finite_float(0.0), default=1.0,
+                        help="divides the log-probabilities; 0 takes the most "
+                        "likely token (default 1)")
+    parser.add_argument("--top_k", type=int_in(0), default=0,
+                        help="sample among the k most likely tokens (default 0: all)")
+    parser.add_argument("--seed", type=int_in(0), default=0,
+                        help="random seed; the same seed gives the same text (default 0)")
+    args = parser.parse_args(argv)
+    problem = saved_model_problem(args.export, flag="EXPORT_VERSION_DIR")
+    assets = pathlib.Path(args.export) / "assets.extra"
+    if not problem and not all((assets / name).is_file()
+                               for name in ("vocab.json", "config.json")):
+        problem = (f"EXPORT_VERSION_DIR {args.export!r} has no assets.extra/"
+                   "vocab.json and config.json: not a language model that "
+                   "train-lm exported")
+    if problem:
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
     quiet_cuda_probe()
-    return export_main(argv, prog)
+    from keras_trm.export.language_model import sample_text
+
+    try:
+        text, _ = sample_text(args.export, args.prompt, args.num_tokens,
+                              args.temperature, args.top_k, args.seed)
+    except ValueError as err:  # a prompt without tokens, or an unknown token
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    print(args.prompt + text)
+    return 0
+
+
+def _replaced(old, new):
+    def main(argv, prog=f"keras-trm {old}"):
+        print(f"keras-trm {old} was folded into {new}", file=sys.stderr)
+        return 2
+
+    main.__doc__ = f"Replaced: {new}."
+    return main
 
 
 COMMANDS = {
@@ -854,9 +914,21 @@ COMMANDS = {
     "train-lm": train_lm_main,
     "translate": translate_main,
     "serve": serve_main,
-    "prepare-translation": prepare_translation_main,
-    "train-portable": train_portable_main,
-    "export-portable": export_portable_main,
+    "export-translation": export_translation_main,
+    "sample-lm": sample_lm_main,
+}
+# The three-command split for machines without TensorFlow, before issue #61:
+# one train-translation command now runs on every backend.
+REPLACED = {
+    "prepare-translation": _replaced(
+        "prepare-translation", "`keras-trm train-translation`, which prepares the "
+        "token ids once in <workdir>/prepared (numpy, any backend)"),
+    "train-portable": _replaced(
+        "train-portable", "`KERAS_BACKEND=jax keras-trm train-translation` (or "
+        "torch), which trains without TensorFlow"),
+    "export-portable": _replaced(
+        "export-portable", "`keras-trm export-translation --workdir DIR`, the "
+        "command a run without TensorFlow prints"),
 }
 
 
@@ -874,16 +946,21 @@ def usage():
 
 
 def main(argv=None):
-    if argv is None and sys.argv[1:2] and sys.argv[1].startswith("train"):
-        # The training process runs again once, with glibc malloc tunables
-        # (fewer page faults, less kernel time) and TensorFlow's C++ log
-        # level 2 (no info lines) set before it imports TensorFlow.
-        set_log_level_default()
-        reexec_with_allocator_tunables()
+    if argv is None:
+        # The command's process, before anything imports TensorFlow
+        # (keras_trm/__init__.py leaves it to the command): no TensorFlow
+        # C++ lines unless the user set TF_CPP_MIN_LOG_LEVEL, and for
+        # training glibc malloc settings (fewer page faults, less kernel
+        # time) in this same process.
+        quiet_tensorflow_start()
+        if sys.argv[1:2] and sys.argv[1].startswith("train"):
+            tune_allocator()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
         return 0
+    if argv and argv[0] in REPLACED:
+        return REPLACED[argv[0]](argv[1:])
     if not argv or argv[0] not in COMMANDS:
         print(usage(), file=sys.stderr)
         if argv:

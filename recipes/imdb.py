@@ -14,10 +14,9 @@ the same as ``keras-trm train-imdb``.
 
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
+from keras_trm._runtime import tune_allocator
 from keras_trm.cli import train_imdb_main
 
 if __name__ == "__main__":
-    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
-    reexec_with_allocator_tunables()  # glibc malloc tunables
+    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
     sys.exit(train_imdb_main(sys.argv[1:], prog="recipes/imdb.py"))

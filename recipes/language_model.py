@@ -15,10 +15,9 @@ the same as ``keras-trm train-lm``.
 
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
+from keras_trm._runtime import tune_allocator
 from keras_trm.cli import train_lm_main
 
 if __name__ == "__main__":
-    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
-    reexec_with_allocator_tunables()  # glibc malloc tunables
+    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
     sys.exit(train_lm_main(sys.argv[1:], prog="recipes/language_model.py"))

@@ -19,11 +19,10 @@ paper's hyper-parameters (see recipes/translate_wmt14.py for WMT14).
 
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
+from keras_trm._runtime import tune_allocator
 from keras_trm.cli import train_translation_main
 
 if __name__ == "__main__":
-    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
-    reexec_with_allocator_tunables()  # glibc malloc tunables
+    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
     sys.exit(train_translation_main(sys.argv[1:],
                                     prog="recipes/translate_multi30k.py"))

@@ -15,7 +15,8 @@ SavedModel to export/transformer_wmt14_<src>_<tgt>/<version>/.
 
 Data: ``--online`` reads tfds ``wmt14_translate/de-en`` (about 4.5M
 training pairs, written once to the work folder as text, then prepared
-into shards and streamed; newstest2013; newstest2014). Offline (default)
+once into memory-mapped token ids and batched from them; newstest2013;
+newstest2014). Offline (default)
 it reads ``<data_dir>/wmt14_en_de``: the first 20,000 pairs of Europarl v7
 (0.4% of the training data, out of domain for news) and, when present, the
 36,826-pair pool of the WMT news test sets of other years (in domain), two
@@ -31,7 +32,7 @@ EN->DE, full data).
 
 import sys
 
-from keras_trm._runtime import reexec_with_allocator_tunables, set_log_level_default
+from keras_trm._runtime import tune_allocator
 from keras_trm.cli import train_translation_main
 
 SAMPLES = {
@@ -53,6 +54,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    set_log_level_default()  # for the re-executed process (keras_trm._runtime)
-    reexec_with_allocator_tunables()  # glibc malloc tunables
+    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
     sys.exit(main(sys.argv[1:]))

@@ -53,6 +53,41 @@ def tokenizer(small_vocab):
     return TextTokenizer(small_vocab)
 
 
+def translation_batches(tokenizer, pairs, folder, tokens_per_batch, boundaries,
+                        max_train_length, **kwargs):
+    """The translation job's route for ``pairs`` held in memory: written
+    to ``folder`` as a corpus, prepared (``prepare_translation_data``,
+    the job's encoder and vocabulary hash), then ``TokenBatches`` (its
+    ``kwargs``). Returns ``(batches, manifest)``."""
+    from keras_trm.data import TokenBatches, prepare_translation_data, read_prepared
+    from keras_trm.jobs.translation import token_encoder, vocabulary_sha256
+
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / "train.source", folder / "train.target"
+    for path, lines in zip(paths, pairs):
+        text = "".join(line + "\n" for line in lines)
+        if not path.exists() or path.read_text("utf-8") != text:
+            path.write_text(text, "utf-8")
+    manifest = prepare_translation_data(
+        folder / "prepared", [("train", *paths)], token_encoder(tokenizer),
+        len(tokenizer.vocabulary), vocabulary_sha256(tokenizer),
+        max_train_length=max_train_length)
+    split = read_prepared(folder / "prepared").splits["train"]
+    return TokenBatches(split, tokens_per_batch, boundaries, **kwargs), manifest
+
+
+def fit_input(batches):
+    """What ``fit`` takes of an endless ``TokenBatches``: itself, or on
+    TensorFlow the job's ``tf_dataset`` (Keras' PyDataset adapter fixes
+    the shapes of its first batches, refusing other buckets)."""
+    if keras.backend.backend() != "tensorflow":
+        return batches
+    from keras_trm.jobs.translation import tf_dataset
+
+    return tf_dataset(batches)
+
+
 def random_ids(rng, shape, vocab, pad_from=None):
     """int32 ids in [1, vocab); rows padded with 0 from pad_from[i]."""
     ids = rng.integers(1, vocab, size=shape).astype("int32")

@@ -153,7 +153,7 @@ def test_cached_step_avoids_onednn_attention_kernels(dtype, rng):
     """In float32 the cached step's graph holds BatchMatMulV3 (Eigen's
     kernel) and no BatchMatMulV2 / Softmax, which TensorFlow rewrites to
     oneDNN kernels that are slower at one query per row
-    (bench_attention_kernels.py); bfloat16 keeps oneDNN's matmul (native
+    (bench/bench_attention_kernels.py at 32da1ca); bfloat16 keeps oneDNN's matmul (native
     bfloat16). Both compute Eq. (1)."""
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
     x = rng.normal(size=(3, 4, 8)).astype("float32")

@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
+from bench import gpu_train  # numpy only at import
+from bench import step_parts  # the standard library only
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import gpu_train  # noqa: E402  (numpy only at import)
-import step_parts  # noqa: E402  (the standard library only)
 
 
 def test_batches_hold_real_lengths_at_the_token_budget():
@@ -91,14 +91,15 @@ def test_dropout_mask_levers_drop_at_the_rate_and_rescale(kind):
     zeroed, the rest scaled by 1/(1 - rate), a new mask per call."""
     pytest.importorskip("jax")
     code = f"""
-import numpy as np, keras, gpu_train
+import numpy as np, keras
+from bench import gpu_train
 gpu_train.patch_jax_dropout({kind!r})
 layer = keras.layers.Dropout(0.1, seed=1)
 x = np.ones((500, 400), "float32")
 a, b = (np.asarray(layer(x, training=True)) for _ in range(2))
 print((a == 0).mean(), np.unique(a).tolist(), (a != b).mean())
 """
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "bench", capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "KERAS_BACKEND": "jax"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     dropped, rest = proc.stdout.strip().splitlines()[-1].split(" ", 1)

@@ -48,6 +48,21 @@ def _imported_modules(path, package=None):
     return names
 
 
+@pytest.mark.parametrize("old,new", [
+    ("prepare-translation", "`keras-trm train-translation`"),
+    ("train-portable", "`KERAS_BACKEND=jax keras-trm train-translation`"),
+    ("export-portable", "`keras-trm export-translation --workdir DIR`")])
+def test_the_removed_portable_commands_name_their_replacement(old, new, capsys):
+    """The three-command route without TensorFlow (before issue #61) only
+    says what replaced it, whatever its flags, and exits 2; it is no
+    longer listed."""
+    assert cli.main([old, "--prepared", "p", "--workdir", "w"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"keras-trm {old} was folded into {new}")
+    assert err.count("\n") == 1  # one line, no usage dump or traceback
+    assert old not in cli.usage() and old not in cli.COMMANDS
+
+
 def test_models_and_layers_import_no_data_jobs_or_serving():
     forbidden = ("keras_trm.data", "keras_trm.jobs", "keras_trm.serving")
     checked, offences = 0, []
@@ -246,7 +261,7 @@ def test_classifier_jobs_refuse_bad_values_as_usage_errors(job, argv, words, cap
 
 def test_a_batch_smaller_than_the_longest_pair_is_a_usage_error(capsys):
     """``--training.tokens_per_batch 1`` was a traceback after the
-    vocabulary and the shards were written (the shard stream checks it);
+    vocabulary and the training data were prepared (the loader checks it);
     now the config refuses it, naming both values, before anything runs."""
     from keras_trm.jobs.translation import TranslationConfig
 
@@ -471,7 +486,7 @@ def test_serve_batching_flag_uses_the_boolean_rule():
 
 @pytest.mark.parametrize("command", ["train-translation", "train-imdb",
                                      "train-mnist", "train-lm", "translate",
-                                     "serve"])
+                                     "serve", "sample-lm"])
 def test_every_subcommand_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main([command, "--help"])
@@ -502,7 +517,6 @@ def test_no_cuda_error_lines_on_a_cpu_only_machine(tmp_path):
     if has_nvidia_driver():
         pytest.skip("an NVIDIA driver is present")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    env.update(KERAS_TRM_NO_REEXEC="1")
     missing = tmp_path / "missing"
     proc = subprocess.run(
         [sys.executable, "-m", "keras_trm.cli", "train-translation",

@@ -273,7 +273,7 @@ def test_int8_and_beam_give_text(trained, val_sentences):
 
 def test_decoding_length_options(trained, val_sentences):
     """``min_decoding_length == max_decoding_length`` decodes exactly that
-    many tokens (what bench/bench_step_cost.py times); ``max_decoding_length``
+    many tokens (what bench/bench_step_cost.py at 32da1ca timed); ``max_decoding_length``
     alone cuts longer outputs to it; bad values name the argument."""
     ct2 = CTranslate2Translator(trained["float32"], num_threads=1)
     tokens = ct2.tokenize(val_sentences[:8])

@@ -1,4 +1,4 @@
-"""Bad input to keras_trm.data (shards, corpus readers) and keras_trm.text
+"""Bad input to keras_trm.data (prepared folders, loader, corpus readers) and keras_trm.text
 gets a clear error naming the argument and its value, and loses nothing
 (an earlier preparation survives a failed one). Tiny inputs only."""
 
@@ -6,21 +6,13 @@ import gzip
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import tensorflow as tf
 
-from keras_trm.data.shards import (
-    MANIFEST,
-    PAIR_FILES,
-    mix_batches,
-    mix_steps,
-    prepare_shards,
-    read_manifest,
-    shards_from_pairs,
-    stream_batches,
-    stream_steps,
-)
+from keras_trm.data.loader import TokenBatches, bucket_boundaries
+from keras_trm.data.prepared import MANIFEST, prepare_translation_data, read_prepared
 from keras_trm.data.translation import (
     CorpusError,
     iter_lines,
@@ -45,11 +37,30 @@ def tok():
     return TextTokenizer(VOCAB)
 
 
+def _encode(lines):
+    """Word-level ids of VOCAB (no START/END)."""
+    return [[VOCAB.index(w) for w in line.split()] for line in lines]
+
+
+def _corpus(folder, sources, targets):
+    folder.mkdir(parents=True, exist_ok=True)
+    en, de = folder / "x.en", folder / "x.de"
+    en.write_text("\n".join(sources) + "\n")
+    de.write_text("\n".join(targets) + "\n")
+    return en, de
+
+
+def _prepare(folder, en, de, **kwargs):
+    kwargs = {"vocabulary_size": len(VOCAB), "max_train_length": 8, **kwargs}
+    return prepare_translation_data(folder, [("train", en, de)], _encode,
+                                    vocabulary_sha256="0" * 64, **kwargs)
+
+
 @pytest.fixture(scope="module")
-def shards(tok, tmp_path_factory):
-    return shards_from_pairs(SOURCES, TARGETS, tok,
-                             tmp_path_factory.mktemp("good") / "d",
-                             max_train_length=8)
+def split(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("good")
+    _prepare(folder / "d", *_corpus(folder, SOURCES, TARGETS))
+    return read_prepared(folder / "d").splits["train"]
 
 
 def _snapshot(folder):
@@ -168,112 +179,105 @@ def test_readers_name_the_file_that_cannot_be_read(tmp_path):
 # -- a failed preparation leaves the earlier one ----------------------------
 
 
-def test_a_failed_re_preparation_keeps_the_old_one(tok, tmp_path):
+def test_a_failed_re_preparation_keeps_the_old_one(tmp_path):
+    en, de = _corpus(tmp_path, SOURCES, TARGETS)
+    long_en, long_de = _corpus(tmp_path / "long", ["a b c a b c a b c"] * 2,
+                               ["a b c a b c a b c"] * 2)
     folder = tmp_path / "d"
-    good = shards_from_pairs(SOURCES, TARGETS, tok, folder, max_train_length=8)
+    good = _prepare(folder, en, de)
     before = _snapshot(folder)
-    with pytest.raises(ValueError, match="no pair of '.*source.txt'"):
-        shards_from_pairs(["a b c a b c a b c"], ["a b c a b c a b c"], tok,
-                          folder, max_train_length=4)
+    with pytest.raises(ValueError, match="kept no pair: 2 lines, 0 blank, 2 over "
+                                         "max_train_length=8"):
+        _prepare(folder, long_en, long_de)
     assert _snapshot(folder) == before
-    assert read_manifest(folder)["key"] == good["key"]
-    assert not list(folder.glob(".*"))  # no temporary left
-    # The old preparation is still the one the same pairs reuse.
-    assert shards_from_pairs(SOURCES, TARGETS, tok, folder,
-                             max_train_length=8)["reused"]
+    assert read_prepared(folder, key=good["key"]).manifest["key"] == good["key"]
+    assert not list(tmp_path.glob(".*"))  # no staging folder left
+    # The old preparation is still the one the same corpus reuses.
+    assert _prepare(folder, en, de)["reused"]
 
 
-def test_a_corrupt_corpus_keeps_the_old_preparation(tok, tmp_path):
-    good_en, good_de = tmp_path / "x.en", tmp_path / "x.de"
-    good_en.write_text("\n".join(SOURCES) + "\n")
-    good_de.write_text("\n".join(TARGETS) + "\n")
-    folder = tmp_path / "shards"
-    good = prepare_shards(good_en, good_de, tok, folder, max_train_length=8,
-                          pairs_per_shard=2)
+def test_a_corrupt_corpus_keeps_the_old_preparation(tmp_path):
+    good_en, good_de = _corpus(tmp_path, SOURCES, TARGETS)
+    folder = tmp_path / "prepared"
+    good = _prepare(folder, good_en, good_de)
     before = _snapshot(folder)
     for path, what in _bad_files(tmp_path):
         with pytest.raises(CorpusError, match=f"{path.name}' is {what}"):
-            prepare_shards(good_en, path, tok, folder, max_train_length=8,
-                           pairs_per_shard=2)
+            _prepare(folder, good_en, path)
         assert _snapshot(folder) == before
-        assert read_manifest(folder)["key"] == good["key"]
-        assert not list(folder.glob(".*"))
-    # A good new corpus still replaces it, and leaves no old shard behind.
+        assert read_prepared(folder).manifest["key"] == good["key"]
+        assert not list(tmp_path.glob(".*"))
+    # A good new corpus still replaces it, and leaves no old chunk behind.
     good_de.write_text("a\n" * len(SOURCES))
-    other = prepare_shards(good_en, good_de, tok, folder, max_train_length=8,
-                           pairs_per_shard=10)
-    assert not other["reused"] and len(other["shards"]) == 1
-    assert sorted(p.name for p in folder.iterdir()) == [MANIFEST,
-                                                        "shard-00000.tfrecord"]
+    other = _prepare(folder, good_en, good_de)
+    assert not other["reused"] and len(other["splits"]["train"]["chunks"]) == 1
+    assert sorted(p.name for p in folder.iterdir()) == [
+        MANIFEST, "train-00000.ids.npy", "train-00000.offsets.npy",
+        "train-00000.source_lengths.npy"]
 
 
 @pytest.mark.parametrize("name,value,error", [
-    ("pairs_per_shard", 1.5, TypeError), ("pairs_per_shard", 0, ValueError),
-    ("chunk_size", 2.5, TypeError), ("max_train_length", 8.0, TypeError)])
-def test_shard_sizes_must_be_ints(tok, tmp_path, name, value, error):
+    ("max_file_mib", "1", TypeError), ("max_file_mib", 0, ValueError),
+    ("limit", 1.5, TypeError), ("limit", -1, ValueError),
+    ("max_train_length", 8.0, TypeError), ("max_train_length", 1, ValueError),
+    ("vocabulary_size", 7.0, TypeError), ("vocabulary_size", 0, ValueError)])
+def test_preparation_sizes_must_be_numbers_in_range(tmp_path, name, value, error):
+    en, de = _corpus(tmp_path, SOURCES, TARGETS)
     with pytest.raises(error, match=f"{name}={value!r}"):
-        shards_from_pairs(SOURCES, TARGETS, tok, tmp_path / "d",
-                          **dict({"max_train_length": 8}, **{name: value}))
+        _prepare(tmp_path / "d", en, de, **{name: value})
     assert not (tmp_path / "d").exists()  # nothing written
 
 
-def test_pairs_must_be_lists_of_strings_not_one_string(tok, tmp_path):
-    for sources, targets, name in (("ab", ["a", "b"], "sources"),
-                                   (["a", "b"], "ab", "targets")):
-        with pytest.raises(TypeError, match=f"`{name}` must be an iterable of str"):
-            shards_from_pairs(sources, targets, tok, tmp_path / "d")
-    assert not (tmp_path / "d").exists()
-
-
-# -- streaming arguments -----------------------------------------------------
+# -- loader arguments --------------------------------------------------------
 
 
 @pytest.mark.parametrize("boundaries,error", [
     ((0, 8), ValueError), ((-4, 8), ValueError), ((), ValueError),
-    ((4.5, 8), TypeError), (8, TypeError)])
-def test_boundaries_are_checked_alike_by_batches_and_steps(shards, boundaries,
-                                                           error):
-    for call in (stream_batches, stream_steps):
-        with pytest.raises(error, match="`boundaries`"):
-            call(shards, 8, boundaries)
+    ((4.5, 8), TypeError), (8, TypeError), ("4,8", TypeError)])
+def test_boundaries_are_checked(split, boundaries, error):
     with pytest.raises(error, match="`boundaries`"):
-        mix_steps([shards], [1], 8, boundaries)
+        TokenBatches(split, 8, boundaries)
+    if boundaries not in ((), 8, "4,8"):
+        with pytest.raises(error, match="`boundaries`"):
+            bucket_boundaries(8, boundaries)
 
 
-def test_stream_batches_refuses_a_negative_skip_or_epoch(shards):
-    with pytest.raises(ValueError, match="skip_batches=-1"):
-        stream_batches(shards, 8, (4, 8), skip_batches=-1)
-    with pytest.raises(ValueError, match="start_epoch=-1"):
-        stream_batches(shards, 8, (4, 8), start_epoch=-1)
+def test_token_batches_refuse_a_negative_position(split):
+    from keras_trm.training import DataPosition
+
+    for epoch, skip, name in ((-1, 0, "position.epoch=-1"), (0, -2, "position.skip=-2")):
+        position = types.SimpleNamespace(epoch=epoch, skip=skip)
+        with pytest.raises(ValueError, match=name):
+            TokenBatches(split, 8, (4, 8), position=position)[0]
+    # a DataPosition changed after the loader was made is read at index 0
+    position = DataPosition()
+    batches = TokenBatches(split, 8, (4, 8), position=position)
+    position.skip = -1
+    with pytest.raises(ValueError, match="position.skip=-1"):
+        batches[0]
     with pytest.raises(TypeError, match="tokens_per_batch=8.5"):
-        stream_steps(shards, 8.5, (4, 8))
+        TokenBatches(split, 8.5, (4, 8))
 
 
 @pytest.mark.parametrize("pairs", [0, -3, 2.5])
-def test_mix_pairs_per_epoch_must_be_a_positive_int(shards, pairs):
-    # -3 made repeat=False endless (take(-3)); 0 gave 0 batches silently.
-    for call in (lambda: mix_batches([shards], [1], 8, (4, 8), repeat=False,
-                                     pairs_per_epoch=pairs),
-                 lambda: mix_steps([shards], [1], 8, (4, 8),
-                                   pairs_per_epoch=pairs)):
-        with pytest.raises((ValueError, TypeError),
-                           match=f"pairs_per_epoch={pairs}"):
-            call()
+def test_mix_pairs_per_epoch_must_be_a_positive_int(split, pairs):
+    # -3 made an epoch endless in the old pipeline; 0 gave 0 batches silently.
+    with pytest.raises((ValueError, TypeError), match=f"pairs_per_epoch={pairs}"):
+        TokenBatches([split, split], 8, (4, 8), weights=[1, 1], pairs_per_epoch=pairs)
 
 
 @pytest.mark.parametrize("weights", [[float("nan"), 1], [float("inf"), 1],
                                      [-1, 2], [0, 0]])
-def test_mix_weights_must_be_finite_non_negative_with_a_positive_sum(shards,
+def test_mix_weights_must_be_finite_non_negative_with_a_positive_sum(split,
                                                                      weights):
-    for call in (mix_batches, mix_steps):
-        with pytest.raises(ValueError, match=r"`weights` must be finite .*weights="):
-            call([shards, shards], weights, 8, (4, 8))
+    with pytest.raises(ValueError, match=r"`weights` must be 2 finite .*weights="):
+        TokenBatches([split, split], 8, (4, 8), weights=weights)
 
 
-def test_mix_needs_one_weight_per_corpus(shards):
-    for call in (mix_batches, mix_steps):
-        with pytest.raises(ValueError, match="2 corpora but 1 weights"):
-            call([shards, shards], [1], 8, (4, 8))
+def test_mix_needs_one_weight_per_corpus(split):
+    with pytest.raises(ValueError, match=r"`weights` must be 2 .*one per split.*"
+                                         r"weights=\[1\]"):
+        TokenBatches([split, split], 8, (4, 8), weights=[1])
 
 
 def test_lm_vocabulary_decode_and_data_position_are_checked():

@@ -15,6 +15,12 @@ equal the i-th key's value rounded as printed: ``37.84`` matches
 records a date (on the key's path or at the top level), the row's ``date``
 must be that date; where it names the CPU (AMD EPYC, Xeon), the row's
 ``host`` must name it too.
+
+The README's tables have an ``id`` column instead of the source: each id
+is a row of the table in ``docs/measurements.md`` that has both an ``id``
+and a ``source`` column, and the README row's figures, date and host are
+checked against that row's source as above (and its split must be that
+row's split).
 """
 
 import json
@@ -26,8 +32,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Pages whose figures come from JSON; each must hold at least one results
 # table (so that dropping the source column cannot silently skip a page).
+# README.md's figures are checked through docs/measurements.md (check_readme).
 PAGES = [
-    "README.md",
     "docs/measurements.md",
     "docs/recipes/multi30k.md",
     "docs/recipes/wmt14.md",
@@ -48,9 +54,9 @@ def _cells(line):
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def results_tables(text):
+def results_tables(text, columns=("source",)):
     """Yields ``(line_number, {column: cell})`` for each row of each table
-    whose header has a ``source`` column."""
+    whose header has all of ``columns`` (by default a ``source`` column)."""
     lines = text.splitlines()
     i = 0
     while i < len(lines):
@@ -61,7 +67,7 @@ def results_tables(text):
             header = [c.lower() for c in _cells(line)]
             i += 2
             while i < len(lines) and lines[i].lstrip().startswith("|"):
-                if "source" in header:
+                if set(columns) <= set(header):
                     cells = _cells(lines[i])
                     yield i + 1, dict(zip(header, cells))
                 i += 1
@@ -174,6 +180,56 @@ def check_text(text, root=ROOT):
     return rows, problems
 
 
+_LINK = re.compile(r"^\[([^\]]+)\]")
+
+
+def row_id(cell):
+    """The id in an ``id`` cell: ``m30k``, `` `m30k` `` or a link
+    ``[m30k][figures]`` / ``[m30k](docs/measurements.md#...)``."""
+    cell = cell.strip()
+    link = _LINK.match(cell)
+    return (link.group(1) if link else cell).strip("`").strip()
+
+
+def check_readme(readme, measurements, root=ROOT):
+    """``(rows checked, problems)`` for the README's tables with an ``id``
+    column, each row joined by its id with the row of ``measurements`` (the
+    text of docs/measurements.md) that holds its source."""
+    sources, problems = {}, []
+    for line, row in results_tables(measurements, ("id", "source")):
+        key = row_id(row["id"])
+        if key in sources:
+            problems.append(f"docs/measurements.md line {line}: id {key!r} "
+                            "is used twice")
+        sources[key] = row
+    used, rows = set(), 0
+    for line, row in results_tables(readme, ("id",)):
+        rows += 1
+        key = row_id(row["id"])
+        used.add(key)
+        if key not in sources:
+            problems.append(f"line {line}: id {key!r} is no row of "
+                            "docs/measurements.md")
+            continue
+        source = sources[key]
+        if row.get("split") != source.get("split"):
+            problems.append(f"line {line}: split {row.get('split')!r} but "
+                            f"docs/measurements.md has {source.get('split')!r}")
+        joined = dict(row, source=source["source"])
+        problems += [f"line {line} ({key}): {p}" for p in check_row(joined, root)]
+    problems += [f"docs/measurements.md: id {key!r} is in no README table"
+                 for key in sorted(set(sources) - used)]
+    return rows, problems
+
+
+def test_readme_figures_match_their_json():
+    rows, problems = check_readme(
+        (ROOT / "README.md").read_text(encoding="utf-8"),
+        (ROOT / "docs/measurements.md").read_text(encoding="utf-8"))
+    assert rows >= 10, f"README.md has {rows} rows with an id"
+    assert not problems, "README.md:\n" + "\n".join(problems)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_figures_match_their_json(page):
     rows, problems = check_text((ROOT / page).read_text(encoding="utf-8"))
@@ -188,6 +244,34 @@ def test_docs_pages_with_figures_are_all_checked():
         str(p.relative_to(ROOT)) for p in pages
         if next(results_tables(p.read_text(encoding="utf-8")), None)}
     assert with_tables <= set(PAGES), sorted(with_tables - set(PAGES))
+
+
+# A script of bench/ named on a page: it exists, or the page gives the
+# commit of its last version (`... at 32da1ca` after its command, or just
+# before it, or `git show 32da1ca:bench/x.py`).
+_BENCH_SCRIPT = re.compile(r"(?<![\w/])(?:([0-9a-f]{7,40}):)?bench/(\w+\.(?:py|sh))\b")
+_AT_COMMIT = re.compile(r"\bat [0-9a-f]{7,40}\b")
+
+
+def missing_bench_scripts(text, root=ROOT):
+    """The ``bench/`` scripts ``text`` names that neither exist under
+    ``root`` nor come with a commit (in the 100 characters before or the
+    400 after)."""
+    return [m.group(2) for m in _BENCH_SCRIPT.finditer(text)
+            if not (root / "bench" / m.group(2)).is_file() and not m.group(1)
+            and not _AT_COMMIT.search(text, max(0, m.start() - 100), m.end() + 400)]
+
+
+def test_pages_name_bench_scripts_that_exist():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    missing = {str(p.relative_to(ROOT)): missing_bench_scripts(p.read_text(encoding="utf-8"))
+               for p in pages}
+    assert not {k: v for k, v in missing.items() if v}, missing
+    # The check itself: a retired script passes only with its commit.
+    assert missing_bench_scripts("run `python bench/gone.py --x`.") == ["gone.py"]
+    assert not missing_bench_scripts("run `python bench/gone.py --x` at 32da1ca.")
+    assert not missing_bench_scripts("`git show 32da1ca:bench/gone.py`")
+    assert not missing_bench_scripts("`python bench/ab.py train_step`")
 
 
 _TABLE = """\
@@ -243,7 +327,16 @@ def test_checker_rejects_a_wrong_host_scale_and_key(results_root):
 
 def test_an_edited_readme_figure_fails():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "| 39.18 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |" in readme
-    edited = readme.replace("| 39.18 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |",
-                            "| 39.82 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |")
-    assert any("39.82 disagrees" in p for p in check_text(edited)[1])
+    measurements = (ROOT / "docs/measurements.md").read_text(encoding="utf-8")
+    row = "| 39.18 BLEU, 0.30, 38.85, 39.42, 39.58, 37.0 min |"
+    assert row in readme
+    edited = readme.replace(row, row.replace("39.18", "39.82"))
+    assert any("39.82 disagrees" in p for p in check_readme(edited, measurements)[1])
+    # The figure is checked in the README, not only on the measurements page.
+    assert check_text(measurements)[1] == []
+    # A README row whose id is not on the page, or a page row no README
+    # row uses, is reported too.
+    assert any("no row" in p for p in check_readme(
+        readme.replace("[m30k-886a308]", "[m30k-886a309]"), measurements)[1])
+    assert any("in no README table" in p for p in check_readme(
+        readme.replace("[m30k-886a308]", "[m30k]"), measurements)[1])

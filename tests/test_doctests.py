@@ -32,7 +32,8 @@ MODULES = sorted(
 CORE = ("keras_trm.layers.", "keras_trm.models.", "keras_trm.decoding.search",
         "keras_trm.training.losses", "keras_trm.training.schedules",
         "keras_trm.training.accumulation", "keras_trm.training.optimizers",
-        "keras_trm.training.checkpoints")
+        "keras_trm.training.checkpoints", "keras_trm.data.prepared",
+        "keras_trm.data.loader", "keras_trm.text.sentencepiece")
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 if BACKEND != "tensorflow":
     MODULES = [name for name in MODULES if name.startswith(CORE)]

@@ -3,7 +3,7 @@ that cannot be learned from (line counts that differ, no text, invalid
 UTF-8) or a vocabulary size too small for its characters stops
 ``keras-trm train-translation`` at once -- exit 2, one ``error:`` line
 naming the file or flag and the value, no traceback -- before a
-vocabulary, shards or weights are written."""
+vocabulary, prepared ids or weights are written."""
 
 import collections
 import dataclasses
@@ -231,7 +231,6 @@ def test_cli_refuses_a_bad_corpus_with_one_usage_error(tmp_path, case):
     (source, target, *flags), words = _cases(tmp_path)[case]
     workdir, export = tmp_path / "run", tmp_path / "export"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    env.update(KERAS_TRM_NO_REEXEC="1")
     proc = subprocess.run(
         [sys.executable, "-m", "keras_trm.cli", "train-translation",
          "--dataset", "files", "--train-source", str(source),

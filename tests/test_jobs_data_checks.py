@@ -1,6 +1,6 @@
 """The jobs' data checks: copies reused only for the data they came from,
-weights exported only with their own prepared folder, damaged data files
-named in the error."""
+bad configurations refused, failed downloads leave nothing behind.
+(Prepared folders' own checks: test_prepared.py.)"""
 
 import gzip
 import os
@@ -59,45 +59,6 @@ def test_limit_copies_follow_the_direction_and_the_data(data_dir, tmp_path):
     (_, source, _), = translation.resolve_translation_data(
         config, None, work / "files").corpora
     assert _read(source) == [f"three {i}" for i in range(5)]
-
-
-def _prepared_folder(folder, vocabulary):
-    """A prepared folder's manifest (no pair files: enough for the checks
-    made before any model is built)."""
-    from keras_trm.jobs import portable_files as pf
-    from keras_trm.utils import write_json
-
-    folder.mkdir(parents=True)
-    write_json(folder / pf.MANIFEST, {
-        "format": pf.FORMAT, "files": {}, "vocabulary": vocabulary,
-        "model": {"vocabulary_size": len(vocabulary), "num_layers": 1}})
-    return folder
-
-
-def test_export_refuses_weights_of_another_prepared_folder(tmp_path):
-    """Weights record the SHA-256 of the manifest they were trained on;
-    exported with another prepared folder (another vocabulary, the same
-    model shape) they are refused, both folders named."""
-    import pytest
-
-    from keras_trm.jobs import portable_files as pf
-    from keras_trm.jobs.portable_tensorflow import export_portable
-    from keras_trm.utils import write_json
-
-    a = _prepared_folder(tmp_path / "a", ["<pad>", "x", "y"])
-    b = _prepared_folder(tmp_path / "b", ["<pad>", "p", "q"])
-    weights = tmp_path / "run" / "weights"
-    weights.mkdir(parents=True)
-    write_json(weights / pf.WEIGHTS_MANIFEST, {
-        "format": pf.WEIGHTS_FORMAT, "model": {"vocabulary_size": 3, "num_layers": 1},
-        "prepared_manifest_sha256": pf.sha256_file(a / pf.MANIFEST),
-        "weights": [], "files": {}})
-    write_json(weights / "result.json", {"prepared": str(a)})
-    with pytest.raises(ValueError, match="another prepared folder|trained on") as info:
-        export_portable(b, weights, tmp_path / "export")
-    message = str(info.value)
-    assert str(a) in message and str(b) in message and str(weights) in message
-    assert not (tmp_path / "export").exists()
 
 
 def _refused(config, *words):
@@ -280,62 +241,6 @@ def test_imdb_limit_on_a_smaller_dataset(tmp_path):
     keep = np.random.default_rng(0).permutation(300)[:250]
     assert sorted(job.train_texts + job.val_texts) == sorted(
         f"train review {i}" for i in keep)
-
-
-def test_damaged_portable_files_are_named(tmp_path):
-    import json
-
-    import keras
-    import numpy as np
-    import pytest
-
-    from keras_trm.jobs import portable_files as pf
-    from keras_trm.utils import write_json
-
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Embedding(100, 128),
-                              keras.layers.Dense(7)])
-    folder = tmp_path / "weights"
-    info = pf.write_weights(model, folder, extra={"model": {"vocabulary_size": 100}})
-    manifest = folder / pf.WEIGHTS_MANIFEST
-    text = manifest.read_text()
-
-    def refused(error, *words, read=pf.read_weights, **kwargs):
-        with pytest.raises(error) as got:
-            read(folder, **kwargs)
-        assert all(w in str(got.value) for w in words), str(got.value)
-
-    manifest.write_text(text[:len(text) // 2])
-    refused(ValueError, str(manifest), "not valid JSON")
-    refused(ValueError, str(manifest), "not valid JSON", read=pf.load_portable_model)
-    manifest.write_text("[1, 2]")
-    refused(ValueError, str(manifest), "not a JSON object")
-    for key, read in (("files", pf.read_weights), ("model", pf.load_portable_model)):
-        write_json(manifest, {k: v for k, v in info.items() if k != key})
-        refused(ValueError, str(manifest), repr(key), read=read)
-    write_json(manifest, info)
-    npz = folder / "weights-00000.npz"
-    data = npz.read_bytes()
-    npz.write_bytes(data[:len(data) // 2])
-    refused(ValueError, str(npz), "damaged", verify=False)
-    npz.write_bytes(data)
-    bad = json.loads(text)
-    bad["weights"][1]["shape"] = [7, 7]
-    write_json(manifest, bad)
-    refused(ValueError, "weight 1", "(7, 7)", "weights-00000.npz", verify=False)
-    write_json(manifest, info)
-    arrays, _ = pf.read_weights(folder)
-    assert all(np.array_equal(a, w) for a, w in zip(arrays, model.get_weights()))
-
-    prepared = tmp_path / "prepared"
-    prepared.mkdir()
-    write_json(prepared / pf.MANIFEST, {"format": pf.FORMAT})
-    with pytest.raises(ValueError, match="has no 'files' entry"):
-        pf.read_prepared(prepared)
-    write_json(prepared / pf.MANIFEST, {"format": pf.FORMAT, "files": {}})
-    with pytest.raises(ValueError, match=r"manifest\.json lists no 'train' split"):
-        pf.load_pairs(prepared, "train")
-    with pytest.raises(NotADirectoryError, match="is a file"):
-        pf.read_prepared(prepared / pf.MANIFEST)
 
 
 def test_failed_downloads_leave_no_empty_folders(tmp_path, monkeypatch):

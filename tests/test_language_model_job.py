@@ -5,6 +5,7 @@ back), and refuses bad input with messages naming the argument and shapes."""
 
 import json
 import math
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,13 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_trm.export import TransformerXLServing  # noqa: E402
+from keras_trm import cli  # noqa: E402
+from keras_trm.export import (  # noqa: E402
+    TransformerXLServing,
+    export_language_model,
+    sample_text,
+)
+from keras_trm.data.language_modeling import Vocabulary  # noqa: E402
 from keras_trm.jobs import language_model as job  # noqa: E402
 from keras_trm.training.language_model import train_batches  # noqa: E402
 from keras_trm.models.transformer_xl import (  # noqa: E402
@@ -204,3 +211,130 @@ def test_training_batches_reset_memories_only_at_a_new_pass():
         firsts.append(int(inputs[0, 0]))
     assert flags == [True, False, False, True, False, False, True]
     assert firsts == [0, 6, 12, 0, 6, 12, 0]  # consecutive, then a new pass
+
+
+# --- sample_text and keras-trm sample-lm (issue #63) ----------------------------
+
+PROMPT = "First Citizen:\nBefore we p"  # 25 characters: segments 8, 8, 8, 1
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_sample_equals_the_keras_model_with_memories(tiny_run, temperature):
+    """The export's ids are those of the Keras model fed the same segments
+    with its memories, then one token at a time: the argmax at temperature
+    0 (greedy), and at temperature 1 the same draws of default_rng(seed)
+    from its softmax. Greedy text of a model this small repeats one
+    character, whatever the memory holds; the draws at temperature 1 see
+    a change of the probabilities (memories dropped while generating: a
+    different sample)."""
+    root, _ = tiny_run
+    export = root / "export" / "tiny_xl" / "1"
+    text, ids = sample_text(export, PROMPT, 40, temperature=temperature, seed=5)
+    vocab = json.loads((export / "assets.extra" / "vocab.json").read_text())
+    model = keras.saving.load_model(root / "work" / "transformer_xl.keras")
+    prompt = np.array([[vocab.index(c) for c in PROMPT]], np.int32)
+    memories, rng = None, np.random.default_rng(5)
+    for start in range(0, prompt.shape[1], 8):
+        logits, memories = model(prompt[:, start:start + 8], memories)
+    expected = []
+    for _ in range(40):
+        scores = np.asarray(logits[0, -1], np.float64)
+        if temperature:
+            probs = np.exp((scores - scores.max()) / temperature)
+            expected.append(int(rng.choice(len(probs), p=probs / probs.sum())))
+        else:
+            expected.append(int(np.argmax(scores)))
+        logits, memories = model(np.array([[expected[-1]]], np.int32), memories)
+    assert ids.dtype == np.int32 and ids.tolist() == expected
+    assert text == "".join(vocab[i] for i in expected)
+
+
+def test_sample_seed_and_top_k(tiny_run):
+    root, _ = tiny_run
+    export = str(root / "export" / "tiny_xl" / "1")
+    first = sample_text(export, PROMPT, 50, seed=3)
+    assert sample_text(export, PROMPT, 50, seed=3)[1].tolist() == first[1].tolist()
+    assert sample_text(export, PROMPT, 50, seed=4)[1].tolist() != first[1].tolist()
+    greedy = sample_text(export, PROMPT, 20, temperature=0)[1]
+    np.testing.assert_array_equal(
+        sample_text(export, PROMPT, 20, temperature=1.5, top_k=1, seed=7)[1], greedy)
+
+
+def test_sample_lm_command(tiny_run, tmp_path, capsys):
+    root, _ = tiny_run
+    export = root / "export" / "tiny_xl" / "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_trm.cli", "sample-lm", str(export),
+         "--prompt", PROMPT, "--num_tokens", "12", "--temperature", "0.8",
+         "--top_k", "5", "--seed", "2"],
+        capture_output=True, text=True, timeout=300,
+        cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text, _ = sample_text(export, PROMPT, 12, temperature=0.8, top_k=5, seed=2)
+    assert proc.stdout == PROMPT + text + "\n"
+    for path, words in [(tmp_path / "nope", "does not exist"),
+                        (root / "work", "has no saved_model.pb")]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["sample-lm", str(path), "--prompt", "a"])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and words in err, err
+    with pytest.raises(SystemExit) as exit_info:  # no character of the vocabulary
+        cli.main(["sample-lm", str(export), "--prompt", "é"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'é'" in err, err
+
+
+def test_sample_bad_arguments(tiny_run):
+    root, _ = tiny_run
+    export = root / "export" / "tiny_xl" / "1"
+    bad = [
+        (dict(export_path=3), TypeError, "export_path=3"),
+        (dict(prompt=b"First"), TypeError, "prompt=b'First'"),
+        (dict(prompt=""), ValueError, "`prompt` must hold at least one token"),
+        (dict(prompt="Fé"), ValueError, "'é'.*no '<unk>'"),
+        (dict(num_tokens=2.5), TypeError, "num_tokens=2.5"),
+        (dict(num_tokens=0), ValueError, "num_tokens=0"),
+        (dict(temperature="1"), TypeError, "temperature='1'"),
+        (dict(temperature=-0.5), ValueError, "temperature=-0.5"),
+        (dict(temperature=float("nan")), ValueError, "temperature=nan"),
+        (dict(temperature=float("inf")), ValueError, "temperature=inf"),
+        (dict(top_k=1.0), TypeError, "top_k=1.0"),
+        (dict(top_k=-1), ValueError, "top_k=-1"),
+        (dict(seed=-1), ValueError, "seed=-1"),
+    ]
+    for kwargs, error, pattern in bad:
+        kwargs = {"export_path": export, "prompt": "First", "num_tokens": 3,
+                  **kwargs}
+        with pytest.raises(error, match=pattern):
+            sample_text(**kwargs)
+
+
+def test_word_level_sample(tmp_path):
+    """A word-level export without "level" in config.json: whitespace words,
+    a newline as <eos>, unknown words as <unk>; the text is the words, each
+    after a space or at the start of a line."""
+
+    words = Vocabulary(["<unk>", "<eos>", "the", "cat", "sat"])
+    keras.utils.set_random_seed(1)
+    lm = TransformerXLLM(5, num_layers=1, d_model=32, num_heads=2, d_ff=16,
+                         mem_len=4, max_segment_len=3)
+    export = export_language_model(lm, words, tmp_path, "words")
+    _, ids = sample_text(export, "the dog\n  the  dog", 30, seed=2)
+    logits, memories = lm(np.array([[2, 0, 1]], np.int32))  # the <unk> <eos>
+    logits, memories = lm(np.array([[2, 0]], np.int32), memories)  # the <unk>
+    expected, rng = [], np.random.default_rng(2)
+    for _ in range(30):
+        probs = np.exp(np.asarray(logits[0, -1], np.float64))
+        expected.append(int(rng.choice(5, p=probs / probs.sum())))
+        logits, memories = lm(np.array([[expected[-1]]], np.int32), memories)
+    assert ids.tolist() == expected
+    text, ids = sample_text(export, "the cat\n", 40, seed=0)
+    pieces, after_eos = [], True  # the prompt ends with <eos>
+    for token in words.decode(ids):
+        pieces.append("\n" if token == "<eos>" else token if after_eos else " " + token)
+        after_eos = token == "<eos>"
+    assert text == "".join(pieces) and "<eos>" not in text
+    with pytest.raises(ValueError, match=r"at least one token.*prompt=' \\t '"):
+        sample_text(export, " \t ", 3)

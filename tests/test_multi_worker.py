@@ -8,6 +8,7 @@ concatenated). Bounded in time; the children are killed in any case.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -142,13 +143,13 @@ def test_two_workers_on_loopback_match_one_worker(tmp_path, free_ports):
     assert diff < 1e-4
 
 
-def test_translation_job_with_two_workers_reading_their_own_shards(
+def test_translation_job_with_two_workers_reading_their_own_rows(
         tmp_path, data_dir, free_ports):
     """``keras-trm train-translation --strategy multi_worker`` on loopback:
-    each worker prepares and reads its own shards (400 Multi30k pairs cut
-    into 8 shards, 4 per worker), the steps are synchronized (one loss per
-    epoch, the same on both workers), only the chief writes the model,
-    the epoch log and the export."""
+    each worker prepares its own folder of the 400 Multi30k pairs and reads
+    its own block of rows of every global batch, the steps are synchronized
+    (one loss per epoch, the same on both workers), only the chief writes
+    the model, the epoch log and the export."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     children = []
     start = time.time()
@@ -175,13 +176,16 @@ def test_translation_job_with_two_workers_reading_their_own_shards(
                 child.kill()
                 child.wait()
     for log in logs:
-        assert "395 of 400 pairs kept" in log and "8 shard(s)" in log, log[-2000:]
+        assert "395 of 400 pairs kept" in log and "batches per epoch" in log, log[-2000:]
     losses = [[line.split("loss: ")[1].split()[0] for line in log.splitlines()
                if "/step - " in line and "loss: " in line] for log in logs]
     assert len(losses[0]) == 2 and losses[0] == losses[1]
     chief = json.loads((tmp_path / "w0" / "result.json").read_text())
     assert chief["epochs"] == 2 and chief["export"]
-    assert (tmp_path / "w0" / "shards" / "train" / "manifest.json").is_file()
-    assert (tmp_path / "w1" / "shards_worker1" / "train" / "manifest.json").is_file()
+    assert (tmp_path / "w0" / "prepared" / "manifest.json").is_file()
+    assert (tmp_path / "w1" / "prepared_worker1" / "manifest.json").is_file()
+    # both workers stepped through the same number of global batches
+    steps = [re.search(r"(\d+) batches per epoch", log).group(1) for log in logs]
+    assert steps[0] == steps[1]
     assert not (tmp_path / "w1" / "result.json").exists()
     assert not (tmp_path / "export1").exists()

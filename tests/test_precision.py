@@ -12,8 +12,8 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import fit_input, translation_batches
 from keras_trm import _runtime
-from keras_trm.data import shards_from_pairs, stream_batches
 from keras_trm.decoding import Translator
 from keras_trm.layers import MultiHeadAttention
 from keras_trm.models import transformer
@@ -126,22 +126,22 @@ def ops_float(t):
 
 def _batches(tokenizer, pairs, folder, tokens_per_batch=600):
     """The jobs' token-count batches of ``pairs`` (pairs over 64 ids
-    dropped), one epoch, seeded."""
-    shards = shards_from_pairs(*pairs, tokenizer, folder, max_train_length=64)
-    return stream_batches(shards, tokens_per_batch, (16, 32, 64), seed=0)
+    dropped), endless, seeded."""
+    return translation_batches(tokenizer, pairs, folder, tokens_per_batch,
+                               (16, 32, 64), max_train_length=64, seed=0)[0]
 
 
 def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
         restore_policy, multi30k_small, tokenizer, tmp_path):
     apply_precision("mixed_bfloat16", log=None)
     pairs = (multi30k_small[0][:240], multi30k_small[1][:240])
-    train = _batches(tokenizer, pairs, tmp_path).cache()
+    train = _batches(tokenizer, pairs, tmp_path)
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=64,
                         num_heads=2, d_ff=128, dropout_rate=0.0, max_sequence_length=64)
     assert all(w.dtype == "float32" for w in model.weights)
     assert {layer.compute_dtype for layer in model.layers
             if layer.weights} == {"bfloat16"}
-    inputs, labels = next(iter(train))
+    inputs, labels = train.batch(0, 0)
     logits = model(inputs)
     assert logits.dtype == "float32"
     loss_fn = LabelSmoothedCrossEntropy(0.1)
@@ -149,7 +149,8 @@ def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
     assert loss.dtype == "float32"
     start = float(loss)
     model.compile(optimizer=paper_adam(NoamSchedule(64, 20, 1.0)), loss=loss_fn)
-    history = model.fit(train, epochs=8, verbose=0).history["loss"]
+    history = model.fit(fit_input(train), epochs=8, verbose=0,
+                        steps_per_epoch=train.batches_per_epoch).history["loss"]
     assert np.all(np.isfinite(history))
     assert history[-1] < 0.8 * start, (start, history)
     # decoding (greedy, key/value cache in bfloat16) gives text
@@ -220,68 +221,51 @@ def test_val_bleu_decodes_a_float32_twin_refreshed_from_the_scored_model(
     assert GreedyBleu(first, tokenizer, src, tgt).twin is first
 
 
-# -- allocator re-exec --------------------------------------------------------
+# -- allocator settings --------------------------------------------------------
 
 CHILD = """
 import importlib.util, os, sys
 spec = importlib.util.spec_from_file_location("_runtime", {path!r})
 runtime = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(runtime)
-with open({log!r}, "a") as f:
-    f.write(repr(os.environ.get("GLIBC_TUNABLES")) + "\\n")
-runtime.reexec_with_allocator_tunables()
-print("ran with", os.environ.get("GLIBC_TUNABLES"))
+applied = runtime.tune_allocator()
+print(applied, os.environ.get("GLIBC_TUNABLES"))
 """
 
 
-def _run_child(tmp_path, env_extra, flag="--flag"):
-    log = tmp_path / "runs.txt"
+def _run_child(tmp_path, env_extra):
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(path=str(pathlib.Path(_runtime.__file__)),
-                                   log=str(log)))
+    script.write_text(CHILD.format(path=str(pathlib.Path(_runtime.__file__))))
     env = {k: v for k, v in os.environ.items()
-           if k not in ("GLIBC_TUNABLES", "KERAS_TRM_NO_REEXEC")}
+           if k not in ("GLIBC_TUNABLES", "KERAS_TRM_NO_MALLOC_TUNING")}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, str(script), flag], env=env,
+    out = subprocess.run([sys.executable, str(script)], env=env,
                          capture_output=True, text=True, timeout=60, check=True)
-    return log.read_text().splitlines(), out.stdout
+    return out.stdout.strip()
 
 
 @pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
-def test_entry_point_reexecs_once_with_the_tunables(tmp_path):
-    runs, stdout = _run_child(tmp_path, {})
-    assert runs == ["None", repr(_runtime.ALLOCATOR_TUNABLES)]
-    assert stdout.strip() == "ran with " + _runtime.ALLOCATOR_TUNABLES
+def test_tune_allocator_passes_its_settings_on_to_child_processes(tmp_path):
+    assert _run_child(tmp_path, {}) == "True " + _runtime.ALLOCATOR_TUNABLES
+    assert _runtime.ALLOCATOR_TUNABLES == (
+        "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0"
+        ":glibc.malloc.trim_threshold=2147483647:glibc.malloc.top_pad=268435456")
 
 
 @pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
-def test_reexec_respects_the_users_tunables_and_the_opt_out(tmp_path):
-    runs, _ = _run_child(tmp_path, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
-    assert runs == [repr("glibc.malloc.arena_max=2")]
-    (tmp_path / "runs.txt").unlink()
-    runs, _ = _run_child(tmp_path, {"KERAS_TRM_NO_REEXEC": "1"})
-    assert runs == ["None"]
-
-
-@pytest.mark.skipif(not _runtime._is_glibc_linux(), reason="glibc only")
-@pytest.mark.parametrize("flag", ["--help", "-h", "--print_config"])
-def test_a_command_that_only_prints_is_not_reexecuted(tmp_path, flag):
-    """``recipes/x.py --help`` started TensorFlow twice (about 7 s)."""
-    runs, _ = _run_child(tmp_path, {}, flag)
-    assert runs == ["None"]
-
-
-def test_allocator_env_only_adds_the_variable_where_absent():
-    env, changed = _runtime.allocator_env({"PATH": "/bin"})
-    assert changed == _runtime._is_glibc_linux()
-    if changed:
-        assert env == {"PATH": "/bin", "GLIBC_TUNABLES": _runtime.ALLOCATOR_TUNABLES}
-    env, changed = _runtime.allocator_env({"GLIBC_TUNABLES": ""})
-    assert not changed and env == {"GLIBC_TUNABLES": ""}
+def test_tune_allocator_respects_the_users_tunables_and_the_opt_out(tmp_path):
+    assert _run_child(tmp_path, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == (
+        "False glibc.malloc.arena_max=2")
+    assert _run_child(tmp_path, {"KERAS_TRM_NO_MALLOC_TUNING": "1"}) == "False None"
 
 
 FAULTS_CHILD = """
-import ctypes, resource, threading
+import ctypes, importlib.util, resource, sys, threading
+if sys.argv[1:] == ["mallopt"]:   # what a keras-trm command does
+    spec = importlib.util.spec_from_file_location("_runtime", {path!r})
+    runtime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime)
+    assert runtime.tune_allocator()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
@@ -307,12 +291,17 @@ print(sum(faults[1:]))        # after the first block
 def test_tunables_keep_large_blocks_instead_of_mapping_them_each_time():
     """A 100 MiB block freed and allocated again on a worker thread: glibc
     maps it afresh every time (one fault per 4 KiB page); with
-    ALLOCATOR_TUNABLES it is reused from the heap."""
-    def faults(tunables):
-        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    ALLOCATOR_TUNABLES (read at the start) or with tune_allocator (mallopt
+    in the running process, what a keras-trm command does) it is reused
+    from the heap."""
+    child = FAULTS_CHILD.replace("{path!r}", repr(str(pathlib.Path(_runtime.__file__))))
+
+    def faults(tunables, *args):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GLIBC_TUNABLES", "KERAS_TRM_NO_MALLOC_TUNING")}
         if tunables:
             env["GLIBC_TUNABLES"] = tunables
-        out = subprocess.run([sys.executable, "-c", FAULTS_CHILD], env=env,
+        out = subprocess.run([sys.executable, "-c", child, *args], env=env,
                              capture_output=True, text=True, timeout=60,
                              check=True)
         return int(out.stdout.split()[-1])
@@ -320,3 +309,4 @@ def test_tunables_keep_large_blocks_instead_of_mapping_them_each_time():
     pages = 5 * 100 * 2 ** 20 // 4096            # 5 blocks of 25,600 pages
     assert faults(None) > 0.9 * pages
     assert faults(_runtime.ALLOCATOR_TUNABLES) < 0.01 * pages
+    assert faults(None, "mallopt") < 0.01 * pages

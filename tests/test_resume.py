@@ -3,8 +3,9 @@ epoch and started again with the same command ends with the same weights as
 the same run uninterrupted, and repeats at most ``save_freq`` steps.
 
 The script below trains with the pieces the translation job uses
-(shards, ``stream_batches(repeat=True, position=...)``, ``stream_steps``
-as the epoch length, ``TrainingBackup`` first in the
+(a prepared folder, ``TokenBatches(repeat=True, position=...)`` through
+the job's ``tf_dataset``, its ``batches_per_epoch`` as the epoch length,
+``TrainingBackup`` first in the
 callback list, ``EpochCheckpoints``, ``TimeBudget``, ``BleuLog``, Noam +
 Adam, dropout 0.1) on a tiny Transformer and seeded random sentences of a
 46-word vocabulary, so that three runs fit in well under a minute; the
@@ -24,7 +25,8 @@ import numpy as np
 SCRIPT = textwrap.dedent("""
     import json, pathlib, sys, time
     import numpy as np, keras
-    from keras_trm.data import shards_from_pairs, stream_batches, stream_steps
+    from keras_trm.data import TokenBatches, prepare_translation_data, read_prepared
+    from keras_trm.jobs.translation import tf_dataset, token_encoder, vocabulary_sha256
     from keras_trm.models import transformer
     from keras_trm.text import RESERVED_TOKENS, TextTokenizer
     from keras_trm.training import (
@@ -41,13 +43,21 @@ SCRIPT = textwrap.dedent("""
     src = [sentence() for _ in range(100)]
     tgt = [sentence() for _ in range(100)]
     # The same folder in every run of one work dir: the resumed run reuses it.
-    shards = shards_from_pairs(src, tgt, tokenizer, work / "shards",
-                               max_train_length=16)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = [("train", work / "train.src", work / "train.tgt")]
+    for path, lines in zip(corpus[0][1:], (src, tgt)):
+        if not path.exists():
+            path.write_text("".join(l + "\\n" for l in lines))
+    shards = prepare_translation_data(
+        work / "prepared", corpus, token_encoder(tokenizer),
+        len(tokenizer.vocabulary), vocabulary_sha256(tokenizer), max_train_length=16)
+    split = read_prepared(work / "prepared").splits["train"]
     boundaries = (8, 16)
     position = DataPosition()
-    data = stream_batches(shards, 128, boundaries, seed=0, repeat=True,
+    stream = TokenBatches(split, 128, boundaries, seed=0, repeat=True,
                           position=position)
-    batches = stream_steps(shards, 128, boundaries)
+    data = tf_dataset(stream)
+    batches = stream.batches_per_epoch
     model = transformer(50, num_layers=1, d_model=16, num_heads=2, d_ff=32,
                         dropout_rate=0.1, max_sequence_length=16)
     model.compile(optimizer=paper_adam(NoamSchedule(16, 10)),
@@ -73,7 +83,7 @@ SCRIPT = textwrap.dedent("""
               callbacks=[backup, checkpoints, score, budget, StepLog()])
     np.savez(work / "final.npz", *model.get_weights())
     (work / "done.json").write_text(json.dumps(
-        {"batches_per_epoch": batches, "pairs": shards["pairs"],
+        {"batches_per_epoch": batches, "pairs": shards["splits"]["train"]["pairs"],
          "shards_reused": shards["reused"],
          "checkpoints": [p.name for p in checkpoints.paths],
          "log_epochs": [e["epoch"] for e in score.history],

@@ -1,5 +1,6 @@
-"""Noam schedule, label-smoothed loss, training on the shard stream
-(keras_trm.data.shards; its batching is tested in test_shards.py),
+"""Noam schedule, label-smoothed loss, training on the prepared
+translation batches (keras_trm.data.TokenBatches; its batching is tested
+in test_prepared.py),
 checkpoints, distribution."""
 
 import json
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_trm.data import shards_from_pairs, stream_batches
+from conftest import fit_input, translation_batches
 from keras_trm.training import (
     LabelSmoothedCrossEntropy,
     NoamSchedule,
@@ -183,17 +184,18 @@ def test_training_lowers_the_loss_on_real_data(multi30k_small, tokenizer,
     from keras_trm.models import transformer
 
     src, tgt = multi30k_small
-    shards = shards_from_pairs(src[:600], tgt[:600], tokenizer, tmp_path,
-                               max_train_length=128)
-    ds = stream_batches(shards, tokens_per_batch=1024,
-                        boundaries=(16, 24, 32, 64, 128)).cache()
+    batches, _ = translation_batches(tokenizer, (src[:600], tgt[:600]), tmp_path,
+                                     1024, (16, 24, 32, 64, 128),
+                                     max_train_length=128)
+    ds, steps = fit_input(batches), batches.batches_per_epoch
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=32,
                         num_heads=2, d_ff=64, max_sequence_length=128)
     model.compile(optimizer=paper_adam(NoamSchedule(32, 30, scale=2.0)),
                   loss=LabelSmoothedCrossEntropy(0.1))
-    first = model.evaluate(ds, verbose=0)
-    model.fit(ds, epochs=4, verbose=0)
-    last = model.evaluate(ds, verbose=0)
+    # evaluate starts the stream again: epoch 0's batches both times
+    first = model.evaluate(ds, steps=steps, verbose=0)
+    model.fit(ds, epochs=4, steps_per_epoch=steps, verbose=0)
+    last = model.evaluate(ds, steps=steps, verbose=0)
     assert last < first - 1.0, (first, last)
 
 

@@ -5,6 +5,7 @@ test set decoded once at the end, an export."""
 import dataclasses
 import gc
 import json
+import time
 import weakref
 
 import pytest
@@ -28,7 +29,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     release = translation.TranslationRun.release_training
 
     def release_spy(self):  # the training stream and step are really freed
-        dataset = weakref.ref(self.stream["dataset"])
+        dataset = weakref.ref(self.stream["batches"])
         release(self)
         gc.collect()
         released.append((dataset() is None, self.model.train_function is None))
@@ -74,10 +75,9 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     assert result["test_lowercase_tokenized_bleu_line"].startswith("BLEU = ")
 
 
-def test_several_corpora_with_weights_are_streamed_from_shards(
-        data_dir, tmp_path):
+def test_several_corpora_with_weights_are_prepared_once(data_dir, tmp_path):
     """``dataset="files"`` with two training corpora and ``train_weights``:
-    each is prepared once into shards under the work folder (reused by a
+    each is prepared once, a split of ``<workdir>/prepared`` (reused by a
     second run), and the result names both with their pairs and weights."""
     import gzip
 
@@ -103,13 +103,14 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
     assert result["train_split"] == "one+two"
     assert result["train_weights"] == [1.0, 3.0]
     assert result["test_bleu"] is None  # no test split given
-    manifests = sorted((tmp_path / "work" / "shards").glob("*/manifest.json"))
-    assert [m.parent.name for m in manifests] == ["one", "two"]
-    read = [json.loads(m.read_text()) for m in manifests]
-    assert [m["lines"] for m in read] == [120, 180]
-    assert result["train_pairs"] == {"one": read[0]["pairs"], "two": read[1]["pairs"]}
-    assert all(m["pairs"] + m["too_long"] + m["blank"] == m["lines"] for m in read)
-    stamp = [m.stat().st_mtime_ns for m in manifests]
+    manifest = tmp_path / "work" / "prepared" / "manifest.json"
+    read = json.loads(manifest.read_text())["splits"]
+    assert sorted(read) == ["one", "two"]
+    assert [read[n]["lines"] for n in ("one", "two")] == [120, 180]
+    assert result["train_pairs"] == {n: read[n]["pairs"] for n in ("one", "two")}
+    assert all(m["pairs"] + m["too_long"] + m["blank"] == m["lines"]
+               for m in read.values())
+    stamp = manifest.stat().st_mtime_ns
     bad = dataclasses.replace(config, train_weights="1")
     with pytest.raises(ValueError, match="train_weights"):
         translation.run(bad, None, tmp_path / "work2", tmp_path / "export")
@@ -117,7 +118,7 @@ def test_several_corpora_with_weights_are_streamed_from_shards(
 
     shutil.rmtree(tmp_path / "work" / "backup")
     translation.run(config, None, tmp_path / "work", tmp_path / "export")
-    assert [m.stat().st_mtime_ns for m in manifests] == stamp  # reused
+    assert manifest.stat().st_mtime_ns == stamp  # reused
 
 
 @pytest.mark.parametrize("bad", [{"parallel_searches": 0},
@@ -190,3 +191,33 @@ def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     out = served(sentences=tf.constant(test_src[:120]))
     (texts,) = out.values()
     assert [t.decode() for t in texts.numpy()] == hyps
+
+
+def test_a_budget_that_cuts_the_run_fits_its_schedule(data_dir, tmp_path, monkeypatch):
+    """``budget_schedule="fit"`` on a fake clock where each epoch takes 100
+    s of a 250-s budget: after the first, one more fits, so the rate decays
+    to 0 over the second epoch and the job stops there (of 4 planned)."""
+    import types
+
+    from keras_trm.training import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(
+        time=lambda: clock[0], perf_counter=time.perf_counter))
+    end_epoch = progress.TimeBudget.on_epoch_end
+
+    def slow_epoch(self, epoch, logs=None):
+        clock[0] += 100.0
+        return end_epoch(self, epoch, logs)
+
+    monkeypatch.setattr(progress.TimeBudget, "on_epoch_end", slow_epoch)
+    config = translation.TranslationConfig(
+        vocabulary_size=400, num_layers=1, d_model=32, num_heads=2, d_ff=64,
+        max_sequence_length=48, warmup_steps=10, tokens_per_batch=1024, epochs=4,
+        average_last=1, limit=240, model_name="tiny", time_budget_minutes=250 / 60,
+        budget_schedule="fit", beam_size=1)
+    result = translation.run(config, data_dir, tmp_path / "work", tmp_path / "export")
+    steps = json.loads((tmp_path / "work" / "result.json").read_text())["budget_decay_steps"]
+    assert result["epochs"] == 2
+    per_epoch = steps[0]
+    assert per_epoch > 0 and steps == [per_epoch, 2 * per_epoch]

@@ -1,27 +1,31 @@
-"""Data sets (tfds online, local files offline) and batching."""
-
-from keras_trm._optional import require_tensorflow
-
-require_tensorflow("keras_trm.data")  # TensorFlow by design
+"""Data sets (tfds online, local files offline), the one prepared format
+of translation training and its loader; numpy only (no TensorFlow, any
+Keras backend), except the tfds downloads and the classification jobs'
+``keras_trm.data.batching`` (tf.data)."""
 
 from keras_trm.data.imdb import load_imdb
 from keras_trm.data.language_modeling import (
     Vocabulary,
     batchify,
     load_ptb,
+    load_text_file,
     load_tiny_shakespeare,
     segments,
 )
 from keras_trm.data.mnist import load_mnist
-# Streaming translation data: prepared TFRecord shards, token-count batches.
-from keras_trm.data.shards import (
-    mix_batches,
-    mix_steps,
-    prepare_shards,
-    read_manifest,
-    shards_from_pairs,
-    stream_batches,
-    stream_steps,
+# Translation training: token ids prepared once (memory-mapped), batched
+# by token count on every backend.
+from keras_trm.data.loader import (
+    DEFAULT_BOUNDARIES,
+    TokenBatches,
+    bucket_boundaries,
+    parse_boundaries,
+)
+from keras_trm.data.prepared import (
+    Prepared,
+    PreparedSplit,
+    prepare_translation_data,
+    read_prepared,
 )
 from keras_trm.data.paths import ENV_VAR, resolve_data_dir
 from keras_trm.data.translation import (
@@ -43,6 +47,7 @@ from keras_trm.data.translation import (
 from keras_trm.data.validation import check_labels, validation_split
 
 __all__ = [
+    "DEFAULT_BOUNDARIES",
     "ENV_VAR",
     "CorpusError",
     "TranslationSplits",
@@ -54,21 +59,22 @@ __all__ = [
     "load_multi30k",
     "load_parallel",
     "load_ptb",
+    "load_text_file",
     "load_tiny_shakespeare",
     "load_translation_splits",
     "load_wmt14",
     "iter_lines",
-    "mix_batches",
-    "mix_steps",
-    "prepare_shards",
-    "read_manifest",
+    "Prepared",
+    "PreparedSplit",
+    "TokenBatches",
+    "bucket_boundaries",
+    "parse_boundaries",
+    "prepare_translation_data",
+    "read_prepared",
     "read_lines",
     "resolve_data_dir",
     "sample_lines",
     "segments",
-    "shards_from_pairs",
-    "stream_batches",
-    "stream_steps",
     "translation_eval_files",
     "translation_train_files",
     # Label checks and the seeded validation split.
@@ -82,15 +88,16 @@ __all__ = [
 # meets it) replaces an AttributeError by a bare "cannot import name",
 # dropping the message; an ImportError reaches the caller as it is.
 _REMOVED = {
-    "token_bucket_batches": (
-        "keras_trm.data.token_bucket_batches was removed (issue #41: one "
-        "input pipeline). Prepare the pairs as shards and stream them: "
-        "shards = keras_trm.data.shards_from_pairs(source_texts, "
-        "target_texts, tokenizer, max_train_length=...) for pairs in memory (or "
-        "prepare_shards(source_path, target_path, tokenizer, folder) for "
-        "files), then keras_trm.data.stream_batches(shards, "
-        "tokens_per_batch, boundaries, seed=..., repeat=...); "
-        "stream_steps(shards, ...) counts the batches of an epoch."),
+    name: (f"keras_trm.data.{name} was removed (issue #61: one prepared format, "
+           "one loader). Write token ids once with keras_trm.data."
+           "prepare_translation_data(folder, [(split, source_path, target_path)], "
+           "encode, vocabulary_size, vocabulary_sha256), open them with "
+           "read_prepared(folder) and batch them with keras_trm.data.TokenBatches("
+           "prepared.splits[split], tokens_per_batch, boundaries, seed=...), a "
+           "keras.utils.PyDataset that fit() takes on every backend.")
+    for name in ("token_bucket_batches", "prepare_shards", "shards_from_pairs",
+                 "stream_batches", "stream_steps", "mix_batches", "mix_steps",
+                 "read_manifest")
 }
 
 

@@ -1,18 +1,10 @@
-"""Length bucketing shared by the data pipelines.
-
-``DEFAULT_BOUNDARIES``: the bucket lengths of the translation jobs'
-token-count batches (Vaswani et al. 2017, §5.1), which
-``keras_trm.data.shards.stream_batches`` builds from prepared shards (a
-small in-memory corpus goes there through ``shards_from_pairs``).
-``labelled_bucket_batches``: length-bucketed batches of a fixed number of
-labelled sequences (the classification jobs).
+"""Length-bucketed batches of a fixed number of labelled sequences (the
+classification jobs: ``labelled_bucket_batches``, tf.data). Translation's
+token-count batches are ``keras_trm.data.TokenBatches``.
 """
 
 import numpy as np
 import tensorflow as tf
-
-DEFAULT_BOUNDARIES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
-
 
 def bucket_index(lengths, boundaries):
     """The bucket of each length: the index of the smallest boundary that

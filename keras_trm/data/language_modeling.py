@@ -33,6 +33,7 @@ row continue each other, which is what segment-level recurrence needs.
 """
 
 import collections
+from typing import Literal, get_args
 import tarfile
 import tempfile
 
@@ -205,6 +206,85 @@ def load_tiny_shakespeare(split="train", data_dir=None, download=False):
             f"holds {len(text)} characters; the {split} split is "
             f"{'90' if split == 'train' else '5'}% of them): copy it again")
     return chosen
+
+
+TEXT_FILE_FRACTIONS = (0.9, 0.05, 0.05)
+Level = Literal["char", "word"]
+LEVELS = get_args(Level)
+
+
+def _line_tokens(level):
+    if level == "char":
+        return lambda line: line + "\n"  # a str: one token per character
+    return lambda line: line.split() + [EOS]
+
+
+def load_text_file(path, level="char"):
+    """A UTF-8 text file of one's own as the three splits' ids and the
+    training split's vocabulary, for ``keras-trm train-lm --data.corpus
+    file``.
+
+    The token stream (``level="char"``: every character, each line ended by
+    ``"\n"``, as Tiny Shakespeare; ``"word"``: whitespace words, each line
+    ended by ``"<eos>"``, as PTB) is cut by position into 90 % train, 5 %
+    valid and 5 % test (``TEXT_FILE_FRACTIONS``; nanoGPT's split is
+    90/10 without a test part). The vocabulary is ``"<unk>"`` (id 0), then
+    the training tokens by decreasing count (ties: first occurrence);
+    valid and test tokens not in it become ``"<unk>"``.
+
+    The file is read three times, a line at a time (count, vocabulary,
+    ids): memory is the ids (int32, 4 bytes a token), the vocabulary and
+    one line, whatever the file's size.
+
+    Args:
+        path: str or ``pathlib.Path``, UTF-8 text (plain or ``.gz``).
+        level: ``"char"`` or ``"word"``.
+
+    Returns:
+        ``({"train": ids, "valid": ids, "test": ids}, vocabulary)``, the ids
+        int32 ``(n,)`` arrays.
+
+    Raises:
+        ValueError: ``level`` not ``"char"`` or ``"word"``.
+        FileNotFoundError: ``path`` is not a file (named).
+        CorpusError: (a ``ValueError``) the file is not UTF-8 (file and
+            line named) or too short for three non-empty splits.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "text.txt"
+        >>> _ = path.write_text("to be or not to be\n" * 20)
+        >>> splits, vocabulary = load_text_file(path, level="word")
+        >>> [len(splits[s]) for s in ("train", "valid", "test")], len(vocabulary)
+        ([126, 7, 7], 6)
+    """
+    v.one_of("level", level, LEVELS)
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"text file not found: {path}")
+    tokens_of = _line_tokens(level)
+    total = sum(len(tokens_of(line)) for line in decoded_lines(path))
+    train_end = int(total * TEXT_FILE_FRACTIONS[0])
+    valid_end = int(total * (TEXT_FILE_FRACTIONS[0] + TEXT_FILE_FRACTIONS[1]))
+    if not 0 < train_end < valid_end < total:
+        raise CorpusError(f"{path} holds {total} {level} tokens: too few for "
+                          "three non-empty splits (90/5/5 %)")
+    counts, seen = collections.Counter(), 0
+    for line in decoded_lines(path):
+        tokens = tokens_of(line)
+        counts.update(tokens[:max(0, train_end - seen)])
+        seen += len(tokens)
+        if seen >= train_end:
+            break
+    counts.pop(UNK, None)
+    vocabulary = Vocabulary([UNK] + [t for t, _ in counts.most_common()])
+    ids, at, get = np.empty(total, np.int32), 0, vocabulary.token_to_id.get
+    for line in decoded_lines(path):
+        tokens = tokens_of(line)
+        ids[at:at + len(tokens)] = [get(t, 0) for t in tokens]
+        at += len(tokens)
+    return ({"train": ids[:train_end], "valid": ids[train_end:valid_end],
+             "test": ids[valid_end:]}, vocabulary)
 
 
 class Vocabulary:

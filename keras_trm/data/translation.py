@@ -505,7 +505,7 @@ def translation_train_files(dataset="multi30k", data_dir=None,
                             source_language="en", target_language="de",
                             files=None, download=False):
     """The training corpora of a dataset as files, for streaming
-    (``keras_trm.data.prepare_shards``): nothing is read here.
+    (``keras_trm.data.prepare_translation_data``): nothing is read here.
 
     Args:
         dataset: ``"multi30k"`` (train), ``"wmt14"`` (the local Europarl

@@ -1,5 +1,7 @@
-"""Greedy/beam search over a key/value cache (every Keras backend), the
-raw-text ``Translator`` and language-model evaluation (TensorFlow), BLEU."""
+"""Greedy/beam search over a key/value cache and the raw-text
+``Translator`` / ``GreedyBleu`` (every Keras backend; ``Translator.translate``,
+the graph a SavedModel serves, TensorFlow), language-model evaluation
+(TensorFlow), BLEU."""
 
 from keras_trm._optional import lazy_module_attributes
 from keras_trm.decoding.search import (DecodingModel, beam_search,
@@ -21,8 +23,9 @@ __all__ = [
     "evaluate_with_memory",
 ]
 
-# TensorFlow by design (tf-text tokenizers in the graph, tf.function
-# segment loops), and sacreBLEU: imported on first use.
+# Imported on first use: the translator (TensorFlow under the TensorFlow
+# backend), the language-model evaluation (tf.function segment loops:
+# TensorFlow by design) and sacreBLEU.
 __getattr__ = lazy_module_attributes(__name__, {
     "Translator": "keras_trm.decoding.translator",
     "GreedyBleu": "keras_trm.decoding.translator",

@@ -374,7 +374,7 @@ def _greedy_update(logits, finished, i, limits, end_id, pad_id):
         # Keras' float argmax adds four element-wise passes over the
         # (rows, V) logits (a -0.0 fix-up): greedy ran 0.960x the
         # TensorFlow-only search with it, 1.002x with tf.argmax
-        # (bench/bench_search_ab.py, bench/results/search_keras_ops_ab.json).
+        # (bench/ab.py search, bench/results/search_keras_ops_ab.json).
         import tensorflow as tf
 
         token = tf.argmax(logits, axis=-1, output_type=tf.int32)

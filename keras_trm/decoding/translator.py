@@ -1,11 +1,12 @@
 """Raw text in, translated text out: tokenizer, search and detokenizer in
-one TensorFlow graph (the function a SavedModel serves). Under the JAX and
-PyTorch backends ``translate_texts`` runs the backend's search between
-TensorFlow's tokenizer and detokenizer."""
+one TensorFlow graph (``Translator.translate``, the function a SavedModel
+serves), or the backend's search between a host tokenizer and detokenizer
+(``Translator.translate_texts``, ``GreedyBleu``), which needs no TensorFlow
+under JAX and PyTorch."""
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from keras_trm.decoding.bleu import corpus_bleu
 from keras_trm.decoding.search import (_check_special_ids, beam_search,
@@ -15,6 +16,33 @@ from keras_trm.models.transformer import as_transformer
 from keras_trm.training.precision import float32_copy
 from keras_trm.utils import ids as reserved
 from keras_trm.utils import checks as v
+
+_TENSORFLOW = keras.backend.backend() == "tensorflow"
+if _TENSORFLOW:  # the graph a SavedModel serves
+    import tensorflow as tf
+
+    _Base = tf.Module
+else:  # JAX, PyTorch: no TensorFlow imported
+
+    class _Base:
+        """What ``Translator`` keeps of ``tf.Module`` off TensorFlow."""
+
+        def __init__(self, name=None):
+            self._name = name
+
+        @property
+        def name(self):
+            return self._name
+
+# The whitespace ``tf.strings.strip`` removes (ASCII): a sentence of only
+# these translates to "" on every path.
+_ASCII_SPACE = " \t\n\v\f\r"
+
+
+def _on_host(tokenizer):
+    """A host tokenizer (``HostSentencePieceTokenizer``: lists of str in,
+    numpy ids out) has ``encode``; the in-graph ones do not."""
+    return callable(getattr(tokenizer, "encode", None))
 
 
 def _check_vocabulary_sizes(model, tokenizer):
@@ -39,13 +67,20 @@ def _check_vocabulary_sizes(model, tokenizer):
                 "with the tokenizer the model was trained with")
 
 
-class Translator(tf.Module):
+class Translator(_Base):
     """Translates batches of raw strings with a ``transformer()`` model.
+
+    Under the TensorFlow backend a ``tf.Module`` (what a SavedModel
+    serves); under JAX and PyTorch a plain object that imports no
+    TensorFlow when its tokenizer is a host one.
 
     Args:
         model: a model built by ``keras_trm.models.transformer``.
-        tokenizer: ``keras_trm.text.TextTokenizer`` (shared vocabulary) or
-            ``SentencePieceTokenizer``, of ``vocabulary_size`` the model's
+        tokenizer: ``keras_trm.text.HostSentencePieceTokenizer`` (no
+            TensorFlow; ``translate_texts`` only) or an in-graph tokenizer,
+            ``keras_trm.text.TextTokenizer`` (shared vocabulary) or
+            ``SentencePieceTokenizer`` (TensorFlow; what ``translate``
+            and the exports need), of ``vocabulary_size`` the model's
             source and target vocabulary size; its ``start_id``,
             ``end_id`` and ``pad_id`` are the searches' special ids (the
             reserved ids where it has none).
@@ -113,10 +148,12 @@ class Translator(tf.Module):
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string. It is a
-    TensorFlow graph, so it needs the TensorFlow backend; under JAX or
-    PyTorch use ``translate_texts``, which gives the same translations (the
-    search runs on the backend, compiled by ``jax.jit`` on JAX, the source
-    padded to a multiple of 8 tokens as with ``jit_compile``).
+    TensorFlow graph, so it needs the TensorFlow backend and an in-graph
+    tokenizer; under JAX or PyTorch, or with a host tokenizer, use
+    ``translate_texts``, which gives the same translations (the search runs
+    on the backend, compiled by ``jax.jit`` on JAX, the source padded to a
+    multiple of 8 tokens as with ``jit_compile``; tested against
+    ``translate`` with TensorFlow blocked, tests/test_host_translation.py).
 
     Example:
 
@@ -187,15 +224,18 @@ class Translator(tf.Module):
         self.parallel_searches = parallel_searches
         self.encode_groups = encode_groups
         self.jit_compile_max_batch_size = jit_compile_max_batch_size
-        self._compiled_search = None
-        if self.jit_compile:
+        self._compiled_search = self._ids_graph = None
+        if self.jit_compile and _TENSORFLOW:
             self._compiled_search = tf.function(
                 lambda tokens: self._search(tokens, static_cache=True),
                 jit_compile=True)
 
     def encode_text(self, sentences):
         """str ``(batch,)`` -> int32 ``(batch, T)``: ids + END, padded with
-        the tokenizer's ``pad_id``."""
+        the tokenizer's ``pad_id`` (TensorFlow ops, an in-graph
+        tokenizer)."""
+        import tensorflow as tf
+
         ids = self.tokenizer.tokenize(sentences)
         ids = ids[:, : self.max_source_length - 1]
         end = tf.fill([ids.nrows(), 1], self.end_id)
@@ -252,6 +292,40 @@ class Translator(tf.Module):
                        lambda: self._compiled(encoder_tokens),
                        lambda: self._search(encoder_tokens))
 
+    def source_ids(self, sentences):
+        """The encoder's input on the host: list of str -> int32 numpy
+        ``(batch, T)``, each sentence's ids (its first
+        ``max_source_length - 1``) + END, padded with ``pad_id`` (the ids
+        of ``encode_text``).
+
+        Example:
+
+        >>> import pathlib, tempfile
+        >>> from keras_trm.models import transformer
+        >>> from keras_trm.text import HostSentencePieceTokenizer, learn_sentencepiece
+        >>> path = learn_sentencepiece(["a dog runs.", "ein Hund läuft."] * 20, 280,
+        ...                            pathlib.Path(tempfile.mkdtemp()) / "sp.model")
+        >>> tokenizer = HostSentencePieceTokenizer(path)
+        >>> model = transformer(tokenizer.vocabulary_size, num_layers=1,
+        ...                     d_model=8, num_heads=2, d_ff=8, max_sequence_length=4)
+        >>> ids = Translator(model, tokenizer).source_ids(["a dog runs.", ""])
+        >>> ids.shape, ids.dtype.name, ids[1].tolist()   # "": END, then PAD
+        ((2, 4), 'int32', [3, 0, 0, 0])
+        """
+        if not _on_host(self.tokenizer):
+            import tensorflow as tf
+
+            return self.encode_text(tf.constant(list(sentences), tf.string)).numpy()
+        rows = self.tokenizer.encode(list(sentences))
+        keep = self.max_source_length - 1
+        width = max([min(len(row), keep) for row in rows], default=0) + 1
+        ids = np.full((len(rows), width), self.pad_id, np.int32)
+        for i, row in enumerate(rows):
+            row = row[:keep]
+            ids[i, :len(row)] = row
+            ids[i, len(row)] = self.end_id
+        return ids
+
     def compiled_width(self, width):
         """The source width the XLA search (``jit_compile``) runs at for a
         batch of source ids ``width`` tokens wide (END included): rounded
@@ -273,11 +347,11 @@ class Translator(tf.Module):
         ...                     d_ff=8, max_sequence_length=20)
         >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]", "a", "b", "c", "d"]
         >>> translator = Translator(model, TextTokenizer(vocab))
-        >>> translator.compiled_width([1, 8, 9, 17]).numpy().tolist()
+        >>> ops.convert_to_numpy(translator.compiled_width([1, 8, 9, 17])).tolist()
         [8, 8, 16, 20]
         """
-        width = tf.convert_to_tensor(width, tf.int32)
-        return tf.minimum((width + 7) // 8 * 8, self.model.max_sequence_length)
+        width = ops.convert_to_tensor(width, "int32")
+        return ops.minimum((width + 7) // 8 * 8, self.model.max_sequence_length)
 
     def _compiled(self, encoder_tokens):
         # The same ids as unpadded up to float rounding (1000 of 1000 equal
@@ -288,48 +362,81 @@ class Translator(tf.Module):
             tf.pad(encoder_tokens, [[0, 0], [0, padded - width]],
                    constant_values=self.pad_id))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def translate(self, sentences):
-        tokens = self.encode_text(sentences)
-        text = self.tokenizer.detokenize(self.generate_ids(tokens))
-        is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
-        return tf.where(is_empty, tf.constant(""), text)
+    if _TENSORFLOW:
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def translate(self, sentences):
+            tokens = self.encode_text(sentences)
+            text = self.tokenizer.detokenize(self.generate_ids(tokens))
+            is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
+            return tf.where(is_empty, tf.constant(""), text)
+    else:
+        def translate(self, sentences):
+            raise RuntimeError(
+                "Translator.translate is the TensorFlow graph a SavedModel "
+                f"serves: it needs KERAS_BACKEND=tensorflow (this is "
+                f"{keras.backend.backend()!r}); use translate_texts")
 
     def translate_texts(self, sentences, batch_size=100, progress=False):
         """Python helper: list of str -> list of str, in batches of
-        ``batch_size`` (an int >= 1).
+        ``batch_size`` (an int >= 1). An empty (or all-whitespace)
+        sentence translates to "".
+
+        Under TensorFlow with an in-graph tokenizer each batch runs
+        ``translate``; otherwise the tokenizer runs on the host
+        (``source_ids``) and the backend searches: on TensorFlow the graph
+        of ``generate_ids`` (the ids of ``translate``), on JAX and PyTorch
+        the fixed-size loop over a source padded to ``compiled_width``
+        (one ``jax.jit`` compilation per 8 source lengths and batch size).
 
         Raises:
-            TypeError: ``batch_size`` not an int (a bool included).
+            TypeError: ``batch_size`` not an int (a bool included), or
+                ``sentences`` a str (not a list of them).
             ValueError: ``batch_size`` < 1.
         """
         from tqdm.auto import tqdm
 
         batch_size = v.positive_int("batch_size", batch_size)
-
-        translate = (self.translate if keras.backend.backend() == "tensorflow"
-                     else self._translate_on_backend)
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError(f"`sentences` must be a list of str, got one "
+                            f"{type(sentences).__name__}: "
+                            f"sentences={sentences[:50]!r}")
+        sentences = list(sentences)
         out = []
         starts = range(0, len(sentences), batch_size)
         for start in tqdm(starts, disable=not progress, desc="translate",
                           unit="batch"):
-            batch = tf.constant(sentences[start:start + batch_size])
-            out.extend(s.decode("utf-8") for s in translate(batch).numpy())
+            batch = sentences[start:start + batch_size]
+            if _TENSORFLOW and not _on_host(self.tokenizer):
+                text = self.translate(tf.constant(batch, tf.string)).numpy()
+                out.extend(s.decode("utf-8") for s in text)
+            else:
+                out.extend(self._translate_on_host(batch))
         return out
 
-    def _translate_on_backend(self, sentences):
-        """``translate`` for JAX and PyTorch models: TensorFlow tokenizes
-        and detokenizes (eagerly), the backend searches the fixed-size loop
-        over a source padded to ``compiled_width`` (one ``jax.jit``
-        compilation per 8 source lengths and batch size)."""
-        tokens = self.encode_text(sentences).numpy()
-        width = int(self.compiled_width(tokens.shape[1]))
-        tokens = np.pad(tokens, [(0, 0), (0, width - tokens.shape[1])],
-                        constant_values=self.pad_id)
-        ids = keras.ops.convert_to_numpy(self._search(tokens, static_cache=True))
-        text = self.tokenizer.detokenize(tf.constant(ids, tf.int32))
-        is_empty = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)
-        return tf.where(is_empty, tf.constant(""), text)
+    def _translate_on_host(self, sentences):
+        """``translate`` of a list of str, the tokenizer run on the host."""
+        tokens = self.source_ids(sentences)
+        if _TENSORFLOW:
+            if self._ids_graph is None:  # traced once, as ``translate``
+                self._ids_graph = tf.function(
+                    self.generate_ids,
+                    input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            ids = self._ids_graph(tokens)
+        else:
+            width = int(self.compiled_width(tokens.shape[1]))
+            tokens = np.pad(tokens, [(0, 0), (0, width - tokens.shape[1])],
+                            constant_values=self.pad_id)
+            ids = self._search(tokens, static_cache=True)
+        ids = ops.convert_to_numpy(ids).astype(np.int32)
+        if _on_host(self.tokenizer):
+            text = self.tokenizer.detokenize(ids)
+        else:  # an in-graph tokenizer under JAX or PyTorch
+            import tensorflow as tf_eager
+
+            text = [t.decode("utf-8") for t in self.tokenizer.detokenize(
+                tf_eager.constant(ids, tf_eager.int32)).numpy()]
+        return ["" if not s.strip(_ASCII_SPACE) else t
+                for s, t in zip(sentences, text)]
 
 
 class GreedyBleu:
@@ -344,20 +451,27 @@ class GreedyBleu:
     model decoded as it is would cast every weight at every step: ~11 s
     per Multi30k val pass against ~3 s in float32.
 
+    Runs on every backend; with a ``HostSentencePieceTokenizer`` it needs
+    no TensorFlow (``Translator.translate_texts``).
+
     Args:
         model: a ``keras_trm.models.transformer()`` model (any precision).
-        tokenizer: its ``keras_trm.text.TextTokenizer``.
+        tokenizer: its tokenizer: ``keras_trm.text.HostSentencePieceTokenizer``
+            or an in-graph one (``TextTokenizer``, ``SentencePieceTokenizer``).
         sources, references: lists of str, the validation split.
 
     Example:
 
+    >>> import pathlib, tempfile
     >>> from keras_trm.models import transformer
-    >>> from keras_trm.text import RESERVED_TOKENS, TextTokenizer
-    >>> tokenizer = TextTokenizer(list(RESERVED_TOKENS) + list("abc"))
+    >>> from keras_trm.text import HostSentencePieceTokenizer, learn_sentencepiece
+    >>> path = learn_sentencepiece(["a dog runs.", "ein Hund läuft."] * 20, 280,
+    ...                            pathlib.Path(tempfile.mkdtemp()) / "sp.model")
+    >>> tokenizer = HostSentencePieceTokenizer(path)
     >>> model = transformer(tokenizer.vocabulary_size, num_layers=1,
     ...                     d_model=8, num_heads=2, d_ff=16,
     ...                     max_sequence_length=16)
-    >>> score = GreedyBleu(model, tokenizer, ["a b"], ["a b"])
+    >>> score = GreedyBleu(model, tokenizer, ["a dog runs."], ["ein Hund läuft."])
     >>> 0.0 <= score(model) <= 100.0
     True
     """

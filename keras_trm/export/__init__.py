@@ -27,6 +27,7 @@ from keras_trm.export.classifiers import DigitClassifier, ReviewClassifier
 from keras_trm.export.language_model import (
     TransformerXLServing,
     export_language_model,
+    sample_text,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "ReviewClassifier",
     "TransformerXLServing",
     "export_language_model",
+    "sample_text",
 ]

@@ -626,7 +626,7 @@ class CTranslate2Translator(RenamedAttributes):
     before ``ctranslate2`` is imported (on a 2-core machine under load we
     measured 2 spinning threads about 20x slower than 1 thread; PASSIVE
     removed the loss), at a cost when the machine is idle
-    (``bench/bench_decoding.py``'s notes).
+    (``bench/bench_decoding.py``'s notes, at 32da1ca).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not an export directory.

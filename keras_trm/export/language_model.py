@@ -4,14 +4,19 @@
 export holds (token ids and memories in, log-probabilities and new memories
 out); ``export_language_model`` writes it in TF Serving's
 ``<export_dir>/<model_name>/<version>/`` layout with the vocabulary and the
-config in ``assets.extra/``.
+config in ``assets.extra/``; ``sample_text`` generates text from such an
+export with its memories (``keras-trm sample-lm``).
 """
 
 import json
+import os
+import pathlib
 
+import numpy as np
 import tensorflow as tf
 
 from keras_trm.export.saved_model import export_module
+from keras_trm.utils import checks as v
 from keras_trm.models.transformer_xl import TransformerXLLM
 
 
@@ -155,3 +160,171 @@ def export_language_model(model, vocabulary, export_dir, model_name,
         assets={"vocab.json": json.dumps(vocabulary.tokens, ensure_ascii=False),
                 "config.json": json.dumps(config, indent=1)},
     )
+
+
+EOS = "<eos>"
+UNK = "<unk>"
+
+
+def _token_level(config, tokens):
+    """``"char"`` or ``"word"``: config.json's ``level`` where the job wrote
+    it, else char when every token but ``<unk>`` / ``<eos>`` is one
+    character."""
+    if config.get("level") in ("char", "word"):
+        return config["level"]
+    return ("char" if all(len(t) == 1 for t in tokens if t not in (UNK, EOS))
+            else "word")
+
+
+def _encode(prompt, tokens, level):
+    """The prompt's ids: one token per character, or whitespace words with
+    each ``\\n`` as ``<eos>``; unknown tokens are ``<unk>`` where the
+    vocabulary has it."""
+    if level == "char":
+        pieces = list(prompt)
+    else:
+        lines = prompt.split("\n")
+        pieces = [t for i, line in enumerate(lines)
+                  for t in line.split() + ([EOS] if i < len(lines) - 1 else [])]
+    if not pieces:
+        raise ValueError("`prompt` must hold at least one token, got "
+                         f"prompt={prompt!r}")
+    index = {t: i for i, t in enumerate(tokens)}
+    ids = []
+    for position, token in enumerate(pieces):
+        if token not in index and UNK not in index:
+            raise ValueError(
+                f"`prompt` token {token!r} (token {position}) is not in the "
+                f"export's vocabulary of {len(tokens)} tokens, which has no "
+                f"{UNK!r}")
+        ids.append(index.get(token, index.get(UNK)))
+    return ids, pieces[-1] == EOS
+
+
+def _decode(ids, tokens, level, after_eos):
+    """Generated ids -> text: characters joined; words after a space, or
+    after nothing at the start of a line (``<eos>`` is a newline)."""
+    if level == "char":
+        return "".join(tokens[i] for i in ids)
+    text = []
+    for i in ids:
+        token = tokens[i]
+        text.append("\n" if token == EOS else (token if after_eos else " " + token))
+        after_eos = token == EOS
+    return "".join(text)
+
+
+def _pick(log_probs, temperature, top_k, rng):
+    """One id from ``log_probs`` (vocabulary,): argmax at temperature 0,
+    else a draw from softmax(log_probs / temperature) over the ``top_k``
+    most likely ids (all where 0)."""
+    log_probs = np.asarray(log_probs, np.float64)
+    if temperature == 0:
+        return int(np.argmax(log_probs))
+    scores = log_probs / temperature
+    if top_k:
+        # Stable: among equal scores the lowest id is kept, as argmax does.
+        dropped = np.argsort(-scores, kind="stable")[top_k:]
+        scores[dropped] = -np.inf
+    probs = np.exp(scores - scores.max())
+    return int(rng.choice(len(probs), p=probs / probs.sum()))
+
+
+def sample_text(export_path, prompt, num_tokens, temperature=1.0, top_k=0,
+                seed=0):
+    """Generates text from an exported Transformer-XL LM, carrying its memories.
+
+    Generation with segment memory (Dai et al. 2019, §3.2): the prompt is
+    fed in segments of at most ``max_segment_len`` tokens, each with the
+    ``new_memories`` of the one before (starting from
+    ``(num_layers, 1, 0, d_model)`` zeros); then each new token is fed
+    alone, as a segment of length 1 with the memories, so no step
+    recomputes the past. Token t + 1 is drawn from ``log_probs[:, -1]`` of
+    the segment that ends at token t.
+
+    Only the export is read: the signature ``serving_default`` and
+    ``assets.extra/vocab.json`` and ``config.json`` (what
+    ``export_language_model`` writes). The prompt is encoded with the
+    export's vocabulary: one token per character for a character-level
+    model, whitespace-separated words with each newline as ``<eos>`` for
+    a word-level one (config.json's ``level``; where it is missing, a
+    vocabulary whose tokens are all single characters, ``<unk>`` and
+    ``<eos>`` aside, is character-level). A token not in the vocabulary
+    becomes ``<unk>`` where the vocabulary has it.
+
+    Args:
+        export_path: str or path-like, the version folder
+            ``<export_dir>/<model_name>/<version>``.
+        prompt: str, the text to continue (at least one token).
+        num_tokens: int >= 1, tokens to generate.
+        temperature: float >= 0: the log-probabilities are divided by it
+            before sampling; 0 picks the most likely token (greedy).
+        top_k: int >= 0: sample among the ``top_k`` most likely tokens
+            (all of them where 0 or more than the vocabulary).
+        seed: int >= 0, the seed of ``numpy.random.default_rng``; the same
+            seed gives the same sample.
+
+    Returns:
+        ``(text, ids)``: ``text`` the generated text, prompt excluded (a
+        word-level model's words each follow a space, or start a line);
+        ``ids`` int32 numpy array ``(num_tokens,)``, the generated ids.
+
+    Raises:
+        TypeError: ``export_path`` not a str or path, ``prompt`` not a
+            str, ``num_tokens``, ``top_k`` or ``seed`` not an int,
+            ``temperature`` not a number.
+        ValueError: ``num_tokens`` < 1, ``temperature`` negative or not
+            finite, ``top_k`` or ``seed`` negative; a prompt with no
+            token, or with a token outside a vocabulary without ``<unk>``
+            (naming the token).
+        OSError: ``export_path`` is not a SavedModel folder with
+            ``assets.extra/vocab.json`` and ``config.json``.
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_trm.models import TransformerXLLM
+    >>> from keras_trm.data.language_modeling import Vocabulary
+    >>> lm = TransformerXLLM(4, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+    ...                      mem_len=4, max_segment_len=4)
+    >>> path = export_language_model(lm, Vocabulary(["<unk>", "a", "b", " "]),
+    ...                              tempfile.mkdtemp(), "tiny_lm")
+    >>> text, ids = sample_text(path, "ab ba ab", num_tokens=6, seed=1)
+    >>> ids.shape, ids.dtype, text == "".join(["<unk>", "a", "b", " "][i] for i in ids)
+    ((6,), dtype('int32'), True)
+    >>> greedy = sample_text(path, "abc", 3, temperature=0)[1]  # "c" is <unk>
+    >>> bool((sample_text(path, "abc", 3, top_k=1, seed=5)[1] == greedy).all())
+    True
+    """
+    if not isinstance(export_path, (str, os.PathLike)):
+        raise TypeError("`export_path` must be a str or path, got "
+                        f"export_path={export_path!r}")
+    if not isinstance(prompt, str):
+        raise TypeError(f"`prompt` must be a str, got prompt={prompt!r}")
+    num_tokens = v.positive_int("num_tokens", num_tokens)
+    temperature = v.non_negative_float("temperature", temperature)
+    top_k = v.non_negative_int("top_k", top_k)
+    seed = v.non_negative_int("seed", seed)
+    assets = pathlib.Path(export_path) / "assets.extra"
+    tokens = json.loads((assets / "vocab.json").read_text(encoding="utf-8"))
+    config = json.loads((assets / "config.json").read_text(encoding="utf-8"))
+    level = _token_level(config, tokens)
+    prompt_ids, after_eos = _encode(prompt, tokens, level)
+
+    serve = tf.saved_model.load(str(export_path)).signatures["serving_default"]
+    seg_len = config["max_segment_len"]
+    memories = tf.zeros((config["num_layers"], 1, 0, config["d_model"]))
+    rng = np.random.default_rng(seed)
+    for start in range(0, len(prompt_ids), seg_len):
+        out = serve(token_ids=tf.constant([prompt_ids[start:start + seg_len]],
+                                          tf.int32), memories=memories)
+        memories = out["new_memories"]
+    ids = []
+    while True:
+        ids.append(_pick(out["log_probs"][0, -1].numpy(), temperature, top_k, rng))
+        if len(ids) == num_tokens:
+            break
+        out = serve(token_ids=tf.constant([[ids[-1]]], tf.int32),
+                    memories=memories)
+        memories = out["new_memories"]
+    return _decode(ids, tokens, level, after_eos), np.array(ids, np.int32)

@@ -1,13 +1,11 @@
 """End-to-end jobs behind the recipes and the CLI.
 
-TensorFlow by design (tf.data shards, tf-text tokenizers, SavedModels),
-except ``keras_trm.jobs.portable_training`` (and its files,
-``portable_files``, and the pure-Python ``stages`` it is built on): it
-trains on files that ``keras-trm prepare-translation`` wrote, on JAX or
-PyTorch, where no TensorFlow is installed (the usual GPU machine).
-Without TensorFlow those modules import; every other job raises
-``require_tensorflow``'s ``ImportError`` (what to install) when it is
-imported.
+The translation job (``translation``) and the pure-Python ``stages`` it
+is built on run on TensorFlow, JAX and PyTorch, also where TensorFlow is
+not installed (the usual GPU machine; only its SavedModel export needs
+TensorFlow). Without TensorFlow the other jobs (IMDB and MNIST through
+tfds, the LM) raise ``require_tensorflow``'s ``ImportError`` (what to
+install) when they are imported.
 """
 
 import importlib.util
@@ -15,24 +13,25 @@ import sys
 
 from keras_trm._optional import require_tensorflow
 
-# The jobs that run without TensorFlow (module names in this package).
-TENSORFLOW_FREE = frozenset({"portable_files", "portable_training", "stages"})
+# The jobs that need TensorFlow (module names in this package); the others
+# (the translation job, its config, the stages) run without it.
+TENSORFLOW_JOBS = frozenset({"imdb", "mnist", "language_model"})
 
 
 class _TensorFlowJobs:
     """``sys.meta_path`` finder, installed only where TensorFlow is missing:
-    importing a job outside ``TENSORFLOW_FREE`` raises
+    importing one of ``TENSORFLOW_JOBS`` raises
     ``require_tensorflow``'s error instead of a bare ``No module named
     'tensorflow'`` from deep inside it."""
 
     def find_spec(self, name, path=None, target=None):
         head, dot, rest = name.partition(__name__ + ".")
-        if not head and dot and rest.split(".")[0] not in TENSORFLOW_FREE:
+        if not head and dot and rest.split(".")[0] in TENSORFLOW_JOBS:
             require_tensorflow(name)  # raises ImportError
         return None
 
 
-def _tensorflow_installed():
+def tensorflow_installed():
     """Whether ``import tensorflow`` can find it (without importing it: a
     JAX process on a machine that has TensorFlow does not pay for it)."""
     try:
@@ -41,5 +40,5 @@ def _tensorflow_installed():
         return False
 
 
-if not _tensorflow_installed():
+if not tensorflow_installed():
     sys.meta_path.insert(0, _TensorFlowJobs())

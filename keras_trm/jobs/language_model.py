@@ -35,6 +35,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import re
 import time
 from typing import Literal, get_args
 
@@ -61,7 +62,7 @@ from keras_trm.training import plots
 from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
 
-Corpus = Literal["tinyshakespeare", "ptb"]
+Corpus = Literal["tinyshakespeare", "ptb", "file"]
 CORPORA = get_args(Corpus)
 
 
@@ -76,7 +77,14 @@ class LanguageModelConfig:
     """
 
     corpus: Corpus = "tinyshakespeare"
-    """Corpus: char-level Tiny Shakespeare or word-level PTB."""
+    """Corpus: char-level Tiny Shakespeare, word-level PTB, or ``file``:
+    ``text_file``, cut 90/5/5 % into train/valid/test
+    (``keras_trm.data.load_text_file``)."""
+    text_file: str = ""
+    """With ``corpus: file``: the UTF-8 text file (plain or .gz)."""
+    level: lm.Level = "char"
+    """With ``corpus: file``: ``char`` (characters) or ``word``
+    (whitespace words, ``<eos>`` ending each line) tokens."""
     num_layers: int = 4
     """Transformer blocks (both models)."""
     d_model: int = 128
@@ -111,6 +119,9 @@ class LanguageModelConfig:
     """Validation every n training steps (steps)."""
     eval_batch_size: int = 16
     """Contiguous evaluation streams (sequences)."""
+    baseline: bool = True
+    """Also train the vanilla Transformer on the same segments (the
+    comparison); false: Transformer-XL only."""
     match_parameters: bool = True
     """Widen the vanilla model's feed-forward layer to Transformer-XL's
     parameter count."""
@@ -130,11 +141,12 @@ class LanguageModelConfig:
     # The sections of the command line and YAML (``--model.mem_len``;
     # ``keras_trm.cli.config_keys``); the flat ``--mem_len`` works too.
     SECTIONS = {
-        "data": ("corpus", "train_tokens", "eval_tokens", "download"),
+        "data": ("corpus", "text_file", "level", "train_tokens", "eval_tokens",
+                 "download"),
         "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
                   "seg_len", "mem_len", "match_parameters"),
         "training": ("batch_size", "steps", "learning_rate", "warmup_steps",
-                     "min_learning_rate_ratio", "clip_norm", "eval_every"),
+                     "min_learning_rate_ratio", "clip_norm", "eval_every", "baseline"),
         "evaluation": ("eval_mem_len", "eval_batch_size"),
         "export": ("model_name",),
     }
@@ -145,6 +157,12 @@ class LanguageModelConfig:
         ``match_parameters`` / ``download`` that are not bools and a
         ``model_name`` that is not a plain folder name."""
         v.one_of("corpus", self.corpus, CORPORA)
+        v.one_of("level", self.level, get_args(lm.Level))
+        if (self.corpus == "file") != bool(self.text_file):
+            raise ValueError("`text_file` is the corpus of `corpus: file` and only "
+                             f"of it; got corpus={self.corpus!r}, "
+                             f"text_file={self.text_file!r}")
+        check_bool("baseline", self.baseline)
         for name in ("num_layers", "d_model", "num_heads", "d_ff", "seg_len",
                      "batch_size", "steps", "warmup_steps", "eval_every",
                      "eval_batch_size"):
@@ -173,7 +191,15 @@ class LanguageModelConfig:
 
     @property
     def name(self):
-        return self.model_name or f"transformer_xl_{self.corpus}"
+        if self.model_name or self.corpus != "file":
+            return self.model_name or f"transformer_xl_{self.corpus}"
+        return "transformer_xl_" + re.sub(r"[^A-Za-z0-9_.-]", "_",
+                                          pathlib.Path(self.text_file).name.split(".")[0])
+
+    @property
+    def token_level(self):
+        """``char`` or ``word``: the corpus's tokens."""
+        return {"tinyshakespeare": "char", "ptb": "word"}.get(self.corpus, self.level)
 
 
 # -- schedule -------------------------------------------------------------------
@@ -208,36 +234,40 @@ def _matched_d_ff(config, vocabulary_size, target):
 
 def _report_markdown(result):
     c, x, b = result["config"], result["transformer_xl"], result["vanilla"]
-    unit = "bpc" if c["corpus"] == "tinyshakespeare" else "bits/word"
-    lines = [
-        f"# Language model: Transformer-XL vs vanilla Transformer on {c['corpus']}",
-        "",
-        f"Written by `{result['command']}` on {result['date']} "
-        f"({result['machine']}).",
-        "",
-        "| | Transformer-XL | vanilla Transformer |",
-        "| --- | --- | --- |",
-        f"| parameters | {x['parameters']:,} | {b['parameters']:,} |",
-        f"| layers / d_model / heads / d_ff | {c['num_layers']} / {c['d_model']} / "
-        f"{c['num_heads']} / {c['d_ff']} | {c['num_layers']} / {c['d_model']} / "
-        f"{c['num_heads']} / {b['d_ff']} |",
-        "| positions | relative (sinusoid R, u, v) | absolute sinusoids |",
-        f"| segment length (train) | {c['seg_len']} | {c['seg_len']} |",
-        f"| memory (train / test) | {c['mem_len']} / {x['eval_mem_len']} | none |",
-        f"| training | {c['steps']} steps x {c['batch_size']} x {c['seg_len']} "
-        f"tokens = {result['train_tokens_seen']:,} tokens | same segments, same order |",
-        f"| training wall time | {x['train_seconds'] / 60:.1f} min | "
-        f"{b['train_seconds'] / 60:.1f} min |",
-        f"| **test {unit}** | **{x['test']['bits_per_token']}** (with memory) | "
-        f"**{b['test_sliding_window']['bits_per_token']}** (sliding window of "
-        f"{c['seg_len']}), {b['test_disjoint']['bits_per_token']} (disjoint "
-        "segments) |",
-        f"| test perplexity | {x['test']['perplexity']} | "
-        f"{b['test_sliding_window']['perplexity']} (sliding), "
-        f"{b['test_disjoint']['perplexity']} (disjoint) |",
-        f"| evaluation wall time (test) | {x['test_seconds']:.1f} s | "
-        f"{b['test_sliding_window_seconds']:.1f} s (sliding), "
-        f"{b['test_disjoint_seconds']:.1f} s (disjoint) |",
+    unit = "bpc" if result["level"] == "char" else "bits/word"
+    rows = [  # (row, Transformer-XL, vanilla: a function of b, or None)
+        ("parameters", f"{x['parameters']:,}", lambda: f"{b['parameters']:,}"),
+        ("layers / d_model / heads / d_ff",
+         f"{c['num_layers']} / {c['d_model']} / {c['num_heads']} / {c['d_ff']}",
+         lambda: f"{c['num_layers']} / {c['d_model']} / {c['num_heads']} / {b['d_ff']}"),
+        ("positions", "relative (sinusoid R, u, v)", lambda: "absolute sinusoids"),
+        ("segment length (train)", c["seg_len"], lambda: c["seg_len"]),
+        ("memory (train / test)", f"{c['mem_len']} / {x['eval_mem_len']}", lambda: "none"),
+        ("training", f"{c['steps']} steps x {c['batch_size']} x {c['seg_len']} "
+         f"tokens = {result['train_tokens_seen']:,} tokens",
+         lambda: "same segments, same order"),
+        ("training wall time", f"{x['train_seconds'] / 60:.1f} min",
+         lambda: f"{b['train_seconds'] / 60:.1f} min"),
+        (f"**test {unit}**", f"**{x['test']['bits_per_token']}** (with memory)",
+         lambda: f"**{b['test_sliding_window']['bits_per_token']}** (sliding window "
+                 f"of {c['seg_len']}), {b['test_disjoint']['bits_per_token']} "
+                 "(disjoint segments)"),
+        ("test perplexity", x["test"]["perplexity"],
+         lambda: f"{b['test_sliding_window']['perplexity']} (sliding), "
+                 f"{b['test_disjoint']['perplexity']} (disjoint)"),
+        ("evaluation wall time (test)", f"{x['test_seconds']:.1f} s",
+         lambda: f"{b['test_sliding_window_seconds']:.1f} s (sliding), "
+                 f"{b['test_disjoint_seconds']:.1f} s (disjoint)"),
+    ]
+    title = "Transformer-XL vs vanilla Transformer" if b else "Transformer-XL"
+    lines = [f"# Language model: {title} on {c['corpus']}", "",
+             f"Written by `{result['command']}` on {result['date']} "
+             f"({result['machine']}).", "",
+             "| | Transformer-XL |" + (" vanilla Transformer |" if b else ""),
+             "| --- | --- |" + (" --- |" if b else "")]
+    lines += [f"| {name} | {xl} |" + (f" {vanilla()} |" if b else "")
+              for name, xl, vanilla in rows]
+    lines += [
         "",
         f"Test split: {result['test_tokens']:,} tokens in "
         f"{c['eval_batch_size']} contiguous streams. Schedule: linear warmup "
@@ -257,10 +287,11 @@ def _report_markdown(result):
         "| --- | " + " | ".join("---" for _ in x["history"]["step"]) + " |",
         "| Transformer-XL | " + " | ".join(
             f"{n / math.log(2):.3f}" for n in x["history"]["valid_nll"]) + " |",
-        "| vanilla (disjoint) | " + " | ".join(
-            f"{n / math.log(2):.3f}" for n in b["history"]["valid_nll"]) + " |",
-        "",
     ]
+    if b:
+        lines.append("| vanilla (disjoint) | " + " | ".join(
+            f"{n / math.log(2):.3f}" for n in b["history"]["valid_nll"]) + " |")
+    lines.append("")
     if result.get("plot"):
         lines += [f"![curves]({pathlib.Path(result['plot']).name})", ""]
     return "\n".join(lines)
@@ -304,12 +335,16 @@ class LanguageModelRun(StagedJob):
     def prepare_data(self):
         """The corpus as id streams, one row per batch element."""
         config, data_dir = self.config, self.data_dir
-        train_ids, vocab = lm.load_lm_corpus(config.corpus, "train", data_dir=data_dir,
+        if config.corpus == "file":
+            splits, vocab = lm.load_text_file(config.text_file, config.level)
+            train_ids, valid_ids, test_ids = (splits[s] for s in ("train", "valid", "test"))
+        else:
+            train_ids, vocab = lm.load_lm_corpus(config.corpus, "train", data_dir=data_dir,
+                                                 download=config.download)
+            valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
                                              download=config.download)
-        valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
-                                         download=config.download)
-        test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir,
-                                        download=config.download)
+            test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir,
+                                            download=config.download)
         if config.train_tokens:
             train_ids = train_ids[:config.train_tokens]
         if config.eval_tokens:
@@ -340,6 +375,11 @@ class LanguageModelRun(StagedJob):
             name=config.name,
         )
         self.xl_params = int(self.xl.count_params())
+        self.vanilla = None
+        if not config.baseline:
+            print(f"Transformer-XL: {self.xl_params:,} parameters (no vanilla "
+                  "baseline: --training.baseline false)", flush=True)
+            return
         self.vanilla_d_ff = (_matched_d_ff(config, len(vocab), self.xl_params)
                              if config.match_parameters else config.d_ff)
         keras.utils.set_random_seed(config.seed)
@@ -372,6 +412,8 @@ class LanguageModelRun(StagedJob):
         self.xl_history, self.xl_train_s, self.xl_eval_s = train_segments(
             "Transformer-XL", step, xl, self.train, config.seg_len, config.steps,
             config.eval_every, xl_valid, self.verbose)
+        if vanilla is None:
+            return
         print(f"training the vanilla Transformer for {config.steps} steps",
               flush=True)
         vstep = make_train_step(
@@ -398,6 +440,11 @@ class LanguageModelRun(StagedJob):
             return value
 
         self.xl_test = timed("xl", lambda: evaluate_with_memory(xl, test, config.seg_len))
+        self.test_seconds = seconds
+        if vanilla is None:
+            print(f"test bits/token: Transformer-XL {self.xl_test / math.log(2):.4f}",
+                  flush=True)
+            return
         self.van_disjoint = timed("disjoint", lambda: evaluate_disjoint_segments(
             vanilla, test, config.seg_len))
         self.van_sliding = timed("sliding", lambda: evaluate_sliding_window(
@@ -411,12 +458,11 @@ class LanguageModelRun(StagedJob):
         """Both models as ``.keras``; Transformer-XL as a SavedModel."""
         config = self.config
         self.xl.save(self.workdir / "transformer_xl.keras")
-        self.vanilla.save(self.workdir / "vanilla.keras")
+        if self.vanilla is not None:
+            self.vanilla.save(self.workdir / "vanilla.keras")
         self.export_path = export_language_model(
             self.xl, self.vocab, self.export_dir, config.name,
-            extra_config={"corpus": config.corpus,
-                          "level": "char" if config.corpus == "tinyshakespeare"
-                          else "word",
+            extra_config={"corpus": config.corpus, "level": config.token_level,
                           "test_bits_per_token": round(self.xl_test / math.log(2), 4)})
         print(f"exported SavedModel to {self.export_path}", flush=True)
 
@@ -428,6 +474,7 @@ class LanguageModelRun(StagedJob):
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": _machine(),
             "corpus": config.corpus,
+            "level": config.token_level,
             "vocabulary_size": len(self.vocab),
             "train_tokens_seen": config.steps * config.batch_size * config.seg_len,
             "test_tokens": int(test.shape[0] * (test.shape[1] - 1)),
@@ -438,7 +485,7 @@ class LanguageModelRun(StagedJob):
                 "valid_eval_seconds": round(self.xl_eval_s, 1),
                 "history": self.xl_history,
             },
-            "vanilla": {
+            "vanilla": None if self.vanilla is None else {
                 "parameters": self.vanilla_params, "d_ff": self.vanilla_d_ff,
                 "test_sliding_window": _figures(self.van_sliding),
                 "test_sliding_window_seconds": round(seconds["sliding"], 1),
@@ -448,7 +495,7 @@ class LanguageModelRun(StagedJob):
                 "valid_eval_seconds": round(self.van_eval_s, 1),
                 "history": self.van_history,
             },
-            "transformer_xl_better": bool(
+            "transformer_xl_better": None if self.vanilla is None else bool(
                 self.xl_test < min(self.van_sliding, self.van_disjoint)),
             "export": str(self.export_path),
             "config": dataclasses.asdict(config),

@@ -22,47 +22,53 @@ and ``keras-trm train-translation``.
 import dataclasses
 import json
 import pathlib
-import re
 import sys
 import time
-import warnings
-from typing import Literal, Optional, get_args
+from typing import Optional
 
 import keras
-import tensorflow as tf
 
 from keras_trm.data import (
     CorpusError,
+    TokenBatches,
+    bucket_boundaries,
     check_parallel_corpus,
     iter_lines,
     load_translation_splits,
-    mix_batches,
-    mix_steps,
-    prepare_shards,
+    parse_boundaries,
+    prepare_translation_data,
+    read_prepared,
     resolve_data_dir,
     sample_lines,
-    stream_batches,
-    stream_steps,
     translation_eval_files,
     translation_train_files,
 )
+from keras_trm.data.prepared import file_identity, sha256_file
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.decoding.search import stop_rule
-from keras_trm.export.saved_model import export_module
-from keras_trm.export.warmup import MAX_WARMUP_RECORDS, translator_warmup_requests
-from keras_trm.jobs.portable_files import bucket_boundaries, parse_boundaries
-from keras_trm.jobs._setup import check_bool, check_folder_name
+from keras_trm.jobs import tensorflow_installed
 from keras_trm.jobs.stages import StagedJob
-from keras_trm.utils import checks as v
+from keras_trm.jobs.translation_config import (  # noqa: F401  (its home before)
+    DEFAULT_MODEL_NAME,
+    VOCABULARIES,
+    Dataset,
+    OnOff,
+    OnOffAuto,
+    Precision,
+    Preset,
+    StopRule,
+    Strategy,
+    TranslationConfig,
+    Vocabulary,
+    _parse_weights,
+    train_length,
+)
 from keras_trm.utils.memory import release_freed_memory
 from keras_trm.models import transformer
 from keras_trm.text import (
-    SentencePieceTokenizer,
-    TextTokenizer,
+    HostSentencePieceTokenizer,
     learn_sentencepiece,
-    learn_vocabulary,
-    load_vocabulary,
 )
 from keras_trm.training import (
     EpochCheckpoints,
@@ -71,354 +77,24 @@ from keras_trm.training import (
     NoamSchedule,
     apply_precision,
     apply_preset,
-    make_strategy,
     paper_adam,
-    resolve_jit_compile,
     select_checkpoint_average,
 )
 from keras_trm.training import (  # long runs (issue #11)
     BleuLog,
     DataPosition,
+    BudgetDecay,
     PerUpdateSchedule,
     TensorBoardScalars,
+    StepTimes,
     TimeBudget,
     TokenCount,
     TrainingBackup,
     accumulation_steps,
-    build_for_distributed_fit,
     tensorboard_writer,
-    worker_info,
 )
 from keras_trm.utils import atomic_write, write_json
 from keras_trm.utils.files import atomic_file
-
-
-Dataset = Literal["multi30k", "wmt14", "wmt14_tfds", "files"]
-StopRule = Literal["bound", "first_end", "never"]
-Vocabulary = Literal["auto", "wordpiece", "sentencepiece_bpe",
-                     "sentencepiece_unigram"]
-Preset = Literal["", "cpu_small", "tiny", "transformer_base", "transformer_big"]
-Strategy = Literal["default", "mirrored", "multi_worker"]
-Precision = Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"]
-OnOff = Literal["on", "off"]
-OnOffAuto = Literal["auto", "on", "off"]
-VOCABULARIES = get_args(Vocabulary)
-DEFAULT_MODEL_NAME = "transformer_multi30k_en_de"
-_LANGUAGE = re.compile(r"[A-Za-z0-9_-]+")
-
-
-@dataclasses.dataclass
-class TranslationConfig:
-    """Corpus, vocabulary and hyper-parameters of a translation job
-    (defaults: the Multi30k EN->DE CPU run the README reports).
-
-    ``preset`` (``keras_trm.training.presets``: ``cpu_small``, ``tiny``,
-    ``transformer_base``, ``transformer_big``) fills the hyper-parameters
-    left at their defaults; explicit values win. ``vocabulary="auto"`` is
-    a joint SentencePiece BPE (the paper's shared BPE); ``vocabulary_sample`` sentences at most are used to learn
-    it.
-    """
-
-    dataset: Dataset = "multi30k"
-    """Corpus: ``multi30k`` (EN-DE, in the data folder), ``wmt14`` (local
-    Europarl slice + newstest2013/2014), ``wmt14_tfds`` (the full WMT14 from
-    tensorflow-datasets, online) or ``files`` (``train_source`` ...)."""
-    source_language: str = "en"
-    """Source language code (``en`` or ``de`` for Multi30k and WMT14)."""
-    target_language: str = "de"
-    """Target language code (must differ from ``source_language``)."""
-    train_source: str = ""
-    """``dataset=files``: training source sentences, one per line (plain
-    text or .gz); several corpora comma-separated (``a.en,b.en``)."""
-    train_target: str = ""
-    """``dataset=files``: training target sentences, line-aligned (as many
-    files as ``train_source``)."""
-    train_weights: str = ""
-    """Sampling weights of the training corpora, comma-separated, one per
-    corpus (``1,3``: a pair comes from the second corpus three times as
-    often as from the first); empty: proportional to the corpora's sizes.
-    ``wmt14`` has two corpora when the newstest2008-2022 pool is in the data
-    folder: the Europarl slice, then the pool."""
-    validation_source: str = ""
-    """``dataset=files``: validation source sentences, one per line."""
-    validation_target: str = ""
-    """``dataset=files``: validation target sentences, line-aligned."""
-    test_source: str = ""
-    """``dataset=files``: test source sentences (optional: no test split
-    when empty)."""
-    test_target: str = ""
-    """``dataset=files``: test target sentences, line-aligned."""
-    vocabulary: Vocabulary = "auto"
-    """Subword vocabulary: ``auto`` is a joint SentencePiece BPE (the
-    paper's shared BPE; for Multi30k part of the recipe chosen on val,
-    ``docs/recipes/multi30k.md``)."""
-    vocabulary_sample: int = 1_000_000
-    """The most training sentences the vocabulary is learned from
-    (sentences)."""
-    validation_limit: int = 0
-    """> 0: the greedy validation BLEU of each epoch uses the first n
-    pairs only (pairs; 0 = all)."""
-    preset: Preset = ""
-    """Hyper-parameter preset (``keras_trm.training.presets``): fills the
-    fields left at their defaults; ``""`` = these defaults (``cpu_small``)."""
-
-    vocabulary_size: int = 10000
-    """Subword vocabulary size (tokens, shared by both languages); 10,000
-    for Multi30k, chosen on val over 8,000 and 6,000 (trials t12, t8,
-    ``docs/recipes/multi30k.md``)."""
-    num_layers: int = 3
-    """Encoder and decoder blocks (N)."""
-    d_model: int = 256
-    """Model width (units)."""
-    num_heads: int = 4
-    """Attention heads (h; divides d_model)."""
-    d_ff: int = 1024
-    """Feed-forward inner width (units)."""
-    dropout_rate: float = 0.3
-    """Dropout rate (fraction, 0-1); 0.3 for 29,000 Multi30k pairs, chosen
-    on val (``docs/recipes/multi30k.md``)."""
-    attention_dropout_rate: float = 0.0
-    """Dropout on the attention probabilities (fraction, 0-1; the paper
-    has none)."""
-    max_sequence_length: int = 128
-    """The model's positions: the longest source or target id sequence it
-    takes, START/END included (tokens; ``transformer(max_sequence_length=)``,
-    and the longest source the export translates)."""
-    max_train_length: Optional[int] = None
-    """Training pairs whose source or target ids (START/END included) are
-    longer are dropped (tokens, at most ``max_sequence_length``;
-    ``prepare_shards(max_train_length=)``); null: ``max_sequence_length``."""
-    boundaries: str = ""
-    """Bucket lengths of the token-count batches, comma-separated (tokens;
-    empty: 8,12,16,20,24,32,40,48,64,96,128 below the longest training pair,
-    then that length). Each bucket is one batch shape: under JAX one
-    ``jax.jit`` compilation each, so fewer buckets compile faster and pad
-    more (``keras-trm train-portable --boundaries`` alike)."""
-    max_length: Optional[int] = None
-    """Deprecated: ``max_sequence_length`` and ``max_train_length`` in one
-    (the single setting they replace); it sets both: ``max_sequence_length``
-    to it, ``max_train_length`` to null (the same value) (tokens)."""
-    label_smoothing: float = 0.2
-    """Label smoothing (epsilon_ls, fraction); 0.2 for 29,000 Multi30k
-    pairs, chosen on val over the paper's 0.1 (trial t10,
-    ``docs/recipes/multi30k.md``)."""
-    weight_decay: float = 0.0
-    """Decoupled weight decay (AdamW, Loshchilov & Hutter 2019; fraction of
-    the learning rate per update, ``paper_adam(weight_decay=)``): weight
-    matrices and embeddings shrink by lr * weight_decay of themselves
-    before each update; biases and LayerNorm are exempt. 0: none, as in
-    the paper; 0.1 was tried on Multi30k's val and not adopted (trial
-    t13, ``docs/recipes/multi30k.md``)."""
-    warmup_steps: int = 800
-    """Noam schedule warm-up (updates)."""
-    lr_scale: float = 0.6
-    """Factor on the Noam learning rate d_model^-0.5 * min(...)."""
-    tokens_per_batch: int = 2048
-    """Batch size in padded tokens per side (tokens)."""
-    epochs: int = 30
-    """The most training epochs (the time budget may stop earlier)."""
-    time_budget_minutes: float = 45.0
-    """Training time budget (minutes): stops after the epoch that another
-    epoch would overrun (30 Multi30k epochs take about 34 min on a 2-core
-    AVX512_BF16 host)."""
-    average_last: int = 5
-    """The most epoch checkpoints averaged (the number chosen by
-    validation BLEU)."""
-    beam_size: int = 5
-    """Beam width of the final test decoding (beams)."""
-    length_penalty: float = 1.2
-    """Beam search length penalty (GNMT alpha); on Multi30k val, beam 5
-    was the best of {4, 5} x {0.6, 1.0}, then 1.2 the best alpha of
-    {0.6, 0.8, 1.0, 1.2, 1.4} for three trained recipes, and beams 8 and
-    10 no better (``docs/results/multi30k_sweep.json``)."""
-    early_stopping: StopRule = "bound"
-    """When beam search stops a sentence (test decoding and the export):
-    ``bound`` (exact: no live hypothesis can still win), ``first_end``
-    (CTranslate2's early exit: when the best candidate ends; faster, may
-    differ with alpha > 0) or ``never`` (at the token limit)."""
-    parallel_searches: int = 1
-    """Searches each batch is dealt into and run at once (test decoding and
-    the export; ``Translator``): 2 with 2 inter-op threads decoded
-    batches of 100 at beam 4 1.6x faster on 2 cores at intra-op 1, with
-    the same outputs; behind a loaded server (concurrent requests already
-    use the cores) 2 was slower (0.80x with batching), so 1 suits serving
-    (docs/serving.md)."""
-    export_jit_compile_max_batch_size: int = 0
-    """0: the export runs the graph search at every batch size. n >= 1:
-    requests of at most n sentences run the search compiled whole by XLA
-    (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
-    same ids): one sentence decoded in about half the graph search's time
-    on 2 cores, after a compilation (~2 s) per batch size and 8 source
-    lengths. The export's warm-up requests make the server compile those
-    at load for every length the validation set has (n x buckets
-    compilations); larger requests keep the graph search. It pays with
-    intra-op threads > 1 (XLA runs on that pool; docs/serving.md). TF
-    Serving needs ``--xla_cpu_compilation_enabled=true`` for it
-    (sentences)."""
-    eval_every_epochs: int = 1
-    """Greedy validation BLEU every n epochs (epochs)."""
-    strategy: Strategy = "default"
-    """Distribution: ``default`` (one device), ``mirrored`` (local GPUs, or
-    2 logical CPU devices), ``multi_worker`` (cluster from TF_CONFIG)."""
-    jit_compile: OnOffAuto = "off"
-    """XLA for the training step: ``on``, ``off`` or ``auto`` (off for
-    several CPU replicas, on otherwise). Under ``KERAS_BACKEND=jax`` the
-    step is always compiled (``jax.jit``)."""
-    precision: Precision = "auto"
-    """Dtype policy: ``auto`` picks mixed_bfloat16 only on CPUs where it was
-    measured faster (native bfloat16, under TensorFlow), else float32."""
-    seed: int = 0
-    """Random seed (data order, initialization, vocabulary sample)."""
-    limit: int = 0
-    """> 0: only the first n pairs of each split, for smoke runs (pairs;
-    0 = all)."""
-    model_name: str = DEFAULT_MODEL_NAME
-    """Export folder name under export_dir (the default becomes
-    transformer_<dataset>_<src>_<tgt> off Multi30k EN->DE)."""
-    # Long runs (issue #11): gradient accumulation, checkpoints, resume, logs.
-    tokens_per_step: int = 0
-    """> 0: accumulate micro-batches up to this many tokens per update
-    (tokens; 0 = one batch per update)."""
-    checkpoint_every_steps: int = 0
-    """Also write a checkpoint every n updates (steps; 0 with
-    checkpoint_every_minutes 0 = one per epoch)."""
-    checkpoint_every_minutes: float = 0.0
-    """Also write a checkpoint every m minutes of training (minutes; the
-    paper used 10)."""
-    save_freq: int = 100
-    """Training steps between resume backups in workdir/backup (steps)."""
-    tensorboard: OnOff = "on"
-    """Write training scalars to workdir/tensorboard."""
-    tensorboard_every_steps: int = 50
-    """Steps between TensorBoard scalar writes (steps)."""
-    download: bool = True
-    """Fetch data missing from the data folder (online)."""
-    shuffle_buffer: int = 262_144
-    """Training pairs shuffled (and bucketed) together (pairs; about 0.3 KB
-    each): the reach of the shuffle and the bound on the data's memory. A
-    corpus up to this size is shuffled as a whole every epoch."""
-    pairs_per_shard: int = 100_000
-    """Training pairs per prepared TFRecord shard (pairs;
-    ``keras_trm.data.prepare_shards``); with several workers each corpus is
-    cut into at least 4 shards per worker."""
-
-    # The sections of the command line and YAML (``--model.d_model``,
-    # ``model: {d_model: ...}``; ``keras_trm.cli.config_keys``); the flat
-    # ``--d_model`` of before works too. The others (preset, seed, the
-    # deprecated max_length) stay at the top.
-    SECTIONS = {
-        "data": ("dataset", "source_language", "target_language",
-                 "train_source", "train_target", "train_weights",
-                 "validation_source", "validation_target", "test_source",
-                 "test_target", "vocabulary", "vocabulary_size",
-                 "vocabulary_sample", "max_train_length", "boundaries", "limit",
-                 "download",
-                 "shuffle_buffer", "pairs_per_shard"),
-        "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
-                  "attention_dropout_rate", "max_sequence_length"),
-        "training": ("label_smoothing", "weight_decay", "warmup_steps", "lr_scale",
-                     "tokens_per_batch", "tokens_per_step", "epochs",
-                     "time_budget_minutes", "average_last", "eval_every_epochs",
-                     "validation_limit", "strategy", "jit_compile", "precision",
-                     "checkpoint_every_steps", "checkpoint_every_minutes",
-                     "save_freq", "tensorboard", "tensorboard_every_steps"),
-        "decoding": ("beam_size", "length_penalty", "early_stopping",
-                     "parallel_searches"),
-        "export": ("model_name", "export_jit_compile_max_batch_size"),
-    }
-
-    # Old field -> the fields it now sets (``keras_trm.cli.parse_config``
-    # says so on the command line and records the new ones).
-    RENAMED_FIELDS = {"max_length": ("max_sequence_length", "max_train_length")}
-
-    def __post_init__(self):
-        if self.max_length is not None:  # the old single length: sets both
-            warnings.warn(
-                "`max_length` is now `max_sequence_length` (the model's "
-                "positions) and `max_train_length` (the longest training "
-                "pair kept); the old name sets both and will go",
-                DeprecationWarning, stacklevel=v.caller_stacklevel())
-            # The training filter follows the positions (None), as the one
-            # length did, also when a preset then sets the positions.
-            self.max_sequence_length = self.max_length
-            self.max_train_length = None
-            self.max_length = None
-
-    def validate(self):
-        """Raises ``ValueError``/``TypeError`` naming a bad field and its
-        value (``keras-trm train-translation`` turns it into a usage error,
-        exit 2, before anything is written; ``run`` checks too): among
-        others a setting that is not one of its choices (``jit_compile``,
-        ``tensorboard``: the strings ``on``/``off``/``auto``), a
-        ``download`` that is not a bool, equal source and target
-        languages, a ``model_name`` that is not a plain folder name, an
-        infinite ``length_penalty`` or ``checkpoint_every_minutes``, and
-        ``train_weights`` that are not comma-separated numbers >= 0."""
-        for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
-                     "d_ff", "max_sequence_length", "warmup_steps", "tokens_per_batch",
-                     "epochs", "average_last", "beam_size", "parallel_searches",
-                     "eval_every_epochs", "save_freq", "tensorboard_every_steps",
-                     "shuffle_buffer", "pairs_per_shard"):
-            v.positive_int(name, getattr(self, name))
-        for name in ("seed", "limit", "tokens_per_step", "checkpoint_every_steps",
-                     "validation_limit", "export_jit_compile_max_batch_size"):
-            v.non_negative_int(name, getattr(self, name))
-        v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
-        if self.max_train_length is not None:
-            v.positive_int("max_train_length", self.max_train_length)
-            if self.max_train_length > self.max_sequence_length:
-                raise ValueError(
-                    "`max_train_length` must be at most `max_sequence_length` "
-                    f"(the model's positions), got max_train_length="
-                    f"{self.max_train_length} and max_sequence_length="
-                    f"{self.max_sequence_length}")
-        if train_length(self) < 2:  # START or END and one token
-            raise ValueError(
-                "`max_train_length` (default: `max_sequence_length`) must be "
-                f">= 2, got {train_length(self)}")
-        if self.tokens_per_batch < train_length(self):
-            # The last length bucket is train_length: one such pair must fit.
-            raise ValueError(
-                "`tokens_per_batch` must be at least the longest training pair "
-                "(`max_train_length`, default `max_sequence_length`: "
-                f"{train_length(self)} tokens), got tokens_per_batch="
-                f"{self.tokens_per_batch}")
-        v.rate("dropout_rate", self.dropout_rate)
-        v.rate("attention_dropout_rate", self.attention_dropout_rate)
-        v.rate("label_smoothing", self.label_smoothing)
-        v.non_negative_float("weight_decay", self.weight_decay)
-        v.positive_float("time_budget_minutes", self.time_budget_minutes)
-        v.positive_float("lr_scale", self.lr_scale)
-        v.non_negative_float("length_penalty", self.length_penalty)
-        v.non_negative_float("checkpoint_every_minutes", self.checkpoint_every_minutes)
-        stop_rule(self.early_stopping)
-        parse_boundaries(self.boundaries)
-        v.one_of("dataset", self.dataset, get_args(Dataset))
-        v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
-        v.one_of("tensorboard", self.tensorboard, get_args(OnOff))
-        check_bool("download", self.download)
-        for name in ("source_language", "target_language"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not _LANGUAGE.fullmatch(value):
-                raise ValueError(f"`{name}` must be a language code such as 'en' "
-                                 "(letters, digits, '-' or '_'; it names files "
-                                 f"and the export folder), got {name}={value!r}")
-        if self.source_language == self.target_language:
-            raise ValueError(
-                "`source_language` and `target_language` must differ, got "
-                f"source_language={self.source_language!r} and "
-                f"target_language={self.target_language!r}")
-        check_folder_name("model_name", self.model_name)
-        _parse_weights(self.train_weights)
-
-
-def train_length(config):
-    """The longest training pair a config keeps (tokens, START/END
-    included): ``max_train_length``, or ``max_sequence_length`` where it is
-    None."""
-    if config.max_train_length is None:
-        return config.max_sequence_length
-    return config.max_train_length
 
 
 def vocabulary_kind(config):
@@ -438,7 +114,9 @@ def prepare_tokenizer(config, corpora, workdir):
     source files, then the target files, of ``corpora``: ``(name,
     source_path, target_path)`` tuples) and cached in ``workdir``."""
     kind = vocabulary_kind(config)
-    if kind == "wordpiece":
+    if kind == "wordpiece":  # tensorflow-text's WordPiece: TensorFlow only
+        from keras_trm.text import TextTokenizer
+
         return TextTokenizer(prepare_vocabulary(config, corpora, workdir))
     model_type = kind.split("_", 1)[1]
     path = pathlib.Path(workdir) / f"spm_{model_type}_{config.vocabulary_size}.model"
@@ -449,7 +127,18 @@ def prepare_tokenizer(config, corpora, workdir):
         learn_sentencepiece(_vocabulary_sample(config, corpora), config.vocabulary_size,
                             path, model_type=model_type,
                             sample_size=config.vocabulary_sample, seed=config.seed)
-    return SentencePieceTokenizer(path)
+    return HostSentencePieceTokenizer(path)
+
+
+def search_tokenizer(tokenizer):
+    """The tokenizer the job's searches (val BLEU, test, export) take: on
+    TensorFlow the in-graph one (tokenizer, search and detokenizer in one
+    graph, as the SavedModel serves them); on JAX and PyTorch the host
+    one (no TensorFlow)."""
+    in_graph = getattr(tokenizer, "in_graph", None)
+    if in_graph is not None and keras.backend.backend() == "tensorflow":
+        return in_graph()
+    return tokenizer
 
 
 def _vocabulary_sample(config, corpora):
@@ -467,6 +156,8 @@ def _model_name(config):
 
 
 def prepare_vocabulary(config, corpora, workdir):
+    from keras_trm.text import learn_vocabulary, load_vocabulary
+
     path = pathlib.Path(workdir) / f"vocab_{config.vocabulary_size}.txt"
     if path.is_file():
         return load_vocabulary(path)
@@ -656,7 +347,7 @@ def check_inputs(config, data_dir=None):
 
 def _tfds_train_files(workdir, source_language, target_language):
     """tfds ``wmt14_translate/de-en`` train written once, streaming, to
-    ``workdir/wmt14_train.{src,tgt}.gz`` (what the shards are prepared from)."""
+    ``workdir/wmt14_train.{src,tgt}.gz`` (what the token ids are prepared from)."""
     import gzip
 
     import tensorflow_datasets as tfds
@@ -674,31 +365,6 @@ def _tfds_train_files(workdir, source_language, target_language):
     return [("wmt14_train", *paths)]
 
 
-def _parse_weights(text):
-    """``train_weights`` as a list of floats (None when empty).
-
-    Raises:
-        TypeError: not a str.
-        ValueError: not comma-separated finite numbers >= 0 with a
-            positive sum (the value named).
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"`train_weights` must be a str of comma-separated numbers, "
-                        f"got train_weights={text!r}")
-    if not text.strip():
-        return None
-    try:
-        weights = [float(w) for w in text.split(",")]
-    except ValueError:
-        weights = []
-    if (not weights or not all(0 <= w < float("inf") for w in weights)
-            or sum(weights) <= 0):
-        raise ValueError(
-            "`train_weights` must be comma-separated finite numbers >= 0 with a "
-            f"positive sum, one per training corpus, got train_weights={text!r}")
-    return weights
-
-
 def _weights(config, corpora):
     weights = _parse_weights(config.train_weights)
     if weights is None:
@@ -711,54 +377,79 @@ def _weights(config, corpora):
     return weights
 
 
-def _count_lines(path):
-    return sum(1 for _ in iter_lines(path))
+def token_encoder(tokenizer):
+    """``encode(lines) -> list of int32 id arrays`` (content ids, no
+    START/END) for ``prepare_translation_data``: the tokenizer's own
+    host ``encode`` where it has one (SentencePiece through the
+    ``sentencepiece`` package, no TensorFlow), else its in-graph
+    ``tokenize`` (WordPiece, TensorFlow)."""
+    encode = getattr(tokenizer, "encode", None)
+    if callable(encode):
+        return encode
+
+    def encode_in_graph(lines):
+        import tensorflow as tf
+
+        ragged = tokenizer.tokenize(tf.constant(lines))
+        return [row.astype("int32") for row in ragged.numpy()]
+
+    return encode_in_graph
 
 
-def prepare_training_stream(config, corpora, tokenizer, shard_root, boundaries,
-                            position, num_workers=1, worker_index=0):
-    """Prepares each corpus' shards (``keras_trm.data.prepare_shards``,
-    reused when unchanged) and returns the training stream.
+def vocabulary_sha256(tokenizer):
+    """SHA-256 of what defines a tokenizer's ids: a SentencePiece model's
+    bytes, else its vocabulary one token a line. Part of the prepared
+    folder's key: ids of another vocabulary are prepared again.
+
+    Example:
+
+    >>> class Tok:
+    ...     vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]", "a"]
+    >>> vocabulary_sha256(Tok())[:12]
+    '220285505c53'
+    """
+    import hashlib
+
+    proto = getattr(tokenizer, "model_proto", None)
+    if proto is not None:
+        return hashlib.sha256(bytes(proto)).hexdigest()
+    text = "\n".join(tokenizer.vocabulary) + "\n"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prepare_training_batches(config, corpora, tokenizer, folder, boundaries,
+                             position, num_processes=1, process_index=0):
+    """Prepares the training corpora's token ids once
+    (``keras_trm.data.prepare_translation_data``: reused while its key --
+    corpus files, vocabulary, filters -- matches) and returns the
+    training batches over them.
 
     Returns:
-        dict: ``dataset`` (endless ``tf.data`` stream of token-count
-        batches, resuming from ``position``), ``batches_per_epoch`` (this
-        worker's), ``steps_per_epoch`` (the minimum over workers),
-        ``manifests``, ``weights`` (None: one corpus, exact epochs).
+        dict: ``batches`` (an endless ``keras_trm.data.TokenBatches``,
+        resuming from ``position``), ``steps_per_epoch``, ``manifest``
+        (with ``reused``), ``weights`` (None: one corpus, every pair once
+        an epoch).
     """
     weights = _weights(config, corpora)
-    manifests = []
-    for name, source_path, target_path in corpora:
-        per_shard = int(config.pairs_per_shard)
-        if num_workers > 1:
-            lines = _count_lines(source_path)
-            per_shard = max(1, min(per_shard, lines // (4 * num_workers)))
-        manifests.append(prepare_shards(
-            source_path, target_path, tokenizer, pathlib.Path(shard_root) / name,
-            max_train_length=train_length(config), pairs_per_shard=per_shard,
-            limit=config.limit))
-    common = dict(tokens_per_batch=config.tokens_per_batch, boundaries=boundaries)
-    if len(manifests) == 1 and weights is None:
-        counts = [stream_steps(manifests[0], worker_index=w, num_workers=num_workers,
-                               **common) for w in range(num_workers)]
-        dataset = stream_batches(manifests[0], seed=config.seed, repeat=True,
-                                 shuffle_buffer=config.shuffle_buffer,
-                                 worker_index=worker_index, num_workers=num_workers,
-                                 position=position, **common)
-    else:
-        if weights is None:  # each pair equally likely
-            weights = [m["pairs"] for m in manifests]
-        counts = [mix_steps(manifests, weights, worker_index=w,
-                            num_workers=num_workers, **common)
-                  for w in range(num_workers)]
-        dataset = mix_batches(manifests, weights, seed=config.seed, repeat=True,
-                              shuffle_buffer=config.shuffle_buffer,
-                              worker_index=worker_index, num_workers=num_workers,
-                              position=position, batches_per_epoch=counts[worker_index],
-                              **common)
-    return {"dataset": dataset, "batches_per_epoch": counts[worker_index],
-            "steps_per_epoch": max(1, min(counts)), "manifests": manifests,
-            "weights": weights}
+    vocabulary = len(tokenizer.vocabulary)
+    manifest = prepare_translation_data(
+        folder, corpora, token_encoder(tokenizer), vocabulary,
+        vocabulary_sha256(tokenizer), max_train_length=train_length(config),
+        max_file_mib=config.max_file_mib)
+    # Checked as any folder is (sizes, SHA-256, ids within the vocabulary);
+    # a folder that was just written is only opened.
+    prepared = read_prepared(folder, vocabulary_size=vocabulary,
+                             key=manifest["key"], verify=manifest["reused"],
+                             check_ids=manifest["reused"])
+    splits = [prepared.splits[name] for name, _, _ in corpora]
+    if weights is None and len(splits) > 1:  # each pair equally likely
+        weights = [len(s) for s in splits]
+    batches = TokenBatches(
+        splits, config.tokens_per_batch, boundaries, weights=weights,
+        seed=config.seed, repeat=True, process_index=process_index,
+        num_processes=num_processes, position=position)
+    return {"batches": batches, "steps_per_epoch": batches.batches_per_epoch,
+            "manifest": manifest, "weights": weights}
 
 
 def first_lines(corpora, n, workdir, languages=None):
@@ -777,8 +468,6 @@ def first_lines(corpora, n, workdir, languages=None):
     import gzip
     import itertools
 
-    from keras_trm.data.shards import _file_identity
-
     if languages is None:
         languages = ("source", "target")
     folder = pathlib.Path(workdir) / f"limit_{n}"
@@ -788,7 +477,7 @@ def first_lines(corpora, n, workdir, languages=None):
         for language, path in zip(languages, paths):
             copy = folder / f"{name}.{language}.gz"
             key_path = folder / f"{name}.{language}.gz.key.json"
-            key = {"source": _file_identity(path), "lines": int(n)}
+            key = {"source": file_identity(path), "lines": int(n)}
             try:
                 current = json.loads(key_path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -890,6 +579,95 @@ def resolve_translation_data(config, data_dir, workdir):
                            (val_src, val_tgt), (test_src, test_tgt))
 
 
+def job_jit_compile(choice, strategy=None):
+    """``fit``'s ``jit_compile`` for the job's ``jit_compile`` setting
+    (``"on"``, ``"off"``, ``"auto"``), one meaning on every backend: XLA
+    (TensorFlow), ``jax.jit`` (JAX: always, since without it Keras runs
+    the step op by op), ``torch.compile`` (PyTorch); ``"auto"`` is on
+    except for several TensorFlow CPU replicas
+    (``keras_trm.training.resolve_jit_compile``) and off for PyTorch.
+
+    Example:
+
+    >>> job_jit_compile("on")
+    True
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return True
+    if backend == "tensorflow":
+        from keras_trm.training.distribute import resolve_jit_compile
+
+        return resolve_jit_compile({"on": True, "off": False}.get(choice, "auto"),
+                                   strategy)
+    return choice == "on"
+
+
+class _OneDevice:
+    """The job's strategy off TensorFlow: one process, Keras' own device
+    placement (``tf.distribute`` is TensorFlow's)."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def job_strategy(kind):
+    """``make_strategy(kind)`` on TensorFlow; on JAX and PyTorch only
+    ``"default"`` (one process, Keras' device placement).
+
+    Raises:
+        ValueError: ``mirrored`` / ``multi_worker`` off TensorFlow.
+    """
+    if keras.backend.backend() == "tensorflow":
+        from keras_trm.training.distribute import make_strategy
+
+        return make_strategy(kind)
+    if kind != "default":
+        raise ValueError(f"`strategy`={kind!r} is TensorFlow's tf.distribute; under "
+                         f"KERAS_BACKEND={keras.backend.backend()} use 'default'")
+    return _OneDevice()
+
+
+def tf_dataset(batches):
+    """``batches`` (``TokenBatches``) as the ``tf.data.Dataset`` that
+    TensorFlow's ``fit`` and ``tf.distribute`` take: a thin
+    ``from_generator`` whose shapes are ``(None, None)``. (Keras' own
+    PyDataset adapter fixes each dimension its first two batches agree on,
+    so a later bucket's width would be refused.)"""
+    import itertools
+    import weakref
+
+    import tensorflow as tf
+
+    # TensorFlow keeps a from_generator's generator state past the dataset
+    # (a C++ registry), which kept the batches (their plan, the mapped
+    # chunks) alive after training: the generator holds them weakly, the
+    # returned dataset strongly, so they go with the dataset.
+    held = weakref.ref(batches)
+
+    def generate():
+        for i in itertools.count():
+            if held() is None:
+                return
+            yield held()[i]
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    dataset = tf.data.Dataset.from_generator(
+        generate,
+        output_signature=({"encoder_tokens": spec, "decoder_tokens": spec}, spec))
+    options = tf.data.Options()
+    # Each worker already reads its own share: no tf.distribute re-sharding.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF)
+    dataset = dataset.prefetch(2).with_options(options)
+    dataset.token_batches = batches
+    return dataset
+
+
 def run(config=None, data_dir=None, workdir="runs/multi30k",
         export_dir="export", samples=()):
     """Runs the whole job; returns a dict of the figures it measured.
@@ -942,6 +720,9 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
         OSError: ``errno.ENOSPC`` when ``export_dir`` is full (nothing of
             the version is left, see ``export_module``).
     """
+    from keras_trm.export.saved_model import export_module
+    from keras_trm.export.warmup import translator_warmup_requests
+
     exported, warmup = translator, None
     if config.export_jit_compile_max_batch_size:
         exported = Translator(
@@ -960,23 +741,28 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
     )
 
 
-def export_translation_in_tensorflow(model, config, workdir, export_dir,
-                                     warmup_sources=(), timeout=3600):
-    """``export_translation`` for a model trained under JAX or PyTorch: the
-    SavedModel is a TensorFlow graph, so the model is saved (``.keras``,
-    which every backend reads) and a child Python process with
-    ``KERAS_BACKEND=tensorflow`` loads it with the run's tokenizer (cached
-    in ``workdir``) and exports it. The same weights and the same search,
-    so the SavedModel translates as the in-process search does.
+def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
+    """Writes ``<workdir>/export_request.json``: what the SavedModel export
+    of a model trained under JAX or PyTorch needs (the ``.keras`` file,
+    the config, the workdir with its vocabulary, the export folder, the
+    warm-up sources). Returns the command that runs it on a machine with
+    TensorFlow (``keras-trm export-translation --workdir WORKDIR``)."""
+    workdir = pathlib.Path(workdir)
+    # The model's path relative to the workdir: the folder may be copied to
+    # another machine and exported there.
+    write_json(workdir / "export_request.json", {
+        "model": str(pathlib.Path(model_path).resolve().relative_to(workdir.resolve())),
+        "export_dir": str(export_dir),
+        "config": dataclasses.asdict(config),
+        "warmup_sources": list(warmup_sources)})
+    return f"keras-trm export-translation --workdir {workdir}"
 
-    Args:
-        model: the float32 model (``keras_trm.models.transformer``).
-        config: the job's ``TranslationConfig``.
-        workdir: the run folder (its vocabulary; the request files go to a
-            temporary folder inside it, removed afterwards).
-        export_dir: as ``export_translation``.
-        warmup_sources: as ``export_translation``.
-        timeout: seconds the child may take.
+
+def export_translation_in_tensorflow(command, timeout=3600):
+    """Runs an ``export_request`` command in a child process (the
+    SavedModel is a TensorFlow graph; the model was trained under JAX or
+    PyTorch): the same weights and the same search, so the SavedModel
+    translates as the in-process search does.
 
     Returns:
         ``pathlib.Path`` of the version folder.
@@ -985,45 +771,40 @@ def export_translation_in_tensorflow(model, config, workdir, export_dir,
         RuntimeError: the child failed (its last output lines in the
             message).
     """
+    import os
+    import shlex
     import subprocess
-    import tempfile
 
-    workdir = pathlib.Path(workdir)
-    with tempfile.TemporaryDirectory(dir=workdir, prefix=".export-") as tmp:
-        tmp = pathlib.Path(tmp)
-        model.save(tmp / "model.keras")
-        request = {"model": str(tmp / "model.keras"), "workdir": str(workdir),
-                   "export_dir": str(export_dir),
-                   "config": dataclasses.asdict(config),
-                   "warmup_sources": list(warmup_sources),
-                   "out": str(tmp / "path.json")}
-        write_json(tmp / "request.json", request)
-        env = dict(__import__("os").environ, KERAS_BACKEND="tensorflow")
-        child = subprocess.run(
-            [sys.executable, "-m", "keras_trm.jobs.translation", "export",
-             str(tmp / "request.json")],
-            env=env, capture_output=True, text=True, timeout=timeout)
-        if child.returncode != 0:
-            tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
-            raise RuntimeError(
-                f"the TensorFlow export process failed (exit {child.returncode}):"
-                f"\n{tail}")
-        return pathlib.Path(json.loads((tmp / "path.json").read_text())["path"])
+    workdir = shlex.split(command)[-1]
+    request = pathlib.Path(workdir) / "export_request.json"
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    child = subprocess.run(
+        [sys.executable, "-m", "keras_trm.cli", "export-translation", "--workdir",
+         workdir],
+        env=env, capture_output=True, text=True, timeout=timeout)
+    if child.returncode != 0:
+        tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
+        raise RuntimeError(
+            f"the TensorFlow export process failed (exit {child.returncode}):\n{tail}")
+    return pathlib.Path(json.loads(request.with_suffix(".done.json").read_text())["path"])
 
 
 def _export_main(request_path):
     """The child of ``export_translation_in_tensorflow``."""
-    request = json.loads(pathlib.Path(request_path).read_text())
+    request_path = pathlib.Path(request_path)
+    request = json.loads(request_path.read_text())
+    workdir = request_path.parent
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
                            f"got {keras.backend.backend()!r}")
     config = TranslationConfig(**request["config"])
-    model = keras.saving.load_model(request["model"])
-    tokenizer = prepare_tokenizer(config, [], request["workdir"])
+    model = keras.saving.load_model(workdir / request["model"])
+    tokenizer = search_tokenizer(prepare_tokenizer(config, [], workdir))
     translator = Translator(model, tokenizer, **_search_options(config))
     path = export_translation(translator, config, request["export_dir"],
                               request["warmup_sources"])
-    write_json(request["out"], {"path": str(path)})
+    write_json(pathlib.Path(request_path).with_suffix(".done.json"), {"path": str(path)})
+    print(f"exported SavedModel to {path}", flush=True)
 
 
 def _run(config, data_dir, workdir, export_dir, samples):
@@ -1055,6 +836,7 @@ class TranslationRun(StagedJob):
                              f"parallel_searches={config.parallel_searches}")
         # Its warm-up requests (one per batch size and 8-token bucket) must
         # fit TF Serving's 1000: checked now, not after training.
+        MAX_WARMUP_RECORDS = 1000  # keras_trm.export.warmup's (TensorFlow)
         buckets = -(-config.max_sequence_length // 8)
         most = MAX_WARMUP_RECORDS // buckets
         if not 0 <= config.export_jit_compile_max_batch_size <= most:
@@ -1067,9 +849,9 @@ class TranslationRun(StagedJob):
         keras.utils.set_random_seed(config.seed)
         self.config = config = dataclasses.replace(
             config, precision=apply_precision(config.precision))
-        self.strategy = make_strategy(config.strategy)
+        self.strategy = job_strategy(config.strategy)
         # The corpora and the vocabulary size they need: a bad file stops
-        # the job now, before the run folder, a vocabulary, shards or weights.
+        # the job now, before the run folder, a vocabulary, prepared ids or weights.
         check_inputs(config, self.data_dir)
         self.workdir.mkdir(parents=True, exist_ok=True)
 
@@ -1086,27 +868,34 @@ class TranslationRun(StagedJob):
               + (f" (smoke run: the first {config.limit} pairs of each split)"
                  if config.limit else ""), flush=True)
         self.tokenizer = prepare_tokenizer(config, corpora, workdir)
-        self.num_workers, self.worker_index, self.is_chief = worker_info(self.strategy)
+        self.num_workers, self.worker_index, self.is_chief = (1, 0, True)
+        if keras.backend.backend() == "tensorflow":
+            from keras_trm.training.distribute import worker_info
+
+            self.num_workers, self.worker_index, self.is_chief = worker_info(
+                self.strategy)
         self.boundaries = boundaries = bucket_boundaries(
             train_length(config), parse_boundaries(config.boundaries))
         self.position = DataPosition()  # where a resumed run re-enters the stream
         # Two processes must not write one folder: workers prepare their own.
-        shard_root = workdir / ("shards" if self.is_chief
-                                else f"shards_worker{self.worker_index}")
-        self.stream = stream = prepare_training_stream(
-            config, corpora, self.tokenizer, shard_root, boundaries, self.position,
+        folder = workdir / ("prepared" if self.is_chief
+                            else f"prepared_worker{self.worker_index}")
+        self.stream = stream = prepare_training_batches(
+            config, corpora, self.tokenizer, folder, boundaries, self.position,
             self.num_workers, self.worker_index)
-        for (name, _, _), m in zip(corpora, stream["manifests"]):
+        manifest = stream["manifest"]
+        for name, _, _ in corpora:
+            m = manifest["splits"][name]
             print(f"{name}: {m['pairs']:,} of {m['lines']:,} pairs kept "
                   f"({m['blank']:,} blank, {m['too_long']:,} over "
-                  f"{train_length(config)} tokens), {len(m['shards'])} shard(s)"
-                  f"{' (reused)' if m.get('reused') else ''}", flush=True)
+                  f"{train_length(config)} tokens) in {folder}"
+                  f"{' (reused)' if manifest['reused'] else ''}", flush=True)
         if stream["weights"] is not None:
             print("sampling weights: " + ", ".join(
                 f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
-        print(f"{stream['batches_per_epoch']} batches per epoch in "
-              f"{len(boundaries)} length buckets ({','.join(map(str, boundaries))} "
-              f"tokens); vocabulary {len(self.tokenizer.vocabulary)}", flush=True)
+        print(f"{stream['steps_per_epoch']} batches per epoch in "
+              f"{len(stream['batches'].shapes)} shapes ({', '.join(f'{b}x{L}' for b, L in stream['batches'].shapes)}); "
+              f"vocabulary {len(self.tokenizer.vocabulary)}", flush=True)
 
     def build(self):
         """The model, compiled with the paper's recipe."""
@@ -1126,18 +915,16 @@ class TranslationRun(StagedJob):
                                     config.lr_scale)
             if accumulate > 1:  # the schedule counts updates, not micro-batches
                 schedule = PerUpdateSchedule(schedule, accumulate)
+            self.budget_decay = None
+            if config.budget_schedule == "fit":  # TimeBudget fits it (fit())
+                schedule = self.budget_decay = BudgetDecay(schedule)
             model.compile(
                 optimizer=paper_adam(
                     schedule, weight_decay=config.weight_decay,
                     gradient_accumulation_steps=accumulate if accumulate > 1 else None),
                 loss=LabelSmoothedCrossEntropy(config.label_smoothing),
                 metrics=[MaskedAccuracy(), TokenCount()],
-                # JAX: always compiled (without jax.jit Keras runs the step
-                # op by op); TensorFlow: as the flag says.
-                jit_compile=keras.backend.backend() == "jax" or resolve_jit_compile(
-                    {"on": True, "off": False}.get(config.jit_compile, "auto"),
-                    strategy,
-                ),
+                jit_compile=job_jit_compile(config.jit_compile, strategy),
             )
         print(f"model: {model.count_params():,} parameters", flush=True)
         if accumulate > 1:
@@ -1149,19 +936,37 @@ class TranslationRun(StagedJob):
         """Trains with the backup, epoch checkpoints, val BLEU and the time
         budget; a non-chief worker's job ends here."""
         config, model, workdir, stream = self.config, self.model, self.workdir, self.stream
-        train = stream["dataset"]
-        if self.num_workers > 1:  # one global step = one batch of each worker's shards
+        train = stream["batches"]
+        if keras.backend.backend() == "tensorflow":
+            train = tf_dataset(train)
+        if self.num_workers > 1:  # one global step = one batch of each worker
             local_train = train
             train = self.strategy.distribute_datasets_from_function(lambda _: local_train)
+            from keras_trm.training.distribute import build_for_distributed_fit
+
             build_for_distributed_fit(model, self.strategy, local_train)
-        self.budget = budget = TimeBudget(config.time_budget_minutes * 60)
+        if self.is_chief:  # the plan, on the first screen
+            print(f"plan: up to {config.epochs} epochs of {stream['steps_per_epoch']} "
+                  f"batches within {config.time_budget_minutes:.3g} min of training "
+                  f"(budget_schedule={config.budget_schedule}); checkpoints and "
+                  f"result.json in {workdir}, the export in {self.export_dir}",
+                  flush=True)
+        self.budget = budget = TimeBudget(
+            config.time_budget_minutes * 60, schedule=self.budget_decay,
+            steps_per_epoch=stream["steps_per_epoch"], epochs=config.epochs)
         self.checkpoints = checkpoints = EpochCheckpoints(
             workdir / "checkpoints", keep=config.average_last,
             every_steps=config.checkpoint_every_steps,
             every_minutes=config.checkpoint_every_minutes, write=self.is_chief)
-        writer = (tensorboard_writer(workdir / "tensorboard")
-                  if config.tensorboard == "on" and self.is_chief else None)
-        self.val_bleu = GreedyBleu(model, self.tokenizer, *self.data.validation)
+        writer = None
+        if config.tensorboard == "on" and self.is_chief:
+            if tensorflow_installed():  # tf.summary writes the event files
+                writer = tensorboard_writer(workdir / "tensorboard")
+            else:
+                print("tensorboard: off (it writes through TensorFlow, which is "
+                      "not installed here)", flush=True)
+        self.val_bleu = GreedyBleu(model, search_tokenizer(self.tokenizer),
+                                   *self.data.validation)
         self.bleu_log = bleu_log = BleuLog(
             self.val_bleu, workdir / "epochs.json", config.eval_every_epochs,
             clock=budget.elapsed, writer=writer, write=self.is_chief)
@@ -1171,11 +976,13 @@ class TranslationRun(StagedJob):
             workdir / ("backup" if self.is_chief else f"backup_worker{self.worker_index}"),
             save_freq=config.save_freq, position=self.position,
             steps_per_epoch=stream["steps_per_epoch"],
-            batches_per_epoch=stream["batches_per_epoch"], num_workers=1,  # own stream
+            batches_per_epoch=stream["steps_per_epoch"], num_workers=1,  # own share
             stateful={"time_budget": budget, "bleu_log": bleu_log,
                       "checkpoints": checkpoints},
-            fingerprint=run_fingerprint(config))
-        callbacks = [backup, checkpoints, bleu_log, budget]
+            fingerprint={**run_fingerprint(config),
+                         "prepared": stream["manifest"]["key"]})
+        self.step_times = StepTimes(stream["batches"].shape_at)
+        callbacks = [backup, checkpoints, bleu_log, budget, self.step_times]
         if writer is not None:
             callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
         model.fit(
@@ -1187,6 +994,9 @@ class TranslationRun(StagedJob):
             verbose=1 if sys.stdout.isatty() else 2,
         )
         self.train_seconds = budget.elapsed()
+        print(f"compiling the step took {self.step_times.compile_seconds:.1f} s over "
+              f"{self.step_times.shapes} batch shapes (of "
+              f"{self.train_seconds / 60:.1f} min of training)", flush=True)
         if not self.is_chief:  # only the chief averages, writes, decodes and exports
             return {"worker": self.worker_index, "test_bleu": None,
                     "parameters": int(model.count_params()),
@@ -1201,7 +1011,7 @@ class TranslationRun(StagedJob):
         their memory instead of adding to it (the job's peak RSS; see
         docs/measurements.md, "The translation job's memory")."""
         self.model.train_function = None
-        self.stream = {k: v for k, v in self.stream.items() if k != "dataset"}
+        self.stream = {k: v for k, v in self.stream.items() if k != "batches"}
         release_freed_memory()
 
     def select_average(self):
@@ -1223,7 +1033,8 @@ class TranslationRun(StagedJob):
         # training precision: the same weights, no per-step casts, portable
         # to CPUs without native bfloat16.
         self.translator = Translator(self.val_bleu.float32_model(self.model),
-                                     self.tokenizer, **_search_options(config))
+                                     search_tokenizer(self.tokenizer),
+                                     **_search_options(config))
         test_src, test_tgt = self.data.test
         test_name = self.data.names["test"]
         self.test = {"test_bleu": None, "test_bleu_line": None,
@@ -1263,16 +1074,27 @@ class TranslationRun(StagedJob):
         export (e.g. export_dir's disk full) must not lose the results: it
         is recorded by ``report``, which writes them and raises it."""
         config, translator = self.config, self.translator
-        self.export_path = self.export_error = None
+        self.export_path = self.export_error = self.export_command = None
         val_src = self.data.validation[0]
         try:
             if keras.backend.backend() == "tensorflow":
                 self.export_path = export_translation(
                     translator, config, self.export_dir, val_src)
             else:
-                self.export_path = export_translation_in_tensorflow(
-                    translator.model, config, self.workdir, self.export_dir, val_src)
-            print(f"exported SavedModel to {self.export_path}", flush=True)
+                # The float32 model that decoded test, as the export's graph.
+                model_path = self.workdir / "model_float32.keras"
+                with atomic_file(model_path, suffix=".keras") as tmp:
+                    translator.model.save(tmp)
+                command = export_request(model_path, config, self.workdir,
+                                         self.export_dir, val_src)
+                if not tensorflow_installed():
+                    self.export_command = command
+                    print("no TensorFlow here, so no SavedModel: on a machine with "
+                          f"TensorFlow and this workdir, run\n  {command}", flush=True)
+                else:
+                    self.export_path = export_translation_in_tensorflow(command)
+            if self.export_path is not None:
+                print(f"exported SavedModel to {self.export_path}", flush=True)
         except Exception as error:  # noqa: BLE001 -- re-raised by report
             self.export_error = error
             print(f"export to {self.export_dir} failed: {type(error).__name__}: {error}",
@@ -1292,7 +1114,8 @@ class TranslationRun(StagedJob):
             "test_split": self.data.names["test"],
             "validation_split": self.data.names["validation"],
             "train_split": "+".join(c[0] for c in corpora),
-            "train_pairs": {c[0]: m["pairs"] for c, m in zip(corpora, stream["manifests"])},
+            "train_pairs": {c[0]: stream["manifest"]["splits"][c[0]]["pairs"]
+                            for c in corpora},
             "train_weights": stream["weights"],
             "direction": f"{config.source_language}-{config.target_language}",
             "backend": keras.backend.backend(),
@@ -1304,14 +1127,24 @@ class TranslationRun(StagedJob):
             "averaged_checkpoints": self.averaged,
             "val_greedy_bleu_by_average": self.average_scores,
             "train_minutes": round(self.train_seconds / 60, 1),
+            # Tracing and compiling the step, once per batch shape (see
+            # keras_trm.training.StepTimes): part of train_minutes.
+            "compile_seconds": self.step_times.compile_seconds,
+            "compiled_shapes": self.step_times.shapes,
+            # budget_schedule="fit": the steps of the linear decay to 0 that
+            # the time budget fitted; null when nothing was fitted.
+            "budget_decay_steps": ([self.budget_decay.start, self.budget_decay.end]
+                                   if self.budget_decay and self.budget_decay.end
+                                   else None),
             "job_minutes": round((time.time() - self.job_start) / 60, 1),
             "bucket_boundaries": list(self.boundaries),
             "train_real_target_tokens_per_epoch": sum(
-                m["target_tokens"] for m in stream["manifests"]),
+                stream["manifest"]["splits"][c[0]]["target_tokens"] for c in corpora),
             "beam_decode_sentences_per_second": (
                 round(len(test_src) / self.decode_seconds, 1)
                 if self.decode_seconds else None),
             "export": None if path is None else str(path),
+            "export_command": self.export_command,
             "export_error": None if error is None else f"{type(error).__name__}: {error}",
             "stage_seconds": dict(self.stage_seconds),  # the stages before this one
             "epochs_log": self.bleu_log.history,
@@ -1324,10 +1157,3 @@ class TranslationRun(StagedJob):
                 "\"export_error\"); run the same command again to export (training "
                 "is not repeated: it resumes from its finished backup)")
             raise error
-
-
-if __name__ == "__main__":  # python -m keras_trm.jobs.translation export REQUEST
-    if sys.argv[1:2] != ["export"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m keras_trm.jobs.translation export REQUEST.json "
-                 "(the child of export_translation_in_tensorflow)")
-    _export_main(sys.argv[2])

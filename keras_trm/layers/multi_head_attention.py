@@ -31,7 +31,7 @@ FUSED_MIN_KEY_LENGTH = {"jax": 512}
 # ``BatchMatMulV3`` is not rewritten, so float32 uses it (other dtypes keep
 # oneDNN, which has native bfloat16), and the softmax is written out; same
 # ids, greedy 1.3x and beam 4 1.12x faster on Multi30k val
-# (``bench/bench_attention_kernels.py``,
+# (``bench/bench_attention_kernels.py`` at 32da1ca,
 # ``bench/results/attention_kernels.json``).
 
 

@@ -227,7 +227,7 @@ def configure_tensorflow_threads(intra_op=0, inter_op=0, session=0):
     With many concurrent requests of small ops (a beam search step is
     hundreds of them), one thread per op (``intra_op=1``) and the requests
     spread over ``inter_op`` threads keep the cores busier than splitting
-    each small op across all cores (``bench/bench_serving.py`` measures
+    each small op across all cores (``bench/bench_serving.py`` at 32da1ca measures
     it; figures in docs/measurements.md).
 
     Args:

@@ -11,7 +11,7 @@ being answered across a version change; a version being unloaded first
 finishes the requests it already has.
 
 A version swap must not stall the requests the old version answers
-(issue #38). Measured by ``bench/bench_version_swap.py`` (a Multi30k-sized
+(issue #38). Measured by ``bench/bench_version_swap.py`` at 32da1ca (a Multi30k-sized
 export, 16 REST clients, 2 cores): ``tf.saved_model.load`` takes 2-7 s
 and holds the interpreter at most ~0.2 s at a time; what made requests
 wait up to 60 s was TensorFlow instantiating a signature's function on
@@ -566,7 +566,7 @@ class ModelManager:
             ``AVAILABLE`` (``ServableVersion.load``): each signature called
             once at load, and a first call that still reaches a signature
             runs alone. False: the behaviour before issue #38 (kept for
-            ``bench/bench_version_swap.py``'s comparison).
+            ``bench/bench_version_swap.py``'s comparison at 32da1ca).
         loader_niceness: how much lower the OS priority (Linux nice) of the
             thread that loads a version while others serve (after
             ``start``) is; 0: the poller's own priority.

@@ -1,41 +1,36 @@
-"""Joint SentencePiece vocabulary (BPE or unigram) and in-graph
-(de)tokenization.
+"""Joint SentencePiece vocabulary (BPE or unigram) and host-side
+(de)tokenization, without TensorFlow.
 
 The model is learned with the ``sentencepiece`` package (Kudo & Richardson,
 2018) from a sample of the training sentences (``input_sentence_size``, so
-millions of lines stay fast); tokenization runs in the graph with
-tensorflow-text's ``SentencepieceTokenizer``, whose model proto is a tracked
-resource: a SavedModel that holds a ``SentencePieceTokenizer`` takes raw
-strings and loads with ``tensorflow`` + ``tensorflow_text`` only.
+millions of lines stay fast). ``HostSentencePieceTokenizer`` runs it on the
+host (``sentencepiece.SentencePieceProcessor``: lists of str in, int32
+numpy ids out), what preparing data, training and evaluating use on every
+Keras backend; ``keras_trm.text.SentencePieceTokenizer`` runs the same model
+in a TensorFlow graph (tensorflow-text), what a SavedModel carries. Both
+give the same ids and the same text (tested over whole Multi30k splits,
+``tests/test_host_sentencepiece.py``).
 
 Text is normalized as SentencePiece does by default (``nmt_nfkc``: NFKC
 plus whitespace clean-up), so ``detokenize(tokenize(x))`` is ``x`` for
 ordinary text and its NFKC form otherwise ("½" -> "1⁄2").
 
-Ids follow ``keras_trm.text.wordpiece``: 0 PAD, 1 UNK, 2 START (BOS),
-3 END (EOS), so ``Translator``, the search and the loss use either
-tokenizer unchanged.
+Ids follow ``keras_trm.utils.ids``: 0 PAD, 1 UNK, 2 START (BOS), 3 END
+(EOS), so ``Translator``, the search and the loss use any of the
+tokenizers unchanged.
 """
 
+import io
 import os
 import pathlib
 import random
 
-import tensorflow as tf
+import numpy as np
 
+from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
-from keras_trm.text.wordpiece import (
-    END,
-    END_ID,
-    PAD,
-    PAD_ID,
-    START,
-    START_ID,
-    UNK,
-    UNK_ID,
-    content_ids,
-    dense_ids,
-)
+from keras_trm.utils.ids import (END, END_ID, PAD, PAD_ID, RESERVED_TOKENS,
+                                 START, START_ID, UNK, UNK_ID)
 
 MODEL_TYPES = ("bpe", "unigram")
 
@@ -75,7 +70,7 @@ def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
         >>> import tempfile, pathlib
         >>> text = ["Ein Hund läuft.", "A dog runs.", "Zwei Hunde laufen."] * 50
         >>> p = learn_sentencepiece(text, 300, pathlib.Path(tempfile.mkdtemp()) / "sp.model")
-        >>> SentencePieceTokenizer(p).vocabulary[:4]
+        >>> HostSentencePieceTokenizer(p).vocabulary[:4]
         ['[PAD]', '[UNK]', '[START]', '[END]']
     """
     import sentencepiece as spm
@@ -91,8 +86,6 @@ def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
         lines = random.Random(seed).sample(lines, int(sample_size))
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    import io
-
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
@@ -113,73 +106,217 @@ def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
     return atomic_write(path, proto.getvalue())
 
 
-class SentencePieceTokenizer(tf.Module):
-    """Raw text <-> SentencePiece ids, all in TensorFlow ops (exportable).
+def read_sentencepiece_model(model):
+    """The serialized model and its vocabulary, checked.
 
-    Same interface as ``keras_trm.text.TextTokenizer``:
-    ``tokenize(strings)``: str ``(batch,)`` -> ragged int32
-    ``(batch, None)`` ids (no START/END);
-    ``detokenize(ids)``: int ``(batch, T)`` (dense, padded, or ragged) ->
-    str ``(batch,)``, reading up to the first END and dropping PAD/START/END.
+    Args:
+        model: path of a ``.model`` file written by ``learn_sentencepiece``,
+            or its serialized bytes.
+
+    Returns:
+        ``(proto, processor, vocabulary)``: bytes, a
+        ``sentencepiece.SentencePieceProcessor``, list of str pieces.
+
+    Raises:
+        TypeError: ``model`` neither a path nor bytes.
+        FileNotFoundError: ``model`` path missing.
+        ValueError: the model's ids 0-3 are not PAD, UNK, START, END.
+    """
+    import sentencepiece as spm
+
+    if isinstance(model, (bytes, bytearray)):
+        proto = bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        path = pathlib.Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"SentencePiece model {str(path)!r} does not exist")
+        proto = path.read_bytes()
+    else:
+        raise TypeError(f"`model` must be a .model path or its bytes, got "
+                        f"model={model!r} ({type(model).__name__})")
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    vocabulary = [processor.id_to_piece(i)
+                  for i in range(processor.get_piece_size())]
+    if tuple(vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+        raise ValueError(
+            f"SentencePiece model must have ids 0-3 = {list(RESERVED_TOKENS)} "
+            f"(learn it with learn_sentencepiece), got {vocabulary[:4]}")
+    return proto, processor, vocabulary
+
+
+class HostSentencePieceTokenizer:
+    """Raw text <-> SentencePiece ids on the host (numpy, no TensorFlow).
+
+    The ids and text of ``keras_trm.text.SentencePieceTokenizer`` (the
+    tensorflow-text graph a SavedModel carries) for the same model, from
+    ``sentencepiece.SentencePieceProcessor`` with its default options (no
+    sampling, no BOS/EOS added; ``nmt_nfkc`` normalization).
 
     Args:
         model: path of a ``.model`` file written by ``learn_sentencepiece``
             (or its serialized bytes).
+        num_threads: int >= 1, the threads ``encode`` uses for a list of
+            lines, or None (``sentencepiece``'s default: every core).
 
-    ``start_id``, ``end_id``, ``pad_id``: its special ids (the reserved
-    ``START_ID``, ``END_ID``, ``PAD_ID``, checked at load), what the
-    searches take.
+    Attributes:
+        vocabulary: list of str pieces, id order (``vocabulary_size`` of
+            them).
+        model_proto: bytes, the serialized model.
+        start_id, end_id, pad_id: its special ids (the reserved
+            ``START_ID``, ``END_ID``, ``PAD_ID``), what the searches take.
+
+    ``encode(lines)`` / ``tokenize(sentences)``: str ``(batch,)`` -> list of
+    ``batch`` int32 ``(n_i,)`` arrays of content ids (no START/END).
+    ``detokenize(ids)``: int ``(batch, T)`` (padded, or a list of 1-D
+    arrays) -> list of ``batch`` str, each row read up to its first END with
+    the reserved ids (PAD, UNK, START, END) dropped.
+    ``in_graph()``: the tensorflow-text ``SentencePieceTokenizer`` of the
+    same model (needs TensorFlow), for exports.
 
     Raises:
+        TypeError: ``model`` neither a path nor bytes; ``num_threads`` not
+            an int.
         FileNotFoundError: ``model`` path missing.
-        ValueError: the model's ids 0-3 are not PAD, UNK, START, END.
+        ValueError: the model's ids 0-3 are not PAD, UNK, START, END;
+            ``num_threads`` < 1.
 
     Example:
-        >>> import tempfile, pathlib, tensorflow as tf
+        >>> import tempfile, pathlib
         >>> text = ["Ein Hund läuft.", "A dog runs."] * 50
         >>> p = learn_sentencepiece(text, 300, pathlib.Path(tempfile.mkdtemp()) / "sp.model")
-        >>> tok = SentencePieceTokenizer(p)
-        >>> ids = tok.tokenize(tf.constant(["Ein Hund läuft."]))
-        >>> tok.detokenize(ids).numpy()[0].decode()
-        'Ein Hund läuft.'
+        >>> tokenizer = HostSentencePieceTokenizer(p)
+        >>> ids = tokenizer.encode(["Ein Hund läuft.", ""])
+        >>> [a.dtype.name for a in ids], len(ids[1])
+        (['int32', 'int32'], 0)
+        >>> tokenizer.detokenize(ids)
+        ['Ein Hund läuft.', '']
     """
 
     start_id, end_id, pad_id = START_ID, END_ID, PAD_ID
 
-    def __init__(self, model, name=None):
-        super().__init__(name=name)
-        import sentencepiece as spm
-        import tensorflow_text as tf_text
-
-        if isinstance(model, (bytes, bytearray)):
-            proto = bytes(model)
-        else:
-            path = pathlib.Path(model)
-            if not path.is_file():
-                raise FileNotFoundError(f"SentencePiece model {str(path)!r} does not exist")
-            proto = path.read_bytes()
-        processor = spm.SentencePieceProcessor(model_proto=proto)
-        self.vocabulary = [processor.id_to_piece(i)
-                           for i in range(processor.get_piece_size())]
-        if self.vocabulary[:4] != [PAD, UNK, START, END]:
-            raise ValueError(
-                f"SentencePiece model must have ids 0-3 = {[PAD, UNK, START, END]} "
-                f"(learn it with learn_sentencepiece), got {self.vocabulary[:4]}"
-            )
-        self.model_proto = proto
-        self.tokenizer = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
+    def __init__(self, model, num_threads=None):
+        self.model_proto, self._processor, self.vocabulary = (
+            read_sentencepiece_model(model))
+        if num_threads is not None:
+            num_threads = v.positive_int("num_threads", num_threads)
+        self.num_threads = num_threads
 
     @property
     def vocabulary_size(self):
         return len(self.vocabulary)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def tokenize(self, strings):
-        return tf.cast(self.tokenizer.tokenize(strings), tf.int32)
+    def encode(self, lines):
+        """Content ids of each line (no START/END), the fast path for
+        preparing data: call it on chunks of a corpus.
+
+        Args:
+            lines: list (or tuple) of str.
+
+        Returns:
+            list of ``len(lines)`` int32 numpy arrays ``(n_i,)``.
+
+        Raises:
+            TypeError: ``lines`` a str (not a list of them), or an item
+                not a str.
+        """
+        if isinstance(lines, (str, bytes)):
+            raise TypeError(f"`lines` must be a list of str, got one "
+                            f"{type(lines).__name__}: lines={lines[:50]!r}")
+        lines = list(lines)
+        options = {} if self.num_threads is None else {"num_threads": self.num_threads}
+        try:
+            ids = self._processor.encode(lines, **options)
+        except TypeError:
+            for i, line in enumerate(lines):
+                if not isinstance(line, str):
+                    raise TypeError(f"`lines` must hold str, got lines[{i}]="
+                                    f"{line!r} ({type(line).__name__})") from None
+            raise
+        return [np.array(row, np.int32) for row in ids]
+
+    def tokenize(self, sentences):
+        """``encode`` of ``sentences``, which may also hold UTF-8 bytes (a
+        numpy array of strings, what ``tf.Tensor.numpy()`` gives): the
+        interface of the in-graph tokenizers, on the host.
+
+        Args:
+            sentences: list or 1-D array of str or bytes.
+
+        Returns:
+            list of int32 numpy arrays ``(n_i,)``.
+
+        Raises:
+            TypeError: ``sentences`` a str, or an item neither str nor
+                bytes.
+        """
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError(f"`sentences` must be a list of str, got one "
+                            f"{type(sentences).__name__}: "
+                            f"sentences={sentences[:50]!r}")
+        return self.encode([s.decode("utf-8") if isinstance(s, bytes) else s
+                            for s in sentences])
+
+    def content_ids(self, ids):
+        """The ids ``detokenize`` reads of each row: those before the
+        row's first END, reserved ids dropped.
+
+        Args:
+            ids: int ``(batch, T)`` array (padded) or a list of 1-D int
+                arrays or lists.
+
+        Returns:
+            list of ``batch`` int32 numpy arrays.
+
+        Raises:
+            TypeError: ``ids`` not integer ids.
+            ValueError: ``ids`` not 2-D (nor a list of 1-D rows), or an id
+                read is >= ``vocabulary_size`` (the message names it and
+                its row).
+        """
+        if isinstance(ids, np.ndarray) and ids.ndim != 2:
+            raise ValueError(f"`ids` must be 2-D (batch, T) or a list of 1-D "
+                             f"rows, got shape {ids.shape}")
+        rows = []
+        for i, row in enumerate(ids):
+            row = np.asarray(row)
+            if row.ndim != 1:
+                raise ValueError(f"`ids` rows must be 1-D, got row {i} of "
+                                 f"shape {row.shape}")
+            if row.size and not np.issubdtype(row.dtype, np.integer):
+                raise TypeError(f"`ids` must be integer token ids, got dtype "
+                                f"{row.dtype} in row {i}")
+            end = np.flatnonzero(row == END_ID)
+            if end.size:
+                row = row[:end[0]]
+            row = row[row > END_ID].astype(np.int32)
+            if row.size and row.max() >= self.vocabulary_size:
+                raise ValueError(
+                    f"`ids` must be token ids below the vocabulary size "
+                    f"{self.vocabulary_size}, got id {int(row.max())} in row {i}")
+            rows.append(row)
+        return rows
 
     def detokenize(self, ids):
-        return self._detokenize(dense_ids(ids))
+        """Text of each row of ids (``content_ids``: up to the first END,
+        reserved ids dropped).
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def _detokenize(self, ids):
-        return self.tokenizer.detokenize(content_ids(ids))
+        Args:
+            ids: int ``(batch, T)`` array or a list of 1-D int rows.
+
+        Returns:
+            list of ``batch`` str.
+
+        Raises:
+            TypeError, ValueError: as ``content_ids``.
+        """
+        rows = self.content_ids(ids)
+        if not rows:
+            return []
+        return self._processor.decode([row.tolist() for row in rows])
+
+    def in_graph(self, name=None):
+        """The tensorflow-text ``SentencePieceTokenizer`` of this model
+        (what a SavedModel carries; needs TensorFlow)."""
+        from keras_trm import text  # its TensorFlow part, imported lazily
+
+        return text.SentencePieceTokenizer(self.model_proto, name=name)

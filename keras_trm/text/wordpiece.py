@@ -12,10 +12,8 @@ import tensorflow as tf
 
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
-from keras_trm.utils.ids import END_ID, PAD_ID, START_ID, UNK_ID  # noqa: F401
-
-PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
-RESERVED_TOKENS = (PAD, UNK, START, END)
+from keras_trm.utils.ids import (  # noqa: F401
+    END, END_ID, PAD, PAD_ID, RESERVED_TOKENS, START, START_ID, UNK, UNK_ID)
 
 # Detokenization: WordPiece splits punctuation off words; these RE2 rules
 # re-attach it so output reads like the references ("läuft." not "läuft .").

@@ -17,7 +17,7 @@ from keras_trm.training.precision import (
 )
 from keras_trm.training.presets import PRESETS, apply_preset, preset
 from keras_trm.training.optimizers import FusedAdam
-from keras_trm.training.schedules import NoamSchedule, paper_adam
+from keras_trm.training.schedules import BudgetDecay, NoamSchedule, paper_adam
 
 # Per-step logs (keras_trm.jobs use them).
 from keras_trm.training.classification import compile_classifier
@@ -31,13 +31,19 @@ from keras_trm.training.history import (
 from keras_trm.training.schedules import warmup_cosine_decay
 # Long runs: accumulation, resume (issue #11).
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
-from keras_trm.training.progress import TimeBudget, TokenCount
+from keras_trm.training.progress import StepTimes, TimeBudget, TokenCount
 from keras_trm.training.resume import DataPosition, TrainingBackup
+# Validation score log and TensorBoard scalars (TensorFlow only when a
+# writer is made).
+from keras_trm.training.monitoring import (
+    BleuLog,
+    TensorBoardScalars,
+    tensorboard_writer,
+)
 
-# TensorFlow by design (tf.distribute strategies, tf.summary, the
-# language-model segment stream and the translator behind the BLEU
-# callbacks): imported on first use, with an error naming what to install
-# where TensorFlow is missing.
+# TensorFlow by design (tf.distribute strategies, the language-model
+# segment stream): imported on first use, with an error naming what to
+# install where TensorFlow is missing.
 _TENSORFLOW_ONLY = {
     **dict.fromkeys(
         ("make_strategy", "resolve_jit_compile", "split_cpu",
@@ -45,8 +51,6 @@ _TENSORFLOW_ONLY = {
          "worker_info"), "keras_trm.training.distribute"),
     **dict.fromkeys(("lm_loss", "make_train_step", "train_segments"),
                     "keras_trm.training.language_model"),
-    **dict.fromkeys(("BleuLog", "TensorBoardScalars", "tensorboard_writer"),
-                    "keras_trm.training.monitoring"),
 }
 _lazy = lazy_module_attributes(__name__, _TENSORFLOW_ONLY)
 
@@ -67,6 +71,7 @@ __all__ = [
     "EpochCheckpoints",
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",
+    "BudgetDecay",
     "NoamSchedule",
     "apply_precision",
     "float32_copy",
@@ -99,6 +104,7 @@ __all__ = [
     "DataPosition",
     "PerUpdateSchedule",
     "TensorBoardScalars",
+    "StepTimes",
     "TimeBudget",
     "TokenCount",
     "TrainingBackup",

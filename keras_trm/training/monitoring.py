@@ -1,7 +1,9 @@
 """Callbacks that watch a training run: the time budget, a validation score
 log (any ``score(model)`` function; the translation job's greedy BLEU is
 ``keras_trm.decoding.GreedyBleu``), TensorBoard scalars and a token count
-metric for tokens/s. Nothing here imports the decoding package.
+metric for tokens/s. Nothing here imports the decoding package, nor
+TensorFlow until a TensorBoard writer is asked for (``tensorboard_writer``:
+TensorBoard's event files are written by ``tf.summary``).
 
 Each keeps what it must carry across a restart in ``get_state()`` /
 ``set_state()``, which ``keras_trm.training.TrainingBackup`` saves and
@@ -14,11 +16,11 @@ import pathlib
 import time
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 # TF-free (keras_trm.training.progress), re-exported here.
 from keras_trm.training.progress import TimeBudget, TokenCount  # noqa: F401
+from keras_trm._optional import require_tensorflow
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
@@ -131,7 +133,7 @@ class TensorBoardScalars(keras.callbacks.Callback):
             return
         logs = logs or {}
         optimizer = self.model.optimizer
-        step = int(optimizer._iterations.numpy())
+        step = int(ops.convert_to_numpy(optimizer._iterations))  # micro-steps
         now = time.time()
         with self.writer.as_default():
             if "loss" in logs:
@@ -157,6 +159,8 @@ def _scalar(tag, value, step):
     """``tf.summary.scalar`` without the tensorboard package: the same
     event (a float32 tensor with the "scalars" plugin's metadata), written
     with the core ``tf.summary.write`` op."""
+    import tensorflow as tf
+
     metadata = tf.compat.v1.SummaryMetadata()
     metadata.plugin_data.plugin_name = "scalars"
     tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step,
@@ -166,6 +170,10 @@ def _scalar(tag, value, step):
 def tensorboard_writer(log_dir):
     """A ``tf.summary`` file writer for ``log_dir`` (created).
 
+    Raises:
+        ImportError: TensorFlow is not installed (the message says what to
+            install; a job without it runs with TensorBoard off).
+
     Example:
 
     >>> import tempfile, pathlib
@@ -174,5 +182,6 @@ def tensorboard_writer(log_dir):
     >>> log_dir.is_dir()
     True
     """
+    tf = require_tensorflow("TensorBoard logging (tensorboard_writer)")
     pathlib.Path(log_dir).mkdir(parents=True, exist_ok=True)
     return tf.summary.create_file_writer(str(log_dir))

@@ -121,6 +121,8 @@ def plot_lm_curves(path, result):
     unit = math.log(2)
     for key, label in (("transformer_xl", "Transformer-XL"),
                        ("vanilla", "vanilla Transformer")):
+        if result.get(key) is None:  # the baseline not trained
+            continue
         h = result[key]["history"]
         ax.plot(h["step"], np.array(h["train_loss"]) / unit, "--",
                 label=f"{label}, train (segment mean)")

@@ -18,7 +18,7 @@ attention softmax, the output logits of the tied embedding, the loss and the
 LayerNormalization statistics are computed in float32.
 
 Whether ``"auto"`` picks bfloat16 on a bfloat16 CPU is a measured decision
-(``bench/bench_translation.py`` and the Multi30k job):
+(``bench/bench_translation.py`` at 32da1ca and the Multi30k job):
 ``AUTO_BF16_ON_NATIVE_CPU`` below; it does. A model trained so computes in
 bfloat16 when it decodes and in its exports too: fast where the CPU has
 native bfloat16, emulated (slow) elsewhere, so train with

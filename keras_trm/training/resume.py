@@ -17,8 +17,8 @@ torn file), and it does not save the dropout RNG state (Keras'
   a kill at any moment leaves the previous complete backup;
 - on restore the run re-enters the interrupted epoch at the next unseen
   batch through a ``DataPosition`` that the data pipeline reads
-  (``keras_trm.data.stream_batches(position=...)``, or ``mix_batches``
-  with ``batches_per_epoch``), so a resumed run trains on the same batches
+  (``keras_trm.data.TokenBatches(position=...)``), so a resumed run
+  trains on the same batches
   in the same order as an uninterrupted one and repeats at most
   ``save_freq`` steps.
 """

@@ -53,6 +53,73 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
                     scale=self.scale)
 
 
+@keras.saving.register_keras_serializable(package="keras_trm")
+class BudgetDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """``schedule`` fitted to a time budget: once ``TimeBudget`` has
+    measured that the budget ends the run before its planned epochs, a
+    linear decay to 0 at the last step the budget holds (budget-aware
+    training: Li, Yumer and Ramanan, ICLR 2020, Sec. 3-4, where linear
+    decay to the budget's end was best across tasks):
+
+        lr(step) = schedule(step) * clip((end - step) / (end - start), 0, 1)
+
+    and ``schedule(step)`` unchanged while ``end`` is 0 (nothing fitted: the
+    planned run fits, or its speed is not measured yet). ``start`` and
+    ``end`` count the optimizer's iterations (fit steps, micro-batches
+    under gradient accumulation); ``fit`` sets them, after which the train
+    function must be made again (``TimeBudget`` does: compiled steps read
+    them when they are traced).
+
+    Args:
+        schedule: a ``LearningRateSchedule`` or callable step -> rate.
+        start: int >= 0, the step the decay starts from.
+        end: int, 0 (no decay) or > ``start``, the step the rate reaches 0.
+
+    Raises:
+        TypeError: ``start`` or ``end`` not an int.
+        ValueError: ``start`` < 0, or ``end`` neither 0 nor > ``start``.
+
+    Example:
+
+    >>> s = BudgetDecay(lambda step: 1.0)
+    >>> float(s(50))
+    1.0
+    >>> s.fit(start=40, end=60)
+    >>> [round(float(s(i)), 2) for i in (40, 50, 60, 70)]
+    [1.0, 0.5, 0.0, 0.0]
+    """
+
+    def __init__(self, schedule, start=0, end=0):
+        self.schedule = schedule
+        self.fit(start, end)
+
+    def fit(self, start, end):
+        """Sets the decay: from ``start`` to 0 at ``end`` (0: none)."""
+        start = v.non_negative_int("start", start)
+        end = v.non_negative_int("end", end)
+        if end and end <= start:
+            raise ValueError(f"`end` must be 0 (no decay) or > start={start}, "
+                             f"got end={end}")
+        self.start, self.end = start, end
+
+    def __call__(self, step):
+        rate = self.schedule(step)
+        if not self.end:
+            return rate
+        left = (self.end - ops.cast(step, "float32")) / float(self.end - self.start)
+        return rate * ops.clip(left, 0.0, 1.0)
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule),
+                "start": self.start, "end": self.end}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)
+
+
 # Variables that take no weight decay: biases (attention, feed-forward,
 # Transformer-XL's u and v) and LayerNormalization's gamma and beta, as in
 # BERT's AdamW; matrices and embeddings decay.
