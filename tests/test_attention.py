@@ -482,12 +482,37 @@ def test_keras_masks_match_keras(rng):
     masking = keras.layers.Masking(0.0)
     mq, mv = masking(tf.constant(q)), masking(tf.constant(v))
     query_mask = np.asarray(mq._keras_mask)
-    got = ours(mq, mv)  # deletes the inputs' masks, as Keras' layer does
+    got = ours(mq, mv)
     want = ref(masking(tf.constant(q)), masking(tf.constant(v)))
     np.testing.assert_allclose(got, want, atol=1e-5)
     # The output carries the query's mask, as Keras' output does.
     np.testing.assert_array_equal(got._keras_mask, query_mask)
     np.testing.assert_array_equal(want._keras_mask, query_mask)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_inputs_keep_their_keras_masks(rng, monkeypatch, fuse):
+    """The layer leaves the Keras masks of the tensors it is given in place,
+    with or without ``fuse_projections``. Keras' own call deletes them
+    (its sub-layers must not see them); a block that reads its input's
+    mask after attending (``TransformerDecoderBlock.compute_mask``) or the
+    encoder output's mask in a later layer lost it only on the unfused path,
+    so the next decoder layer's padded queries were masked on one path and
+    not on the other."""
+    monkeypatch.setattr(MultiHeadAttention, "fuse_projections", fuse)
+    q, v, _ = _inputs(rng, d_value=8)
+    q[1, 2:] = 0.0
+    v[0, 3:] = 0.0
+    masking = keras.layers.Masking(0.0)
+    mq, mv = masking(tf.constant(q)), masking(tf.constant(v))
+    query_mask, value_mask = np.asarray(mq._keras_mask), np.asarray(mv._keras_mask)
+    assert not query_mask.all() and not value_mask.all()
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    for value in (mv, mq):  # cross-attention, then self-attention
+        out = layer(mq, value)
+        np.testing.assert_array_equal(out._keras_mask, query_mask)
+        np.testing.assert_array_equal(mq._keras_mask, query_mask)
+        np.testing.assert_array_equal(mv._keras_mask, value_mask)
 
 
 def test_config_round_trip_with_all_arguments(rng):

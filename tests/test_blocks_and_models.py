@@ -77,6 +77,41 @@ def test_decoder_is_causal_and_padding_is_masked(rng):
     np.testing.assert_allclose(out, out3, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacked_decoder_blocks_read_keras_masks_at_every_layer(rng,
+                                                                norm_first):
+    """Decoder blocks stacked on tensors that carry Keras masks (no mask
+    arguments) give, at the kept target rows, what explicit masks give,
+    at the second layer too: each block's output carries its input's
+    mask, and the encoder output keeps its mask after the first layer's
+    cross-attention (Keras' attention deletes its inputs' masks; ours puts
+    them back)."""
+    blocks = [TransformerDecoderBlock(num_heads=2, d_ff=16,
+                                      norm_first=norm_first)
+              for _ in range(2)]
+    target = rng.normal(size=(2, 5, 8)).astype("float32")
+    source = rng.normal(size=(2, 6, 8)).astype("float32")
+    target_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    source_mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    target[~target_mask] = 0.0
+    source[~source_mask] = 0.0
+    masking = keras.layers.Masking(0.0)
+    y, encoder_outputs = masking(target), masking(source)
+    for block in blocks:
+        y = block(y, encoder_outputs)
+        np.testing.assert_array_equal(
+            to_numpy(getattr(y, "_keras_mask", None)), target_mask)
+    np.testing.assert_array_equal(
+        to_numpy(getattr(encoder_outputs, "_keras_mask", None)), source_mask)
+    explicit = keras.ops.convert_to_tensor(target)
+    for block in blocks:
+        explicit = block(explicit, keras.ops.convert_to_tensor(source),
+                         decoder_padding_mask=target_mask,
+                         encoder_padding_mask=source_mask)
+    np.testing.assert_allclose(to_numpy(y)[target_mask],
+                               to_numpy(explicit)[target_mask], atol=1e-5)
+
+
 def test_post_ln_output_is_normalized(rng):
     block = TransformerEncoderBlock(num_heads=2, d_ff=8)
     x = rng.normal(2.0, 3.0, size=(2, 5, 8)).astype("float32")

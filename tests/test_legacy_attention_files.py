@@ -1,11 +1,14 @@
 """Files written before ``MultiHeadAttention`` subclassed Keras' layer.
 
-``tests/data/legacy_32da1ca/`` holds a tiny ``transformer`` and a model of
-two attention layers, each saved as ``.keras`` and ``.weights.h5`` by
-commit 32da1ca (``tests/data/make_legacy_attention_files.py``), when the
-layer's eight weights were its own variables. Today's layer keeps them in
-Keras' ``EinsumDense`` sub-layers and converts such files on load: the
-outputs are the ones recorded then, on every backend.
+``tests/data/legacy_32da1ca/`` holds a tiny ``transformer`` (two layers,
+so that the second decoder layer's padded rows are compared too: they
+depend on the Keras masks the first layer leaves on its tensors) and a
+model of two attention layers, each saved as ``.keras`` and
+``.weights.h5`` by commit 32da1ca
+(``tests/data/make_legacy_attention_files.py``), when the layer's eight
+weights were its own variables. Today's layer keeps them in Keras'
+``EinsumDense`` sub-layers and converts such files on load: the outputs
+are the ones recorded then, on every backend.
 """
 
 import pathlib

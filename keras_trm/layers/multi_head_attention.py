@@ -6,6 +6,8 @@ import numbers
 
 import keras
 from keras import ops
+# What Keras' MultiHeadAttention.call uses to delete its inputs' masks.
+from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
 
 from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
@@ -147,7 +149,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     - every projection its own initializer (a seeded one gets ``seed + i``
       for the i-th weight), so no two projections start equal;
     - loading of the files written before this layer was a subclass (its
-      eight weights were its own variables; ``load_own_variables``).
+      eight weights were its own variables; ``load_own_variables``);
+    - the Keras masks of ``query``, ``value`` and ``key`` stay on them
+      (Keras' call deletes them), which the decoder blocks read.
 
     Attention over several axes, ``use_gate``, ``sliding_window`` and
     ``flash_attention=True`` run Keras' own attention.
@@ -313,10 +317,28 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
              key_mask=None, attention_mask=None,
              return_attention_scores=False, training=None,
              use_causal_mask=False):
+        # Keras' call deletes the Keras masks of query, value and key (its
+        # sub-layers must not see them); they are put back, so the caller's
+        # tensors keep them, as on the fused path and before this layer
+        # subclassed Keras'. Deleted, a stack of decoder blocks lost the
+        # encoder output's mask after the first layer, and the fused and
+        # unfused paths differed at padded decoder rows.
+        masks = [(x, get_keras_mask(x)) for x in (query, value, key)
+                 if x is not None]
+        out = self._attend(query, value, key, query_mask, value_mask,
+                           key_mask, attention_mask, return_attention_scores,
+                           training, use_causal_mask)
+        for x, mask in masks:
+            if mask is not None:
+                set_keras_mask(x, mask)
+        return out
+
+    def _attend(self, query, value, key, query_mask, value_mask, key_mask,
+                attention_mask, return_attention_scores, training,
+                use_causal_mask):
         self._check_inputs(query, value, key, query_mask, value_mask,
                            key_mask, attention_mask)
-        if query_mask is not None and getattr(query, "_keras_mask",
-                                              None) is None:
+        if query_mask is not None and get_keras_mask(query) is None:
             # Keras' call reads the query's Keras mask only.
             rows = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
             attention_mask = rows if attention_mask is None else \
@@ -332,7 +354,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         # Keras' call with the projections of ``_projections``.
         key = value if key is None else key
         mask = self._compute_attention_mask(
-            query, value, query_mask=getattr(query, "_keras_mask", None),
+            query, value, query_mask=get_keras_mask(query),
             value_mask=value_mask, key_mask=key_mask,
             attention_mask=attention_mask, use_causal_mask=use_causal_mask)
         q, k, val = self._projections(query=query, key=key, value=value)

@@ -6,9 +6,11 @@ layer, no sub-layers), under TensorFlow:
 
     PYTHONPATH=/tmp/old-32da1ca python tests/data/make_legacy_attention_files.py
 
-It writes, into ``tests/data/legacy_32da1ca/``, a tiny ``transformer`` and a
-model of two ``MultiHeadAttention`` layers (biases and none, a ``value_dim``
-and ``output_shape`` of their own), each as ``.keras`` and ``.weights.h5``,
+It writes, into ``tests/data/legacy_32da1ca/``, a tiny ``transformer`` (two
+layers: the second decoder layer's padded rows depend on the Keras masks
+that the first leaves on its tensors) and a model of two
+``MultiHeadAttention`` layers (biases and none, a ``value_dim`` and
+``output_shape`` of their own), each as ``.keras`` and ``.weights.h5``,
 their inputs and their outputs (``.npy``), so that the layer of today is
 tested on files that the layer of that commit wrote.
 """
@@ -60,7 +62,7 @@ def main():
     np.save(OUT / "attention_outputs.npy", np.asarray(
         model([inputs["query"], inputs["memory"], inputs["memory_mask"]])))
 
-    model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+    model = transformer(20, num_layers=2, d_model=8, num_heads=2, d_ff=16,
                         max_sequence_length=8, dropout_rate=0.0)
     model.set_weights([w + rng.normal(size=w.shape).astype("float32") * 0.1
                        for w in model.get_weights()])
