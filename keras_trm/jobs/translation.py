@@ -916,6 +916,11 @@ class TranslationRun(StagedJob):
             if accumulate > 1:  # the schedule counts updates, not micro-batches
                 schedule = PerUpdateSchedule(schedule, accumulate)
             self.budget_decay = None
+            if config.budget_schedule == "fit" and self.num_workers > 1:
+                # each worker would fit its own rate from its own clock
+                raise ValueError("`budget_schedule`='fit' is not supported with "
+                                 f"several workers (num_workers={self.num_workers}); "
+                                 "use 'cut'")
             if config.budget_schedule == "fit":  # TimeBudget fits it (fit())
                 schedule = self.budget_decay = BudgetDecay(schedule)
             model.compile(
