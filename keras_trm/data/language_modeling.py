@@ -225,7 +225,7 @@ def load_text_file(path, level="char"):
     file``.
 
     The token stream (``level="char"``: every character, each line ended by
-    ``"\n"``, as Tiny Shakespeare; ``"word"``: whitespace words, each line
+    ``"\\n"``, as Tiny Shakespeare; ``"word"``: whitespace words, each line
     ended by ``"<eos>"``, as PTB) is cut by position into 90 % train, 5 %
     valid and 5 % test (``TEXT_FILE_FRACTIONS``; nanoGPT's split is
     90/10 without a test part). The vocabulary is ``"<unk>"`` (id 0), then
@@ -253,7 +253,7 @@ def load_text_file(path, level="char"):
     Example:
         >>> import pathlib, tempfile
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "text.txt"
-        >>> _ = path.write_text("to be or not to be\n" * 20)
+        >>> _ = path.write_text("to be or not to be\\n" * 20)
         >>> splits, vocabulary = load_text_file(path, level="word")
         >>> [len(splits[s]) for s in ("train", "valid", "test")], len(vocabulary)
         ([126, 7, 7], 6)
