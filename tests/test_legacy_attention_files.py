@@ -69,3 +69,28 @@ def test_old_file_with_other_weights_is_refused(tmp_path):
     with pytest.raises(ValueError, match="expected 4 variables"):
         model.load_weights(DATA / "attention.weights.h5",
                            skip_mismatch=False)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the files were written under TensorFlow, whose "
+                           "random draws differ from the other backends'")
+def test_a_seeded_build_gives_the_weights_of_32da1ca():
+    """Under ``set_random_seed(0)`` today's layers start from the weights
+    that commit 32da1ca's did (the files hold them plus the generator's
+    seeded noise): the same Glorot fans (Keras 3.15 counts them otherwise)
+    and the same seeds, drawn in the same order, so that the recipes'
+    figures measured then still describe the code of today."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_legacy", DATA.parent / "make_legacy_attention_files.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    built = [w + rng.normal(size=w.shape).astype("float32") * 0.1
+             for w in make.attention_model().get_weights()]
+    saved = keras.models.load_model(DATA / "attention.keras").get_weights()
+    assert len(built) == len(saved) == 12
+    for b, s in zip(built, saved):
+        np.testing.assert_array_equal(b, s)

@@ -110,6 +110,44 @@ def _output_shape(output_shape):
     return tuple(int(d) for d in shape)
 
 
+class _ClassicFans(keras.initializers.Initializer):
+    """A ``VarianceScaling`` initializer with the fans of a 3-D kernel as
+    Keras computed them before 3.15 (and keras_trm always has): fan_in =
+    the product of all axes but the last, fan_out = of all but the one
+    before it; for ``(d_model, h, d_k)`` kernels that is d_model·h and
+    d_model·d_k. Keras 3.15's ``EinsumDense`` counts only the contracted and
+    the output axes (d_model and h·d_k), a 5.8x larger scale for
+    transformer_small's W_Q, and would change every recipe's training from
+    one Keras version to the next. An initializer given with ``input_axes``
+    and ``output_axes`` is used as it is."""
+
+    def __init__(self, initializer):
+        self.initializer = initializer
+
+    @classmethod
+    def wrap(cls, initializer):
+        if (isinstance(initializer, keras.initializers.VarianceScaling)
+                and getattr(initializer, "input_axes", 0) is None
+                and getattr(initializer, "output_axes", 0) is None):
+            return cls(initializer)
+        return initializer
+
+    def __call__(self, shape, dtype=None):
+        rank = len(shape)
+        config = self.initializer.get_config()
+        config["seed"] = self.initializer.seed  # the drawn one, if unseeded
+        config["input_axes"] = list(range(rank - 1))
+        config["output_axes"] = list(range(rank - 2)) + [rank - 1]
+        return type(self.initializer).from_config(config)(shape, dtype=dtype)
+
+    def get_config(self):
+        return {"initializer": keras.initializers.serialize(self.initializer)}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.initializers.deserialize(config["initializer"]))
+
+
 @keras.saving.register_keras_serializable(package="keras_trm")
 class MultiHeadAttention(keras.layers.MultiHeadAttention):
     """Multi-head attention with a key/value cache for decoding.
@@ -147,7 +185,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     - ``fuse_projections``, a lever for GPUs (off: 0.92-0.94x on CPU,
       ``bench/results/train_step_fused_projections_ab_*.json``);
     - every projection its own initializer (a seeded one gets ``seed + i``
-      for the i-th weight), so no two projections start equal;
+      for the i-th weight), so no two projections start equal, and a
+      ``VarianceScaling`` one (the default Glorot) with the fans keras_trm's
+      recipes were measured with, whatever the Keras version
+      (``_ClassicFans``);
     - loading of the files written before this layer was a subclass (its
       eight weights were its own variables; ``load_own_variables``);
     - the Keras masks of ``query``, ``value`` and ``key`` stay on them
@@ -211,16 +252,24 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                       key_shape)
 
     def _get_common_kwargs_for_sublayer(self):
-        # Keras clones each initializer from its config: a seeded one gives
-        # W_Q = W_K = W_V. The i-th projection gets seed + i (kernels) and
-        # seed + 8 + i (biases).
-        kwargs = super()._get_common_kwargs_for_sublayer()
+        # Keras' own clones each initializer from its config (a seeded one
+        # then gives W_Q = W_K = W_V) and draws one seed more per projection
+        # than the layer before it was a subclass. Here the i-th projection
+        # gets seed + i (kernels) and seed + 8 + i (biases), and an unseeded
+        # one draws as before, so a seeded global state builds the same
+        # weights as then.
         i = next(self._sublayers_made)
-        kwargs["kernel_initializer"] = clone_initializer(
-            self._kernel_initializer, i)
-        kwargs["bias_initializer"] = clone_initializer(
-            self._bias_initializer, 8 + i)
-        return kwargs
+        return dict(
+            kernel_initializer=_ClassicFans.wrap(
+                clone_initializer(self._kernel_initializer, i)),
+            bias_initializer=clone_initializer(self._bias_initializer, 8 + i),
+            kernel_regularizer=self._kernel_regularizer,
+            bias_regularizer=self._bias_regularizer,
+            activity_regularizer=self._activity_regularizer,
+            kernel_constraint=self._kernel_constraint,
+            bias_constraint=self._bias_constraint,
+            dtype=self.dtype_policy,
+        )
 
     def _compute_causal_mask(self, query, value=None):
         # (1, T_q, T_k) from aranges (Keras' cumsums of ones cost more), of
