@@ -392,15 +392,19 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             rows = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
             attention_mask = rows if attention_mask is None else \
                 ops.logical_and(ops.cast(attention_mask, "bool"), rows)
-        if not (self.fuse_projections and not self._use_gate
-                and self._activity_regularizer is None):
+        if self._use_gate or self._activity_regularizer is not None:
             return super().call(
                 query, value, key=key, query_mask=query_mask,
                 value_mask=value_mask, key_mask=key_mask,
                 attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training, use_causal_mask=use_causal_mask)
-        # Keras' call with the projections of ``_projections``.
+        # Keras' call, with the projections of ``_projections`` (one matmul
+        # each, against the EinsumDense kernels) and ``_project_output``:
+        # through Keras' EinsumDense calls the transformer_small training
+        # step ran 0.934x and 0.973x (TensorFlow, mixed bfloat16, two
+        # same-run A/Bs against 32da1ca's own layer), these 0.998x with the
+        # same loss (bench/results/train_step_mha_subclass_ab_*.json).
         key = value if key is None else key
         mask = self._compute_attention_mask(
             query, value, query_mask=get_keras_mask(query),
@@ -409,7 +413,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         q, k, val = self._projections(query=query, key=key, value=value)
         out, scores = self._compute_attention(q, k, val, mask, training,
                                               return_attention_scores)
-        out = self._output_dense(out)
+        out = self._project_output(out, out.dtype)
         return (out, scores) if return_attention_scores else out
 
     def _check_inputs(self, query, value, key, query_mask, value_mask,
