@@ -4,6 +4,7 @@ both alike; the raw figures, their medians and the ratio B/A go to a JSON.
 
     python bench/ab.py train_step --a main --b . --out /tmp/train_step_ab.json
     python bench/ab.py search --a b6ddd91~1 --b . --out /tmp/search_ab.json
+    python bench/ab.py search_tree --a 32da1ca --b . --out /tmp/search_tree_ab.json
     python bench/ab.py saved_model --a <old export>/1 --b <new export>/1 --out ...
     python bench/ab.py job_memory --a bc1b22c --b . --out /tmp/job_memory.json
     python bench/ab.py job_epoch --a 32da1ca --b . --out /tmp/epoch_ab.json
@@ -29,6 +30,11 @@ edits); for ``saved_model`` they are SavedModel version folders. Kinds:
   the two taking turns call by call; every sentence decodes to
   ``--max_length`` (random weights), which times the steps, not the stop.
   The ids must be equal.
+- ``search_tree``: the same searches, model and batch, but each revision's
+  whole tree (its layers' cached step too), one child process per run,
+  the revisions alternating; both load the weights that A's tree draws
+  (seed 0; a newer tree reads an older layout). Per kind the median
+  seconds over all timed calls, and whether all runs gave the same ids.
 - ``saved_model``: two translation exports loaded in this process; each of
   the first ``--num_sentences`` sentences of a Multi30k split is sent to
   each, one at a time: an untimed first request each (XLA compiles there),
@@ -135,6 +141,33 @@ def search(args, trees):
     }
 
 
+def search_tree(args, trees):
+    """``search`` over each revision's whole tree (layers, cached step and
+    search.py), one child process per run, the revisions alternating; both
+    decode with the weights A's tree draws (seed 0), saved once."""
+    with tempfile.TemporaryDirectory(prefix="search_tree_") as folder:
+        weights = os.path.join(folder, "model.weights.h5")
+        run_child(trees["a"], "search_tree", dict(
+            batch=0, max_length=0, repeats=0, weights=weights, save_weights=True))
+        runs = alternate(args.runs, lambda name: run_child(trees[name], "search_tree", dict(
+            batch=args.batch, max_length=args.max_length, repeats=args.repeats,
+            weights=weights)))
+    medians = {name: {kind: statistics.median(s for r in rs for s in r["seconds"][kind])
+                      for kind in ("beam4", "greedy")} for name, rs in runs.items()}
+    return {
+        "what": "graph search (tf.function), each revision's tree (layers "
+                "included) in its own child processes, alternating; A's "
+                "random weights (seed 0) in both",
+        "batch": args.batch, "max_length": args.max_length,
+        "repeats": args.repeats, "runs": runs,
+        "same_ids": {kind: len({r["ids_sha1"][kind] for rs in runs.values()
+                                for r in rs}) == 1 for kind in ("beam4", "greedy")},
+        "median_seconds": medians,
+        "speed_b_over_a": {kind: medians["a"][kind] / medians["b"][kind]
+                           for kind in ("beam4", "greedy")},
+    }
+
+
 def saved_model(args, _):
     import tensorflow as tf
 
@@ -233,7 +266,8 @@ def job_epoch(args, trees):
             "speed_b_over_a": last["a"] / last["b"]}
 
 
-KINDS = {"train_step": train_step, "search": search, "saved_model": saved_model,
+KINDS = {"train_step": train_step, "search": search, "search_tree": search_tree,
+         "saved_model": saved_model,
          "job_memory": job_memory, "job_epoch": job_epoch}
 
 
@@ -260,6 +294,11 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--max_length", type=int, default=30)
     p.add_argument("--repeats", type=int, default=5)
+    p = kinds.add_parser("search_tree", parents=[common_args])
+    p.add_argument("--runs", type=int, default=3, help="child processes per revision")
+    p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--max_length", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per run")
     p = kinds.add_parser("saved_model", parents=[common_args])
     p.add_argument("--data_dir", default=None, help="default: $KERAS_TRM_DATA_DIR")
     p.add_argument("--split", default="val")

@@ -141,6 +141,44 @@ def search(a_search, batch, max_length, repeats):
                          for kind in ("beam4", "greedy")}}
 
 
+def search_tree(batch, max_length, repeats, weights, save_weights=False):
+    """Seconds of this tree's graph searches (``tf.function``, greedy and
+    beam 4), layers included, on the ``search`` kind's model and batch, and
+    the sha1 of their ids. ``save_weights``: only write the model's
+    weights (seed 0) to ``weights``; otherwise read them from there, so that
+    both trees decode with the same weights (an older layout is read by a
+    newer tree; initial weights drawn in another order would not be)."""
+    import hashlib
+
+    import tensorflow as tf
+
+    from keras_trm.decoding.search import beam_search, greedy_search
+    from keras_trm.models import transformer_small
+
+    keras.utils.set_random_seed(0)
+    model = transformer_small(8000, max_sequence_length=128)
+    if save_weights:
+        model.save_weights(weights)
+        return {"saved": weights}
+    model.load_weights(weights)
+    source = tf.constant(random_sources(batch))
+    searches = {
+        "beam4": tf.function(lambda ids: beam_search(
+            model, ids, beam_size=4, max_length=max_length)),
+        "greedy": tf.function(lambda ids: greedy_search(
+            model, ids, max_length=max_length))}
+    ids_sha1 = {kind: hashlib.sha1(f(source).numpy().tobytes()).hexdigest()
+                for kind, f in searches.items()}  # traced and warmed
+    seconds = {kind: [] for kind in searches}
+    for _ in range(repeats):
+        for kind, f in searches.items():
+            start = time.perf_counter()
+            f(source).numpy()
+            seconds[kind].append(time.perf_counter() - start)
+    return {"seconds": seconds, "ids_sha1": ids_sha1,
+            "tensorflow": tf.__version__}
+
+
 def job_epoch(workdir, epochs, flags):
     """The translation job's training input and model as ``keras-trm
     train-translation`` builds them (its stages up to ``build``, the
@@ -181,5 +219,5 @@ def job_epoch(workdir, epochs, flags):
 if __name__ == "__main__":
     kind, options = sys.argv[1], json.loads(sys.argv[2])
     result = {"train_step": train_step, "search": search,
-              "job_epoch": job_epoch}[kind](**options)
+              "search_tree": search_tree, "job_epoch": job_epoch}[kind](**options)
     print(json.dumps(dict(result, keras_trm=keras_trm.__file__)))

@@ -77,6 +77,41 @@ def test_decoder_is_causal_and_padding_is_masked(rng):
     np.testing.assert_allclose(out, out3, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacked_decoder_blocks_read_keras_masks_at_every_layer(rng,
+                                                                norm_first):
+    """Decoder blocks stacked on tensors that carry Keras masks (no mask
+    arguments) give, at the kept target rows, what explicit masks give,
+    at the second layer too: each block's output carries its input's
+    mask, and the encoder output keeps its mask after the first layer's
+    cross-attention (Keras' attention deletes its inputs' masks; ours puts
+    them back)."""
+    blocks = [TransformerDecoderBlock(num_heads=2, d_ff=16,
+                                      norm_first=norm_first)
+              for _ in range(2)]
+    target = rng.normal(size=(2, 5, 8)).astype("float32")
+    source = rng.normal(size=(2, 6, 8)).astype("float32")
+    target_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    source_mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    target[~target_mask] = 0.0
+    source[~source_mask] = 0.0
+    masking = keras.layers.Masking(0.0)
+    y, encoder_outputs = masking(target), masking(source)
+    for block in blocks:
+        y = block(y, encoder_outputs)
+        np.testing.assert_array_equal(
+            to_numpy(getattr(y, "_keras_mask", None)), target_mask)
+    np.testing.assert_array_equal(
+        to_numpy(getattr(encoder_outputs, "_keras_mask", None)), source_mask)
+    explicit = keras.ops.convert_to_tensor(target)
+    for block in blocks:
+        explicit = block(explicit, keras.ops.convert_to_tensor(source),
+                         decoder_padding_mask=target_mask,
+                         encoder_padding_mask=source_mask)
+    np.testing.assert_allclose(to_numpy(y)[target_mask],
+                               to_numpy(explicit)[target_mask], atol=1e-5)
+
+
 def test_post_ln_output_is_normalized(rng):
     block = TransformerEncoderBlock(num_heads=2, d_ff=8)
     x = rng.normal(2.0, 3.0, size=(2, 5, 8)).astype("float32")
@@ -127,23 +162,6 @@ def test_incremental_decoding_equals_full_recompute(rng):
             logits, caches = model.static_decode_step(
                 tgt[:, t:t + 1], t, caches, cross, src != 0)
             steps.append(to_numpy(logits))
-        np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
-        # The blocks' Keras-style cached call (keras-hub's layout: keys and
-        # values stacked, (batch, 2, S, h, d_k)) gives the same logits.
-        blocks = model.decoder_layers
-        kv_cross = [b.precompute_cross_attention_cache(enc) for b in blocks]
-        kv_caches = [np.zeros((2, 2, 6, model.num_heads, model.key_dim), "float32")
-                     for _ in blocks]
-        steps = []
-        for t in range(6):
-            y = model.target_embedding(tgt[:, t:t + 1], start_index=t)
-            for i, block in enumerate(blocks):
-                y, kv_caches[i] = block(
-                    y, encoder_padding_mask=src != 0,
-                    self_attention_cache=kv_caches[i],
-                    self_attention_cache_update_index=t,
-                    cross_attention_cache=kv_cross[i])
-            steps.append(to_numpy(model.logits(model._decoder_final(y))[:, 0]))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
 
 
@@ -318,24 +336,24 @@ def test_bad_cache_positions_are_refused():
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     mha = MultiHeadAttention(2, 4)
     mha(x, x)
-    cache = np.zeros((2, 2, 4, 2, 4), "float32")  # S = 4
-    out, _ = mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=3,
-                 use_causal_mask=True)
+    cache = (np.zeros((2, 2, 4, 4), "float32"),) * 2  # S = 4
+
+    def step(length, index):
+        return mha.call_with_cache(x[:, :length], cache,
+                                   new_key_value=x[:, :length],
+                                   cache_update_index=index)
+
+    out, _ = step(1, 3)
     assert tuple(out.shape) == (2, 1, 8)
-    for index in (4, 10, -1):
+    for index in (4, 10, -1, 9):
         with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 3\]"):
-            mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=index,
-                use_causal_mask=True)
+            step(1, index)
     with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 2\]"):
-        mha(x[:, :2], x[:, :2], cache=cache, cache_update_index=3)
+        step(2, 3)
     for index in (1.5, True):
         with pytest.raises(TypeError, match="cache_update_index"):
-            mha(x[:, :1], x[:, :1], cache=cache, cache_update_index=index)
+            step(1, index)
     keys = mha.key_value_heads(x[:, :0])[0]
-    fixed = (np.zeros((2, 2, 4, 4), "float32"),) * 2
-    with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 3\]"):
-        mha.call_with_cache(x[:, :1], fixed, new_key_value=x[:, :1],
-                            cache_update_index=9)
     assert tuple(keys.shape) == (2, 2, 0, 4)
 
     model = _tiny_transformer()

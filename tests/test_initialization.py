@@ -119,7 +119,8 @@ def test_attention_q_k_v_kernels_differ():
     # The case reported on main: W_Q = W_K = W_V bit for bit.
     layer = _mha()
     q, k, val = (to_numpy(w) for w in (
-        layer.query_kernel, layer.key_kernel, layer.value_kernel))
+        layer.query_dense.kernel, layer.key_dense.kernel,
+        layer.value_dense.kernel))
     assert not np.array_equal(q, k) and not np.array_equal(k, val)
     assert not np.array_equal(q, val)
 

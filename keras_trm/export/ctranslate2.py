@@ -164,7 +164,8 @@ def _check_supported(model):
                     f"{att.num_heads} heads, others {model.num_heads}: "
                     "CTranslate2 uses one num_heads per model"
                 )
-            if att.output_kernel.shape[-1] != att.query_kernel.shape[0]:
+            if (att.output_dense.kernel.shape[-1]
+                    != att.query_dense.kernel.shape[0]):
                 raise ValueError(f"attention {att.name!r} of {block.name!r} "
                                  "has an output_shape other than d_model")
         for norm in _block_norms(block):
@@ -197,9 +198,9 @@ def _projection(kernel, bias):
 
 
 def _set_attention(spec, attention, self_attention):
-    q, bq = _projection(attention.query_kernel, attention.query_bias)
-    k, bk = _projection(attention.key_kernel, attention.key_bias)
-    v, bv = _projection(attention.value_kernel, attention.value_bias)
+    q, bq = _projection(attention.query_dense.kernel, attention.query_dense.bias)
+    k, bk = _projection(attention.key_dense.kernel, attention.key_dense.bias)
+    v, bv = _projection(attention.value_dense.kernel, attention.value_dense.bias)
     has_bias = bq is not None
 
     def cat(*kernels):
@@ -212,11 +213,11 @@ def _set_attention(spec, attention, self_attention):
         _set_linear(spec.linear[0], q, bq)
         _set_linear(spec.linear[1], cat(k, v),
                     np.concatenate([bk, bv]) if has_bias else None)
-    out = _numpy(attention.output_kernel)
+    out = _numpy(attention.output_dense.kernel)
     h, d_k, d = out.shape
     _set_linear(spec.linear[-1], out.reshape(h * d_k, d),
-                None if attention.output_bias is None
-                else _numpy(attention.output_bias))
+                None if attention.output_dense.bias is None
+                else _numpy(attention.output_dense.bias))
 
 
 def _set_norm(spec, norm):

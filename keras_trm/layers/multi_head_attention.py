@@ -6,15 +6,12 @@ import numbers
 
 import keras
 from keras import ops
+# What Keras' MultiHeadAttention.call uses to delete its inputs' masks.
+from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
 
 from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
 
-# Offsets given to ``clone_initializer``: every weight its own initializer, so
-# W_Q, W_K, W_V differ even when one unseeded instance is passed in, and a
-# seeded one still gives reproducible, distinct weights.
-_KERNEL_OFFSETS = {"query": 0, "key": 1, "value": 2, "output": 3}
-_BIAS_OFFSETS = {"query": 4, "key": 5, "value": 6, "output": 7}
 # Letters for the leading (batch-like) axes of the attention einsums; they
 # avoid q, k, h and d, the query, key, head and channel axes.
 _BATCH_LETTERS = "abcefgijlm"
@@ -60,80 +57,100 @@ def _cached_softmax(scores):
     return e / ops.sum(e, axis=-1, keepdims=True)
 
 
-def _value_error(check, name, value, *args):
-    """Runs a ``_validation`` check, raising ``ValueError`` for any bad value.
+def mask_scores(scores, mask):
+    """float32 ``scores`` with -1e9 where the bool ``mask`` (broadcast to
+    them) is False. A large finite negative, not -inf: a fully masked row
+    (only at padded queries) stays finite and its softmax uniform."""
+    scores = ops.cast(scores, "float32")
+    if mask is None:
+        return scores
+    return ops.where(ops.cast(mask, "bool"), scores, ops.cast(-1e9, "float32"))
 
-    ``keras.layers.MultiHeadAttention`` raises ``ValueError`` for wrong types
-    as well as wrong values; this layer does the same, to be a drop-in.
+
+def masked_softmax(scores, mask=None, written_out=False):
+    """The softmax of Eq. (1) over the last axis, masked, in float32.
+
+    Shared by ``MultiHeadAttention`` and ``RelativeMultiHeadAttention``.
+
+    Args:
+        scores: float ``(..., T_q, T_k)`` attention logits.
+        mask: optional bool broadcastable to ``scores``; True = may attend.
+        written_out: compute exp(s - max s) / Σ exp(...) with elementary ops
+            (the cached step's kernel on TensorFlow, see above) instead of
+            ``ops.softmax``.
+
+    Returns:
+        float32 probabilities of ``scores``' shape; masked entries are 0.
+
+    Example:
+
+    >>> import numpy as np
+    >>> p = masked_softmax(np.zeros((1, 3), "float32"), np.array([[1, 1, 0]], bool))
+    >>> np.round(np.asarray(p), 3).tolist()
+    [[0.5, 0.5, 0.0]]
     """
-    try:
-        return check(name, value, *args)
-    except TypeError as err:
-        raise ValueError(str(err)) from None
+    scores = mask_scores(scores, mask)
+    if written_out:
+        return _cached_softmax(scores)
+    return ops.softmax(scores, axis=-1)
 
 
-def _normalize_output_shape(output_shape):
-    """``None``, an int or a sequence of ints -> ``None`` or an int tuple."""
+def _output_shape(output_shape):
+    """``None``, a positive int or a sequence of them, else ValueError (as
+    Keras' type errors; Keras lets 2.5 or (0,) through to ``build``)."""
     if output_shape is None:
         return None
-    if isinstance(output_shape, numbers.Integral) and not isinstance(
-        output_shape, bool
-    ):
-        output_shape = (output_shape,)
-    if not isinstance(output_shape, (tuple, list)) or not output_shape:
+    shape = (output_shape if isinstance(output_shape, (tuple, list))
+             else (output_shape,))
+    if not shape or any(isinstance(d, bool) or not isinstance(
+            d, numbers.Integral) or d <= 0 for d in shape):
         raise ValueError(
             "`output_shape` must be a positive int or a non-empty tuple/list "
-            f"of positive ints, got output_shape={output_shape!r}"
-        )
-    for dim in output_shape:
-        if (
-            isinstance(dim, bool)
-            or not isinstance(dim, numbers.Integral)
-            or dim <= 0
-        ):
-            raise ValueError(
-                "`output_shape` must be a positive int or a non-empty "
-                "tuple/list of positive ints, got "
-                f"output_shape={output_shape!r}"
-            )
-    return tuple(int(dim) for dim in output_shape)
+            f"of positive ints, got output_shape={output_shape!r}")
+    return tuple(int(d) for d in shape)
 
 
-def _normalize_attention_axes(attention_axes):
-    """``None`` or one axis (int or 1-sequence) -> ``None`` or a 1-tuple."""
-    if attention_axes is None:
-        return None
-    if isinstance(attention_axes, numbers.Integral) and not isinstance(
-        attention_axes, bool
-    ):
-        attention_axes = (attention_axes,)
-    if not isinstance(attention_axes, (tuple, list)) or not all(
-        isinstance(a, numbers.Integral) and not isinstance(a, bool)
-        for a in attention_axes
-    ):
-        raise ValueError(
-            "`attention_axes` must be an int, list, or tuple, got "
-            f"attention_axes={attention_axes!r}"
-        )
-    if len(attention_axes) != 1:
-        raise ValueError(
-            "Attention over several axes is not supported: `attention_axes` "
-            "must be None or the sequence axis (the query's second-to-last "
-            f"axis, -2), got attention_axes={attention_axes!r}"
-        )
-    return (int(attention_axes[0]),)
+class _ClassicFans(keras.initializers.Initializer):
+    """A ``VarianceScaling`` initializer with the fans of a 3-D kernel as
+    Keras computed them before 3.15 (and keras_trm always has): fan_in =
+    the product of all axes but the last, fan_out = of all but the one
+    before it; for ``(d_model, h, d_k)`` kernels that is d_model·h and
+    d_model·d_k. Keras 3.15's ``EinsumDense`` counts only the contracted and
+    the output axes (d_model and h·d_k), a 5.8x larger scale for
+    transformer_small's W_Q, and would change every recipe's training from
+    one Keras version to the next. An initializer given with ``input_axes``
+    and ``output_axes`` is used as it is."""
 
+    def __init__(self, initializer):
+        self.initializer = initializer
 
-def _shapes_compatible(a, b):
-    """Static shapes equal where both dimensions are known."""
-    return len(a) == len(b) and all(
-        x is None or y is None or x == y for x, y in zip(a, b)
-    )
+    @classmethod
+    def wrap(cls, initializer):
+        if (isinstance(initializer, keras.initializers.VarianceScaling)
+                and getattr(initializer, "input_axes", 0) is None
+                and getattr(initializer, "output_axes", 0) is None):
+            return cls(initializer)
+        return initializer
+
+    def __call__(self, shape, dtype=None):
+        rank = len(shape)
+        config = self.initializer.get_config()
+        config["seed"] = self.initializer.seed  # the drawn one, if unseeded
+        config["input_axes"] = list(range(rank - 1))
+        config["output_axes"] = list(range(rank - 2)) + [rank - 1]
+        return type(self.initializer).from_config(config)(shape, dtype=dtype)
+
+    def get_config(self):
+        return {"initializer": keras.initializers.serialize(self.initializer)}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.initializers.deserialize(config["initializer"]))
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
-class MultiHeadAttention(keras.layers.Layer):
-    """Multi-head attention with padding/causal masks and a key/value cache.
+class MultiHeadAttention(keras.layers.MultiHeadAttention):
+    """Multi-head attention with a key/value cache for decoding.
 
     Implements Eq. (1) and the multi-head projection of Vaswani et al. (2017),
     §3.2.1-3.2.2:
@@ -142,100 +159,69 @@ class MultiHeadAttention(keras.layers.Layer):
         MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
         head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-    The constructor, the call signature, the exceptions and the weight layout
-    (query, key, value, output kernels of shapes ``(d_query, h, key_dim)``,
-    ``(d_key, h, key_dim)``, ``(d_value, h, value_dim)``,
-    ``(h, value_dim, *output_shape)``, each followed by its bias) match
-    ``keras.layers.MultiHeadAttention``, so weights transfer with
-    ``set_weights(other.get_weights())`` and the layer is a drop-in
-    replacement. Under JAX and PyTorch, as in Keras' layer, Eq. (1) goes
-    through ``keras.ops.dot_product_attention`` (cuDNN / flash attention,
-    SDPA on GPUs) when no scores are returned and no attention dropout
-    applies, except under JAX for keys shorter than 512, where XLA's
-    einsums trained 1.10x faster on an H200 (``fused_min_key_length``);
-    TensorFlow, which has no fused kernel behind that op, keeps the
-    einsums. Each weight gets its own clone of its initializer (a seeded
-    initializer gets ``seed + i`` for the i-th weight), so no two projections
-    start equal.
+    A ``keras.layers.MultiHeadAttention``: its constructor, call arguments,
+    masks (Keras masks, padding masks, ``attention_mask``,
+    ``use_causal_mask``), projections (``query_dense``, ``key_dense``,
+    ``value_dense``, ``output_dense``: ``EinsumDense`` layers with kernels
+    ``(d_query, h, key_dim)``, ``(d_key, h, key_dim)``, ``(d_value, h,
+    value_dim)``, ``(h, value_dim, *output_shape)`` and their biases),
+    config and weights files are Keras'. This subclass adds:
 
-    Not supported (each raises ``ValueError`` naming the argument):
-    attention over several axes or over an axis other than the sequence axis
-    (``attention_axes`` other than ``None``/the query's second-to-last axis,
-    and ``attention_axes=None`` on inputs of rank > 3, which Keras reads as
-    attention over all inner axes), ``use_gate=True``,
-    ``sliding_window``, ``flash_attention=True``, and ``dropout=1``.
+    - the cached step of autoregressive decoding (``key_value_heads``,
+      ``call_with_cache``: head-major keys/values, the searches' and the
+      exports' step);
+    - the rule for the fused op (``_fused_applies``): with one attention
+      axis, Eq. (1) goes through ``keras.ops.dot_product_attention`` (cuDNN /
+      flash attention, SDPA on GPUs) only when no scores are returned, no
+      attention dropout applies, the backend is not TensorFlow (no fused
+      kernel behind that op there: the transformer_small training step ran
+      0.92x, ``bench/results/train_step_fused_attention_ab_*.json``) and,
+      under JAX, from 512 keys (``FUSED_MIN_KEY_LENGTH``:
+      ``bench/results/gpu_attention_lengths_NVIDIA_H200.json``); otherwise
+      einsums with a float32 softmax (``masked_softmax``);
+    - the cached step's TensorFlow kernels (``BatchMatMulV3`` in float32 and
+      a written-out softmax: greedy 1.3x, beam 4 1.12x,
+      ``bench/results/attention_kernels.json``);
+    - ``fuse_projections``, a lever for GPUs (off: 0.92-0.94x on CPU,
+      ``bench/results/train_step_fused_projections_ab_*.json``);
+    - every projection its own initializer (a seeded one gets ``seed + i``
+      for the i-th weight), so no two projections start equal, and a
+      ``VarianceScaling`` one (the default Glorot) with the fans keras_trm's
+      recipes were measured with, whatever the Keras version
+      (``_ClassicFans``);
+    - loading of the files written before this layer was a subclass (its
+      eight weights were its own variables; ``load_own_variables``);
+    - the Keras masks of ``query``, ``value`` and ``key`` stay on them
+      (Keras' call deletes them), which the decoder blocks read.
 
-    Args:
-        num_heads: int > 0, the number of heads h.
-        key_dim: int > 0, size of each query/key head d_k.
-        value_dim: int > 0, size of each value head d_v (default ``key_dim``).
-        dropout: float in [0, 1), dropout on the attention probabilities.
-        use_bias: bool, whether the projections have biases.
-        output_shape: positive int or tuple/list of positive ints, the
-            output's shape after the batch and sequence axes (default: the
-            query's last dimension). A tuple gives an output kernel
-            ``(h, value_dim, *output_shape)``.
-        attention_axes: ``None`` or the sequence axis (``-2``, or the query's
-            rank minus 2; an int or a 1-tuple/list); declined otherwise.
-        sliding_window: must be ``None`` (declined).
-        flash_attention: ``None`` or ``False`` (``True`` is declined).
-        kernel_initializer, bias_initializer: initializers of the projections.
-        kernel_regularizer, bias_regularizer: regularizers of the projection
-            kernels/biases; their penalties are in ``layer.losses``.
-        activity_regularizer: regularizer applied, as in Keras, to the
-            outputs of the four projections (each penalty divided by the
-            batch size); the penalties are in ``layer.losses``.
-        kernel_constraint, bias_constraint: constraints the optimizer
-            applies to the kernels/biases after each update.
-        use_gate: must be ``False`` (declined).
-        seed: optional int, seed of the attention dropout.
+    Attention over several axes, ``use_gate``, ``sliding_window`` and
+    ``flash_attention=True`` run Keras' own attention.
 
-    Call arguments:
-        query: float tensor ``(batch, T_q, d_query)`` (or ``(batch, ...,
-            T_q, d_query)``: the inner axes are batch axes).
-        value: float tensor ``(batch, T_k, d_value)``.
-        key: optional float tensor ``(batch, T_k, d_key)``; default ``value``.
-            All dimensions but the last must match ``value``'s.
-        query_mask, value_mask, key_mask: optional bool ``(batch, T_q)`` /
-            ``(batch, T_k)`` padding masks; default: the Keras masks
-            (``_keras_mask``) of ``query``/``value``/``key``.
-        attention_mask: optional bool/int tensor ``(batch, T_q, T_k)``
-            (or broadcastable to it); 1/True = may attend, 0/False = masked.
-            Combined (AND) with the padding masks, as in Keras.
-        use_causal_mask: bool, forbid attending to later positions
-            (query i sees keys j <= i; with a cache, j <= index + i).
-        training: bool, enables attention dropout.
-        return_attention_scores: bool, also return the probabilities
-            ``(batch, num_heads, T_q, T_k)`` (before dropout). Works on
-            symbolic inputs, e.g. in a functional model.
-        cache: optional float tensor ``(batch, 2, S, num_heads, key_dim)``
-            holding projected keys ([:, 0]) and values ([:, 1]) of S
-            positions, for incremental decoding (rank-3 inputs only). Its
-            shape never changes, so the decoding loop compiles with XLA.
-        cache_update_index: int scalar (may be a tensor). If given, the keys
-            and values projected from this call's ``key``/``value`` are
-            written into ``cache`` at ``[cache_update_index,
-            cache_update_index + T_q)`` and queries attend to cache positions
-            ``<= cache_update_index + i``. If ``None`` while ``cache`` is
-            given, the cache is used as is (cross-attention over a
-            pre-computed encoder memory) and ``key``/``value`` are ignored.
+    Args: those of ``keras.layers.MultiHeadAttention`` (``num_heads``,
+        ``key_dim``, ``value_dim``, ``dropout``, ``use_bias``,
+        ``output_shape``, ``attention_axes``, ``sliding_window``,
+        ``flash_attention``, initializers, regularizers, constraints,
+        ``use_gate``, ``seed``).
+
+    Call arguments: those of ``keras.layers.MultiHeadAttention``: ``query``
+        float ``(batch, T_q, d_query)``, ``value`` ``(batch, T_k, d_value)``,
+        optional ``key`` ``(batch, T_k, d_key)``, ``query_mask``,
+        ``value_mask``, ``key_mask``, ``attention_mask`` bool ``(batch, T_q,
+        T_k)`` (True = may attend), ``return_attention_scores``,
+        ``training``, ``use_causal_mask``.
 
     Returns:
-        ``(batch, T_q, *output_shape)`` in the layer's compute dtype, carrying
-        the query's Keras mask; with ``return_attention_scores`` a tuple
-        ``(output, scores)``; with a ``cache`` a tuple ``(output, cache)``
-        (scores, if asked, come third).
+        ``(batch, T_q, *output_shape)`` in the compute dtype, carrying the
+        query's Keras mask; with ``return_attention_scores`` a tuple
+        ``(output, scores)``, scores ``(batch, num_heads, T_q, T_k)``.
 
     Raises:
         ValueError: ``num_heads``/``key_dim``/``value_dim`` not positive
             integers, ``dropout`` outside [0, 1), an ``output_shape`` that is
-            not a positive int or tuple of them, a declined argument (above),
-            a ``key`` whose shape differs from ``value``'s except in the last
-            dimension, inputs of rank < 3, batch sizes that differ between
-            ``query``, ``value``, ``key`` and ``cache``, a cache whose shape
-            does not match ``(batch, 2, S, num_heads, key_dim)``, or a host
-            ``cache_update_index`` outside ``[0, S - T_q]``.
-        TypeError: a float or bool ``cache_update_index``.
+            not a positive int or tuple of them, inputs of rank < 3 or of
+            different ranks, a ``key`` whose shape differs from ``value``'s
+            except in the last dimension, batch sizes that differ, masks
+            whose shapes do not fit the inputs.
 
     Example:
 
@@ -248,179 +234,58 @@ class MultiHeadAttention(keras.layers.Layer):
     ((1, 5, 3), (1, 2, 5, 7))
     """
 
-    def __init__(
-        self,
-        num_heads,
-        key_dim,
-        value_dim=None,
-        dropout=0.0,
-        use_bias=True,
-        output_shape=None,
-        attention_axes=None,
-        sliding_window=None,
-        flash_attention=None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        activity_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
-        use_gate=False,
-        seed=None,
-        **kwargs,
-    ):
-        self.num_heads = _value_error(v.positive_int, "num_heads", num_heads)
-        self.key_dim = _value_error(v.positive_int, "key_dim", key_dim)
-        self.value_dim = _value_error(
-            v.positive_int, "value_dim", key_dim if value_dim is None
-            else value_dim,
-        )
-        self.dropout = _value_error(v.rate, "dropout", dropout)
-        self._output_shape = _normalize_output_shape(output_shape)
-        self.attention_axes = _normalize_attention_axes(attention_axes)
-        if sliding_window is not None:
-            raise ValueError(
-                "`sliding_window` is not supported by "
-                "keras_trm.layers.MultiHeadAttention, got "
-                f"sliding_window={sliding_window!r}"
-            )
-        if flash_attention:
-            raise ValueError(
-                "`flash_attention=True` is not supported by "
-                "keras_trm.layers.MultiHeadAttention, got "
-                f"flash_attention={flash_attention!r}"
-            )
-        if use_gate:
-            raise ValueError(
-                "`use_gate=True` (gated attention) is not supported by "
-                "keras_trm.layers.MultiHeadAttention, got "
-                f"use_gate={use_gate!r}"
-            )
-        if seed is not None:
-            seed = _value_error(v.non_negative_int, "seed", seed)
-        super().__init__(**kwargs)
-        self.supports_masking = True
-        self.use_bias = bool(use_bias)
-        self.flash_attention = flash_attention
-        self.seed = seed
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        # Not the base Layer's `activity_regularizer`: that one would also
-        # penalise the scores and the cache. Keras applies it to the outputs
-        # of the four projections (its EinsumDense sub-layers), as done here.
-        self._activity_regularizer = keras.regularizers.get(
-            activity_regularizer
-        )
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
-        self._dropout_layer = keras.layers.Dropout(
-            self.dropout, seed=seed, dtype=self.dtype_policy
+    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0,
+                 output_shape=None, **kwargs):
+        try:
+            dropout = v.rate("dropout", dropout)
+        except TypeError as err:  # ValueError for types too, as Keras
+            raise ValueError(str(err)) from None
+        super().__init__(num_heads, key_dim, value_dim=value_dim,
+                         dropout=dropout,
+                         output_shape=_output_shape(output_shape), **kwargs)
+
+    # -- build: every weight its own initializer ----------------------------
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        self._sublayers_made = itertools.count()
+        super().build(query_shape,
+                      query_shape if value_shape is None else value_shape,
+                      key_shape)
+
+    def _get_common_kwargs_for_sublayer(self):
+        # Keras' own clones each initializer from its config (a seeded one
+        # then gives W_Q = W_K = W_V) and draws one seed more per projection
+        # than the layer before it was a subclass. Here the i-th projection
+        # gets seed + i (kernels) and seed + 8 + i (biases), and an unseeded
+        # one draws as before, so a seeded global state builds the same
+        # weights as then.
+        i = next(self._sublayers_made)
+        return dict(
+            kernel_initializer=_ClassicFans.wrap(
+                clone_initializer(self._kernel_initializer, i)),
+            bias_initializer=clone_initializer(self._bias_initializer, 8 + i),
+            kernel_regularizer=self._kernel_regularizer,
+            bias_regularizer=self._bias_regularizer,
+            activity_regularizer=self._activity_regularizer,
+            kernel_constraint=self._kernel_constraint,
+            bias_constraint=self._bias_constraint,
+            dtype=self.dtype_policy,
         )
 
-    # -- shapes ------------------------------------------------------------
+    def _compute_causal_mask(self, query, value=None):
+        # (1, T_q, T_k) from aranges (Keras' cumsums of ones cost more), of
+        # the sequence axis also for rank-4 inputs.
+        k_len = ops.shape(query if value is None else value)[-2]
+        return ops.expand_dims(
+            self.causal_mask(ops.shape(query)[-2], k_len), 0)
+
     @staticmethod
-    def _check_key_value_shapes(value_shape, key_shape):
-        """Keras' check: key and value equal except in the last dimension."""
-        value_shape, key_shape = tuple(value_shape), tuple(key_shape)
-        if not _shapes_compatible(value_shape[1:-1], key_shape[1:-1]):
-            raise ValueError(
-                "All dimensions of `value` and `key`, except the last one, "
-                f"must be equal. Received: value_shape={value_shape} and "
-                f"key_shape={key_shape}"
-            )
-
-    def _check_ranks(self, query_shape, value_shape):
-        rank = len(query_shape)
-        if rank < 3 or len(value_shape) != rank:
-            raise ValueError(
-                "`query` and `value` must have the same rank, at least 3 "
-                "(batch, sequence, features), got "
-                f"query_shape={tuple(query_shape)} and "
-                f"value_shape={tuple(value_shape)}"
-            )
-        if self.attention_axes is None:
-            if rank > 3:
-                raise ValueError(
-                    "`attention_axes=None` on inputs of rank > 3 means "
-                    "attention over all inner axes, which is not supported; "
-                    "pass attention_axes=-2 to attend over the sequence axis "
-                    "only. Got attention_axes=None and "
-                    f"query_shape={tuple(query_shape)}"
-                )
-            return
-        axis = self.attention_axes[0]
-        # Keras resolves a negative axis a to rank + a.
-        if (axis + rank if axis < 0 else axis) != rank - 2:
-            raise ValueError(
-                "Only attention over the sequence axis (the query's "
-                f"second-to-last axis, {rank - 2} or -2) is supported, got "
-                f"attention_axes={self.attention_axes} for "
-                f"query_shape={tuple(query_shape)}"
-            )
-
-    def build(
-        self, query_shape, value_shape=None, key_shape=None, **unused_kwargs
-    ):
-        value_shape = query_shape if value_shape is None else value_shape
-        key_shape = value_shape if key_shape is None else key_shape
-        self._check_key_value_shapes(value_shape, key_shape)
-        self._check_ranks(query_shape, value_shape)
-        d_query = query_shape[-1]
-        out_shape = self._output_shape or (d_query,)
-        h = self.num_heads
-
-        def weights(name, kernel_shape, bias_shape):
-            kernel = self.add_weight(
-                name=f"{name}_kernel",
-                shape=kernel_shape,
-                initializer=clone_initializer(
-                    self.kernel_initializer, _KERNEL_OFFSETS[name]
-                ),
-                regularizer=self.kernel_regularizer,
-                constraint=self.kernel_constraint,
-            )
-            bias = None
-            if self.use_bias:
-                bias = self.add_weight(
-                    name=f"{name}_bias",
-                    shape=bias_shape,
-                    initializer=clone_initializer(
-                        self.bias_initializer, _BIAS_OFFSETS[name]
-                    ),
-                    regularizer=self.bias_regularizer,
-                    constraint=self.bias_constraint,
-                )
-            return kernel, bias
-
-        dk, dv = self.key_dim, self.value_dim
-        self.query_kernel, self.query_bias = weights(
-            "query", (d_query, h, dk), (h, dk)
-        )
-        self.key_kernel, self.key_bias = weights(
-            "key", (key_shape[-1], h, dk), (h, dk)
-        )
-        self.value_kernel, self.value_bias = weights(
-            "value", (value_shape[-1], h, dv), (h, dv)
-        )
-        self.output_kernel, self.output_bias = weights(
-            "output", (h, dv) + tuple(out_shape), tuple(out_shape)
-        )
-        self.built = True
+    def causal_mask(q_len, k_len, offset=0):
+        """Bool ``(q_len, k_len)`` mask with True where key j <= offset + i."""
+        i = ops.arange(q_len)[:, None] + offset
+        j = ops.arange(k_len)[None, :]
+        return ops.greater_equal(i, j)
 
     # -- projections -------------------------------------------------------
-    @staticmethod
-    def _project(x, kernel, bias):
-        """(B, ..., T, d) x (d, h, k) -> (B, ..., T, h, k) as one matmul."""
-        d, h, k = kernel.shape
-        y = ops.matmul(x, ops.reshape(kernel, (d, h * k)))
-        y = ops.reshape(y, tuple(ops.shape(x)[:-1]) + (h, k))
-        if bias is not None:
-            y = y + bias
-        return y
-
     # True: query, key and value that are one tensor (self-attention; the
     # keys and values of cross-attention) go through one matmul against
     # their kernels side by side (the input read once; in training its
@@ -432,11 +297,19 @@ class MultiHeadAttention(keras.layers.Layer):
     # leave dots this large unmerged. Same function either way.
     fuse_projections = False
 
+    @staticmethod
+    def _project(x, kernel, bias):
+        """(B, ..., T, d) x (d, h, k) -> (B, ..., T, h, k) as one matmul."""
+        d, h, k = kernel.shape
+        y = ops.matmul(x, ops.reshape(kernel, (d, h * k)))
+        y = ops.reshape(y, tuple(ops.shape(x)[:-1]) + (h, k))
+        return y if bias is None else y + bias
+
     def _projections(self, dtype=None, **inputs):
         """``query=``, ``key=``, ``value=`` tensors -> their projections
-        ``(B, ..., T, h, k)``, in the order given; inputs that are the same
-        tensor share one matmul. ``dtype``: cast the weights to it (the
-        methods that run outside ``__call__``)."""
+        ``(B, ..., T, h, k)``, in the order given; with ``fuse_projections``
+        inputs that are the same tensor share one matmul. ``dtype``: cast
+        the weights to it (the methods that run outside ``__call__``)."""
         # No for/else here: AutoGraph (the exports' tf.functions) cannot
         # convert it, runs the method as is and keeps the error, whose
         # traceback held the training job's fit() frame and its dataset.
@@ -449,8 +322,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 groups.append((x, [name]))
         out = {}
         for x, names in groups:
-            kernels = [getattr(self, f"{n}_kernel") for n in names]
-            biases = [getattr(self, f"{n}_bias") for n in names]
+            dense = [getattr(self, f"_{n}_dense") for n in names]
+            kernels = [d.kernel for d in dense]
+            biases = [d.bias for d in dense]
             if dtype is not None:
                 kernels = [ops.cast(w, dtype) for w in kernels]
                 biases = [None if b is None else ops.cast(b, dtype)
@@ -474,9 +348,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 out[n] = ops.reshape(part, lead + tuple(w.shape[1:]))
         return [out[name] for name in inputs]
 
-    @staticmethod
-    def _project_output(heads, kernel, bias):
-        """W^O: (B, ..., T, h, d_v) x (h, d_v, *output_shape) as one matmul."""
+    def _project_output(self, heads, dtype):
+        """W^O: (B, ..., T, h, d_v) x (h, d_v, *output_shape) as one matmul,
+        the weights cast to ``dtype``."""
+        kernel = ops.cast(self._output_dense.kernel, dtype)
+        bias = self._output_dense.bias
         h, dv = kernel.shape[:2]
         out_shape = tuple(kernel.shape[2:])
         lead = tuple(ops.shape(heads)[:-2])
@@ -484,25 +360,162 @@ class MultiHeadAttention(keras.layers.Layer):
                          ops.reshape(kernel, (h * dv, math.prod(out_shape))))
         if len(out_shape) > 1:
             out = ops.reshape(out, lead + out_shape)
-        if bias is not None:
-            out = out + bias
+        return out if bias is None else out + ops.cast(bias, dtype)
+
+    def call(self, query, value, key=None, query_mask=None, value_mask=None,
+             key_mask=None, attention_mask=None,
+             return_attention_scores=False, training=None,
+             use_causal_mask=False):
+        # Keras' call deletes the Keras masks of query, value and key (its
+        # sub-layers must not see them); they are put back, so the caller's
+        # tensors keep them, as on the fused path and before this layer
+        # subclassed Keras'. Deleted, a stack of decoder blocks lost the
+        # encoder output's mask after the first layer, and the fused and
+        # unfused paths differed at padded decoder rows.
+        masks = [(x, get_keras_mask(x)) for x in (query, value, key)
+                 if x is not None]
+        out = self._attend(query, value, key, query_mask, value_mask,
+                           key_mask, attention_mask, return_attention_scores,
+                           training, use_causal_mask)
+        for x, mask in masks:
+            if mask is not None:
+                set_keras_mask(x, mask)
         return out
 
-    def project_key_value(self, key, value):
-        """Projects an attended sequence once, for a cross-attention cache.
+    def _attend(self, query, value, key, query_mask, value_mask, key_mask,
+                attention_mask, return_attention_scores, training,
+                use_causal_mask):
+        self._check_inputs(query, value, key, query_mask, value_mask,
+                           key_mask, attention_mask)
+        if query_mask is not None and get_keras_mask(query) is None:
+            # Keras' call reads the query's Keras mask only.
+            rows = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
+            attention_mask = rows if attention_mask is None else \
+                ops.logical_and(ops.cast(attention_mask, "bool"), rows)
+        if self._use_gate or self._activity_regularizer is not None:
+            return super().call(
+                query, value, key=key, query_mask=query_mask,
+                value_mask=value_mask, key_mask=key_mask,
+                attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores,
+                training=training, use_causal_mask=use_causal_mask)
+        # Keras' call, with the projections of ``_projections`` (one matmul
+        # each, against the EinsumDense kernels) and ``_project_output``:
+        # through Keras' EinsumDense calls the transformer_small training
+        # step ran 0.934x and 0.973x (TensorFlow, mixed bfloat16, two
+        # same-run A/Bs against 32da1ca's own layer), these 0.998x with the
+        # same loss (bench/results/train_step_mha_subclass_ab_*.json).
+        key = value if key is None else key
+        mask = self._compute_attention_mask(
+            query, value, query_mask=get_keras_mask(query),
+            value_mask=value_mask, key_mask=key_mask,
+            attention_mask=attention_mask, use_causal_mask=use_causal_mask)
+        q, k, val = self._projections(query=query, key=key, value=value)
+        out, scores = self._compute_attention(q, k, val, mask, training,
+                                              return_attention_scores)
+        out = self._project_output(out, out.dtype)
+        return (out, scores) if return_attention_scores else out
 
-        Args:
-            key, value: ``(batch, S, d)`` float tensors.
+    def _check_inputs(self, query, value, key, query_mask, value_mask,
+                      key_mask, attention_mask):
+        """Static shapes that Keras' layer lets through to the backend (or,
+        under JAX and PyTorch, broadcasts silently)."""
+        if len(query.shape) < 3 or len(value.shape) != len(query.shape):
+            raise ValueError(
+                "`query` and `value` must have the same rank, at least 3 "
+                f"(batch, sequence, features), got query.shape="
+                f"{tuple(query.shape)} and value.shape={tuple(value.shape)}")
+        # Keras fails inside the einsum on a built layer.
+        self.compute_output_shape(query.shape, value.shape,
+                                  None if key is None else key.shape)
+        key = value if key is None else key
+        v.same_batch(query=query, value=value, key=key)
+        v.mask_shape("query_mask", query_mask, query.shape[:-1])
+        v.mask_shape("value_mask", value_mask, value.shape[:-1])
+        v.mask_shape("key_mask", key_mask, key.shape[:-1])
+        v.attention_mask_shape(attention_mask, query.shape[-2],
+                               key.shape[-2])
 
-        Returns:
-            ``(batch, 2, S, num_heads, key_dim)``: keys and values stacked.
+    # -- attention ---------------------------------------------------------
+    # Keys at least this long (static length; unknown counts as long) go
+    # through the fused op, shorter ones through the einsums; None: the
+    # backend's FUSED_MIN_KEY_LENGTH. Benches set it on an instance.
+    fused_min_key_length = None
 
-        Raises:
-            ValueError: ``value_dim != key_dim``.
+    def _fused_applies(self, q, k, training, return_scores):
+        """Whether Eq. (1) goes through ``keras.ops.dot_product_attention``:
+        one batch axis, no probabilities returned, no attention dropout to
+        apply (rate 0, the paper's setting, or not training), keys at least
+        ``fused_min_key_length`` long, and not TensorFlow (see the class
+        docstring; this also keeps the exports' graphs as they were)."""
+        shortest = self.fused_min_key_length
+        if shortest is None:
+            shortest = FUSED_MIN_KEY_LENGTH.get(keras.backend.backend(), 0)
+        key_length = k.shape[-3]  # None or symbolic while tracing: long
+        return (len(q.shape) == 4 and not return_scores
+                and (self.dropout == 0 or not training)
+                and (not isinstance(key_length, int) or key_length >= shortest)
+                and keras.backend.backend() != "tensorflow")
+
+    def _compute_attention(self, query, key, value, attention_mask=None,
+                           training=None, return_attention_scores=False,
+                           use_causal_mask=False):
+        """Eq. (1) on projected ``(B, ..., T, h, d)`` tensors; returns
+        ``(output, probabilities or None)``.
+
+        The mask ``(B, ..., T_q, T_k)`` (causal mask included: Keras calls
+        an overridden ``_compute_attention`` with the mask built) is
+        broadcast to the scores ``(B, ..., h, T_q, T_k)``. Where
+        ``_fused_applies``, the backend's fused attention computes it (same
+        function: float32 scores and softmax, a fully masked row uniform)
+        and no probabilities are returned.
         """
-        self._check_cacheable()
-        k, val = self._projections(key=key, value=value)
-        return ops.stack([k, val], axis=1)
+        if (self._attention_axes != (len(query.shape) - 3,)
+                or self._flash_attention):
+            return super()._compute_attention(
+                query, key, value, attention_mask, training,
+                return_attention_scores, use_causal_mask)
+        mask = attention_mask
+        if mask is not None:
+            # expand_dims, not [:, None]: a bool strided slice has no
+            # builtin LiteRT kernel (it would need the Flex delegate).
+            mask = ops.cast(mask, "bool")
+            while len(mask.shape) < len(query.shape):
+                mask = ops.expand_dims(mask, -3)
+        if self._fused_applies(query, key, training, return_attention_scores):
+            if mask is not None:
+                # The mask's query axis at full length: cuDNN's fused
+                # attention (JAX on a GPU) takes the mask as a bias of
+                # shape (B or 1, h or 1, T_q, T_k) and rejects a key-only
+                # (..., 1, T_k) mask, so Keras fell back to XLA's
+                # attention for every cross-attention.
+                mask = ops.broadcast_to(mask, tuple(mask.shape[:-2]) + (
+                    ops.shape(query)[-3], ops.shape(key)[-3]))
+            out = ops.dot_product_attention(
+                query, key, value, mask=mask, scale=self._inverse_sqrt_key_dim)
+            return out, None
+        batch = _BATCH_LETTERS[: len(query.shape) - 3]
+        scores = ops.einsum(
+            f"{batch}qhd,{batch}khd->{batch}hqk",
+            query * ops.cast(self._inverse_sqrt_key_dim, query.dtype), key)
+        probs = ops.cast(masked_softmax(scores, mask), self.compute_dtype)
+        dropped = self._dropout_layer(probs, training=training)
+        out = ops.einsum(f"{batch}hqk,{batch}khd->{batch}qhd", dropped, value)
+        return out, probs
+
+    def compute_output_spec(self, query, value, key=None, *args,
+                            return_attention_scores=False, **kwargs):
+        """Keras' spec, with symbolic scores ``(batch, h, T_q, T_k)`` (Keras
+        gives ``T_q`` twice)."""
+        out = super().compute_output_spec(query, value, key, *args,
+                                          **kwargs)
+        if not return_attention_scores:
+            return out
+        q_shape = tuple(query.shape)
+        return out, keras.KerasTensor(
+            q_shape[:-2] + (self.num_heads, q_shape[-2],
+                            (value if key is None else key).shape[-2]),
+            dtype=self.compute_dtype)
 
     # -- incremental decoding on head-major caches -------------------------
     # The layer's cached step for autoregressive decoding (what the searches
@@ -513,6 +526,13 @@ class MultiHeadAttention(keras.layers.Layer):
     # to copy, reorder or mask). These methods run outside ``__call__``, so
     # they cast the float32 variables of a mixed policy to the inputs' dtype
     # themselves. Eq. (1) and the weights are those of ``call``.
+
+    def _check_cacheable(self):
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value_dim == key_dim, got "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
 
     def key_value_heads(self, key, value=None):
         """Projects an attended sequence into a head-major cache.
@@ -626,341 +646,45 @@ class MultiHeadAttention(keras.layers.Layer):
                     ops.logical_and(ops.cast(attention_mask, "bool"), written)
         else:
             q, = self._projections(query.dtype, query=query)
-        q = ops.transpose(q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype),
-                          (0, 2, 1, 3))  # (batch, h, T_q, d_k)
-        scores = ops.cast(_cached_matmul(q, keys, transpose_y=True),
-                          "float32")
-        if attention_mask is not None:
-            scores = ops.where(ops.cast(attention_mask, "bool"), scores,
-                               ops.cast(-1e9, "float32"))
-        probs = ops.cast(_cached_softmax(scores), query.dtype)
+        q = ops.transpose(
+            q * ops.cast(self._inverse_sqrt_key_dim, q.dtype),
+            (0, 2, 1, 3))  # (batch, h, T_q, d_k)
+        scores = _cached_matmul(q, keys, transpose_y=True)
+        probs = ops.cast(masked_softmax(scores, attention_mask,
+                                        written_out=True), query.dtype)
         out = ops.transpose(_cached_matmul(probs, values), (0, 2, 1, 3))
-        bias = self.output_bias
-        out = self._project_output(
-            out, ops.cast(self.output_kernel, out.dtype),
-            None if bias is None else ops.cast(bias, out.dtype))
-        return out, (keys, values)
+        return self._project_output(out, out.dtype), (keys, values)
 
-    def _add_activity_losses(self, *tensors):
-        if self._activity_regularizer is None:
-            return
-        for x in tensors:
-            loss = self._activity_regularizer(x)
-            batch = ops.cast(ops.shape(x)[0], loss.dtype)
-            self.add_loss(ops.divide_no_nan(loss, batch))
+    # -- files written before this layer was a subclass ---------------------
+    def load_own_variables(self, store):
+        """Reads a file of either layout.
 
-    # -- masks -------------------------------------------------------------
-    @staticmethod
-    def _merge_masks(query, value, key, attention_mask, query_mask,
-                     value_mask, key_mask, use_kv_masks=True):
-        if query_mask is None:
-            query_mask = getattr(query, "_keras_mask", None)
-        if not use_kv_masks:
-            value_mask = key_mask = None
-        else:
-            if value_mask is None:
-                value_mask = getattr(value, "_keras_mask", None)
-            if key_mask is None and key is not value:
-                key_mask = getattr(key, "_keras_mask", None)
-        mask = None
-
-        def _and(a, b):
-            return b if a is None else ops.logical_and(a, b)
-
-        # (..., T_q) -> (..., T_q, 1); (..., T_k) -> (..., 1, T_k).
-        def _bool(x, axis):
-            return ops.expand_dims(ops.cast(x, "bool"), axis)
-
-        v.mask_shape("query_mask", query_mask, query.shape[:-1])
-        v.mask_shape("value_mask", value_mask, value.shape[:-1])
-        v.mask_shape("key_mask", key_mask, key.shape[:-1])
-        if use_kv_masks:
-            v.attention_mask_shape(attention_mask, query.shape[-2], key.shape[-2])
-        if query_mask is not None:
-            mask = _and(mask, _bool(query_mask, -1))
-        if value_mask is not None:
-            mask = _and(mask, _bool(value_mask, -2))
-        if key_mask is not None:
-            mask = _and(mask, _bool(key_mask, -2))
-        if attention_mask is not None:
-            mask = _and(mask, ops.cast(attention_mask, "bool"))
-        return mask
-
-    @staticmethod
-    def causal_mask(q_len, k_len, offset=0):
-        """Bool ``(q_len, k_len)`` mask with True where key j <= offset + i."""
-        i = ops.arange(q_len)[:, None] + offset
-        j = ops.arange(k_len)[None, :]
-        return ops.greater_equal(i, j)
-
-    # -- attention ---------------------------------------------------------
-    # Keys at least this long (static length; unknown counts as long) go
-    # through the fused op, shorter ones through the einsums; None: the
-    # backend's FUSED_MIN_KEY_LENGTH. Benches set it on an instance.
-    fused_min_key_length = None
-
-    def _fused_applies(self, q, k, training, return_scores):
-        """Whether Eq. (1) goes through ``keras.ops.dot_product_attention``
-        (cuDNN / flash attention under JAX on a GPU, PyTorch's SDPA): one
-        batch axis, no probabilities returned, no attention dropout to
-        apply (rate 0, the paper's setting, or not training), keys at
-        least ``fused_min_key_length`` long (under JAX 512: below that
-        XLA's einsums were as fast or faster on an H200, see
-        ``FUSED_MIN_KEY_LENGTH``), and not TensorFlow. TensorFlow has no
-        fused kernel behind that op (Keras builds the same einsums, plus a
-        mask the size of the scores): the
-        transformer_small training step measured 0.92x in float32 on CPU
-        (same losses; ``bench/results/train_step_fused_attention_ab_*.json``),
-        and this path keeps the exports' graphs as they were."""
-        shortest = self.fused_min_key_length
-        if shortest is None:
-            shortest = FUSED_MIN_KEY_LENGTH.get(keras.backend.backend(), 0)
-        key_length = k.shape[-3]  # None or symbolic while tracing: long
-        return (len(q.shape) == 4 and not return_scores
-                and (self.dropout == 0 or not training)
-                and (not isinstance(key_length, int) or key_length >= shortest)
-                and keras.backend.backend() != "tensorflow")
-
-    def _attend(self, q, k, val, mask, training, is_causal=False,
-                return_scores=False):
-        """Eq. (1) on (B, ..., T, h, d) tensors; returns ``(output,
-        probabilities or None)``.
-
-        The mask is broadcast to the scores ``(B, ..., h, T_q, T_k)`` by
-        inserting axes before its last two (the head axis first), as Keras.
-        ``is_causal`` adds the causal mask. Where ``_fused_applies``, the
-        backend's fused attention computes it (same function: float32
-        scores and softmax, a fully masked row uniform) and no
-        probabilities are returned. The causal mask goes in as part of the
-        mask, not as the fused op's ``is_causal``: TensorFlow's builds it
-        with a bool strided slice, which LiteRT has no builtin kernel for.
+        Up to commit 32da1ca this layer held its weights itself, saved as
+        its own variables ``0 .. 7`` (query, key, value, output kernel, each
+        followed by its bias when ``use_bias``); Keras' layer keeps them in
+        its ``EinsumDense`` sub-layers, saved under their own paths. An old
+        file's variables are read into the sub-layers, which then find no
+        variables of their own to load and skip it once.
         """
-        if mask is not None:
-            mask = ops.cast(mask, "bool")
-        if is_causal:
-            causal = self.causal_mask(ops.shape(q)[-3], ops.shape(k)[-3])
-            mask = causal if mask is None else ops.logical_and(mask, causal)
-        if mask is not None:
-            # expand_dims, not [:, None]: a bool strided slice has no
-            # builtin LiteRT kernel (it would need the Flex delegate).
-            while len(mask.shape) < len(q.shape):
-                mask = ops.expand_dims(mask, -3)
-        if self._fused_applies(q, k, training, return_scores):
-            if mask is not None:
-                # The mask's query axis at full length: cuDNN's fused
-                # attention (JAX on a GPU) takes the mask as a bias of
-                # shape (B or 1, h or 1, T_q, T_k) and rejects a key-only
-                # (..., 1, T_k) mask, so Keras fell back to XLA's
-                # attention for every cross-attention.
-                mask = ops.broadcast_to(mask, tuple(mask.shape[:-2]) + (
-                    ops.shape(q)[-3], ops.shape(k)[-3]))
-            out = ops.dot_product_attention(
-                q, k, val, mask=mask, scale=1.0 / math.sqrt(self.key_dim))
-            return out, None
-        batch = _BATCH_LETTERS[: len(q.shape) - 3]
-        scale = 1.0 / math.sqrt(self.key_dim)
-        scores = ops.einsum(
-            f"{batch}qhd,{batch}khd->{batch}hqk",
-            q * ops.cast(scale, q.dtype), k,
-        )
-        scores = ops.cast(scores, "float32")
-        if mask is not None:
-            # A large finite negative keeps fully masked rows finite (uniform)
-            # instead of NaN; such rows only occur at padded queries.
-            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
-        probs = ops.softmax(scores, axis=-1)
-        probs = ops.cast(probs, self.compute_dtype)
-        dropped = self._dropout_layer(probs, training=training)
-        out = ops.einsum(f"{batch}hqk,{batch}khd->{batch}qhd", dropped, val)
-        return out, probs
-
-    def call(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_update_index=None,
-    ):
-        self._check_ranks(query.shape, value.shape)
-        if key is None:
-            key = value
-        elif cache is None or cache_update_index is not None:
-            self._check_key_value_shapes(value.shape, key.shape)
-        v.same_batch(query=query, value=value, key=key, cache=cache)
-        # With a cache the keys are the S cached positions, not T_k: masks of
-        # the new key/value rows do not apply (pass `attention_mask` instead).
-        mask = self._merge_masks(
-            query, value, key, attention_mask, query_mask, value_mask,
-            key_mask, use_kv_masks=cache is None,
-        )
-        q_len = ops.shape(query)[-2]
-        if cache is not None:
-            self._check_cacheable()
-            self._check_cache(cache, query)
-            v.host_index("cache_update_index", cache_update_index,
-                         query.shape[-2], cache.shape[2], "the cache")
-        if cache is not None and cache_update_index is None:
-            # Cross-attention over pre-projected keys/values.
-            q, = self._projections(query=query)
-            self._add_activity_losses(q)
-        else:
-            q, k, val = self._projections(query=query, key=key, value=value)
-            self._add_activity_losses(q, k, val)
-
-        if cache is not None:
-            if cache_update_index is None:
-                k, val = cache[:, 0], cache[:, 1]
-            else:
-                new_kv = ops.stack([k, val], axis=1)
-                start = [0, 0, cache_update_index, 0, 0]
-                cache = ops.slice_update(cache, start, new_kv)
-                k, val = cache[:, 0], cache[:, 1]
-                # Positions past the written ones hold no data yet.
-                written = ops.expand_dims(self.causal_mask(
-                    q_len, ops.shape(cache)[2], offset=cache_update_index
-                ), 0)
-                if not use_causal_mask:
-                    # Non-causal chunk: every written position is visible.
-                    last = cache_update_index + q_len
-                    written = ops.less(
-                        ops.arange(ops.shape(cache)[2])[None, None, :], last
-                    )
-                mask = written if mask is None else ops.logical_and(
-                    mask, written
-                )
-                use_causal_mask = False  # already applied
-
-        out, probs = self._attend(q, k, val, mask, training,
-                                  is_causal=use_causal_mask,
-                                  return_scores=return_attention_scores)
-        out = self._project_output(out, self.output_kernel, self.output_bias)
-        self._add_activity_losses(out)
-
-        result = (out,)
-        if cache is not None:
-            result += (cache,)
-        if return_attention_scores:
-            result += (probs,)
-        return result[0] if len(result) == 1 else result
-
-    def _check_cacheable(self):
-        if self.value_dim != self.key_dim:
+        if not len(store.keys()):
+            return super().load_own_variables(store)
+        dense = [self._query_dense, self._key_dense, self._value_dense,
+                 self._output_dense]
+        variables = [w for d in dense for w in (d.kernel, d.bias)
+                     if w is not None]
+        if len(store.keys()) != len(variables):
             raise ValueError(
-                "A key/value cache needs value_dim == key_dim, got "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
+                f"Layer '{self.name}' expected {len(variables)} variables "
+                f"in a file written before it was a subclass of Keras' "
+                f"MultiHeadAttention, but received {len(store.keys())}")
+        for i, w in enumerate(variables):
+            w.assign(store[str(i)])
+        for d in dense:
+            d.load_own_variables = _skip_load_once(d)
 
-    def _check_cache(self, cache, query):
-        shape = tuple(cache.shape)
-        if (
-            len(shape) != 5
-            or shape[1] != 2
-            or shape[3] != self.num_heads
-            or shape[4] != self.key_dim
-        ):
-            raise ValueError(
-                "`cache` must have shape (batch, 2, max_length, num_heads="
-                f"{self.num_heads}, key_dim={self.key_dim}), got "
-                f"cache.shape={shape}"
-            )
-        if len(query.shape) != 3:
-            raise ValueError(
-                "A `cache` needs rank-3 inputs (batch, T, d), got "
-                f"query.shape={tuple(query.shape)}"
-            )
 
-    def compute_mask(self, query, value, key=None, **kwargs):
-        return getattr(query, "_keras_mask", None)
-
-    def compute_output_shape(self, query_shape, value_shape=None,
-                             key_shape=None):
-        query_shape = tuple(query_shape)
-        if value_shape is not None:
-            value_shape = tuple(value_shape)
-        else:
-            value_shape = query_shape
-        if key_shape is not None:
-            self._check_key_value_shapes(value_shape, key_shape)
-        return query_shape[:-1] + (self._output_shape or query_shape[-1:])
-
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_update_index=None,
-    ):
-        """Symbolic outputs: ``output`` [, ``cache``] [, ``scores``]."""
-        key_shape = None
-        uses_key = cache is None or cache_update_index is not None
-        if key is not None and uses_key:
-            key_shape = key.shape
-        out = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape, key_shape),
-            dtype=self.compute_dtype,
-        )
-        result = (out,)
-        if cache is not None:
-            result += (keras.KerasTensor(cache.shape, dtype=cache.dtype),)
-            k_len = cache.shape[2]
-        else:
-            k_len = (value if key is None else key).shape[-2]
-        if return_attention_scores:
-            q_shape = tuple(query.shape)
-            result += (keras.KerasTensor(
-                q_shape[:-2] + (self.num_heads, q_shape[-2], k_len),
-                dtype=self.compute_dtype,
-            ),)
-        return result[0] if len(result) == 1 else result
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            key_dim=self.key_dim,
-            value_dim=self.value_dim,
-            dropout=self.dropout,
-            use_bias=self.use_bias,
-            output_shape=self._output_shape,
-            attention_axes=self.attention_axes,
-            sliding_window=None,
-            flash_attention=self.flash_attention,
-            kernel_initializer=keras.initializers.serialize(
-                self.kernel_initializer
-            ),
-            bias_initializer=keras.initializers.serialize(
-                self.bias_initializer
-            ),
-            kernel_regularizer=keras.regularizers.serialize(
-                self.kernel_regularizer
-            ),
-            bias_regularizer=keras.regularizers.serialize(
-                self.bias_regularizer
-            ),
-            activity_regularizer=keras.regularizers.serialize(
-                self._activity_regularizer
-            ),
-            kernel_constraint=keras.constraints.serialize(
-                self.kernel_constraint
-            ),
-            bias_constraint=keras.constraints.serialize(self.bias_constraint),
-            use_gate=False,
-            seed=self.seed,
-        )
-        return config
+def _skip_load_once(layer):
+    """An instance ``load_own_variables`` that does nothing, once."""
+    def load_own_variables(store):
+        del layer.load_own_variables  # back to the class's method
+    return load_own_variables

@@ -38,6 +38,8 @@ from keras import ops
 
 from keras_trm.utils import checks as v
 from keras_trm.layers._initializers import clone_initializer
+from keras_trm.layers.multi_head_attention import (
+    MultiHeadAttention, mask_scores, masked_softmax)
 
 
 def relative_position_encoding(length, d_model, clamp_len=None,
@@ -380,13 +382,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     # -- pieces ------------------------------------------------------------
     @staticmethod
     def _project(x, kernel, bias):
-        """(B, T, d) x (d, h, k) -> (B, T, h, k) as one matmul."""
-        d, h, k = kernel.shape
-        y = ops.matmul(x, ops.reshape(ops.cast(kernel, x.dtype), (d, h * k)))
-        y = ops.reshape(y, tuple(ops.shape(x)[:-1]) + (h, k))
-        if bias is not None:
-            y = y + ops.cast(bias, y.dtype)
-        return y
+        """(B, T, d) x (d, h, k) -> (B, T, h, k): ``MultiHeadAttention``'s
+        projection, the weights cast to ``x``'s dtype."""
+        return MultiHeadAttention._project(
+            x, ops.cast(kernel, x.dtype),
+            None if bias is None else ops.cast(bias, x.dtype))
 
     def _bias(self, name, given, own):
         bias = own if given is None else given
@@ -474,7 +474,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _logits(self, query, key, attention_mask, content_bias,
                 position_bias, mem_len):
-        """Scaled, masked A_ij in float32 ``(B, h, T, K)``."""
+        """Scaled A_ij in float32 ``(B, h, T, K)`` and the bool mask of the
+        keys each query may see (broadcastable to them)."""
         u = self._bias("content_bias", content_bias, self.content_bias)
         rv = self._bias("position_bias", position_bias, self.position_bias)
         q_len = ops.shape(query)[1]
@@ -506,7 +507,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             if len(extra.shape) == 3:
                 extra = extra[:, None]
             mask = ops.logical_and(mask, extra)
-        return ops.where(mask, logits, ops.cast(-1e9, "float32"))
+        return logits, mask
 
     def attention_logits(self, query, value, key=None, attention_mask=None,
                          content_bias=None, position_bias=None,
@@ -521,8 +522,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if not self.built:
             self.build(tuple(query.shape), tuple(value.shape),
                        tuple(key.shape))
-        return self._logits(query, key, attention_mask, content_bias,
-                            position_bias, mem_len)
+        return mask_scores(*self._logits(query, key, attention_mask,
+                                         content_bias, position_bias,
+                                         mem_len))
 
     # -- same_length in bands ----------------------------------------------
     # Candidate query-chunk sizes of the banded path, most preferred first.
@@ -596,11 +598,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         dist = width - 1 + i - w
         mask = (dist >= 0) & (dist < width)
         mask = mask[None] & (starts[:, None, None] + w[None] >= width - 1)
-        logits = ops.where(
-            ops.convert_to_tensor(mask[None, :, None]), logits,
-            ops.cast(-1e9, "float32"),
-        )
-        probs = ops.softmax(logits, axis=-1)
+        probs = masked_softmax(logits,
+                               ops.convert_to_tensor(mask[None, :, None]))
         dropped = self._dropout_layer(
             ops.cast(probs, self.compute_dtype), training=training
         )
@@ -627,9 +626,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             out = self._band_attention(query, key, value, chunk, window,
                                        content_bias, position_bias, training)
         else:
-            logits = self._logits(query, key, attention_mask, content_bias,
-                                  position_bias, window)
-            probs = ops.softmax(logits, axis=-1)
+            probs = masked_softmax(*self._logits(
+                query, key, attention_mask, content_bias, position_bias,
+                window))
             dropped = self._dropout_layer(
                 ops.cast(probs, self.compute_dtype), training=training
             )

@@ -25,18 +25,11 @@ class TransformerDecoderBlock(_BlockBase):
         decoder_padding_mask: optional bool ``(batch, T_dec)``.
         encoder_padding_mask: optional bool ``(batch, T_enc)``; defaults to
             the Keras mask carried by ``encoder_outputs``.
-        self_attention_cache: optional ``(batch, 2, S, num_heads, d_k)``
-            keys/values of the S decoder positions (incremental decoding).
-        self_attention_cache_update_index: int, position of ``inputs[:, 0]``
-            when a self-attention cache is given.
-        cross_attention_cache: optional ``(batch, 2, T_enc, num_heads, d_k)``
-            encoder keys/values from ``precompute_cross_attention_cache``;
-            then ``encoder_outputs`` may be None.
         training: bool.
 
     Returns:
-        float ``(batch, T_dec, d_model)``; with a self-attention cache the
-        tuple ``(outputs, self_attention_cache)``.
+        float ``(batch, T_dec, d_model)``. Incremental decoding goes through
+        ``call_with_cache``.
 
     Raises:
         ValueError: d_model not divisible by ``num_heads``, bad rates.
@@ -71,19 +64,6 @@ class TransformerDecoderBlock(_BlockBase):
         self.cross_attention_norm.build(inputs_shape)
         self._build_ffn(d_model, inputs_shape)
         self.built = True
-
-    def precompute_cross_attention_cache(self, encoder_outputs):
-        """Encoder keys/values, projected once for all decoding steps.
-
-        Args:
-            encoder_outputs: float ``(batch, T_enc, d_model)``.
-
-        Returns:
-            ``(batch, 2, T_enc, num_heads, d_model // num_heads)``.
-        """
-        return self.cross_attention.project_key_value(
-            encoder_outputs, encoder_outputs
-        )
 
     def cross_attention_key_value_heads(self, encoder_outputs):
         """Encoder keys/values for ``call_with_cache``, projected once.
@@ -182,50 +162,31 @@ class TransformerDecoderBlock(_BlockBase):
     def call(
         self,
         inputs,
-        encoder_outputs=None,
+        encoder_outputs,
         decoder_padding_mask=None,
         encoder_padding_mask=None,
-        self_attention_cache=None,
-        self_attention_cache_update_index=None,
-        cross_attention_cache=None,
         training=None,
     ):
-        if encoder_outputs is None and cross_attention_cache is None:
-            raise ValueError(
-                "TransformerDecoderBlock needs `encoder_outputs` or "
-                "`cross_attention_cache`, got neither"
-            )
         if decoder_padding_mask is None:
             decoder_padding_mask = getattr(inputs, "_keras_mask", None)
-        if encoder_padding_mask is None and encoder_outputs is not None:
+        if encoder_padding_mask is None:
             encoder_padding_mask = getattr(encoder_outputs, "_keras_mask", None)
-        if self_attention_cache is None:
-            v.mask_shape("decoder_padding_mask", decoder_padding_mask,
-                         inputs.shape[:-1], "(batch, T_dec), as `inputs`")
-        if encoder_outputs is not None:
-            v.mask_shape("encoder_padding_mask", encoder_padding_mask,
-                         encoder_outputs.shape[:-1], "(batch, T_enc), as `encoder_outputs`")
+        v.mask_shape("decoder_padding_mask", decoder_padding_mask,
+                     inputs.shape[:-1], "(batch, T_dec), as `inputs`")
+        v.mask_shape("encoder_padding_mask", encoder_padding_mask,
+                     encoder_outputs.shape[:-1], "(batch, T_enc), as `encoder_outputs`")
 
-        # 1. Masked self-attention (§3.2.3). Padded keys and the future are
-        # hidden; with a cache the layer masks unwritten positions itself.
+        # 1. Masked self-attention (§3.2.3): padded keys and the future are
+        # hidden.
         self_mask = None
-        if decoder_padding_mask is not None and self_attention_cache is None:
+        if decoder_padding_mask is not None:
             self_mask = ops.expand_dims(ops.cast(decoder_padding_mask, "bool"), 1)
-        new_cache = None
 
         def self_attend(y):
-            nonlocal new_cache
-            if self_attention_cache is None:
-                return self.self_attention(
-                    y, y, attention_mask=self_mask, use_causal_mask=True,
-                    training=training,
-                )
-            out, new_cache = self.self_attention(
-                y, y, use_causal_mask=True, training=training,
-                cache=self_attention_cache,
-                cache_update_index=self_attention_cache_update_index,
+            return self.self_attention(
+                y, y, attention_mask=self_mask, use_causal_mask=True,
+                training=training,
             )
-            return out
 
         x = self._residual(
             inputs, self.self_attention_norm, self_attend, training
@@ -238,22 +199,13 @@ class TransformerDecoderBlock(_BlockBase):
             cross_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), 1)
 
         def cross_attend(y):
-            if cross_attention_cache is not None:
-                out, _ = self.cross_attention(
-                    y, y, attention_mask=cross_mask, training=training,
-                    cache=cross_attention_cache,
-                )
-                return out
             return self.cross_attention(
                 y, encoder_outputs, attention_mask=cross_mask,
                 training=training,
             )
 
         x = self._residual(x, self.cross_attention_norm, cross_attend, training)
-        x = self._ffn(x, training)
-        if self_attention_cache is not None:
-            return x, new_cache
-        return x
+        return self._ffn(x, training)
 
     def compute_mask(self, inputs, *args, **kwargs):
         return getattr(inputs, "_keras_mask", None)
