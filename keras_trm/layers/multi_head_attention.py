@@ -197,11 +197,17 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     Attention over several axes, ``use_gate``, ``sliding_window`` and
     ``flash_attention=True`` run Keras' own attention.
 
-    Args: those of ``keras.layers.MultiHeadAttention`` (``num_heads``,
-        ``key_dim``, ``value_dim``, ``dropout``, ``use_bias``,
-        ``output_shape``, ``attention_axes``, ``sliding_window``,
-        ``flash_attention``, initializers, regularizers, constraints,
-        ``use_gate``, ``seed``).
+    Args:
+        num_heads: int, h.
+        key_dim: int, d_k, the size of each head's queries and keys.
+        value_dim: int, d_v (default ``key_dim``).
+        dropout: float in [0, 1), the rate on the attention probabilities.
+        output_shape: int or tuple of ints (default: the query's last
+            dimension).
+        **kwargs: the other arguments of ``keras.layers.MultiHeadAttention``
+            (``use_bias``, ``attention_axes``, ``sliding_window``,
+            ``flash_attention``, initializers, regularizers, constraints,
+            ``use_gate``, ``seed``) and of ``keras.layers.Layer``.
 
     Call arguments: those of ``keras.layers.MultiHeadAttention``: ``query``
         float ``(batch, T_q, d_query)``, ``value`` ``(batch, T_k, d_value)``,
