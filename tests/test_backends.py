@@ -28,6 +28,9 @@ BACKEND = keras.backend.backend()
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
@@ -687,6 +690,7 @@ def _child(backend, *tasks):
 
 @pytest.mark.skipif(BACKEND != "tensorflow",
                     reason="run once, from the TensorFlow suite")
+@pytest.mark.slow
 def test_weights_round_trip_across_backends(tmp_path):
     """``.weights.h5`` written under each backend load under the other two
     with the same logits (float32, <= 1e-5), the same greedy and beam ids

@@ -45,6 +45,7 @@ def test_train_flops_is_three_forward_passes_of_the_matmuls():
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.slow
 def test_tiny_run_reports_sane_figures_without_tensorflow(backend, tmp_path):
     pytest.importorskip(backend)
     pytest.importorskip("torch")

@@ -16,6 +16,9 @@ from keras_trm.models import (
 )
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def to_numpy(x, dtype=None):
     """A tensor of any backend (a PyTorch one that requires grad too) as
     a NumPy array."""

@@ -13,6 +13,9 @@ import pytest
 from keras_trm.training import BudgetDecay, NoamSchedule, TimeBudget
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def test_budget_decay_is_the_schedule_until_fitted_then_linear_to_zero():
     noam = NoamSchedule(16, 10, 0.5)
     decay = BudgetDecay(noam)

@@ -494,6 +494,7 @@ def test_every_subcommand_has_help(command, capsys):
     assert f"keras-trm {command}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_entry_point_and_recipe_scripts_run_help():
     """``--help`` of the entry point and of every recipe script: the first
     thing a newcomer runs (translate_wmt14.py's once crashed at its own

@@ -176,6 +176,7 @@ def test_the_import_hook_hides_the_extras(tmp_path):
                                     for w in ("missing", name)]
 
 
+@pytest.mark.slow
 def test_the_readme_library_example_runs_without_the_extras(tmp_path, data_dir):
     """README.md's library example, unchanged, builds a model, trains it,
     prints a translation list and exports a SavedModel with no server,

@@ -65,6 +65,9 @@ ALIASES = {"LayerNormalization": "keras_trm.layers.layer_normalization"}
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_examples_run(name):
     import keras

@@ -15,6 +15,9 @@ from keras_trm.layers import (
 )
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def test_sinusoid_values_follow_the_formula():
     pe = sinusoidal_position_encoding(50, 16)
     for pos in (0, 1, 7, 49):

@@ -131,6 +131,7 @@ def test_translate_command_streams_stdin_a_batch_at_a_time(translator, tmp_path,
 
 
 @pytest.mark.parametrize("beam_size", [1, 2])
+@pytest.mark.slow
 def test_xla_translator_and_its_saved_model_match(translator, beam_size,
                                                   tmp_path):
     """``jit_compile=True`` (the search compiled whole by XLA, sources
@@ -161,6 +162,7 @@ def _xla_compiled_functions(concrete):
             if f.attr["_XlaMustCompile"].b]
 
 
+@pytest.mark.slow
 def test_xla_for_small_batches_only(translator, tmp_path):
     """``jit_compile_max_batch_size=1``: single sentences run the XLA
     search, larger batches the graph search (a ``tf.cond`` on the batch

@@ -183,6 +183,7 @@ def test_export_on_full_disk_names_the_version_and_leaves_nothing(
     assert serve(tf.constant([1.0]))["y"].numpy().tolist() == [4096.0]
 
 
+@pytest.mark.slow
 def test_translation_job_writes_result_json_when_the_export_fails(
         data_dir, tmp_path, monkeypatch):
     """The export dir is full: result.json is written (``"export": null``

@@ -26,6 +26,7 @@ def _gpu_visible():
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+@pytest.mark.slow
 def test_tiny_cpu_run_writes_the_json(tmp_path, data_dir):
     out = tmp_path / "x.json"
     proc = subprocess.run(

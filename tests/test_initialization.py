@@ -17,6 +17,9 @@ from keras_trm import layers as L
 from keras_trm import models as M
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def to_numpy(x, dtype=None):
     """A tensor of any backend (a PyTorch one that requires grad too) as
     a NumPy array."""

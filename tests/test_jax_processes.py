@@ -74,6 +74,7 @@ def prepared(tmp_path_factory):
     return folder / "prepared"
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_on_the_same_global_batches(prepared, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

@@ -57,6 +57,7 @@ def test_the_job_trains_and_scores_without_tensorflow(run_without_tensorflow):
     assert len(hyps) == 120
 
 
+@pytest.mark.slow
 def test_its_savedmodel_translates_as_its_search(run_without_tensorflow, tmp_path):
     """The export on TensorFlow of the weights trained without it: the
     same test translations, so the same test BLEU (asked: within 0.05)."""

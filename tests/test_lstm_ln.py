@@ -10,6 +10,9 @@ import pytest  # noqa: E402
 from keras_trm.layers.lstm_ln import LSTM_LN, LSTMLNCell  # noqa: E402
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def to_numpy(x, dtype=None):
     """A tensor of any backend (a PyTorch one that requires grad too) as
     a NumPy array."""

@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys
@@ -143,6 +144,7 @@ def test_two_workers_on_loopback_match_one_worker(tmp_path, free_ports):
     assert diff < 1e-4
 
 
+@pytest.mark.slow
 def test_translation_job_with_two_workers_reading_their_own_rows(
         tmp_path, data_dir, free_ports):
     """``keras-trm train-translation --strategy multi_worker`` on loopback:

@@ -35,6 +35,7 @@ def test_committed_outputs_are_stripped(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_notebook_runs(path, data_dir, monkeypatch):
     monkeypatch.setenv("KERAS_TRM_DATA_DIR", str(data_dir))
     monkeypatch.setenv("KERAS_TRM_NOTEBOOK_BUDGET", "ci")

@@ -35,6 +35,9 @@ MAX_FILE_MIB = 4096 / MIB  # the smallest chunk files: many chunks per split
 TRAIN_LINES, VAL_LINES = 400, 300
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def _write(path, lines):
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))

@@ -21,6 +21,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 SCRIPT = textwrap.dedent("""
     import json, pathlib, sys, time
@@ -103,6 +104,7 @@ def _steps(work):
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_same_command_matches_uninterrupted(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

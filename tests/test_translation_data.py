@@ -189,6 +189,7 @@ def test_compound_split_bleu_matches_the_t2t_procedure():
 
 # --- the job on the user's own files, DE->EN, and its export ---------------------
 
+@pytest.mark.slow
 def test_job_on_user_files_de_en_and_export_without_keras_trm(data_dir, tmp_path):
     from keras_trm.jobs import translation
 

@@ -15,6 +15,7 @@ from keras_trm.jobs import translation
 from keras_trm.data import load_multi30k
 
 
+@pytest.mark.slow
 def test_translation_job_uses_val_for_choices_and_test_once(
         data_dir, tmp_path, monkeypatch, caplog):
     decoded = []
@@ -75,6 +76,7 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     assert result["test_lowercase_tokenized_bleu_line"].startswith("BLEU = ")
 
 
+@pytest.mark.slow
 def test_several_corpora_with_weights_are_prepared_once(data_dir, tmp_path):
     """``dataset="files"`` with two training corpora and ``train_weights``:
     each is prepared once, a split of ``<workdir>/prepared`` (reused by a
@@ -154,6 +156,7 @@ def test_transformer_small_is_the_model_the_job_builds_by_default():
         assert config[name] == getattr(defaults, name), name
 
 
+@pytest.mark.slow
 def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     """``KERAS_BACKEND=jax keras-trm train-translation``: trains (jax.jit),
     decodes val and test with the keras.ops search, and its SavedModel,
@@ -193,6 +196,7 @@ def test_job_under_jax_exports_what_it_decoded(data_dir, tmp_path):
     assert [t.decode() for t in texts.numpy()] == hyps
 
 
+@pytest.mark.slow
 def test_a_budget_that_cuts_the_run_fits_its_schedule(data_dir, tmp_path, monkeypatch):
     """``budget_schedule="fit"`` on a fake clock where each epoch takes 100
     s of a 250-s budget: after the first, one more fits, so the rate decays

@@ -147,6 +147,7 @@ def _swaps_under_load(tmp_path):
             "states": sorted(_states(manager))}
 
 
+@pytest.mark.slow
 def test_swaps_under_load_answer_within_bound_and_drop_old_versions(tmp_path):
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
