@@ -181,7 +181,7 @@ def test_damaged_imdb_mnist_ptb_files_are_named(tmp_path):
         _gz(root / "ptb" / "ptb.valid.txt.gz", b" the cat sat\n" * 5000)
         _damaged(root / "ptb" / "ptb.valid.txt.gz", how)
         with pytest.raises(CorpusError, match="ptb.valid.txt.gz"):
-            load_ptb("valid", root)
+            list(load_ptb("valid", root))
 
 
 def test_malformed_or_empty_corpora_are_refused_naming_the_file(tmp_path):
@@ -206,7 +206,7 @@ def test_malformed_or_empty_corpora_are_refused_naming_the_file(tmp_path):
     (tmp_path / "ptb").mkdir()
     (tmp_path / "ptb" / "ptb.test.txt").write_text("\n \n\n")
     with pytest.raises(CorpusError, match=r"ptb\.test\.txt.*no word"):
-        load_ptb("test", tmp_path)
+        list(load_ptb("test", tmp_path))
 
     shakespeare = tmp_path / "tinyshakespeare" / "input.txt"
     shakespeare.parent.mkdir()

@@ -3,6 +3,10 @@ gradient, segment-by-segment = full pass, .keras round trip, the vanilla
 baseline and its sliding-window evaluation, PTB / Tiny Shakespeare data
 helpers, a short real-data training run and argument errors."""
 
+import collections
+import itertools
+import tracemalloc
+
 import keras_trm  # noqa: F401  (checks the TensorFlow backend first)
 
 import keras  # noqa: E402
@@ -267,16 +271,33 @@ def test_vocabulary():
 
 
 def test_ptb_counts():
-    train = lm.load_ptb("train")
-    assert len(train) == 929_589
-    assert train.count("<eos>") == 42_068
-    assert len(train) - train.count("<eos>") == 887_521
-    assert len(lm.load_ptb("valid")) == 73_760
-    assert len(lm.load_ptb("test")) == 82_430
+    counts = collections.Counter(lm.load_ptb("train"))
+    assert sum(counts.values()) == 929_589
+    assert counts["<eos>"] == 42_068
+    assert len(counts) == 10_000
+    assert sum(1 for _ in lm.load_ptb("valid")) == 73_760
+    assert sum(1 for _ in lm.load_ptb("test")) == 82_430
     ids, vocab = lm.load_lm_corpus("ptb", "valid")
     assert len(vocab) == 10_000 and "<eos>" in vocab and "<unk>" in vocab
     assert ids.shape == (73_760,)
-    assert vocab.decode(ids[:3]) == lm.load_ptb("valid")[:3]
+    assert vocab.decode(ids[:3]) == list(itertools.islice(
+        lm.load_ptb("valid"), 3))
+    # Ids by decreasing training count, ties in order of first occurrence.
+    assert vocab.tokens[:3] == [t for t, _ in counts.most_common(3)]
+
+
+def test_ptb_ids_are_made_without_holding_the_corpus():
+    """Python objects at the peak of loading PTB's 929,589 training tokens:
+    the int32 ids (3.6 MiB) and the 10,000-word vocabulary, not a list of
+    the tokens (7 MiB of references alone, each token a str object)."""
+    tracemalloc.start()
+    try:
+        ids, vocab = lm.load_lm_corpus("ptb", "train")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ids.shape == (929_589,) and len(vocab) == 10_000
+    assert peak < ids.nbytes + 8 * 2**20, peak
 
 
 def test_tiny_shakespeare_split():
@@ -396,8 +417,8 @@ def test_download_fetches_official_layout(tmp_path, monkeypatch):
     target = tmp_path / "data"
     with pytest.raises(FileNotFoundError, match="download=True"):
         lm.load_ptb("valid", data_dir=tmp_path)
-    assert lm.load_ptb("valid", data_dir=target, download=True) == lm.load_ptb(
-        "valid")
+    assert list(lm.load_ptb("valid", data_dir=target, download=True)) == list(
+        lm.load_ptb("valid"))
     assert sorted(p.name for p in (target / "ptb").iterdir()) == [
         "ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
     assert lm.load_tiny_shakespeare("test", data_dir=target, download=True) == (

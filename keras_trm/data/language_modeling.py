@@ -89,10 +89,13 @@ def _split_arg(split, allowed):
 
 
 def load_ptb(split="train", data_dir=None, download=False):
-    """Loads one split of the Mikolov Penn Treebank as a list of tokens.
+    """The tokens of one split of the Mikolov Penn Treebank, one at a time.
 
     Every line is split on whitespace and ``"<eos>"`` is appended to it
-    (empty lines give a lone ``"<eos>"``).
+    (empty lines give a lone ``"<eos>"``). The file is found (or fetched)
+    when this is called and read a line at a time as the tokens are
+    taken, so nothing holds the split (``load_lm_corpus`` turns it into
+    int32 ids).
 
     Args:
         split: ``"train"``, ``"valid"`` or ``"test"``.
@@ -102,16 +105,26 @@ def load_ptb(split="train", data_dir=None, download=False):
             ``PTB_URL`` into ``<data_dir>/ptb/`` first (needs internet).
 
     Returns:
-        list of str; 929,589 / 73,760 / 82,430 tokens for train / valid /
-        test.
+        an iterator of str: 929,589 / 73,760 / 82,430 tokens for train /
+        valid / test.
 
     Raises:
         ValueError: unknown ``split``.
         FileNotFoundError: the file is missing (and ``download`` is
             False); the message names both accepted file names and the
             directory searched.
-        CorpusError: (a ``ValueError``) the file is not a readable gzip
-            file, not UTF-8 (file and line named), or holds no word.
+        CorpusError: (a ``ValueError``, while the tokens are read) the file
+            is not a readable gzip file, not UTF-8 (file and line named),
+            or holds no word.
+
+    Example:
+
+    >>> import itertools, pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "ptb").mkdir()
+    >>> _ = (root / "ptb" / "ptb.valid.txt").write_text(" a b\n c\n")
+    >>> list(load_ptb("valid", root))
+    ['a', 'b', '<eos>', 'c', '<eos>']
     """
     _split_arg(split, PTB_SPLITS)
     directory = resolve_data_dir(data_dir, must_exist=not download) / "ptb"
@@ -130,16 +143,20 @@ def load_ptb(split="train", data_dir=None, download=False):
             f"{stem}.gz in {directory} (pass download=True, or --download "
             f"true to keras-trm train-lm, to fetch {PTB_URL} when online)"
         )
-    tokens, words = [], 0
+    return _ptb_tokens(split, path)
+
+
+def _ptb_tokens(split, path):
+    words = blank = 0
     for line in decoded_lines(path):  # CorpusError: damaged gzip, not UTF-8
         line = line.split()
         words += len(line)
-        tokens.extend(line)
-        tokens.append(EOS)
+        blank += not line
+        yield from line
+        yield EOS
     if not words:
         raise CorpusError(f"Penn Treebank split {split!r}: {path} holds no "
-                          f"word ({len(tokens)} blank lines): copy it again")
-    return tokens
+                          f"word ({blank} blank lines): copy it again")
 
 
 def tiny_shakespeare_bounds(n):
@@ -319,7 +336,8 @@ class Vocabulary:
 
     @classmethod
     def from_corpus(cls, corpus, reserved=(), unk_token=UNK):
-        """Builds the vocabulary of ``corpus`` (list of tokens or a str)."""
+        """Builds the vocabulary of ``corpus`` (a str of characters, or any
+        iterable of str, read once)."""
         counts = collections.Counter(corpus)  # insertion = first occurrence
         order = sorted(
             (t for t in counts if t not in set(reserved)),
@@ -334,18 +352,21 @@ class Vocabulary:
         return token in self.token_to_id
 
     def encode(self, corpus):
-        """Tokens (list of str, or a str of characters) -> int32 ids."""
-        ids = np.empty(len(corpus), dtype=np.int32)
+        """Tokens (a str of characters, or any iterable of str, read once)
+        -> int32 ids."""
         get = self.token_to_id.get
-        for i, t in enumerate(corpus):
-            idx = get(t, self.unk_id)
-            if idx is None:
-                raise ValueError(
-                    f"token {t!r} (position {i}) is not in the vocabulary "
-                    f"of {len(self)} tokens, which has no {self.unk_token!r}"
-                )
-            ids[i] = idx
-        return ids
+
+        def ids():
+            for i, t in enumerate(corpus):
+                idx = get(t, self.unk_id)
+                if idx is None:
+                    raise ValueError(
+                        f"token {t!r} (position {i}) is not in the "
+                        f"vocabulary of {len(self)} tokens, which has no "
+                        f"{self.unk_token!r}")
+                yield idx
+
+        return np.fromiter(ids(), dtype=np.int32)
 
     def decode(self, ids):
         """Ids -> list of tokens (``"".join`` them for characters).
@@ -388,12 +409,11 @@ def load_lm_corpus(name, split="train", vocabulary=None, data_dir=None,
             f"`name` must be one of {sorted(loaders)}, got name={name!r}"
         )
     load = loaders[name]
-    corpus = load(split, data_dir=data_dir, download=download)
-    if vocabulary is None:
-        train = corpus if split == "train" else load(
-            "train", data_dir=data_dir, download=download)
-        vocabulary = Vocabulary.from_corpus(train)
-    return vocabulary.encode(corpus), vocabulary
+    if vocabulary is None:  # PTB's tokens are read once for each use
+        vocabulary = Vocabulary.from_corpus(
+            load("train", data_dir=data_dir, download=download))
+    return vocabulary.encode(
+        load(split, data_dir=data_dir, download=download)), vocabulary
 
 
 def batchify(ids, batch_size):
