@@ -1,7 +1,7 @@
 """Recipe: Transformer-XL vs a vanilla Transformer LM (Dai et al. 2019).
 
     python recipes/language_model.py [--corpus tinyshakespeare|ptb]
-        [--steps 1500] [--seg-len 64] [--mem-len 64] [--data-dir DIR] ...
+        [--training.steps 4500] [--seg-len 64] [--mem-len 64] [--data-dir DIR] ...
 
 Trains a 4-layer Transformer-XL (d_model 128, segments of 64, memory 64)
 and a vanilla Transformer LM with the same number of parameters on the same

@@ -104,7 +104,7 @@ class LanguageModelConfig:
     """Memory at evaluation (tokens; 0 = mem_len)."""
     batch_size: int = 32
     """Contiguous training streams per step (sequences)."""
-    steps: int = 1500
+    steps: int = 4500
     """Training steps, the same for both models (steps)."""
     learning_rate: float = 1e-3
     """Peak learning rate (Adam)."""
