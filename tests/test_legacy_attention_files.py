@@ -21,6 +21,9 @@ import pytest
 DATA = pathlib.Path(__file__).parent / "data" / "legacy_32da1ca"
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
