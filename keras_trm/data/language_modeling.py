@@ -122,7 +122,7 @@ def load_ptb(split="train", data_dir=None, download=False):
     >>> import itertools, pathlib, tempfile
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "ptb").mkdir()
-    >>> _ = (root / "ptb" / "ptb.valid.txt").write_text(" a b\n c\n")
+    >>> _ = (root / "ptb" / "ptb.valid.txt").write_text(" a b\\n c\\n")
     >>> list(load_ptb("valid", root))
     ['a', 'b', '<eos>', 'c', '<eos>']
     """
