@@ -21,6 +21,9 @@ from keras_trm.training import (
 )
 
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
+
 def _dense(units=1):
     return keras.Sequential([keras.Input((2,)), keras.layers.Dense(units)])
 
