@@ -99,8 +99,10 @@ def tune_allocator():
 
 def is_command_process(argv=None, orig_argv=None):
     """Whether this process is the ``keras-trm`` command: its console
-    script (``argv[0]`` named ``keras-trm``) or ``python -m keras_trm.cli``
-    (``argv`` default ``sys.argv``, ``orig_argv`` default
+    script (``argv[0]`` named ``keras-trm``), ``python -m keras_trm.cli``
+    or a script in a ``recipes`` folder (``recipes/*.py``, which start
+    through ``keras_trm.cli.run_recipe``; ``argv`` default ``sys.argv``,
+    ``orig_argv`` default
     ``sys.orig_argv``). ``keras_trm/__init__.py`` then leaves its
     submodules to be imported when used, so that ``keras-trm --help`` does
     not start TensorFlow (``import keras`` does, on its TensorFlow backend).
@@ -110,6 +112,8 @@ def is_command_process(argv=None, orig_argv=None):
     True
     >>> is_command_process(["-m"], ["python", "-m", "keras_trm.cli", "serve"])
     True
+    >>> is_command_process(["recipes/language_model.py", "--corpus", "ptb"])
+    True
     >>> is_command_process(["notebook.py"])
     False
     """
@@ -117,7 +121,9 @@ def is_command_process(argv=None, orig_argv=None):
     if not argv:
         return False
     name = re.sub(r"(-script\.pyw?|\.exe)$", "", os.path.basename(argv[0]))
-    if name == "keras-trm":
+    if name == "keras-trm" or (
+            os.path.basename(os.path.dirname(os.path.abspath(argv[0]))) == "recipes"
+            and name.endswith(".py")):
         return True
     if argv[0] != "-m":  # the module of ``python -m`` not found yet
         return False

@@ -269,6 +269,11 @@ def parse_config(parser, config_cls, argv):
     {d_model: ...}`` in YAML; the flat spelling of before (``--d_model``,
     a top-level ``d_model:`` key in a ``--config`` file) works as well.
 
+    Defaults chosen by other values: a config class's ``flag_defaults``
+    (a classmethod: the fields read -> field defaults) sets the defaults
+    of a second reading (``TranslationConfig``'s ``preset``,
+    ``LanguageModelConfig``'s ``corpus``).
+
     Renamed fields: a config class's ``RENAMED_FIELDS`` maps an old field,
     still a flag and a YAML key, to the fields it now sets (e.g.
     ``--max_length``, which sets ``--max_sequence_length`` and
@@ -285,17 +290,19 @@ def parse_config(parser, config_cls, argv):
         printing = [a for a in argv if a.split("=", 1)[0] == "--print_config"]
         namespace = parser.parse_args([a for a in argv if a not in printing])
         fields = [f.name for f in dataclasses.fields(config_cls)]
-        if printing and not ("preset" in fields and namespace[keys["preset"]]):
+        # A class's ``flag_defaults(fields)``: the defaults that the values
+        # read so far choose (a translation preset, a corpus's recipe).
+        hook = getattr(config_cls, "flag_defaults", None)
+        values = {keys[k]: v for k, v in (hook(
+            {name: namespace[keys[name]] for name in fields}) if hook else {}).items()
+            if k in keys}
+        if printing and not values:
             parser.parse_args(argv)
-        if "preset" in fields and namespace[keys["preset"]]:
-            # The preset's values become the flags' defaults and the
-            # arguments are read again: a flag (or a --config key) always
-            # wins, even one equal to the dataclass default, and the
-            # namespace (written to config.yaml) holds what runs.
-            from keras_trm.training.presets import preset
-
-            values = {keys[k]: v for k, v in preset(namespace[keys["preset"]]).items()
-                      if k in keys}
+        if values:
+            # They become the flags' defaults and the arguments are read
+            # again: a flag (or a --config key) always wins, even one
+            # equal to the dataclass default, and the namespace (written
+            # to config.yaml) holds what runs.
             saved = {k: parser.get_default(k) for k in values}
             parser.set_defaults(values)
             try:
@@ -943,6 +950,18 @@ def usage():
               for name, function in COMMANDS.items()]
     lines += ["", "keras-trm <command> --help lists the command's flags."]
     return "\n".join(lines)
+
+
+def run_recipe(command_main, **kwargs):
+    """A recipe script's ``__main__`` (``recipes/*.py``): the process set up
+    as ``keras-trm``'s (no TensorFlow C++ lines on its screen unless
+    ``TF_CPP_MIN_LOG_LEVEL`` is set, glibc malloc settings), then
+    ``command_main(sys.argv[1:], **kwargs)``; returns its exit status.
+    Call it before anything imports TensorFlow (``keras_trm`` leaves it to
+    a script in a ``recipes`` folder: ``_runtime.is_command_process``)."""
+    quiet_tensorflow_start()
+    tune_allocator()
+    return command_main(sys.argv[1:], **kwargs) or 0
 
 
 def main(argv=None):

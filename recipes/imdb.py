@@ -14,9 +14,7 @@ the same as ``keras-trm train-imdb``.
 
 import sys
 
-from keras_trm._runtime import tune_allocator
-from keras_trm.cli import train_imdb_main
+from keras_trm.cli import train_imdb_main, run_recipe
 
 if __name__ == "__main__":
-    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
-    sys.exit(train_imdb_main(sys.argv[1:], prog="recipes/imdb.py"))
+    sys.exit(run_recipe(train_imdb_main, prog="recipes/imdb.py"))

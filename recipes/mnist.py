@@ -15,9 +15,7 @@ the same as ``keras-trm train-mnist``.
 
 import sys
 
-from keras_trm._runtime import tune_allocator
-from keras_trm.cli import train_mnist_main
+from keras_trm.cli import train_mnist_main, run_recipe
 
 if __name__ == "__main__":
-    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
-    sys.exit(train_mnist_main(sys.argv[1:], prog="recipes/mnist.py"))
+    sys.exit(run_recipe(train_mnist_main, prog="recipes/mnist.py"))

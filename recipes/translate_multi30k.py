@@ -19,10 +19,7 @@ paper's hyper-parameters (see recipes/translate_wmt14.py for WMT14).
 
 import sys
 
-from keras_trm._runtime import tune_allocator
-from keras_trm.cli import train_translation_main
+from keras_trm.cli import train_translation_main, run_recipe
 
 if __name__ == "__main__":
-    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
-    sys.exit(train_translation_main(sys.argv[1:],
-                                    prog="recipes/translate_multi30k.py"))
+    sys.exit(run_recipe(train_translation_main, prog="recipes/translate_multi30k.py"))

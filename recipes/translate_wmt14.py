@@ -32,8 +32,7 @@ EN->DE, full data).
 
 import sys
 
-from keras_trm._runtime import tune_allocator
-from keras_trm.cli import train_translation_main
+from keras_trm.cli import run_recipe, train_translation_main
 
 SAMPLES = {
     "en": ("The European Parliament approved the new budget on Tuesday.",
@@ -54,5 +53,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    tune_allocator()  # glibc malloc settings (keras_trm._runtime)
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_recipe(main))

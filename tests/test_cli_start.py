@@ -68,6 +68,18 @@ def test_console_script_help_is_quiet():
     assert proc.stderr.split() == ["False", "0"], proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("recipe", [
+    "translate_multi30k", "translate_wmt14", "language_model", "imdb", "mnist"])
+def test_recipe_help_is_quiet(recipe):
+    """A recipe script starts as ``keras-trm`` does (``cli.run_recipe``)."""
+    proc = subprocess.run([sys.executable, f"recipes/{recipe}.py", "--help"],
+                          capture_output=True, text=True, env=_env(), cwd=REPO,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"usage: recipes/{recipe}.py" in proc.stdout
+    assert not TF_LOG_LINE.search(proc.stderr), proc.stderr[-2000:]
+
+
 def _corpus(folder, n=60):
     words = ("a man woman dog cat red blue runs sits on the in snow water big "
              "small child plays").split()

@@ -72,8 +72,9 @@ def _entry_point(command):
     spec.loader.exec_module(module)  # a recipe runs only under __main__
     if hasattr(module, "main"):
         return module.main
-    # The recipes that only pass their prog to a keras-trm command.
-    called = re.search(r"\b(train_\w+_main)\(", path.read_text(encoding="utf-8"))
+    # The recipes that only pass their prog to a keras-trm command
+    # (``run_recipe(train_lm_main, prog=...)``).
+    called = re.search(r"\brun_recipe\((train_\w+_main)\b", path.read_text(encoding="utf-8"))
     if not called:
         return None
     function = getattr(cli, called.group(1))

@@ -21,6 +21,8 @@ Vocabulary = Literal["auto", "wordpiece", "sentencepiece_bpe",
                      "sentencepiece_unigram"]
 Preset = Literal["cpu_small", "tiny", "transformer_base", "transformer_big"]
 Strategy = Literal["default", "mirrored", "multi_worker"]
+# The jobs' ``precision`` (keras_trm.training.precision.CHOICES; here, in
+# this light module, for the command line's choices).
 Precision = Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"]
 OnOff = Literal["on", "off"]
 OnOffAuto = Literal["auto", "on", "off"]
@@ -258,6 +260,14 @@ class TranslationConfig:
     # Old field -> the fields it now sets (``keras_trm.cli.parse_config``
     # says so on the command line and records the new ones).
     RENAMED_FIELDS = {"max_length": ("max_sequence_length", "max_train_length")}
+
+    @classmethod
+    def flag_defaults(cls, fields):
+        """The command line's defaults that ``fields`` choose: the values of
+        ``preset`` (``keras_trm.cli.parse_config``; a flag still wins)."""
+        from keras_trm.training.presets import preset
+
+        return preset(fields["preset"]) if fields.get("preset") else {}
 
     def __post_init__(self):
         if self.max_length is not None:  # the old single length: sets both
