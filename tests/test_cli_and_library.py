@@ -309,8 +309,8 @@ def test_every_recipe_uses_the_same_boolean_rule(monkeypatch, tmp_path):
         cli.main(["train-lm", "--match-parameters", "false", "--steps", "7",
                   "--warmup-steps", "2", "--corpus", "ptb"])
     config, args = seen["lm"]
-    assert config == language_model.LanguageModelConfig(
-        match_parameters=False, steps=7, warmup_steps=2, corpus="ptb")
+    assert config == language_model.LanguageModelConfig.recipe(
+        "ptb", match_parameters=False, steps=7, warmup_steps=2)
     assert args[1:] == ("runs/language_model", "export", None)
 
 

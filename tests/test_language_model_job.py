@@ -103,6 +103,41 @@ def test_tiny_run_writes_results_and_export(tiny_run):
     assert isinstance(model, TransformerXLLM) and model.count_params() == xl_p
 
 
+def test_bfloat16_run_is_scored_and_exported_in_float32(tmp_path):
+    """--training.precision mixed_bfloat16 with the regularizers: training
+    computes in bfloat16, the test figure comes from a float32 copy with the
+    same weights (scored again here), the export is float32, and the global
+    dtype policy is left as it was."""
+    from keras_trm.decoding import evaluate_with_memory
+    from keras_trm.data.language_modeling import batchify, load_lm_corpus
+
+    config = job.LanguageModelConfig(**{
+        **TINY, "precision": "mixed_bfloat16", "baseline": False,
+        "attention_dropout_rate": 0.1, "weight_decay": 0.1})
+    result = job.run(config, workdir=tmp_path / "w", export_dir=tmp_path / "e",
+                     verbose=0)
+    assert keras.config.dtype_policy().name == "float32"
+    assert result["precision"] == "mixed_bfloat16" and result["steps"] == 6
+    assert result["vanilla"] is None
+    model = keras.saving.load_model(tmp_path / "w" / "transformer_xl.keras")
+    assert model.dtype_policy.name == "float32"
+    assert model.blocks[0].dtype_policy.name == "float32"
+    train_ids, vocab = load_lm_corpus("tinyshakespeare", "train")
+    test_ids, _ = load_lm_corpus("tinyshakespeare", "test", vocab)
+    nll = evaluate_with_memory(model, batchify(test_ids[:300], 2), 8)
+    assert nll == pytest.approx(result["transformer_xl"]["test"]["nll_nats"],
+                                abs=1e-4)
+    serve = tf.saved_model.load(str(tmp_path / "e" / "tiny_xl" / "1")).signatures[
+        "serving_default"]
+    assert serve.structured_input_signature[1]["memories"].dtype == tf.float32
+    out = serve(token_ids=tf.ones((1, 8), tf.int32), memories=tf.zeros((1, 1, 0, 16)))
+    assert out["log_probs"].dtype == tf.float32
+    assert out["new_memories"].dtype == tf.float32
+    report = (tmp_path / "w" / "results" / "report.md").read_text()
+    assert "trained in mixed_bfloat16, tested in float32" in report
+    assert "AdamW (weight decay 0.1)" in report
+
+
 def _segments(vocab, batch=3):
     text = ("First Citizen:\nBefore we proceed any further, hear me speak.\n"
             "All:\nSpeak, speak.")
@@ -189,6 +224,23 @@ def test_bad_config_and_arguments(tmp_path):
         TransformerXLServing(vanilla)
 
 
+def test_corpus_recipe_sets_defaults_that_flags_override():
+    parser = cli.config_parser("train-lm", "", job.LanguageModelConfig, "runs/x")
+
+    def parse(*argv):
+        return cli.parse_config(parser, job.LanguageModelConfig, list(argv))[0]
+
+    ptb = parse("--data.corpus", "ptb")
+    assert ptb == job.LanguageModelConfig.recipe("ptb")
+    assert (ptb.d_model, ptb.time_budget_minutes) == (256, 60.0)
+    assert ptb.dropout_rate == job.CORPUS_RECIPES["ptb"]["dropout_rate"]
+    # A flag wins, even one equal to the dataclass default.
+    assert parse("--data.corpus", "ptb", "--model.d_model", "128").d_model == 128
+    assert parse("--corpus", "ptb", "--dropout_rate", "0.1").dropout_rate == 0.1
+    assert parse() == job.LanguageModelConfig()  # Tiny Shakespeare: the defaults
+    assert parse("--model.d_model", "64").d_model == 64
+
+
 def test_cosine_warmup_schedule():
     config = job.LanguageModelConfig(steps=100, warmup_steps=10,
                                      learning_rate=1e-3,
@@ -198,6 +250,47 @@ def test_cosine_warmup_schedule():
     assert lr[0] == 0.0 and lr[10] == pytest.approx(1e-3)
     assert np.all(np.diff(lr[:11]) > 0) and np.all(np.diff(lr[10:]) < 0)
     assert lr[100] == pytest.approx(1e-4)
+
+
+def test_fitted_schedule_moves_the_decay_end_inside_a_compiled_step():
+    config = job.LanguageModelConfig(steps=1000, warmup_steps=10)
+    schedule = job.cosine_warmup_schedule(config)
+    rate = tf.function(lambda step: schedule(step))
+    planned = float(rate(tf.constant(100)))
+    job.fit_schedule(schedule, 100)  # the decay now ends at step 100
+    assert float(rate(tf.constant(100))) == pytest.approx(0.0, abs=1e-9)
+    assert float(rate(tf.constant(55))) == pytest.approx(0.5e-3, rel=1e-4)
+    assert planned > 0.9e-3
+
+
+def test_time_budget_fits_the_steps_to_the_measured_pace(monkeypatch):
+    """A fake clock: a training step takes 2 s, a validation 50 s (not
+    counted). A 300 s budget holds 150 of the 1000 planned steps."""
+    from keras_trm.training import language_model as training
+
+    class Clock:
+        now = 0.0
+
+        @classmethod
+        def time(cls):
+            return cls.now
+
+    def step(inputs, targets, memories):
+        Clock.now += 2.0
+        return 1.0, None
+
+    def evaluate():
+        Clock.now += 50.0
+        return 1.0
+
+    fitted = []
+    monkeypatch.setattr(training, "time", Clock)
+    history, train_s, eval_s = training.train_segments(
+        "fake", step, object(), np.arange(400).reshape(2, 200), 8, 1000, 40,
+        evaluate, verbose=0, budget_seconds=300, on_fit=fitted.append)
+    assert fitted == [150]
+    assert history["step"] == [40, 80, 120, 150]
+    assert train_s == 300 and eval_s == 200
 
 
 def test_training_batches_reset_memories_only_at_a_new_pass():

@@ -183,6 +183,24 @@ def test_evaluate_with_memory_matches_manual_loop():
     assert got == pytest.approx(total / count, rel=1e-5)
 
 
+def test_a_bfloat16_model_is_scored_in_float32():
+    """A bfloat16 model's logits are summed in float32: the NLL of 1,024
+    tokens equals the float64 sum of the same bfloat16 logits' NLLs."""
+    from keras_trm.decoding.lm_evaluation import _summed_nll
+
+    rng = np.random.default_rng(0)
+    logits = tf.cast(rng.normal(0, 3, (16, 64, 1000)), tf.bfloat16)
+    targets = rng.integers(0, 1000, (16, 64)).astype("int32")
+    reference = np.asarray(tf.cast(logits, tf.float32), np.float64)
+    reference = reference - reference.max(-1, keepdims=True)
+    log_z = np.log(np.exp(reference).sum(-1))
+    expected = float(np.sum(log_z - np.take_along_axis(
+        reference, targets[..., None], -1)[..., 0]))
+    total = _summed_nll(targets, logits)
+    assert total.dtype == tf.float32
+    assert float(total) == pytest.approx(expected, rel=1e-5)
+
+
 def test_keras_round_trip(tmp_path):
     model = tiny_xl(untie_biases=False, norm_first=True, mem_len=4)
     model.content_bias.assign(tf.random.normal(model.content_bias.shape))

@@ -59,11 +59,26 @@ from keras_trm.training import (
     warmup_cosine_decay,
 )
 from keras_trm.training import plots
+from keras_trm.jobs.translation_config import Precision
+from keras_trm.training.precision import CHOICES as PRECISIONS
+from keras_trm.training.precision import apply_precision, float32_copy
+from keras_trm.training.schedules import NO_WEIGHT_DECAY_NAMES
 from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
 
 Corpus = Literal["tinyshakespeare", "ptb", "file"]
 CORPORA = get_args(Corpus)
+
+# A corpus's recipe where it differs from the defaults (Tiny Shakespeare's).
+# PTB: a 60-minute training budget on a 2-core CPU (bfloat16 where the CPU
+# has it), the model and regularization set by hand and checked on valid
+# (docs/recipes/language-model.md; recipes/sweep_language_model.py searches
+# around it).
+CORPUS_RECIPES = {
+    "ptb": dict(d_model=256, d_ff=1024, dropout_rate=0.3,
+                attention_dropout_rate=0.1, steps=20_000, time_budget_minutes=60.0,
+                precision="auto", warmup_steps=400, eval_every=500),
+}
 
 
 @dataclasses.dataclass
@@ -95,7 +110,9 @@ class LanguageModelConfig:
     """Feed-forward inner width of Transformer-XL (units; the vanilla
     model's is raised to match parameters)."""
     dropout_rate: float = 0.1
-    """Dropout rate (fraction, 0-1)."""
+    """Dropout rate (fraction, 0-1): embeddings, residual branches, output."""
+    attention_dropout_rate: float = 0.0
+    """Dropout on the attention probabilities (fraction, 0-1)."""
     seg_len: int = 64
     """Segment length: tokens per training step and stream (tokens)."""
     mem_len: int = 64
@@ -105,7 +122,20 @@ class LanguageModelConfig:
     batch_size: int = 32
     """Contiguous training streams per step (sequences)."""
     steps: int = 4500
-    """Training steps, the same for both models (steps)."""
+    """Training steps, the same for both models (steps; with a
+    ``time_budget_minutes``, the most)."""
+    time_budget_minutes: float = 0.0
+    """> 0: Transformer-XL trains at most this long (minutes of training,
+    validation not counted). Its pace, measured from step 10 and again at
+    every validation, fits the run to the budget: ``steps`` becomes the
+    steps the budget holds and the cosine decay ends there (a whole
+    schedule, not a cut one; Li, Yumer and Ramanan, ICLR 2020). The
+    vanilla model then trains the same steps. 0: ``steps``, no budget."""
+    precision: Precision = "float32"
+    """Training precision: ``float32``, ``mixed_bfloat16``,
+    ``mixed_float16`` or ``auto`` (``keras_trm.training.apply_precision``);
+    validation during training uses it too, the test split and the export
+    a float32 copy with the same weights."""
     learning_rate: float = 1e-3
     """Peak learning rate (Adam)."""
     warmup_steps: int = 100
@@ -115,6 +145,10 @@ class LanguageModelConfig:
     peak (0-1)."""
     clip_norm: float = 0.25
     """Gradient clipping by global norm."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW, Loshchilov & Hutter 2019) of weight
+    matrices and embeddings (biases and LayerNorm exempt), per unit of
+    learning rate; 0: plain Adam."""
     eval_every: int = 250
     """Validation every n training steps (steps)."""
     eval_batch_size: int = 16
@@ -144,12 +178,33 @@ class LanguageModelConfig:
         "data": ("corpus", "text_file", "level", "train_tokens", "eval_tokens",
                  "download"),
         "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
-                  "seg_len", "mem_len", "match_parameters"),
-        "training": ("batch_size", "steps", "learning_rate", "warmup_steps",
-                     "min_learning_rate_ratio", "clip_norm", "eval_every", "baseline"),
+                  "attention_dropout_rate", "seg_len", "mem_len",
+                  "match_parameters"),
+        "training": ("batch_size", "steps", "time_budget_minutes", "precision",
+                     "learning_rate", "warmup_steps", "min_learning_rate_ratio",
+                     "clip_norm", "weight_decay", "eval_every", "baseline"),
         "evaluation": ("eval_mem_len", "eval_batch_size"),
         "export": ("model_name",),
     }
+
+    @classmethod
+    def flag_defaults(cls, fields):
+        """The command line's defaults for ``fields["corpus"]``: its recipe
+        in ``CORPUS_RECIPES`` (a flag still wins;
+        ``keras_trm.cli.parse_config``)."""
+        return dict(CORPUS_RECIPES.get(fields.get("corpus"), {}))
+
+    @classmethod
+    def recipe(cls, corpus="tinyshakespeare", **fields):
+        """The recipe's configuration of ``corpus`` (the command line's
+        defaults for it), ``fields`` overriding it.
+
+        Example:
+        >>> LanguageModelConfig.recipe("ptb", seed=1).corpus
+        'ptb'
+        """
+        return cls(**{**cls.flag_defaults({"corpus": corpus}), "corpus": corpus,
+                      **fields})
 
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field (before
@@ -175,6 +230,10 @@ class LanguageModelConfig:
                      "eval_tokens", "seed"):
             v.non_negative_int(name, getattr(self, name))
         v.rate("dropout_rate", self.dropout_rate)
+        v.rate("attention_dropout_rate", self.attention_dropout_rate)
+        v.one_of("precision", self.precision, PRECISIONS)
+        v.non_negative_float("time_budget_minutes", self.time_budget_minutes)
+        v.non_negative_float("weight_decay", self.weight_decay)
         v.positive_float("learning_rate", self.learning_rate)
         v.positive_float("clip_norm", self.clip_norm)
         if not 0.0 <= self.min_learning_rate_ratio <= 1.0:
@@ -203,13 +262,45 @@ class LanguageModelConfig:
 
 
 # -- schedule -------------------------------------------------------------------
-def cosine_warmup_schedule(config):
+def cosine_warmup_schedule(config, steps=None):
     """Linear warmup to ``learning_rate`` over ``warmup_steps``, then cosine
-    decay to ``min_learning_rate_ratio * learning_rate`` at ``steps`` (the
-    reference code's ``scheduler='cosine'`` with ``warmup_step``)."""
-    return warmup_cosine_decay(config.learning_rate, config.steps,
-                               config.warmup_steps,
-                               alpha=config.min_learning_rate_ratio)
+    decay to ``min_learning_rate_ratio * learning_rate`` at ``steps``
+    (default ``config.steps``; the reference code's ``scheduler='cosine'``
+    with ``warmup_step``). Its ``decay_steps`` is a variable that
+    compiled steps read at every call, so ``fit_schedule`` can move the
+    decay's end after tracing."""
+    schedule = warmup_cosine_decay(config.learning_rate, steps or config.steps,
+                                   config.warmup_steps,
+                                   alpha=config.min_learning_rate_ratio)
+    schedule.decay_steps = keras.Variable(schedule.decay_steps, dtype="float32",
+                                          trainable=False, name="decay_steps")
+    return schedule
+
+
+def fit_schedule(schedule, total_steps):
+    """Ends ``cosine_warmup_schedule``'s decay at ``total_steps``."""
+    schedule.decay_steps.assign(max(total_steps - schedule.warmup_steps, 1))
+
+
+def _optimizer(config, schedule):
+    """Adam on ``schedule``; AdamW-style decoupled decay with ``weight_decay``."""
+    if not config.weight_decay:
+        return keras.optimizers.Adam(schedule)
+    optimizer = keras.optimizers.Adam(schedule, weight_decay=config.weight_decay)
+    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY_NAMES))
+    return optimizer
+
+
+def float32_lm(model):
+    """``model`` computing in float32 with the same weights (itself if it
+    already does): the test split and the export use it."""
+    if model.dtype_policy.name == "float32":
+        return model
+    if not isinstance(model, TransformerXLLM):
+        return float32_copy(model)
+    copy = TransformerXLLM.from_config({**model.get_config(), "dtype": "float32"})
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def _figures(nll):
@@ -243,7 +334,7 @@ def _report_markdown(result):
         ("positions", "relative (sinusoid R, u, v)", lambda: "absolute sinusoids"),
         ("segment length (train)", c["seg_len"], lambda: c["seg_len"]),
         ("memory (train / test)", f"{c['mem_len']} / {x['eval_mem_len']}", lambda: "none"),
-        ("training", f"{c['steps']} steps x {c['batch_size']} x {c['seg_len']} "
+        ("training", f"{result['steps']} steps x {c['batch_size']} x {c['seg_len']} "
          f"tokens = {result['train_tokens_seen']:,} tokens",
          lambda: "same segments, same order"),
         ("training wall time", f"{x['train_seconds'] / 60:.1f} min",
@@ -272,9 +363,13 @@ def _report_markdown(result):
         f"Test split: {result['test_tokens']:,} tokens in "
         f"{c['eval_batch_size']} contiguous streams. Schedule: linear warmup "
         f"to {c['learning_rate']} over {c['warmup_steps']} steps, cosine decay "
-        f"to {c['min_learning_rate_ratio']}x at step {c['steps']}; Adam, "
-        f"gradients clipped to global norm {c['clip_norm']}, dropout "
-        f"{c['dropout_rate']}.",
+        f"to {c['min_learning_rate_ratio']}x at step {result['steps']}"
+        + (f" (the steps {c['time_budget_minutes']:g} min held)"
+           if c["time_budget_minutes"] else "")
+        + "; Adam" + (f"W (weight decay {c['weight_decay']})" if c["weight_decay"] else "")
+        + f", gradients clipped to global norm {c['clip_norm']}, dropout "
+        f"{c['dropout_rate']}, attention dropout {c['attention_dropout_rate']}; "
+        f"trained in {result['precision']}, tested in float32.",
         "",
         f"Job wall time {result['job_minutes']} min. Export: `{result['export']}`"
         " (signature `serving_default`: `token_ids` int32 (batch, seg_len), "
@@ -333,45 +428,55 @@ class LanguageModelRun(StagedJob):
         self.export_dir, self.command = export_dir, command
 
     def prepare_data(self):
-        """The corpus as id streams, one row per batch element."""
+        """The training and validation splits as id streams, one row per
+        batch element (the test split is read by ``evaluate`` only)."""
         config, data_dir = self.config, self.data_dir
         if config.corpus == "file":
             splits, vocab = lm.load_text_file(config.text_file, config.level)
-            train_ids, valid_ids, test_ids = (splits[s] for s in ("train", "valid", "test"))
+            train_ids, valid_ids = splits["train"], splits["valid"]
+            self._test_ids = lambda: splits["test"]
         else:
             train_ids, vocab = lm.load_lm_corpus(config.corpus, "train", data_dir=data_dir,
                                                  download=config.download)
             valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
                                              download=config.download)
-            test_ids, _ = lm.load_lm_corpus(config.corpus, "test", vocab, data_dir,
-                                            download=config.download)
+            self._test_ids = lambda: lm.load_lm_corpus(
+                config.corpus, "test", vocab, data_dir, download=config.download)[0]
         if config.train_tokens:
             train_ids = train_ids[:config.train_tokens]
         if config.eval_tokens:
             valid_ids = valid_ids[:config.eval_tokens]
-            test_ids = test_ids[:config.eval_tokens]
         self.vocab = vocab
         self.train = train = lm.batchify(train_ids, config.batch_size)
         self.valid = valid = lm.batchify(valid_ids, config.eval_batch_size)
-        self.test = test = lm.batchify(test_ids, config.eval_batch_size)
         if train.shape[1] <= config.seg_len:
             raise ValueError(
                 f"training streams of {train.shape[1]} tokens are too short for "
                 f"seg_len={config.seg_len} (train_tokens={config.train_tokens}, "
                 f"batch_size={config.batch_size})")
         print(f"vocabulary {len(vocab)}; train streams {train.shape}, valid "
-              f"{valid.shape}, test {test.shape}", flush=True)
+              f"{valid.shape}", flush=True)
         self.eval_mem_len = config.eval_mem_len or config.mem_len
 
     def build(self):
         """Transformer-XL and the vanilla Transformer it is compared with
-        (its d_ff matched to the same parameter count if asked)."""
+        (its d_ff matched to the same parameter count if asked), in
+        ``precision`` (the global dtype policy is restored after)."""
+        previous = keras.config.dtype_policy()
+        try:
+            self.policy = apply_precision(self.config.precision)
+            self._build_models()
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    def _build_models(self):
         config, vocab = self.config, self.vocab
         keras.utils.set_random_seed(config.seed)
         self.xl = TransformerXLLM(
             len(vocab), num_layers=config.num_layers, d_model=config.d_model,
             num_heads=config.num_heads, d_ff=config.d_ff, mem_len=config.mem_len,
             max_segment_len=config.seg_len, dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
             name=config.name,
         )
         self.xl_params = int(self.xl.count_params())
@@ -387,6 +492,7 @@ class LanguageModelRun(StagedJob):
             len(vocab), num_layers=config.num_layers, d_model=config.d_model,
             num_heads=config.num_heads, d_ff=self.vanilla_d_ff,
             max_sequence_length=config.seg_len, dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
             name=f"vanilla_{config.corpus}",
         )
         self.vanilla_params = int(self.vanilla.count_params())
@@ -394,8 +500,10 @@ class LanguageModelRun(StagedJob):
               f"{self.vanilla_params:,} (d_ff {self.vanilla_d_ff})", flush=True)
 
     def fit(self):
-        """Both models, the same steps and schedule; valid perplexity
-        every ``eval_every`` steps (Transformer-XL with its memory)."""
+        """Transformer-XL for ``steps`` (or the steps its time budget
+        holds), then the vanilla model for the same steps with the same
+        schedule; valid perplexity every ``eval_every`` steps
+        (Transformer-XL with its memory)."""
         config, xl, vanilla, valid = self.config, self.xl, self.vanilla, self.valid
 
         def xl_valid():
@@ -405,31 +513,41 @@ class LanguageModelRun(StagedJob):
             finally:
                 xl.set_mem_len(config.mem_len)
 
-        print(f"training Transformer-XL for {config.steps} steps", flush=True)
-        step = make_train_step(
-            xl, keras.optimizers.Adam(cosine_warmup_schedule(config)),
-            clip_norm=config.clip_norm)
+        budget = config.time_budget_minutes * 60
+        print(f"training Transformer-XL for {config.steps} steps"
+              + (f" or {config.time_budget_minutes:g} min, whichever ends first"
+                 if budget else ""), flush=True)
+        schedule = cosine_warmup_schedule(config)
+        step = make_train_step(xl, _optimizer(config, schedule),
+                               clip_norm=config.clip_norm)
         self.xl_history, self.xl_train_s, self.xl_eval_s = train_segments(
             "Transformer-XL", step, xl, self.train, config.seg_len, config.steps,
-            config.eval_every, xl_valid, self.verbose)
+            config.eval_every, xl_valid, self.verbose, budget_seconds=budget,
+            on_fit=lambda steps: fit_schedule(schedule, steps))
+        self.steps = self.xl_history["step"][-1]
         if vanilla is None:
             return
-        print(f"training the vanilla Transformer for {config.steps} steps",
+        print(f"training the vanilla Transformer for {self.steps} steps",
               flush=True)
         vstep = make_train_step(
-            vanilla, keras.optimizers.Adam(cosine_warmup_schedule(config)),
+            vanilla, _optimizer(config, cosine_warmup_schedule(config, self.steps)),
             clip_norm=config.clip_norm)
         self.van_history, self.van_train_s, self.van_eval_s = train_segments(
-            "vanilla", vstep, vanilla, self.train, config.seg_len, config.steps,
+            "vanilla", vstep, vanilla, self.train, config.seg_len, self.steps,
             config.eval_every,
             lambda: evaluate_disjoint_segments(vanilla, valid, config.seg_len),
             self.verbose)
 
     def evaluate(self):
-        """The test split, once: Transformer-XL with memory, the vanilla
-        model on disjoint segments and with a sliding window."""
-        config, xl, vanilla, test = self.config, self.xl, self.vanilla, self.test
-        print("scoring the test split", flush=True)
+        """The test split, once, in float32: Transformer-XL with memory,
+        the vanilla model on disjoint segments and with a sliding window."""
+        config = self.config
+        test_ids = self._test_ids()
+        if config.eval_tokens:
+            test_ids = test_ids[:config.eval_tokens]
+        self.test = test = lm.batchify(test_ids, config.eval_batch_size)
+        print(f"scoring the test split {test.shape}", flush=True)
+        self.xl = xl = float32_lm(self.xl)
         xl.set_mem_len(self.eval_mem_len)
         seconds = {}
 
@@ -441,10 +559,11 @@ class LanguageModelRun(StagedJob):
 
         self.xl_test = timed("xl", lambda: evaluate_with_memory(xl, test, config.seg_len))
         self.test_seconds = seconds
-        if vanilla is None:
+        if self.vanilla is None:
             print(f"test bits/token: Transformer-XL {self.xl_test / math.log(2):.4f}",
                   flush=True)
             return
+        self.vanilla = vanilla = float32_lm(self.vanilla)
         self.van_disjoint = timed("disjoint", lambda: evaluate_disjoint_segments(
             vanilla, test, config.seg_len))
         self.van_sliding = timed("sliding", lambda: evaluate_sliding_window(
@@ -476,7 +595,8 @@ class LanguageModelRun(StagedJob):
             "corpus": config.corpus,
             "level": config.token_level,
             "vocabulary_size": len(self.vocab),
-            "train_tokens_seen": config.steps * config.batch_size * config.seg_len,
+            "steps": self.steps, "precision": self.policy,
+            "train_tokens_seen": self.steps * config.batch_size * config.seg_len,
             "test_tokens": int(test.shape[0] * (test.shape[1] - 1)),
             "transformer_xl": {
                 "parameters": self.xl_params, "eval_mem_len": self.eval_mem_len,

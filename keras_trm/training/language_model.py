@@ -108,8 +108,13 @@ def train_batches(streams, seg_len):
             yield inputs, targets, k == 0
 
 
+# Steps timed for the pace under a time budget: from the end of step
+# PACE_FROM (after the step's tracing) to PACE_TO, then every validation.
+PACE_FROM, PACE_TO = 10, 60
+
+
 def train_segments(name, step, model, streams, seg_len, steps, eval_every,
-                   evaluate, verbose=2):
+                   evaluate, verbose=2, budget_seconds=None, on_fit=None):
     """Runs ``steps`` training steps of ``step`` (``make_train_step``) over
     ``streams`` and validates every ``eval_every`` steps and at the end.
 
@@ -117,22 +122,33 @@ def train_segments(name, step, model, streams, seg_len, steps, eval_every,
     over the streams. ``evaluate()`` returns the validation NLL (nats per
     token).
 
+    With ``budget_seconds`` (training seconds, validation not counted) the
+    run is fitted to the budget: the pace from step ``PACE_FROM`` to
+    ``PACE_TO``, and again at every validation, gives the steps the budget
+    holds (at most ``steps``); ``on_fit(total_steps)`` is called when that
+    count changes (e.g. to end a schedule's decay there), and training
+    stops once the budget is spent.
+
     Returns:
         ``(history, train_seconds, eval_seconds)``; ``history`` holds lists
         ``step``, ``train_loss`` (mean since the previous validation),
-        ``valid_nll``, ``seconds`` (training seconds so far).
+        ``valid_nll``, ``seconds`` (training seconds so far); its last
+        ``step`` is the number of steps run.
 
     Raises:
         FloatingPointError: a non-finite training loss (names the step).
     """
     history = {"step": [], "train_loss": [], "valid_nll": [], "seconds": []}
+    planned = steps
     progbar = keras.utils.Progbar(steps, verbose=verbose,
                                   stateful_metrics=["valid_bits"])
     batches = train_batches(streams, seg_len)
     carries_memory = hasattr(model, "init_memories")
     memories, window = None, []
-    train_seconds = eval_seconds = 0.0
-    for k in range(1, steps + 1):
+    train_seconds = eval_seconds = paced_from = 0.0
+    k = 0
+    while k < steps:
+        k += 1
         inputs, targets, new_pass = next(batches)
         t0 = time.time()
         if carries_memory and new_pass:
@@ -143,6 +159,23 @@ def train_segments(name, step, model, streams, seg_len, steps, eval_every,
         if not math.isfinite(loss):
             raise FloatingPointError(
                 f"{name}: training loss is {loss} at step {k}")
+        if budget_seconds:
+            if k == PACE_FROM:
+                paced_from = train_seconds
+            if k == PACE_TO or (k > PACE_TO and k % eval_every == 0):
+                pace = (train_seconds - paced_from) / (k - PACE_FROM)
+                fitted = min(planned, k + int((budget_seconds - train_seconds) / pace))
+                if fitted != steps:
+                    steps = max(fitted, k)
+                    progbar.target = steps
+                    if on_fit is not None:
+                        on_fit(steps)
+                    if verbose != 1:
+                        print(f"{name}: {pace:.3f} s a step; the time budget of "
+                              f"{budget_seconds / 60:.1f} min holds {steps} steps",
+                              flush=True)
+            if train_seconds >= budget_seconds:
+                steps = k
         window.append(loss)
         values = [("loss", loss)]
         if k % eval_every == 0 or k == steps:
