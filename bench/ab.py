@@ -29,7 +29,9 @@ edits); for ``saved_model`` they are SavedModel version folders. Kinds:
   importing B: the same random-weight ``transformer_small`` and batch,
   the two taking turns call by call; every sentence decodes to
   ``--max_length`` (random weights), which times the steps, not the stop.
-  The ids must be equal.
+  The ids must be equal. A's file runs with B's ``graph_search``, so both
+  must share its interface: across the search strategies (issue #62) use
+  ``search_tree``.
 - ``search_tree``: the same searches, model and batch, but each revision's
   whole tree (its layers' cached step too), one child process per run,
   the revisions alternating; both load the weights that A's tree draws

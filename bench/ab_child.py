@@ -103,6 +103,19 @@ def train_step(steps, warmup, batch, length, vocabulary, precision, part):
             "grad_abs_sum": grad_sum, "loss": float(loss)}
 
 
+def _beam4_and_greedy(module, max_length):
+    """Beam 4 and greedy of a ``keras_trm.decoding.search`` module, as
+    ``f(model, ids)``: its strategy objects, or the functions before them
+    (issue #62)."""
+    if hasattr(module, "BeamSearch"):
+        return (module.BeamSearch(beam_size=4, max_decoding_length=max_length),
+                module.GreedySearch(max_decoding_length=max_length))
+    return (lambda model, ids: module.beam_search(
+                model, ids, beam_size=4, max_decoding_length=max_length),
+            lambda model, ids: module.greedy_search(
+                model, ids, max_decoding_length=max_length))
+
+
 def search(a_search, batch, max_length, repeats):
     """Seconds of the graph searches (``tf.function``, greedy and beam 4) of
     this tree (b) and of the ``search.py`` at ``a_search`` (a), on the same
@@ -121,12 +134,12 @@ def search(a_search, batch, max_length, repeats):
     keras.utils.set_random_seed(0)
     model = transformer_small(8000, max_sequence_length=128)
     source = tf.constant(random_sources(batch))
-    searches = {name: {
-        "beam4": tf.function(lambda ids, m=module: m.beam_search(
-            model, ids, beam_size=4, max_length=max_length)),
-        "greedy": tf.function(lambda ids, m=module: m.greedy_search(
-            model, ids, max_length=max_length))}
-        for name, module in (("a", a_module), ("b", b_module))}
+    searches = {}
+    for name, module in (("a", a_module), ("b", b_module)):
+        beam4, greedy = _beam4_and_greedy(module, max_length)
+        searches[name] = {
+            "beam4": tf.function(lambda ids, f=beam4: f(model, ids)),
+            "greedy": tf.function(lambda ids, f=greedy: f(model, ids))}
     ids = {name: {kind: f(source).numpy() for kind, f in fs.items()}
            for name, fs in searches.items()}  # traced and warmed
     seconds = {name: {"beam4": [], "greedy": []} for name in searches}
@@ -152,7 +165,7 @@ def search_tree(batch, max_length, repeats, weights, save_weights=False):
 
     import tensorflow as tf
 
-    from keras_trm.decoding.search import beam_search, greedy_search
+    from keras_trm.decoding import search
     from keras_trm.models import transformer_small
 
     keras.utils.set_random_seed(0)
@@ -162,11 +175,9 @@ def search_tree(batch, max_length, repeats, weights, save_weights=False):
         return {"saved": weights}
     model.load_weights(weights)
     source = tf.constant(random_sources(batch))
-    searches = {
-        "beam4": tf.function(lambda ids: beam_search(
-            model, ids, beam_size=4, max_length=max_length)),
-        "greedy": tf.function(lambda ids: greedy_search(
-            model, ids, max_length=max_length))}
+    beam4, greedy = _beam4_and_greedy(search, max_length)
+    searches = {"beam4": tf.function(lambda ids: beam4(model, ids)),
+                "greedy": tf.function(lambda ids: greedy(model, ids))}
     ids_sha1 = {kind: hashlib.sha1(f(source).numpy().tobytes()).hexdigest()
                 for kind, f in searches.items()}  # traced and warmed
     seconds = {kind: [] for kind in searches}

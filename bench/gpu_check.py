@@ -229,7 +229,7 @@ def run_child(args):
     import numpy as np
     import tensorflow as tf
 
-    from keras_trm.decoding import Translator, corpus_bleu
+    from keras_trm.decoding import BeamSearch, Translator, corpus_bleu
     from keras_trm.jobs.translation import (TranslationConfig, prepare_training_batches,
                                             tf_dataset)
     from keras_trm.models import transformer_base
@@ -313,8 +313,8 @@ def run_child(args):
     # Decoding computes in float32 (the jobs' way): same weights, no casts.
     test_src, test_tgt = splits.test
     n = args.decode_sentences
-    translator = Translator(float32_copy(model), tokenizer, beam_size=4,
-                            length_penalty=0.6)
+    translator = Translator(float32_copy(model), tokenizer,
+                            search=BeamSearch(beam_size=4, length_penalty=0.6))
     t0 = time.perf_counter()
     hyps = translator.translate_texts(test_src[:n], batch_size=50)
     decode_seconds = time.perf_counter() - t0

@@ -84,7 +84,8 @@ def score_val(workdir, multi30k, beam_sizes, length_penalties):
     import sacrebleu
 
     from keras_trm.data import load_parallel
-    from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
+    from keras_trm.decoding import (GreedyBleu, Translator, corpus_bleu,
+                                    search_strategy)
     from keras_trm.cli import read_run_config
     from keras_trm.jobs.translation import TranslationConfig, prepare_tokenizer
 
@@ -98,8 +99,9 @@ def score_val(workdir, multi30k, beam_sizes, length_penalties):
     for beam_size in beam_sizes:
         for length_penalty in (length_penalties if beam_size > 1 else [0.0]):
             start = time.perf_counter()
-            translator = Translator(model, tokenizer, beam_size=beam_size,
-                                    length_penalty=length_penalty)
+            translator = Translator(model, tokenizer,
+                                    search=search_strategy(beam_size=beam_size,
+                                                           length_penalty=length_penalty))
             hyps = translator.translate_texts(sources)
             bleu = corpus_bleu(hyps, references)[0]
             lower = sacrebleu.corpus_bleu(hyps, [references], lowercase=True).score

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_trm.decoding import beam_search, greedy_search
+from keras_trm.decoding import BeamSearch, GreedySearch
 from keras_trm.models import transformer
 from keras_trm.training import (LabelSmoothedCrossEntropy, NoamSchedule,
                                 average_checkpoints, paper_adam)
@@ -82,9 +82,8 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
     length, vocab = 3, tiny_model.target_vocabulary_size
     source = np.array([[4, 5, 6, 3, 0], [6, 6, 4, 5, 3], [5, 3, 0, 0, 0]],
                       "int32")
-    best, _, scores = beam_search(
-        tiny_model, source, beam_size=vocab ** (length - 1),
-        length_penalty=alpha, max_decoding_length=length, return_all=True)
+    best, _, scores = BeamSearch(beam_size=vocab ** (length - 1),
+                                 length_penalty=alpha, max_decoding_length=length)(tiny_model, source, return_all=True)
     best, scores = to_numpy(best), to_numpy(scores)
     for b in range(len(source)):
         hyps, exact = _exhaustive(tiny_model, source[b], length, alpha)
@@ -118,27 +117,27 @@ def test_cached_searches_equal_recompute_and_beam_one_is_greedy(small_model,
                                                                  source):
     """The cached step gives the ids of re-running the decoder over the
     whole prefix; beam 1 is greedy at any length penalty."""
-    greedy = to_numpy(greedy_search(small_model, source, max_decoding_length=9))
+    greedy = to_numpy(GreedySearch(max_decoding_length=9)(small_model, source))
     np.testing.assert_array_equal(
-        greedy, to_numpy(greedy_search(small_model, source, max_decoding_length=9,
-                                       use_cache=False)))
+        greedy, to_numpy(GreedySearch(max_decoding_length=9)(small_model, source, use_cache=False)))
     for rule in (True, "first_end", False):
-        cached = beam_search(small_model, source, beam_size=3, max_decoding_length=9,
-                             early_stopping=rule)
+        cached = BeamSearch(beam_size=3, max_decoding_length=9,
+                            early_stopping=rule)(small_model, source)
         np.testing.assert_array_equal(
             to_numpy(cached),
-            to_numpy(beam_search(small_model, source, beam_size=3,
-                                 max_decoding_length=9, early_stopping=rule,
-                                 use_cache=False)))
+            to_numpy(BeamSearch(beam_size=3, max_decoding_length=9,
+                                early_stopping=rule)(small_model, source,
+                                                     use_cache=False)))
     np.testing.assert_array_equal(
-        greedy, to_numpy(beam_search(small_model, source, beam_size=1,
-                                     length_penalty=1.0, max_decoding_length=9)))
+        greedy, to_numpy(BeamSearch(beam_size=1, length_penalty=1.0,
+                                    max_decoding_length=9)(small_model,
+                                                           source)))
 
 
 def test_a_sentence_decodes_alike_alone_and_in_a_batch(small_model, source):
-    together = to_numpy(beam_search(small_model, source, beam_size=4))
+    together = to_numpy(BeamSearch(beam_size=4)(small_model, source))
     for b in (1, 3):
-        alone = to_numpy(beam_search(small_model, source[b:b + 1], beam_size=4))
+        alone = to_numpy(BeamSearch(beam_size=4)(small_model, source[b:b + 1]))
         width = alone.shape[1]
         np.testing.assert_array_equal(alone[0], together[b, :width])
         assert not together[b, width:].any()
@@ -146,16 +145,16 @@ def test_a_sentence_decodes_alike_alone_and_in_a_batch(small_model, source):
 
 def test_search_follows_new_weights(small_model, source):
     """A compiled search (jax.jit) reads the model's current weights."""
-    before = to_numpy(beam_search(small_model, source, beam_size=2))
+    before = to_numpy(BeamSearch(beam_size=2)(small_model, source))
     weights = small_model.get_weights()
     try:
         small_model.set_weights([np.roll(w, 1, axis=-1) for w in weights])
-        after = to_numpy(beam_search(small_model, source, beam_size=2))
+        after = to_numpy(BeamSearch(beam_size=2)(small_model, source))
         assert not np.array_equal(before, after)
     finally:
         small_model.set_weights(weights)
     np.testing.assert_array_equal(
-        before, to_numpy(beam_search(small_model, source, beam_size=2)))
+        before, to_numpy(BeamSearch(beam_size=2)(small_model, source)))
 
 
 def test_searches_refuse_host_ids_outside_the_source_vocabulary(small_model, source):
@@ -166,14 +165,15 @@ def test_searches_refuse_host_ids_outside_the_source_vocabulary(small_model, sou
     for bad, value in ((30, 30), (-1, -1)):
         ids = source.copy()
         ids[2, 4] = bad
-        for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=2, **k)):
+        for search in (GreedySearch(max_decoding_length=4),
+                       BeamSearch(beam_size=2, max_decoding_length=4)):
             with pytest.raises(ValueError, match=rf"encoder_tokens\[2, 4\]={value} "):
-                search(small_model, ids, max_decoding_length=4)
+                search(small_model, ids)
             with pytest.raises(ValueError, match=r"in \[0, 30\)"):
-                search(small_model, ids.tolist(), max_decoding_length=4)
+                search(small_model, ids.tolist())
     np.testing.assert_array_equal(  # in range: lists and arrays alike
-        to_numpy(greedy_search(small_model, source.tolist(), max_decoding_length=4)),
-        to_numpy(greedy_search(small_model, source, max_decoding_length=4)))
+        to_numpy(GreedySearch(max_decoding_length=4)(small_model, source.tolist())),
+        to_numpy(GreedySearch(max_decoding_length=4)(small_model, source)))
     # The model's own encode / decode, called with host ids.
     bad = source.copy()
     bad[0, 1] = 31
@@ -199,13 +199,12 @@ def test_searches_stop_at_the_end_id_they_are_given():
     projection.set_weights([np.zeros_like(kernel), bias])
     source = np.array([[6, 7, 6, 7], [7, 6, 1, 1]], "int32")
     ids = dict(start_id=4, end_id=5, pad_id=1)
-    for search in (greedy_search,
-                   lambda m, x, **kw: beam_search(m, x, beam_size=2, **kw)):
-        out = to_numpy(search(model, source, **ids))
+    for make in (GreedySearch, lambda **kw: BeamSearch(beam_size=2, **kw)):
+        out = to_numpy(make()(model, source, **ids))
         assert out.shape == (2, 11)
         assert (out[:, 0] == 5).all() and (out[:, 1:] == 1).all()
         np.testing.assert_array_equal(
-            to_numpy(search(model, source, max_decoding_length=6)),
+            to_numpy(make(max_decoding_length=6)(model, source)),
             np.full((2, 6), 5))
 
 
@@ -383,10 +382,9 @@ def test_fused_projections_are_the_same_function(monkeypatch, small_model,
         # projections it is meant to check.
         monkeypatch.setattr(search_module, "_COMPILED",
                             weakref.WeakKeyDictionary())
-        out["greedy"] = to_numpy(greedy_search(small_model, source,
-                                               max_decoding_length=9))
-        out["beam"] = to_numpy(beam_search(small_model, source, beam_size=3,
-                                           max_decoding_length=9))
+        out["greedy"] = to_numpy(GreedySearch(max_decoding_length=9)(small_model, source))
+        out["beam"] = to_numpy(BeamSearch(beam_size=3,
+                                          max_decoding_length=9)(small_model, source))
         return out
 
     separate = results()
@@ -639,7 +637,7 @@ def test_average_checkpoints_is_the_mean(tmp_path, small_model):
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np, keras
-    from keras_trm.decoding import Translator, beam_search, greedy_search
+    from keras_trm.decoding import BeamSearch, GreedySearch, Translator
     from keras_trm.models import transformer
     from keras_trm.text import RESERVED_TOKENS, TextTokenizer
 
@@ -660,15 +658,16 @@ _CHILD = textwrap.dedent("""
         result = dict(
             backend=keras.backend.backend(),
             logits=keras.ops.convert_to_numpy(logits).tolist(),
-            greedy=np.asarray(greedy_search(model, src)).tolist(),
-            beam=np.asarray(beam_search(model, src, beam_size=4)).tolist())
+            greedy=np.asarray(GreedySearch()(model, src)).tolist(),
+            beam=np.asarray(BeamSearch(beam_size=4)(model, src)).tolist())
         # Raw text through TensorFlow's tokenizer and this backend's search
         # (greedy, one batch: the beam ids are compared above, and each
         # search or batch shape more costs a compilation per process).
         words = list(RESERVED_TOKENS) + [
             f"w{i}" for i in range(40 - len(RESERVED_TOKENS))]
         sentences = ["w1 w2 w3 .", "  ", "w7 " * 30, "w5"]
-        result["texts"] = Translator(model, TextTokenizer(words), beam_size=1
+        result["texts"] = Translator(model, TextTokenizer(words),
+                                     search=GreedySearch()
                                      ).translate_texts(sentences, batch_size=4)
         json.dump(result, open(out, "w"))
 

@@ -15,7 +15,7 @@ ctranslate2 = pytest.importorskip(
     reason='ctranslate2 is not installed (pip install -e ".[ctranslate2]")',
 )
 
-from keras_trm.decoding import Translator  # noqa: E402
+from keras_trm.decoding import GreedySearch, Translator, search_strategy  # noqa: E402
 from keras_trm.export.ctranslate2 import (  # noqa: E402
     CTranslate2Translator,
     build_spec,
@@ -113,7 +113,7 @@ def val_sentences(data_dir):
 
 def test_greedy_tokens_equal_ours_on_real_sentences(trained, tokenizer,
                                                    val_sentences):
-    translator = Translator(trained["model"], tokenizer, beam_size=1)
+    translator = Translator(trained["model"], tokenizer, search=GreedySearch())
     ids = tf.function(translator.generate_ids)(
         translator.encode_text(tf.constant(val_sentences))).numpy()
     ours_text = [s.decode() for s in tokenizer.detokenize(ids).numpy()]
@@ -149,8 +149,8 @@ def test_parallel_searches_and_length_groups_keep_each_sentences_ids(
     def search(parts, groups):
         """sentences -> ids, traced once."""
         translator = Translator(trained["model"], tokenizer,
-                                beam_size=beam_size, parallel_searches=parts,
-                                encode_groups=groups)
+                                search=search_strategy(beam_size=beam_size),
+                                parallel_searches=parts, encode_groups=groups)
         generate = tf.function(translator.generate_ids, input_signature=[
             tf.TensorSpec([None, None], tf.int32)])
         return lambda sentences: generate(translator.encode_text(
@@ -166,8 +166,9 @@ def test_parallel_searches_and_length_groups_keep_each_sentences_ids(
                                       one(val_sentences[:2]))
         assert split([]).shape[0] == 0
     for name in ("parallel_searches", "encode_groups"):
-        for bad in (0, True, 2.0):
-            with pytest.raises(ValueError, match=f"{name}={bad!r}"):
+        for bad, error in ((0, ValueError), (True, TypeError),
+                           (2.0, TypeError)):
+            with pytest.raises(error, match=f"{name}={bad!r}"):
                 Translator(trained["model"], tokenizer, **{name: bad})
 
 

@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import random_ids
-from keras_trm.decoding import beam_search, corpus_bleu, greedy_search, length_penalty
+from keras_trm.decoding import (BeamSearch, GreedySearch, corpus_bleu, length_penalty,
+                                search_strategy)
 from keras_trm.decoding.search import encode_by_length, top_k_rows
 from keras_trm.models import transformer
 from keras_trm.text import END_ID, PAD_ID, START_ID
@@ -46,8 +47,8 @@ def sequence_log_prob(model, source, hyp):
 
 
 def test_cached_greedy_equals_recompute(model, source):
-    cached = greedy_search(model, source, max_decoding_length=12).numpy()
-    full = greedy_search(model, source, max_decoding_length=12, use_cache=False).numpy()
+    cached = GreedySearch(max_decoding_length=12)(model, source).numpy()
+    full = GreedySearch(max_decoding_length=12)(model, source, use_cache=False).numpy()
     np.testing.assert_array_equal(cached, full)
     # After END only padding.
     for row in cached:
@@ -56,7 +57,7 @@ def test_cached_greedy_equals_recompute(model, source):
 
 
 def test_greedy_is_the_argmax_path(model, source):
-    out = greedy_search(model, source, max_decoding_length=6).numpy()
+    out = GreedySearch(max_decoding_length=6)(model, source).numpy()
     prefix = np.full((len(source), 1), START_ID, "int32")
     for t in range(6):
         logits = model({"encoder_tokens": source, "decoder_tokens": prefix})
@@ -72,18 +73,17 @@ def normalized_score(model, source, hyp, alpha):
 
 
 def test_beam_one_equals_greedy(model, source):
-    greedy = greedy_search(model, source, max_decoding_length=12).numpy()
+    greedy = GreedySearch(max_decoding_length=12)(model, source).numpy()
     for alpha in (0.0, 0.6, 1.0):
-        beam = beam_search(model, source, beam_size=1, length_penalty=alpha,
-                           max_decoding_length=12).numpy()
+        beam = BeamSearch(beam_size=1, length_penalty=alpha,
+                          max_decoding_length=12)(model, source).numpy()
         np.testing.assert_array_equal(beam, greedy)
 
 
 def test_beam_scores_are_model_log_probs_with_length_penalty(model, source):
     alpha = 0.6
-    best, beams, scores = beam_search(model, source, beam_size=3,
-                                      length_penalty=alpha, max_decoding_length=10,
-                                      return_all=True)
+    best, beams, scores = BeamSearch(beam_size=3, length_penalty=alpha,
+                                     max_decoding_length=10)(model, source, return_all=True)
     beams, scores = beams.numpy(), scores.numpy()
     np.testing.assert_array_equal(best.numpy(), beams[:, 0])
     assert np.all(np.diff(scores, axis=1) <= 1e-6)  # sorted best first
@@ -95,8 +95,9 @@ def test_beam_scores_are_model_log_probs_with_length_penalty(model, source):
 
 
 def test_cached_beam_equals_recompute(model, source):
-    a = beam_search(model, source, beam_size=3, max_decoding_length=10).numpy()
-    b = beam_search(model, source, beam_size=3, max_decoding_length=10, use_cache=False).numpy()
+    a = BeamSearch(beam_size=3, max_decoding_length=10)(model, source).numpy()
+    b = BeamSearch(beam_size=3, max_decoding_length=10)(model, source,
+                                                        use_cache=False).numpy()
     np.testing.assert_array_equal(a, b)
 
 
@@ -108,13 +109,13 @@ def test_length_penalty_formula():
 
 def test_decoding_bad_input(model, source):
     with pytest.raises(TypeError, match="encoder_tokens.*float"):
-        greedy_search(model, source.astype("float32"))
+        GreedySearch()(model, source.astype("float32"))
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(model, source, beam_size=0)
+        BeamSearch(beam_size=0)(model, source)
     with pytest.raises(ValueError, match="max_decoding_length"):
-        greedy_search(model, source, max_decoding_length=24)
+        GreedySearch(max_decoding_length=24)(model, source)
     with pytest.raises(ValueError, match="end_id=-1"):
-        beam_search(model, source, beam_size=2, end_id=-1)
+        BeamSearch(beam_size=2)(model, source, end_id=-1)
 
 
 def _end_at_five_model():
@@ -140,17 +141,16 @@ def test_searches_take_their_special_ids_as_arguments(static_cache):
     pad, start = 1, 4
     source = np.array([[6, 7, 6, 7], [7, 6, pad, pad]], "int32")
     ids = dict(start_id=start, end_id=5, pad_id=pad, static_cache=static_cache)
-    for search in (greedy_search,
-                   lambda m, x, **kw: beam_search(m, x, beam_size=2, **kw)):
+    for make in (GreedySearch, lambda **kw: BeamSearch(beam_size=2, **kw)):
         rec = _Recorder(model)
-        out = search(rec, source, **ids).numpy()
+        out = make()(rec, source, **ids).numpy()
         assert out.shape == (2, 11)  # width 4 + 50, capped at 12 - 1
         np.testing.assert_array_equal(out[:, 0], [5, 5])
         assert (out[:, 1:] == pad).all()
         assert (rec.fed[0] == start).all()  # START = start_id
         # The default END (3) never comes: 5 until each sentence's limit.
-        default = search(model, source, max_decoding_length=6,
-                         static_cache=static_cache).numpy()
+        default = make(max_decoding_length=6)(
+            model, source, static_cache=static_cache).numpy()
         np.testing.assert_array_equal(default, np.full((2, 6), 5))
 
 
@@ -166,22 +166,13 @@ def test_translator_passes_its_tokenizers_special_ids(beam_size):
 
     vocab = list(RESERVED_TOKENS) + ["a", "b", "c", "d"]
     translator = Translator(_end_at_five_model(), EndAtFive(vocab),
-                            beam_size=beam_size)
+                            search=search_strategy(beam_size=beam_size))
     assert (translator.start_id, translator.end_id, translator.pad_id) == (
         START_ID, 5, PAD_ID)
     tokens = translator.encode_text(tf.constant(["a c", "d"])).numpy()
     np.testing.assert_array_equal(tokens, [[4, 6, 5], [7, 5, PAD_ID]])
     ids = translator.generate_ids(tf.constant(tokens)).numpy()
     assert (ids[:, 0] == 5).all() and (ids[:, 1:] == PAD_ID).all()
-
-
-def test_old_search_keyword_still_works_with_a_warning(model, source):
-    with pytest.deprecated_call(match="`max_length` is now `max_decoding_length`"):
-        old = greedy_search(model, source, max_length=6).numpy()
-    np.testing.assert_array_equal(
-        old, greedy_search(model, source, max_decoding_length=6).numpy())
-    with pytest.deprecated_call(match="max_decoding_length"):
-        beam_search(model, source, beam_size=2, max_length=6)
 
 
 def test_a_model_with_the_old_positions_attribute_still_decodes():
@@ -201,8 +192,8 @@ def test_a_model_with_the_old_positions_attribute_still_decodes():
             return getattr(self._model, name)
 
     with pytest.deprecated_call(match="max_sequence_length"):
-        out = greedy_search(Old(model), source).numpy()
-    np.testing.assert_array_equal(out, greedy_search(model, source).numpy())
+        out = GreedySearch()(Old(model), source).numpy()
+    np.testing.assert_array_equal(out, GreedySearch()(model, source).numpy())
 
 
 def test_corpus_bleu_uses_sacrebleu():
@@ -244,9 +235,9 @@ def test_beam_stays_full_after_a_hypothesis_ends(model, source):
     seen_end_then_two_live = 0
     for b in range(len(source)):
         rec = _Recorder(model)
-        _, beams, _ = beam_search(rec, source[b:b + 1], beam_size=2,
-                                  length_penalty=0.6, max_decoding_length=10,
-                                  use_cache=False, return_all=True)
+        _, beams, _ = BeamSearch(beam_size=2, length_penalty=0.6,
+                                 max_decoding_length=10)(rec, source[b:b + 1],
+                                                         use_cache=False, return_all=True)
         # rec.fed[i]: the (2, i + 1) prefixes fed at step i (START first).
         for i, prefixes in enumerate(rec.fed[1:], start=1):
             assert not (prefixes == END_ID).any()  # only live hypotheses
@@ -266,9 +257,8 @@ def test_early_stopping_keeps_the_best_and_stops_early(tiny_model, rng):
             runs = []
             for early in (True, False):
                 rec = _Recorder(tiny_model)
-                best, _, scores = beam_search(
-                    rec, source, beam_size=k, length_penalty=alpha,
-                    max_decoding_length=7, return_all=True, early_stopping=early)
+                best, _, scores = BeamSearch(beam_size=k, length_penalty=alpha,
+                                             max_decoding_length=7, early_stopping=early)(rec, source, return_all=True)
                 runs.append((best.numpy(), scores.numpy()[:, 0], len(rec.fed)))
             np.testing.assert_array_equal(runs[0][0], runs[1][0])
             np.testing.assert_allclose(runs[0][1], runs[1][1], atol=1e-5)
@@ -296,10 +286,8 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
             for rule in ("bound", "first_end"):
                 for b in range(len(source)):  # one by one: steps per sentence
                     rec = _Recorder(m)
-                    best, _, scores = beam_search(
-                        rec, source[b:b + 1], beam_size=k,
-                        length_penalty=alpha, max_decoding_length=limit,
-                        return_all=True, early_stopping=rule)
+                    best, _, scores = BeamSearch(beam_size=k,
+                                                 length_penalty=alpha, max_decoding_length=limit, early_stopping=rule)(rec, source[b:b + 1], return_all=True)
                     runs.setdefault(rule, []).append(
                         (best.numpy()[0], float(scores.numpy()[0, 0]),
                          len(rec.fed)))
@@ -316,19 +304,18 @@ def test_first_end_stops_no_later_and_is_exact_without_length_penalty(
 
 def test_first_end_batched_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
-    best = beam_search(model, source, beam_size=3, length_penalty=0.6,
-                       max_decoding_length=10, early_stopping="first_end").numpy()
+    best = BeamSearch(beam_size=3, length_penalty=0.6, max_decoding_length=10,
+                      early_stopping="first_end")(model, source).numpy()
     for b in range(len(source)):
-        one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
-                          length_penalty=0.6, max_decoding_length=10,
-                          early_stopping="first_end")
+        one = BeamSearch(beam_size=3, length_penalty=0.6,
+                         max_decoding_length=10, early_stopping="first_end")(model, source[b:b + 1, :lengths[b]])
         np.testing.assert_array_equal(one.numpy()[0], best[b])
 
 
 @pytest.mark.parametrize("bad", ["first", "", None, 2])
 def test_unknown_early_stopping_is_refused(model, source, bad):
     with pytest.raises(ValueError, match=r"early_stopping=.*" + repr(bad)[:4]):
-        beam_search(model, source, beam_size=2, early_stopping=bad)
+        BeamSearch(beam_size=2, early_stopping=bad)(model, source)
 
 
 def _untied_model(vocab, max_sequence_length, seed):
@@ -354,10 +341,9 @@ def test_default_limit_is_per_sentence_so_batching_changes_nothing():
     source = np.zeros((2, 20), "int32")
     source[0, :3] = [5, 6, END_ID]
     source[1, :20] = [4 + i % 7 for i in range(19)] + [END_ID]
-    for search in (lambda x: greedy_search(m, x),
-                   lambda x: beam_search(m, x, beam_size=2),
-                   lambda x: beam_search(m, x, beam_size=3,
-                                         early_stopping="never")):
+    for search in (lambda x: GreedySearch()(m, x),
+                   lambda x: BeamSearch(beam_size=2)(m, x),
+                   lambda x: BeamSearch(beam_size=3, early_stopping="never")(m, x)):
         batched = search(source).numpy()
         assert batched.shape == (2, 70)
         assert (batched[0] != 0).sum() == 3 + 50 and (batched[1] != 0).sum() == 70
@@ -367,13 +353,11 @@ def test_default_limit_is_per_sentence_so_batching_changes_nothing():
 
 def test_batched_beam_equals_one_by_one(model, source):
     lengths = (source != 0).sum(1)
-    best, beams, scores = beam_search(model, source, beam_size=3,
-                                      length_penalty=0.6, max_decoding_length=10,
-                                      return_all=True)
+    best, beams, scores = BeamSearch(beam_size=3, length_penalty=0.6,
+                                     max_decoding_length=10)(model, source, return_all=True)
     for b in range(len(source)):
-        one = beam_search(model, source[b:b + 1, :lengths[b]], beam_size=3,
-                          length_penalty=0.6, max_decoding_length=10,
-                          return_all=True)
+        one = BeamSearch(beam_size=3, length_penalty=0.6,
+                         max_decoding_length=10)(model, source[b:b + 1, :lengths[b]], return_all=True)
         np.testing.assert_array_equal(one[0].numpy()[0], best.numpy()[b])
         np.testing.assert_array_equal(one[1].numpy()[0], beams.numpy()[b])
         np.testing.assert_allclose(one[2].numpy()[0], scores.numpy()[b],
@@ -391,8 +375,8 @@ def test_encode_by_length_is_the_encoder_with_less_padding(model, rng):
         out = encode_by_length(model, source, groups).numpy()
         np.testing.assert_allclose(out * real, full * real, atol=1e-5)
         assert encode_by_length(model, source[:0], groups).shape[0] == 0
-    for bad in (0, True, 1.5):
-        with pytest.raises(ValueError, match=f"groups={bad!r}"):
+    for bad, error in ((0, ValueError), (True, TypeError), (1.5, TypeError)):
+        with pytest.raises(error, match=f"groups={bad!r}"):
             encode_by_length(model, source, bad)
 
 
@@ -451,10 +435,8 @@ def test_beam_search_equals_exhaustive_search(tiny_model, alpha):
     source = np.array([[4, 5, 6, 3, 0], [6, 6, 4, 5, 3], [5, 3, 0, 0, 0]],
                       "int32")
     for early in (True, False):
-        best, _, scores = beam_search(
-            tiny_model, source, beam_size=vocab ** (length - 1),
-            length_penalty=alpha, max_decoding_length=length, return_all=True,
-            early_stopping=early)
+        best, _, scores = BeamSearch(beam_size=vocab ** (length - 1),
+                                     length_penalty=alpha, max_decoding_length=length, early_stopping=early)(tiny_model, source, return_all=True)
         for b in range(len(source)):
             hyps, exact = exhaustive_scores(tiny_model, source[b], length, alpha)
             top = int(np.argmax(exact))
@@ -529,7 +511,7 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
     the prefix, over beam sizes and length penalties."""
     model = _small_model(tie, norm_first, seed=5)
     source = random_ids(rng, (5, 7), 30, pad_from=[7, 3, 5, 2, 6])
-    greedy = [greedy_search(model, source, max_decoding_length=12, **kw).numpy()
+    greedy = [GreedySearch(max_decoding_length=12)(model, source, **kw).numpy()
               for kw in ({}, {"static_cache": True}, {"use_cache": False})]
     np.testing.assert_array_equal(greedy[0], greedy[1])
     np.testing.assert_array_equal(greedy[0], greedy[2])
@@ -537,10 +519,9 @@ def test_fast_search_equals_fixed_cache_and_recompute(tie, norm_first, rng):
         variants = [{}, {"static_cache": True}]
         if k == 3:
             variants.append({"use_cache": False})
-        runs = [beam_search(model, source, beam_size=k,
-                            length_penalty=alpha, max_decoding_length=10,
-                            return_all=True, **kw)
-                for kw in variants]
+        beam = BeamSearch(beam_size=k, length_penalty=alpha,
+                          max_decoding_length=10)
+        runs = [beam(model, source, return_all=True, **kw) for kw in variants]
         for other in runs[1:]:
             np.testing.assert_array_equal(runs[0][1], other[1])
             np.testing.assert_allclose(runs[0][2], other[2], atol=1e-5)
@@ -558,9 +539,8 @@ def test_two_stage_top_k_keeps_tie_order():
     bias[:] = 0.0
     projection.set_weights([np.zeros_like(kernel), bias])  # all tokens tie
     source = np.array([[4, 5, 3]], "int32")
-    _, beams, _ = beam_search(model, source, beam_size=2, max_decoding_length=3,
-                              length_penalty=0.0, return_all=True,
-                              early_stopping=False)
+    _, beams, _ = BeamSearch(beam_size=2, max_decoding_length=3,
+                             length_penalty=0.0, early_stopping=False)(model, source, return_all=True)
     # Step 1: tokens 0 and 1 (lowest ids; END=3 ranks below k). Step 2:
     # hypothesis 0 extended by tokens 0 and 1, and so on.
     np.testing.assert_array_equal(beams.numpy()[0], [[0, 0, 0], [0, 0, 1]])
@@ -594,9 +574,9 @@ def test_beam_with_chunked_top_k_equals_beam_with_tf_top_k(rng, monkeypatch):
                         max_sequence_length=12, dropout_rate=0.0)
     source = rng.integers(4, 3000, size=(3, 5)).astype("int32")
     source[:, -1] = END_ID
-    chunked = beam_search(model, source, beam_size=4, max_decoding_length=8, return_all=True)
+    chunked = BeamSearch(beam_size=4, max_decoding_length=8)(model, source, return_all=True)
     monkeypatch.setattr(search, "top_k_rows", lambda v, k: tf.math.top_k(v, k))
-    plain = beam_search(model, source, beam_size=4, max_decoding_length=8, return_all=True)
+    plain = BeamSearch(beam_size=4, max_decoding_length=8)(model, source, return_all=True)
     np.testing.assert_array_equal(chunked[1].numpy(), plain[1].numpy())
     np.testing.assert_array_equal(chunked[2].numpy(), plain[2].numpy())
 
@@ -612,11 +592,10 @@ def test_jit_compiled_searches_equal_graph_searches_over_many_steps(rng):
                         max_sequence_length=24, dropout_rate=0.0)
     source = rng.integers(4, 3000, size=(3, 6)).astype("int32")
     source[:, -1] = END_ID
-    for search in (greedy_search,
-                   lambda m, x, **kw: beam_search(m, x, beam_size=3, **kw)):
-        graph = search(model, source, max_decoding_length=12).numpy()
-        jit = tf.function(lambda x: search(model, x, max_decoding_length=12,
-                                           static_cache=True),
+    for search in (GreedySearch(max_decoding_length=12),
+                   BeamSearch(beam_size=3, max_decoding_length=12)):
+        graph = search(model, source).numpy()
+        jit = tf.function(lambda x: search(model, x, static_cache=True),
                           jit_compile=True)
         np.testing.assert_array_equal(jit(source).numpy(), graph)
 
@@ -624,16 +603,15 @@ def test_jit_compiled_searches_equal_graph_searches_over_many_steps(rng):
 def test_jit_compiled_search_equals_graph_search(model, source):
     """``static_cache=True`` compiles with XLA, runs in a plain graph (the
     batch size known when traced) and gives the same ids either way."""
-    graph = beam_search(model, source, beam_size=3, max_decoding_length=8).numpy()
+    graph = BeamSearch(beam_size=3, max_decoding_length=8)(model, source).numpy()
 
     def static(x):
-        return beam_search(model, x, beam_size=3, max_decoding_length=8,
-                           static_cache=True)
+        return BeamSearch(beam_size=3, max_decoding_length=8)(model, x, static_cache=True)
 
     jit = tf.function(static, jit_compile=True)
     np.testing.assert_array_equal(jit(source).numpy(), graph)
     np.testing.assert_array_equal(tf.function(static)(source).numpy(), graph)
     one = source[:1, :int((source[0] != 0).sum())]   # batch 1, a shape case
     np.testing.assert_array_equal(tf.function(static)(one).numpy(),
-                                  beam_search(model, one, beam_size=3,
-                                              max_decoding_length=8).numpy())
+                                  BeamSearch(beam_size=3,
+                                             max_decoding_length=8)(model, one).numpy())

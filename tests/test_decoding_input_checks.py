@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_trm.decoding import beam_search, greedy_search
+from keras_trm.decoding import BeamSearch, GreedySearch, search_strategy
 from keras_trm.models import transformer
 
 BACKEND = keras.backend.backend()
@@ -42,11 +42,11 @@ def source():
     return np.array([[5, 6, 7, 3], [7, 8, 3, 0]], "int32")
 
 
-def beam(model, source, **kwargs):
-    return beam_search(model, source, **{"beam_size": 2, **kwargs})
+def beam(**kwargs):
+    return BeamSearch(beam_size=2, **kwargs)
 
 
-SEARCHES = [greedy_search, beam]
+SEARCHES = [GreedySearch, beam]   # strategy factories
 
 
 # -- beam_search's beam_size and length_penalty ----------------------------
@@ -59,7 +59,7 @@ def test_beam_search_refuses_a_bad_length_penalty(model, source, bad, error):
     """NaN scored every hypothesis NaN (ids returned all the same), inf,
     a string and a bool were taken as numbers."""
     with pytest.raises(error, match=rf"length_penalty={bad!r}"):
-        beam(model, source, length_penalty=bad, max_decoding_length=4)
+        beam(length_penalty=bad, max_decoding_length=4)
 
 
 @pytest.mark.parametrize("bad, error", [
@@ -68,14 +68,30 @@ def test_beam_search_refuses_a_bad_length_penalty(model, source, bad, error):
 def test_beam_search_refuses_a_bad_beam_size(model, source, bad, error):
     """2.7 was cut to 2 and "3" read as 3; None failed in int()."""
     with pytest.raises(error, match=rf"beam_size={bad!r}"):
-        beam_search(model, source, beam_size=bad, max_decoding_length=4)
+        BeamSearch(beam_size=bad, max_decoding_length=4)(model, source)
 
 
 def test_beam_search_takes_numpy_numbers(model, source):
-    ids = beam_search(model, source, beam_size=np.int64(2),
-                      length_penalty=np.float32(0.6), max_decoding_length=4)
+    ids = BeamSearch(beam_size=np.int64(2), length_penalty=np.float32(0.6),
+                     max_decoding_length=4)(model, source)
     np.testing.assert_array_equal(
-        to_numpy(ids), to_numpy(beam(model, source, max_decoding_length=4)))
+        to_numpy(ids), to_numpy(beam(max_decoding_length=4)(model, source)))
+
+
+def test_strategies_are_values_with_a_config():
+    """Equal settings, equal (and equally hashed) strategies: the compiled
+    search of one is reused by the other; the config round-trips, with
+    True stored as the rule's name."""
+    beam = BeamSearch(beam_size=3, length_penalty=1.2, early_stopping=True,
+                      max_decoding_length=9)
+    assert beam.early_stopping == "bound"
+    assert BeamSearch.from_config(beam.get_config()) == beam
+    assert hash(BeamSearch(3, 1.2, "bound", 9)) == hash(beam)
+    assert GreedySearch.from_config(GreedySearch(7).get_config()) == GreedySearch(7)
+    assert search_strategy(1, length_penalty=1.2) == GreedySearch()
+    assert search_strategy(3, 1.2, True, 9) == beam
+    with pytest.raises(TypeError, match="max_decoding_length=2.0"):
+        GreedySearch(max_decoding_length=2.0)
 
 
 # -- the special ids ---------------------------------------------------------
@@ -89,9 +105,9 @@ def test_special_ids_past_the_target_vocabulary_are_refused(model, source,
     taken (END never found, ids outside the vocabulary written)."""
     with pytest.raises(ValueError, match=rf"`{name}` must be an id in "
                                          rf"\[0, {VOCAB}\).*{name}={VOCAB}$"):
-        search(model, source, max_decoding_length=4, **{name: VOCAB})
+        search(max_decoding_length=4)(model, source, **{name: VOCAB})
     # The last id of the vocabulary is fine.
-    assert to_numpy(search(model, source, max_decoding_length=4,
+    assert to_numpy(search(max_decoding_length=4)(model, source,
                            **{name: VOCAB - 1})).shape == (2, 4)
 
 
@@ -104,17 +120,15 @@ def test_an_empty_batch_gives_an_empty_result(model, search, width):
     compute the max of an empty tensor", PyTorch returned (0, steps): now
     every backend returns int32 (0, steps)."""
     empty = np.zeros((0, width), "int32")
-    out = search(model, empty, max_decoding_length=6)
+    out = search(max_decoding_length=6)(model, empty)
     assert tuple(out.shape) == (0, 6)
     assert keras.backend.standardize_dtype(out.dtype) == "int32"
     # The default limit: min(width + 50, max_sequence_length - 1).
-    assert tuple(search(model, empty).shape) == (0, 15)
+    assert tuple(search()(model, empty).shape) == (0, 15)
 
 
 def test_an_empty_batch_with_return_all(model):
-    best, beams, scores = beam_search(model, np.zeros((0, 4), "int32"),
-                                      beam_size=3, max_decoding_length=5,
-                                      return_all=True)
+    best, beams, scores = BeamSearch(beam_size=3, max_decoding_length=5)(model, np.zeros((0, 4), "int32"), return_all=True)
     assert (tuple(best.shape), tuple(beams.shape), tuple(scores.shape)) == (
         (0, 5), (0, 3, 5), (0, 3))
     assert keras.backend.standardize_dtype(scores.dtype) == "float32"
@@ -126,7 +140,7 @@ def test_a_zero_width_source_is_refused(model, search):
     maximum, in each backend's own words."""
     with pytest.raises(ValueError, match=r"`encoder_tokens` must have at "
                                          r"least one position.*\(2, 0\)"):
-        search(model, np.zeros((2, 0), "int32"), max_decoding_length=4)
+        search(max_decoding_length=4)(model, np.zeros((2, 0), "int32"))
 
 
 # -- encoder_outputs -------------------------------------------------------
@@ -140,23 +154,23 @@ def test_encoder_outputs_of_the_wrong_shape_are_refused(model, source,
     with pytest.raises(ValueError, match=r"`encoder_outputs` must have shape "
                        r"\(batch, T_src, d_model\) = \(2, 4, 8\).*"
                        + rf"{tuple(shape)}".replace("(", r"\(").replace(")", r"\)")):
-        search(model, source, max_decoding_length=4,
+        search(max_decoding_length=4)(model, source,
                encoder_outputs=np.zeros(shape, "float32"))
 
 
 @pytest.mark.parametrize("search", SEARCHES)
 def test_integer_encoder_outputs_are_refused(model, source, search):
     with pytest.raises(TypeError, match="`encoder_outputs` must be float.*int32"):
-        search(model, source, max_decoding_length=4,
+        search(max_decoding_length=4)(model, source,
                encoder_outputs=np.zeros((2, 4, 8), "int32"))
 
 
 @pytest.mark.parametrize("search", SEARCHES)
 def test_encoder_outputs_given_are_used(model, source, search):
     np.testing.assert_array_equal(
-        to_numpy(search(model, source, max_decoding_length=4,
+        to_numpy(search(max_decoding_length=4)(model, source,
                         encoder_outputs=model.encode(source))),
-        to_numpy(search(model, source, max_decoding_length=4)))
+        to_numpy(search(max_decoding_length=4)(model, source)))
 
 
 # -- the same on the other backends (from the TensorFlow suite) ------------
@@ -165,23 +179,22 @@ _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np
     import keras
-    from keras_trm.decoding import beam_search, greedy_search
+    from keras_trm.decoding import BeamSearch, GreedySearch
     from keras_trm.models import transformer
 
     model = transformer(60, num_layers=1, d_model=8, num_heads=2, d_ff=16,
                         max_sequence_length=16)
     source = np.array([[5, 6, 7, 3], [7, 8, 3, 0]], "int32")
     result = {"backend": keras.backend.backend()}
-    for name, search in (("greedy", greedy_search),
-                         ("beam", lambda *a, **k: beam_search(*a, beam_size=2, **k))):
-        out = search(model, np.zeros((0, 4), "int32"), max_decoding_length=6)
+    for name, search in (("greedy", GreedySearch), ("beam", BeamSearch)):
+        out = search(max_decoding_length=6)(model, np.zeros((0, 4), "int32"))
         result[name + "_empty"] = [list(out.shape),
                                    keras.backend.standardize_dtype(out.dtype)]
         for case, call in (
-                ("zero_width", lambda: search(model, np.zeros((2, 0), "int32"))),
-                ("start_id", lambda: search(model, source, start_id=60)),
-                ("length_penalty", lambda: beam_search(
-                    model, source, length_penalty=float("nan")))):
+                ("zero_width", lambda: search()(model, np.zeros((2, 0), "int32"))),
+                ("start_id", lambda: search()(model, source, start_id=60)),
+                ("length_penalty", lambda: BeamSearch(
+                    length_penalty=float("nan"))(model, source))):
             try:
                 call()
                 result[f"{name}_{case}"] = "no error"
@@ -231,7 +244,7 @@ def test_translator_refuses_a_tokenizer_of_another_size(model):
     with pytest.raises(ValueError, match=r"`tokenizer` has 10 tokens "
                        r"\(vocabulary_size=10\) but the model's target "
                        rf"vocabulary has {VOCAB}"):
-        Translator(model, small, beam_size=1)
+        Translator(model, small, search=GreedySearch())
     untied = transformer(60, num_layers=1, d_model=8, num_heads=2, d_ff=16,
                          max_sequence_length=16, tie_embeddings="none",
                          target_vocabulary_size=10)
@@ -252,25 +265,36 @@ def test_translator_refuses_tokenizer_special_ids_past_the_vocabulary(
 
 
 @pytest.mark.parametrize("name, bad, error", [
-    ("length_penalty", float("nan"), ValueError),
-    ("length_penalty", float("inf"), ValueError),
-    ("length_penalty", -1, ValueError),
-    ("length_penalty", "0.6", TypeError),
-    ("beam_size", 2.5, TypeError), ("beam_size", True, TypeError),
-    ("beam_size", 0, ValueError),
     ("max_source_length", 0, ValueError), ("max_source_length", 1, ValueError),
     ("max_source_length", 17, ValueError),
     ("max_source_length", 2.5, TypeError),
-    ("max_source_length", True, TypeError)])
+    ("max_source_length", True, TypeError),
+    ("search", "beam", TypeError), ("search", 4, TypeError),
+    ("beam_size", 2, TypeError), ("length_penalty", 0.6, TypeError),
+    ("early_stopping", "first_end", TypeError)])
 def test_translator_refuses_bad_arguments_at_construction(model, tokenizer,
                                                           name, bad, error):
-    """length_penalty=nan was taken, -1 failed only at the first translate
-    inside a tf.function; beam_size 2.5 became 2 and True 1;
-    max_source_length=0 silently meant the default and 2.5 became 2."""
+    """max_source_length=0 silently meant the default and 2.5 became 2; a
+    search that is not a strategy, and the search settings once passed
+    one by one (now ``search=BeamSearch(...)``), are refused by name."""
     from keras_trm.decoding import Translator
 
     with pytest.raises(error, match=rf"{name}={bad!r}"):
         Translator(model, tokenizer, **{name: bad})
+    if name in ("beam_size", "length_penalty", "early_stopping"):
+        with pytest.raises(TypeError, match=rf"search=BeamSearch\({name}="):
+            Translator(model, tokenizer, **{name: bad})
+
+
+def test_translator_checks_the_search_against_the_model(model, tokenizer):
+    """A decoding limit past the model's 16 positions fails when the
+    translator is made, not at its first translation."""
+    from keras_trm.decoding import Translator
+
+    with pytest.raises(ValueError, match=r"max_decoding_length=16"):
+        Translator(model, tokenizer, search=BeamSearch(max_decoding_length=16))
+    assert Translator(model, tokenizer, search=GreedySearch(
+        max_decoding_length=15)).search == GreedySearch(15)
 
 
 @pytest.mark.parametrize("bad, error", [(-1, ValueError), (0, ValueError),
@@ -280,7 +304,7 @@ def test_translate_texts_refuses_a_bad_batch_size(model, tokenizer, bad, error):
     own error."""
     from keras_trm.decoding import Translator
 
-    translator = Translator(model, tokenizer, beam_size=1)
+    translator = Translator(model, tokenizer, search=GreedySearch())
     with pytest.raises(error, match=rf"batch_size={bad!r}"):
         translator.translate_texts(["w1 w2"], batch_size=bad)
 
@@ -291,8 +315,8 @@ def test_translator_translates_an_empty_batch(model, tokenizer):
     from keras_trm.decoding import Translator
 
     for beam_size in (1, 2):
-        translator = Translator(model, tokenizer, beam_size=beam_size,
-                                max_source_length=8)
+        translator = Translator(model, tokenizer,
+                                search=search_strategy(beam_size=beam_size), max_source_length=8)
         assert translator.translate_texts([]) == []
         assert translator.translate_texts(["w1 w2", " "], batch_size=1)[1] == ""
         if BACKEND == "tensorflow":

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from keras_trm.decoding import Translator
+from keras_trm.decoding import BeamSearch, Translator, search_strategy
 from keras_trm.export.saved_model import export_module
 from keras_trm.models import transformer
 from keras_trm.serving import create_app
@@ -50,7 +50,7 @@ def _fresh_process_translations(path, tmp_path):
 def translator(tokenizer):
     model = transformer(tokenizer.vocabulary_size, num_layers=1, d_model=16,
                         num_heads=2, d_ff=32, max_sequence_length=32)
-    return Translator(model, tokenizer, beam_size=2)
+    return Translator(model, tokenizer, search=BeamSearch(beam_size=2))
 
 
 def test_in_process_edge_cases(translator):
@@ -60,7 +60,8 @@ def test_in_process_edge_cases(translator):
     assert translator.encode_text(tf.constant(SENTENCES)).shape[1] == 32
     assert translator.translate(tf.constant([], tf.string)).shape == (0,)
     with pytest.raises(ValueError, match="early_stopping='soon'"):
-        Translator(translator.model, translator.tokenizer, early_stopping="soon")
+        Translator(translator.model, translator.tokenizer,
+                   search=search_strategy(early_stopping="soon"))
 
 
 def test_saved_model_in_fresh_process_matches(translator, tmp_path):
@@ -139,16 +140,16 @@ def test_xla_translator_and_its_saved_model_match(translator, beam_size,
     cases included, in process and from its SavedModel in a fresh
     process."""
     plain = Translator(translator.model, translator.tokenizer,
-                       beam_size=beam_size)
+                       search=search_strategy(beam_size=beam_size))
     xla = Translator(translator.model, translator.tokenizer,
-                     beam_size=beam_size, jit_compile=True)
+                     search=search_strategy(beam_size=beam_size), jit_compile=True)
     expected = [s.decode() for s in plain.translate(tf.constant(SENTENCES)).numpy()]
     got = [s.decode() for s in xla.translate(tf.constant(SENTENCES)).numpy()]
     assert got == expected
     one = [s.decode() for s in xla.translate(tf.constant(SENTENCES[:1])).numpy()]
     assert one == expected[:1]
     assert xla.translate(tf.constant([], tf.string)).shape == (0,)
-    with pytest.raises(ValueError, match="jit_compile='yes'"):
+    with pytest.raises(TypeError, match="jit_compile='yes'"):
         Translator(translator.model, translator.tokenizer, jit_compile="yes")
     path = export_module(xla, tmp_path, "xla",
                          signatures={"serving_default": xla.translate})
@@ -171,9 +172,9 @@ def test_xla_for_small_batches_only(translator, tmp_path):
     # 64 positions: the two searches' output widths differ (below).
     model = transformer(translator.tokenizer.vocabulary_size, num_layers=1,
                         d_model=16, num_heads=2, d_ff=32, max_sequence_length=64)
-    plain = Translator(model, translator.tokenizer, beam_size=2)
-    hybrid = Translator(model, translator.tokenizer, beam_size=2,
-                        jit_compile=True, jit_compile_max_batch_size=1)
+    plain = Translator(model, translator.tokenizer, search=BeamSearch(beam_size=2))
+    hybrid = Translator(model, translator.tokenizer,
+                        search=BeamSearch(beam_size=2), jit_compile=True, jit_compile_max_batch_size=1)
     assert not _xla_compiled_functions(plain.translate.get_concrete_function())
     assert _xla_compiled_functions(hybrid.translate.get_concrete_function())
     # The routing itself: a batch of 1 takes the XLA search's padded width
@@ -205,8 +206,8 @@ def test_warmup_requests_cover_each_xla_bucket_and_batch_size(translator):
     warm-up requests send each at every batch size up to the limit."""
     from keras_trm.export import source_bucket_sentences, translator_warmup_requests
 
-    hybrid = Translator(translator.model, translator.tokenizer, beam_size=2,
-                        jit_compile=True, jit_compile_max_batch_size=1)
+    hybrid = Translator(translator.model, translator.tokenizer,
+                        search=BeamSearch(beam_size=2), jit_compile=True, jit_compile_max_batch_size=1)
     widths = []
     hybrid._compiled_search = lambda tokens: widths.append(int(tokens.shape[1]))
 
@@ -228,8 +229,8 @@ def test_warmup_requests_cover_each_xla_bucket_and_batch_size(translator):
     with pytest.raises(ValueError, match="max_sentences=0"):
         source_bucket_sentences(hybrid, sentences, max_sentences=0)
     # The export's requests: every bucket at every batch size XLA runs.
-    hybrid3 = Translator(translator.model, translator.tokenizer, beam_size=2,
-                         jit_compile=True, jit_compile_max_batch_size=3)
+    hybrid3 = Translator(translator.model, translator.tokenizer,
+                         search=BeamSearch(beam_size=2), jit_compile=True, jit_compile_max_batch_size=3)
     requests = translator_warmup_requests(hybrid3, sentences)
     assert [(name, inputs["sentences"]) for name, inputs in requests] == [
         ("serving_default", [by_width[w]] * size)
@@ -242,7 +243,7 @@ def test_parallel_searches_saved_model_matches(translator, tmp_path):
     default translator's strings in a fresh process."""
     expected = [s.decode() for s in translator.translate(tf.constant(SENTENCES)).numpy()]
     split = Translator(translator.model, translator.tokenizer,
-                       beam_size=translator.beam_size, parallel_searches=2)
+                       search=translator.search, parallel_searches=2)
     path = export_module(split, tmp_path, "split",
                          signatures={"serving_default": split.translate})
     assert _fresh_process_translations(path, tmp_path) == expected

@@ -33,7 +33,7 @@ CHILD = BLOCKER + textwrap.dedent("""
     import json
     import keras_trm, keras_trm.training, keras_trm.decoding, keras_trm.text
     import keras
-    from keras_trm.decoding import GreedyBleu, Translator
+    from keras_trm.decoding import BeamSearch, GreedyBleu, Translator
     from keras_trm.models import transformer
     from keras_trm.text import HostSentencePieceTokenizer
     from keras_trm.training import tensorboard_writer
@@ -47,8 +47,8 @@ CHILD = BLOCKER + textwrap.dedent("""
     score = GreedyBleu(model, tokenizer, sources, references)
     result["greedy_bleu"] = score(model)
     result["greedy"] = score.translator.translate_texts(sources)
-    result["beam"] = Translator(model, tokenizer, beam_size=2).translate_texts(
-        sources, batch_size=16)
+    result["beam"] = Translator(model, tokenizer, search=BeamSearch(beam_size=2)
+                                ).translate_texts(sources, batch_size=16)
     errors = {}
     for name, call in (
             ("wordpiece", lambda: keras_trm.text.TextTokenizer),
@@ -87,7 +87,7 @@ def reference(data_dir, tmp_path_factory):
     a tf-text tokenizer does not outlive a later ``set_random_seed``."""
     import tensorflow as tf  # noqa: F401  (the reference is TensorFlow's)
 
-    from keras_trm.decoding import GreedyBleu, Translator
+    from keras_trm.decoding import BeamSearch, GreedyBleu, Translator
     from keras_trm.models import transformer
     from keras_trm.text import (HostSentencePieceTokenizer, SentencePieceTokenizer,
                                 learn_sentencepiece)
@@ -117,7 +117,8 @@ def reference(data_dir, tmp_path_factory):
         score = GreedyBleu(model, tokenizer, sources, references)
         expected[key + "greedy_bleu"] = score(model)
         expected[key + "greedy"] = score.translator.translate_texts(sources)
-    expected["beam"] = Translator(model, graph, beam_size=2).translate_texts(sources)
+    expected["beam"] = Translator(model, graph,
+                                  search=BeamSearch(beam_size=2)).translate_texts(sources)
     request = {"model": str(path), "weights": str(root / "model.weights.h5"),
                "config": MODEL, "sources": sources, "references": references,
                "root": str(root)}

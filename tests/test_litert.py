@@ -59,7 +59,8 @@ def test_bad_arguments_and_no_partial_file(tmp_path):
 
 import keras  # noqa: E402
 
-from keras_trm.decoding.search import beam_search, greedy_search  # noqa: E402
+from keras_trm.decoding.search import (  # noqa: E402
+    BeamSearch, GreedySearch, search_strategy)
 from keras_trm.decoding.translator import Translator  # noqa: E402
 from keras_trm.export.litert import (  # noqa: E402
     LiteRTTranslator,
@@ -106,10 +107,10 @@ def _reference(model, ids, beam_size):
     import tensorflow as tf
 
     if beam_size == 1:
-        search = tf.function(lambda x: greedy_search(model, x))
+        search = tf.function(lambda x: GreedySearch()(model, x))
     else:
-        search = tf.function(lambda x: beam_search(
-            model, x, beam_size=beam_size, length_penalty=0.6))
+        search = tf.function(lambda x: BeamSearch(beam_size=beam_size,
+                                                  length_penalty=0.6)(model, x))
     out = []
     for best in search(tf.constant(ids)).numpy().tolist():
         out.append(best[:best.index(END_ID)] if END_ID in best
@@ -120,7 +121,7 @@ def _reference(model, ids, beam_size):
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_translator_tokens_equal_keras_search(tiny_translator, beam_size):
     model, path, _ = tiny_translator
-    runner = LiteRTTranslator(path, beam_size=beam_size)
+    runner = LiteRTTranslator(path, search=search_strategy(beam_size=beam_size))
     ids = runner.encode_texts(SENTENCES)
     got = runner.translate_ids(ids)
     expected = _reference(model, ids, beam_size)
@@ -133,18 +134,16 @@ def test_translator_tokens_equal_keras_search(tiny_translator, beam_size):
 
 def test_translate_texts_equals_tf_translator(tiny_translator, tokenizer):
     model, path, _ = tiny_translator
-    runner = LiteRTTranslator(path, beam_size=4, length_penalty=0.6)
-    reference = Translator(model, tokenizer, beam_size=4,
-                           length_penalty=0.6)
+    runner = LiteRTTranslator(path, search=BeamSearch(beam_size=4, length_penalty=0.6))
+    reference = Translator(model, tokenizer, search=BeamSearch(beam_size=4, length_penalty=0.6))
     sentences = SENTENCES[:3] + ["   "]
     expected = reference.translate_texts(sentences)
     assert runner.translate_texts(sentences) == expected
     assert expected[-1] == "" and all(expected[:3])
     # The same with CTranslate2's early exit: one search rule everywhere.
-    runner = LiteRTTranslator(path, beam_size=4, length_penalty=0.6,
-                              early_stopping="first_end")
-    reference = Translator(model, tokenizer, beam_size=4,
-                           length_penalty=0.6, early_stopping="first_end")
+    runner = LiteRTTranslator(path, search=BeamSearch(beam_size=4,
+                                                      length_penalty=0.6, early_stopping="first_end"))
+    reference = Translator(model, tokenizer, search=BeamSearch(beam_size=4, length_penalty=0.6, early_stopping="first_end"))
     assert runner.translate_texts(sentences) == reference.translate_texts(sentences)
 
 
@@ -155,7 +154,7 @@ def test_translator_file_is_builtin_only_with_metadata(tiny_translator,
     assert "FULLY_CONNECTED" in ops and "CONCATENATION" in ops
     assert not [op for op in ops if op.startswith("Flex") or op == "CUSTOM"
                 or op in ("VAR_HANDLE", "READ_VARIABLE")], ops
-    runner = LiteRTTranslator(path, beam_size=1)
+    runner = LiteRTTranslator(path, search=GreedySearch())
     assert runner.signatures["encode"]["inputs"] == ["source_ids"]
     assert set(runner.signatures["decode_step"]["outputs"]) == {
         "logits", "self_keys_0", "self_values_0", "self_keys_1",
@@ -176,7 +175,7 @@ def test_translator_step_is_the_models_decode_step(tiny_translator, rng):
     import tensorflow as tf
 
     model, path, _ = tiny_translator
-    lite = _LiteRTModel(LiteRTTranslator(path, beam_size=1))
+    lite = _LiteRTModel(LiteRTTranslator(path, search=GreedySearch()))
     for rows, width in ((1, 3), (5, 7)):
         source = random_ids(rng, (rows, width), 50, pad_from=[width] * rows)
         source[:, -1] = END_ID
@@ -208,7 +207,7 @@ def test_int8_is_smaller_and_close(tiny_translator):
     # Same first-step logits up to quantization error.
     logits = []
     for path in (float32, int8):
-        runner = LiteRTTranslator(path, beam_size=1)
+        runner = LiteRTTranslator(path, search=GreedySearch())
         source = np.array([[5, 6, END_ID], [7, 8, END_ID], [9, 10, END_ID],
                            [11, END_ID, 0]], np.int32)
         model = _LiteRTModel(runner)  # the interface the searches use
@@ -221,7 +220,8 @@ def test_int8_is_smaller_and_close(tiny_translator):
     correlation = np.corrcoef(logits[0].ravel(), logits[1].ravel())[0, 1]
     assert correlation > 0.9, correlation
     assert not np.array_equal(logits[0], logits[1])
-    text = LiteRTTranslator(int8, beam_size=2).translate_texts(SENTENCES[:2])
+    text = LiteRTTranslator(int8,
+                            search=BeamSearch(beam_size=2)).translate_texts(SENTENCES[:2])
     assert all(isinstance(t, str) and t for t in text)
 
 
@@ -244,10 +244,10 @@ def test_translator_bad_arguments(tiny_translator, small_vocab, tmp_path):
         LiteRTTranslator(path, batch_size=0)
     with pytest.raises(ValueError, match="num_threads"):
         LiteRTTranslator(path, num_threads=0)
-    with pytest.raises(ValueError, match="length_penalty=-1"):
-        LiteRTTranslator(path, length_penalty=-1)
-    with pytest.raises(ValueError, match="early_stopping='soon'"):
-        LiteRTTranslator(path, early_stopping="soon")
+    with pytest.raises(TypeError, match="search='beam'"):
+        LiteRTTranslator(path, search="beam")
+    with pytest.raises(ValueError, match="max_decoding_length"):
+        LiteRTTranslator(path, search=GreedySearch(max_decoding_length=1000))
     with pytest.raises(FileNotFoundError):
         LiteRTTranslator(tmp_path / "missing.tflite")
 
@@ -269,9 +269,10 @@ def test_mixed_precision_model_exports_its_float32_weights(tiny_translator,
     mixed.set_weights(model.get_weights())
     path = export_translator_litert(mixed, tmp_path / "mixed.tflite",
                                     small_vocab)
-    ids = LiteRTTranslator(float32, beam_size=1).encode_texts(SENTENCES)
-    assert (LiteRTTranslator(path, beam_size=2).translate_ids(ids)
-            == LiteRTTranslator(float32, beam_size=2).translate_ids(ids))
+    ids = LiteRTTranslator(float32, search=GreedySearch()).encode_texts(SENTENCES)
+    assert (LiteRTTranslator(path, search=BeamSearch(beam_size=2)).translate_ids(ids)
+            == LiteRTTranslator(float32,
+                                search=BeamSearch(beam_size=2)).translate_ids(ids))
 
 
 def test_files_written_before_the_rename_still_load(tiny_translator,
@@ -285,14 +286,14 @@ def test_files_written_before_the_rename_still_load(tiny_translator,
     from keras_trm.export.litert import _add_metadata
 
     _, float32, _ = tiny_translator
-    new = LiteRTTranslator(float32, beam_size=1)
+    new = LiteRTTranslator(float32, search=GreedySearch())
     config = json.loads(read_litert_metadata(float32)[
         "keras_trm_translator_config"])
     config["max_length"] = config.pop("max_sequence_length")
     old_path = tmp_path / "old.tflite"
     old_path.write_bytes(_add_metadata(float32.read_bytes(), {
         "keras_trm_translator_config": json.dumps(config).encode()}))
-    old = LiteRTTranslator(old_path, beam_size=1)
+    old = LiteRTTranslator(old_path, search=GreedySearch())
     assert old.max_sequence_length == new.max_sequence_length == 40
     with pytest.deprecated_call(match="max_sequence_length"):
         assert old.max_length == 40

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import fit_input, translation_batches
 from keras_trm import _runtime
-from keras_trm.decoding import Translator
+from keras_trm.decoding import BeamSearch, GreedySearch, Translator
 from keras_trm.layers import MultiHeadAttention
 from keras_trm.models import transformer
 from keras_trm.training import (
@@ -154,7 +154,8 @@ def test_mixed_bfloat16_transformer_trains_with_float32_logits_and_loss(
     assert np.all(np.isfinite(history))
     assert history[-1] < 0.8 * start, (start, history)
     # decoding (greedy, key/value cache in bfloat16) gives text
-    out = Translator(model, tokenizer, beam_size=2).translate_texts(pairs[0][:3])
+    out = Translator(model, tokenizer,
+                     search=BeamSearch(beam_size=2)).translate_texts(pairs[0][:3])
     assert len(out) == 3 and all(isinstance(s, str) for s in out)
     assert any(s.strip() for s in out)
 
@@ -163,7 +164,6 @@ def test_float32_copy_of_a_bf16_model_is_the_float32_model():
     """The copy the jobs decode and export: a mixed_bfloat16 model's float32
     copy gives exactly the logits and beam-search ids of the same weights
     in a model built in float32, and leaves the bf16 model as it was."""
-    from keras_trm.decoding import beam_search
 
     kwargs = dict(num_layers=2, d_model=16, num_heads=2, d_ff=32,
                   max_sequence_length=16, dropout_rate=0.0)
@@ -182,8 +182,8 @@ def test_float32_copy_of_a_bf16_model_is_the_float32_model():
     np.testing.assert_array_equal(copy(inputs), reference(inputs))
     assert mixed.get_layer("decoder_layer_0").compute_dtype == "bfloat16"
     assert type(copy) is type(reference)  # still decodes
-    ids = [beam_search(m, inputs["encoder_tokens"], beam_size=3,
-                       max_decoding_length=8).numpy()
+    ids = [BeamSearch(beam_size=3, max_decoding_length=8)(m,
+                                                          inputs["encoder_tokens"]).numpy()
            for m in (copy, reference)]
     np.testing.assert_array_equal(ids[0], ids[1])
 
@@ -213,10 +213,12 @@ def test_val_bleu_decodes_a_float32_twin_refreshed_from_the_scored_model(
         mixed.set_weights(reference.get_weights())
         bleu = score(mixed)
         assert score.translator is translator
-        expected = Translator(reference, tokenizer, beam_size=1).translate_texts(src)
+        expected = Translator(reference, tokenizer,
+                              search=GreedySearch()).translate_texts(src)
         assert translator.translate_texts(src) == expected
         assert bleu == corpus_bleu(expected, tgt)[0]
-    assert Translator(first, tokenizer, beam_size=1).translate_texts(src) != expected
+    assert Translator(first, tokenizer,
+                      search=GreedySearch()).translate_texts(src) != expected
     # A float32 model is scored as it is, no twin.
     assert GreedyBleu(first, tokenizer, src, tgt).twin is first
 

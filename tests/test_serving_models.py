@@ -17,7 +17,7 @@ import requests
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from keras_trm.decoding import Translator
+from keras_trm.decoding import BeamSearch, Translator
 from keras_trm.export import ReviewClassifier, TransformerXLServing, export_module
 from keras_trm.models import text_classifier, transformer
 from keras_trm.models.transformer_xl import TransformerXLLM
@@ -49,9 +49,9 @@ def exports(tmp_path_factory):
     root = tmp_path_factory.mktemp("exports")
     keras.utils.set_random_seed(0)
     vocab = _vocabulary(SENTENCES + ["the a an of is are on in with"])
-    translator = Translator(
-        transformer(len(vocab), num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                    max_sequence_length=32), TextTokenizer(vocab), beam_size=2)
+    translator = Translator(transformer(len(vocab), num_layers=1, d_model=16,
+                                        num_heads=2, d_ff=32,
+                    max_sequence_length=32), TextTokenizer(vocab), search=BeamSearch(beam_size=2))
     export_module(translator, root, "translator",
                   {"serving_default": translator.translate})
     classifier = ReviewClassifier(

@@ -37,7 +37,7 @@ import tensorflow as tf
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_trm.decoding import Translator
+from keras_trm.decoding import BeamSearch, Translator
 from keras_trm.export import (
     DigitClassifier,
     ReviewClassifier,
@@ -174,10 +174,9 @@ def exports(multi30k_small, tmp_path_factory):
     modules = {}
     for name, tokenizer in [("translator_wordpiece", wordpiece),
                             ("translator_sentencepiece", sentencepiece)]:
-        translator = Translator(
-            transformer(tokenizer.vocabulary_size, num_layers=1, d_model=16,
-                        num_heads=2, d_ff=32, max_sequence_length=32),
-            tokenizer, beam_size=2)
+        translator = Translator(transformer(tokenizer.vocabulary_size,
+                                            num_layers=1, d_model=16,
+                        num_heads=2, d_ff=32, max_sequence_length=32), tokenizer, search=BeamSearch(beam_size=2))
         modules[name] = (translator, translator.translate)
     review = ReviewClassifier(
         text_classifier("encoder", wordpiece.vocabulary_size,

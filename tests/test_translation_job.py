@@ -22,7 +22,8 @@ def test_translation_job_uses_val_for_choices_and_test_once(
     real = translator_module.Translator.translate_texts
 
     def spy(self, sentences, *args, **kwargs):
-        decoded.append((self.beam_size, len(sentences), sentences[0]))
+        decoded.append((getattr(self.search, "beam_size", 1), len(sentences),
+                        sentences[0]))
         return real(self, sentences, *args, **kwargs)
 
     monkeypatch.setattr(translator_module.Translator, "translate_texts", spy)

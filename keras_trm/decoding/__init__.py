@@ -1,22 +1,25 @@
-"""Greedy/beam search over a key/value cache and the raw-text
+"""Greedy/beam search strategies over a key/value cache and the raw-text
 ``Translator`` / ``GreedyBleu`` (every Keras backend; ``Translator.translate``,
 the graph a SavedModel serves, TensorFlow), language-model evaluation
 (TensorFlow), BLEU."""
 
 from keras_trm._optional import lazy_module_attributes
-from keras_trm.decoding.search import (DecodingModel, beam_search,
-                                      encode_by_length, greedy_search,
-                                      length_penalty)
+from keras_trm.decoding.search import (BeamSearch, DecodingModel,
+                                      GreedySearch, SearchStrategy,
+                                      encode_by_length, length_penalty,
+                                      search_strategy)
 
 __all__ = [
+    "BeamSearch",
     "DecodingModel",
     "GreedyBleu",
+    "GreedySearch",
+    "SearchStrategy",
     "Translator",
-    "beam_search",
     "corpus_bleu",
     "encode_by_length",
-    "greedy_search",
     "length_penalty",
+    "search_strategy",
     # Language-model evaluation.
     "evaluate_disjoint_segments",
     "evaluate_sliding_window",

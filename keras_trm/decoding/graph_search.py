@@ -1,7 +1,7 @@
 """TensorFlow's graph-only optimisation of ``keras_trm.decoding.search``.
 
-The same searches (the per-step updates ``_greedy_update`` /
-``_beam_update`` of ``search.py``), driven by a ``tf.while_loop`` whose
+The same searches (the strategy's per-step ``update``, of
+``GreedySearch`` or ``BeamSearch``), driven by a ``tf.while_loop`` whose
 loop variables may change shape:
 
 - the head-major self-attention caches grow by one position per step
@@ -121,11 +121,12 @@ def _scatter_rows(full, rows, part):
         full, part)
 
 
-def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
-                 end_id, pad_id, encoder_outputs, update):
-    """``greedy_search`` with finished rows leaving the batch; ``update``
-    is the search's ``_greedy_update``; the special ids are its
-    arguments."""
+def greedy(search, model, encoder_tokens, encoder_outputs, steps, limits,
+           ids, use_cache):
+    """``GreedySearch`` ``search`` with finished rows leaving the batch, on
+    its checked inputs: output width ``steps``, token limits ``limits``
+    ``(batch,)``, ``ids`` = (start, end, pad)."""
+    start_id, end_id, pad_id = ids
     batch = tf.shape(encoder_tokens)[0]
     encoder_mask = tf.not_equal(encoder_tokens, pad_id)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache)
@@ -141,8 +142,9 @@ def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
 
     def body(i, sequences, active, finished, state, context):
         logits, state = stepper(tf.gather(sequences, active), i, state, context)
-        token, finished = update(logits, finished, i,
-                                 tf.gather(limits, active), end_id, pad_id)
+        token, finished = search.update(logits, finished, i,
+                                        tf.gather(limits, active), end_id,
+                                        pad_id)
         sequences = tf.tensor_scatter_nd_update(
             sequences, tf.stack([active, tf.fill(tf.shape(active), i + 1)], 1),
             token,
@@ -166,19 +168,19 @@ def graph_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
     return sequences[:, 1:]
 
 
-def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
-               use_cache, start_id, end_id, pad_id, encoder_outputs,
-               return_all, beam):
-    """``beam_search`` with finished sentences leaving the batch; ``beam``
-    holds the search's own pieces (``initial``, ``update``, ``result``,
-    ``length_penalty``), so that both loops run the same updates; the
-    special ids are its arguments."""
+def beam(beam, model, encoder_tokens, encoder_outputs, steps, limits, ids,
+         use_cache, return_all):
+    """``BeamSearch`` ``beam`` with finished sentences leaving the batch
+    (the same ``initial_state``, ``update``, ``penalty`` and ``result`` as
+    the fixed-size loop), as ``greedy``."""
+    start_id, end_id, pad_id = ids
+    k = beam.beam_size
     batch = tf.shape(encoder_tokens)[0]
     vocab = int(model.target_vocabulary_size)
     encoder_mask = tf.not_equal(encoder_tokens, pad_id)
     stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache,
                        hypotheses=k)
-    search = beam["initial"](batch, k, steps, start_id, pad_id)
+    search = beam.initial_state(batch, steps, start_id, pad_id)
     search_shapes = dict(
         alive_seq=tf.TensorShape([None, k, None]),
         alive_logp=tf.TensorShape([None, k]),
@@ -189,7 +191,7 @@ def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
         alive_len=tf.TensorShape([None]),
     )
     # lp at each sentence's token limit: the bound's denominator.
-    max_penalties = beam["length_penalty"](limits, alpha)
+    max_penalties = beam.penalty(limits)
     beam_ids = tf.range(k)[None]
 
     def cond(i, active, search, results, state, context):
@@ -211,9 +213,9 @@ def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
         else:
             flat = tf.reshape(search["alive_seq"], [n * k, -1])
             logits, state = stepper(flat, i, state, context)
-        search, parent = beam["update"](
+        search, parent = beam.update(
             search, logits, i, tf.gather(limits, active),
-            tf.gather(max_penalties, active), k, alpha, rule, end_id, vocab)
+            tf.gather(max_penalties, active), end_id, vocab)
         # Rows of the decoder: each live hypothesis continues its parent's.
         rows = parent + (tf.range(n) * k)[:, None]
         # Done sentences leave the batch: their state goes to
@@ -247,4 +249,4 @@ def graph_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
                           search_shapes, search_shapes, state_shapes,
                           context_shapes),
     )
-    return beam["result"](results, limits, k, alpha, return_all)
+    return beam.result(results, limits, return_all)

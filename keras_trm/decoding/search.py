@@ -1,4 +1,7 @@
-"""Greedy and beam search over a key/value cache, on every Keras backend.
+"""Greedy and beam search over a key/value cache, on every Keras backend,
+as strategy objects: ``GreedySearch()`` and ``BeamSearch(beam_size,
+length_penalty, early_stopping)`` hold a search's settings and are called
+on a model and its source ids (``search(model, encoder_tokens)``).
 
 One algorithm, written in ``keras.ops``: the encoder runs once, its
 keys/values are projected once per decoder layer
@@ -9,11 +12,10 @@ shapes never change inside the loop (``keras.ops.while_loop``), so JAX
 (``jax.jit``), PyTorch and TensorFlow (``tf.function``, XLA) all run it;
 sentences that have stopped are frozen while the others go on.
 
-On TensorFlow without ``static_cache`` the same per-step updates
-(``_greedy_update``, ``_beam_update``) run in ``keras_trm.decoding.graph_search``'s
-``tf.while_loop``, which adds a graph-only optimisation: the caches grow
-by one position per step (``decode_step``) and the rows of finished
-sentences leave the batch, so a batch costs what its sentences need. The
+On TensorFlow without ``static_cache`` the strategy's same per-step
+``update`` runs in ``keras_trm.decoding.graph_search``'s ``tf.while_loop``,
+which adds a graph-only optimisation: the caches grow by one position per
+step (``decode_step``) and the rows of finished sentences leave the batch, so a batch costs what its sentences need. The
 ids are the same either way (tested). ``use_cache=False`` re-runs the
 decoder over the whole prefix at every step instead (the baseline the tests
 compare against).
@@ -40,19 +42,21 @@ also stops at the first step whose best candidate (by log P) ends. For α = 0 th
 candidate already beats every live one); for α > 0 a longer hypothesis
 could still have won, so outputs may differ, for fewer steps (measured in
 ``bench/results/decoding_val.json``).
-``beam_size=1`` is greedy search (its one slot stops at the first END).
+A beam of 1 gives greedy search's ids (its one slot stops at the first END).
 
 The model: anything with the methods of ``DecodingModel`` (a
 ``keras_trm.models.Transformer``, or the LiteRT translator's wrapper).
 
-The special ids are arguments (``start_id``, ``end_id``, ``pad_id``): the
-callers (``Translator``, the LiteRT and SavedModel exports) pass their
-tokenizer's; the defaults are ``keras_trm.text``'s reserved ids (PAD 0,
+The special ids are the call's arguments (``start_id``, ``end_id``,
+``pad_id``): the callers (``Translator``, the LiteRT and SavedModel exports)
+pass their tokenizer's; the defaults are ``keras_trm.text``'s reserved ids (PAD 0,
 START 2, END 3), read here only as those defaults.
 """
 
+import dataclasses
+import functools
 import weakref
-from typing import Protocol
+from typing import Optional, Protocol, Union
 
 import keras
 from keras import ops
@@ -138,10 +142,6 @@ def length_penalty(length, alpha):
     """
     length = ops.cast(length, "float32")
     return ops.power((5.0 + length) / 6.0, ops.cast(alpha, "float32"))
-
-
-# The function, for scopes where ``length_penalty`` is the α argument.
-_gnmt_penalty = length_penalty
 
 
 def _check_tokens(encoder_tokens, model):
@@ -264,8 +264,9 @@ def encode_by_length(model, encoder_tokens, groups=4, pad_id=PAD_ID):
         float ``(batch, T_src, d_model)``, as ``model.encode``.
 
     Raises:
-        TypeError: non-integer ids. ValueError: bad shapes, ``groups`` < 1,
-            host (NumPy) ids outside the source vocabulary.
+        TypeError: non-integer ids, ``groups`` not an int. ValueError: bad
+            shapes, ``groups`` < 1, host (NumPy) ids outside the source
+            vocabulary.
 
     Example:
 
@@ -281,8 +282,7 @@ def encode_by_length(model, encoder_tokens, groups=4, pad_id=PAD_ID):
     True
     """
     encoder_tokens = _check_tokens(encoder_tokens, model)
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"`groups` must be an int >= 1, got groups={groups!r}")
+    groups = v.positive_int("groups", groups)
     if groups == 1 or not _is_tensorflow():
         return model.encode(encoder_tokens)
     from keras_trm.decoding.graph_search import encode_in_groups
@@ -364,144 +364,7 @@ def top_k(values, k):
     return top_values, ops.cast(indices, "int32")
 
 
-# -- the per-step updates (every driver runs these) ------------------------
-
-def _greedy_update(logits, finished, i, limits, end_id, pad_id):
-    """One greedy step for the rows given: ``(token, finished)``, the arg-max
-    token (``pad_id`` where the row had finished) and whether each row has
-    now ended (``end_id``, or its token limit)."""
-    if _is_tensorflow():
-        # Keras' float argmax adds four element-wise passes over the
-        # (rows, V) logits (a -0.0 fix-up): greedy ran 0.960x the
-        # TensorFlow-only search with it, 1.002x with tf.argmax
-        # (bench/ab.py search, bench/results/search_keras_ops_ab.json).
-        import tensorflow as tf
-
-        token = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    else:
-        token = ops.cast(ops.argmax(logits, axis=-1), "int32")
-    token = ops.where(finished, pad_id, token)
-    finished = ops.logical_or(
-        finished, ops.logical_or(ops.equal(token, end_id),
-                                 ops.greater_equal(i + 1, limits)))
-    return token, finished
-
-
-SEARCH_KEYS = ("alive_seq", "alive_logp", "finished_seq", "finished_score",
-               "finished_flag", "done", "alive_len")
-
-
-def _initial_beams(batch, k, steps, start_id, pad_id):
-    """The search state of ``batch`` sentences before step 0. Only beam 0
-    is live (all k beams are the same prefix, START); positions not yet
-    written hold ``pad_id``."""
-    alive_seq = ops.concatenate(
-        [ops.full((batch, k, 1), start_id, "int32"),
-         ops.full((batch, k, steps), pad_id, "int32")], axis=2)
-    first = ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32")
-    return dict(
-        alive_seq=alive_seq,
-        alive_logp=ops.tile(first, (batch, 1)),
-        finished_seq=ops.full(ops.shape(alive_seq), pad_id, "int32"),
-        finished_score=ops.full((batch, k), NEG_INF, "float32"),
-        finished_flag=ops.zeros((batch, k), "bool"),
-        done=ops.zeros((batch,), "bool"),
-        alive_len=ops.zeros((batch,), "int32"),  # tokens of the live ones
-    )
-
-
-def _beam_update(search, logits, i, limits, max_penalties, k, alpha, rule,
-                 end_id, vocab):
-    """One beam step for the n sentences of ``search``.
-
-    Args:
-        search: dict of ``SEARCH_KEYS``, one row per sentence.
-        logits: float ``(n * k, V)``, the step's logits of each hypothesis.
-        i: int scalar, the step (position ``i + 1`` is written).
-        limits, max_penalties: ``(n,)`` each sentence's token limit and
-            lp(limit).
-
-    Returns:
-        ``(search, parent)``: the new state and, per live slot, the slot
-        it continues (int ``(n, k)``): the decoder rows to reorder.
-    """
-    (alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
-     done, alive_len) = (search[key] for key in SEARCH_KEYS)
-    # 2k candidates: at most k of them (one per live hypothesis) end, so
-    # at least k remain live.
-    num_candidates = min(2 * k, k * vocab)
-    per_row = min(num_candidates, vocab)
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-    # All candidates have i + 1 tokens: rank them by log-prob. The 2k
-    # best of the k * V are among the 2k best of each hypothesis, so
-    # rank those (top-k over k rows of V, then over k * 2k): the same
-    # candidates in the same order as one top-k over the k * V (ties go
-    # to the lower hypothesis, then the lower token, either way). Adding
-    # a hypothesis' log P keeps the order of its row, so it is added to
-    # the 2k picked per row only (the same sums as over the whole row).
-    row_logp, row_token = top_k_rows(log_probs, per_row)
-    row_logp = ops.expand_dims(alive_logp, 2) + ops.reshape(
-        row_logp, (-1, k, per_row))
-    cand_logp, top = top_k(ops.reshape(row_logp, (-1, k * per_row)),
-                               num_candidates)
-    cand_beam = top // per_row
-    cand_token = batch_gather(ops.reshape(row_token, (-1, k * per_row)), top)
-    cand_seq = batch_gather(alive_seq, cand_beam)
-    write = ops.equal(ops.arange(ops.shape(alive_seq)[2], dtype="int32"), i + 1)
-    cand_seq = ops.where(write, ops.expand_dims(cand_token, 2), cand_seq)
-    ended = ops.equal(cand_token, end_id)
-    live = ops.expand_dims(ops.logical_not(done), 1)
-    # END counts only among the k best candidates (fairseq): an END
-    # ranked below k live extensions is dropped, so beam 1 with α = 0
-    # is greedy search.
-    in_top_k = ops.expand_dims(ops.arange(num_candidates) < k, 0)
-
-    # The k best that have not ended stay live.
-    _, keep = top_k(ops.where(ended, -float("inf"), cand_logp), k)
-    new_logp = batch_gather(cand_logp, keep)
-    new_seq = batch_gather(cand_seq, keep)
-    parent = batch_gather(cand_beam, keep)
-
-    # Those that end join the k best finished (sentences not yet done).
-    new_finished = (ended & in_top_k & live & (cand_logp > NEG_INF / 2))
-    end_score = ops.where(new_finished,
-                          cand_logp / length_penalty(i + 1, alpha), NEG_INF)
-    pool_score = ops.concatenate([finished_score, end_score], 1)
-    pool_flag = ops.concatenate([finished_flag, new_finished], 1)
-    pool_seq = ops.concatenate([finished_seq, cand_seq], 1)
-    finished_score, best = top_k(pool_score, k)
-    finished_flag = batch_gather(pool_flag, best)
-    finished_seq = batch_gather(pool_seq, best)
-
-    # Sentences already done keep their live hypotheses as they were
-    # (the graph search drops them instead).
-    alive_seq = ops.where(ops.expand_dims(live, 2), new_seq, alive_seq)
-    alive_logp = ops.where(live, new_logp, alive_logp)
-    alive_len = ops.where(live[:, 0], i + 1, alive_len)
-    parent = ops.where(live, parent, ops.arange(k, dtype="int32")[None])
-
-    # A sentence whose hypotheses reached its token limit is done (the
-    # live ones count as finished at the end).
-    done = done | ops.greater_equal(i + 1, limits)
-    if rule != "never":
-        # Done when no live hypothesis can still beat the best finished
-        # one: log P only falls and lp(|Y|) <= lp(its limit)
-        # (tensor2tensor's bound, exact).
-        bound = ops.max(alive_logp, 1) / max_penalties
-        done = done | (ops.max(finished_score, 1) >= bound)
-    if rule == "first_end":
-        # Or when the best candidate of this step ends (CTranslate2).
-        done = done | new_finished[:, 0]
-    if k == 1:
-        # Beam 1 is greedy search: its one slot is done at the first END
-        # (else, with α > 0, it would search on past greedy's END).
-        done = done | finished_flag[:, 0]
-    search = dict(alive_seq=alive_seq, alive_logp=alive_logp,
-                  finished_seq=finished_seq, finished_score=finished_score,
-                  finished_flag=finished_flag, done=done,
-                  alive_len=alive_len)
-    return search, parent
-
+# -- helpers of the beam's update and the fixed-size loop ------------------
 
 def _stable_order(rank, score):
     """Indices ``(batch, n)`` ordering ``rank`` (bool) first, then
@@ -519,27 +382,6 @@ def _stable_order(rank, score):
     # order[p] = the entry whose place is p.
     at = ops.equal(ops.expand_dims(place, 1), index[None, :, None])
     return ops.cast(ops.argmax(ops.cast(at, "int32"), axis=2), "int32")
-
-
-def _beam_result(search, limits, k, alpha, return_all):
-    """The best hypotheses once the loop has stopped."""
-    (alive_seq, alive_logp, finished_seq, finished_score, finished_flag, _,
-     alive_len) = (search[key] for key in SEARCH_KEYS)
-    # Live hypotheses that reached their limit are finished; others only fill
-    # the slots the finished ones leave.
-    alive_score = alive_logp / ops.expand_dims(
-        length_penalty(ops.maximum(alive_len, 1), alpha), 1)
-    at_max = (ops.expand_dims(ops.equal(alive_len, limits), 1)
-              & (alive_logp > NEG_INF / 2))
-    pool_seq = ops.concatenate([finished_seq, alive_seq], 1)
-    pool_score = ops.concatenate([finished_score, alive_score], 1)
-    pool_rank = ops.concatenate([finished_flag, at_max], 1)
-    order = _stable_order(pool_rank, pool_score)[:, :k]
-    beams = batch_gather(pool_seq, order)[:, :, 1:]
-    best = beams[:, 0]
-    if return_all:
-        return best, beams, batch_gather(pool_score, order)
-    return best
 
 
 # -- the fixed-size loop (every backend) -----------------------------------
@@ -633,66 +475,6 @@ def _run(model, key, run, encoder_tokens, encoder_outputs):
                     encoder_tokens, encoder_outputs)
 
 
-def _static_greedy(model, encoder_tokens, steps, limits, use_cache, start_id,
-                   end_id, pad_id, encoder_outputs):
-    batch = ops.shape(encoder_tokens)[0]
-    encoder_mask = ops.not_equal(encoder_tokens, pad_id)
-    stepper = _StaticStepper(model, encoder_outputs, encoder_mask, steps + 1,
-                             use_cache)
-    sequences = ops.concatenate(
-        [ops.full((batch, 1), start_id, "int32"),
-         ops.full((batch, steps), pad_id, "int32")], axis=1)
-    columns = ops.arange(steps + 1, dtype="int32")[None]
-
-    def cond(i, sequences, finished, state):
-        return ops.logical_and(i < steps, ops.logical_not(ops.all(finished)))
-
-    def body(i, sequences, finished, state):
-        logits, state = stepper(sequences, i, state)
-        token, finished = _greedy_update(logits, finished, i, limits, end_id,
-                                         pad_id)
-        sequences = ops.where(ops.equal(columns, i + 1),
-                              ops.expand_dims(token, 1), sequences)
-        return i + 1, sequences, finished, state
-
-    loop_vars = (ops.convert_to_tensor(0, "int32"), sequences,
-                 ops.zeros((batch,), "bool"), stepper.initial_state)
-    _, sequences, _, _ = ops.while_loop(cond, body, loop_vars)
-    return sequences[:, 1:]
-
-
-def _static_beam(model, encoder_tokens, steps, limits, k, alpha, rule,
-                 use_cache, start_id, end_id, pad_id, encoder_outputs,
-                 return_all):
-    batch = ops.shape(encoder_tokens)[0]
-    vocab = int(model.target_vocabulary_size)
-    encoder_mask = ops.not_equal(encoder_tokens, pad_id)
-    stepper = _StaticStepper(model, encoder_outputs, encoder_mask, steps + 1,
-                             use_cache, hypotheses=k)
-    max_penalties = length_penalty(limits, alpha)
-    row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
-
-    def cond(i, search, state):
-        return ops.logical_and(i < steps,
-                               ops.logical_not(ops.all(search["done"])))
-
-    def body(i, search, state):
-        flat = ops.reshape(search["alive_seq"], (-1, steps + 1))
-        logits, state = stepper(flat, i, state)
-        search, parent = _beam_update(search, logits, i, limits,
-                                      max_penalties, k, alpha, rule, end_id,
-                                      vocab)
-        # Each live hypothesis continues its parent's decoder rows.
-        state = _reorder(state, ops.reshape(parent + row_offsets, (-1,)))
-        return i + 1, search, state
-
-    loop_vars = (ops.convert_to_tensor(0, "int32"),
-                 _initial_beams(batch, k, steps, start_id, pad_id),
-                 stepper.initial_state)
-    _, search, _ = ops.while_loop(cond, body, loop_vars)
-    return _beam_result(search, limits, k, alpha, return_all)
-
-
 def _check_special_ids(model, start_id, end_id, pad_id):
     """The three special ids as ints in [0, the model's target vocabulary)
     (TypeError/ValueError naming the argument otherwise): START is the
@@ -708,129 +490,6 @@ def _check_special_ids(model, start_id, end_id, pad_id):
                 f"`{name}` must be an id in [0, {size}) (the model's target "
                 f"vocabulary), got {name}={value}")
     return ids
-
-
-def _search(model, encoder_tokens, max_decoding_length, pad_id, static_cache,
-            encoder_outputs, key, drive, empty):
-    """Runs ``drive(graph, steps, limits, encoder_tokens, encoder_outputs)``
-    (``graph``: TensorFlow's compacting loop) as ``_run`` does, on the
-    checked ids (``max_decoding_length`` checked by the caller). A batch
-    of no sentence (a static 0 rows) gives ``empty(steps)`` without
-    running the search: every backend the same empty result."""
-    encoder_tokens = _check_tokens(encoder_tokens, model)
-    encoder_outputs = _check_encoder_outputs(model, encoder_outputs,
-                                             encoder_tokens)
-    if encoder_tokens.shape[0] == 0:
-        steps, _ = decode_length(model, encoder_tokens, max_decoding_length,
-                                 pad_id)
-        return empty(steps)
-
-    def run(encoder_tokens, encoder_outputs):
-        steps, limits = decode_length(model, encoder_tokens,
-                                      max_decoding_length, pad_id)
-        if encoder_outputs is None:
-            encoder_outputs = model.encode(encoder_tokens)
-        return drive(_use_graph_search(static_cache), steps, limits,
-                     encoder_tokens, encoder_outputs)
-
-    return _run(model, key, run, encoder_tokens, encoder_outputs)
-
-
-# -- the public searches ---------------------------------------------------
-
-def greedy_search(model, encoder_tokens, max_decoding_length=None,
-                  use_cache=True, static_cache=False, start_id=START_ID,
-                  end_id=END_ID, encoder_outputs=None, pad_id=PAD_ID,
-                  max_length=None):
-    """Greedy decoding: the arg-max token at every step.
-
-    On TensorFlow (graph or eager) rows whose sentence has ended are
-    dropped from the decoder's batch, except with ``static_cache``, so a
-    batch costs what its sentences need, not its longest sentence times its
-    size. On JAX and PyTorch the search runs over fixed-size caches
-    (``static_cache`` whatever its value).
-
-    Args:
-        model: a ``keras_trm.models.Transformer`` (or any ``DecodingModel``).
-        encoder_tokens: int ``(batch, T_src)`` source ids (``pad_id`` =
-            padding), T_src >= 1 (a zero-width source is refused); a batch
-            of 0 sentences (any width) gives an empty result without
-            searching.
-        max_decoding_length: int, tokens to generate at most per sentence
-            (default: the sentence's own source length, END included, + 50
-            (§6.1), capped by the model's max_sequence_length - 1). The
-            output is as wide as the longest limit; a row stops at END or
-            at its limit. ``max_length``: its old name, deprecated.
-        use_cache: use the key/value cache (False: recompute the prefix).
-        static_cache: on TensorFlow, use ``static_decode_step``'s
-            fixed-size caches (static shapes, for
-            ``tf.function(jit_compile=True)``); by default the caches grow
-            by one position per step (faster in graph mode). The ids are
-            the same either way.
-        start_id, end_id, pad_id: the tokenizer's ``[START]``, ``[END]``
-            and padding ids, ints in [0, ``model.target_vocabulary_size``)
-            (default: ``keras_trm.text``'s
-            reserved ids, START 2, END 3, PAD 0). The decoder starts from
-            ``start_id``, a sentence stops at ``end_id``; ``pad_id`` marks
-            the source's padding and fills the output after END (the
-            ``keras_trm`` models' own attention masks take id 0 as
-            padding).
-        encoder_outputs: optional float ``(batch, T_src, d_model)``,
-            ``model.encode(encoder_tokens)`` computed already (e.g. by
-            ``encode_by_length``); by default the search encodes. Its
-            static shape must match ``encoder_tokens`` and the model's
-            d_model.
-
-    Returns:
-        int32 ``(batch, steps)`` generated ids (without START); after END
-        every position is ``pad_id``. For 0 sentences, int32 ``(0,
-        steps)``.
-
-    Raises:
-        TypeError: non-integer ids, a non-int special id or
-            ``max_decoding_length``, non-float ``encoder_outputs``.
-        ValueError: bad shapes (a zero-width source, ``encoder_outputs``
-            whose batch, width or d_model does not match), special ids
-            outside [0, the target vocabulary), ``max_decoding_length``
-            out of range, or host (NumPy) ids outside the source
-            vocabulary. Each message names the argument and its value.
-
-    Example:
-
-    >>> import numpy as np
-    >>> from keras_trm.models import transformer
-    >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-    ...                     max_sequence_length=12)
-    >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")   # ids + END, 0-padded
-    >>> ids = greedy_search(model, source, max_decoding_length=6)
-    >>> tuple(ids.shape), keras.backend.standardize_dtype(ids.dtype)
-    ((2, 6), 'int32')
-    >>> bool(np.array_equal(ids, greedy_search(model, source,
-    ...                                        max_decoding_length=6,
-    ...                                        use_cache=False)))
-    True
-    """
-    max_decoding_length = check_decoding_length(model, v.renamed(
-        "max_length", max_length, "max_decoding_length", max_decoding_length))
-    start_id, end_id, pad_id = _check_special_ids(model, start_id, end_id,
-                                                  pad_id)
-
-    def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
-        if graph:
-            from keras_trm.decoding.graph_search import graph_greedy
-
-            return graph_greedy(model, encoder_tokens, steps, limits,
-                                use_cache, start_id, end_id, pad_id,
-                                encoder_outputs, _greedy_update)
-        return _static_greedy(model, encoder_tokens, steps, limits, use_cache,
-                              start_id, end_id, pad_id, encoder_outputs)
-
-    def empty(steps):
-        return ops.zeros((0, steps), "int32")
-
-    key = ("greedy", max_decoding_length, use_cache, start_id, end_id, pad_id)
-    return _search(model, encoder_tokens, max_decoding_length, pad_id,
-                   static_cache, encoder_outputs, key, drive, empty)
 
 
 def top_k_rows(values, k):
@@ -901,23 +560,237 @@ def stop_rule(early_stopping):
     return early_stopping
 
 
-def beam_search(
-    model,
-    encoder_tokens,
-    beam_size=4,
-    length_penalty=0.6,
-    max_decoding_length=None,
-    use_cache=True,
-    return_all=False,
-    early_stopping=True,
-    static_cache=False,
-    start_id=START_ID,
-    end_id=END_ID,
-    encoder_outputs=None,
-    length_penalty_alpha=None,
-    pad_id=PAD_ID,
-    max_length=None,
-):
+# -- the search strategies -------------------------------------------------
+
+class SearchStrategy:
+    """What ``GreedySearch`` and ``BeamSearch`` share: the checks, the
+    choice of loop and the compiled run.
+
+    A strategy holds the search's own settings; the model, the source ids
+    and the tokenizer's special ids are the call's arguments, so one
+    strategy serves any model: ``Translator``, the SavedModel export (its
+    translator's), the LiteRT translator and the translation job
+    (``TranslationConfig.search()``) take one object. Strategies are
+    frozen dataclasses (equal settings, equal strategy: a compiled search
+    is reused) with ``get_config`` / ``from_config``.
+
+    Example:
+
+    >>> beam = BeamSearch(beam_size=5, length_penalty=1.2)
+    >>> isinstance(beam, SearchStrategy), beam.get_config()["early_stopping"]
+    (True, 'bound')
+    >>> BeamSearch.from_config(beam.get_config()) == beam
+    True
+    """
+
+    def get_config(self):
+        """The settings as a dict (``from_config`` rebuilds the strategy)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def _decode(self, model, encoder_tokens, encoder_outputs, ids, use_cache,
+                static_cache, return_all=False):
+        """Runs the strategy's loop on the checked inputs (see the
+        subclasses' ``__call__``): TensorFlow's compacting loop
+        (``graph_search``) by default on TensorFlow, the fixed-size loop
+        with ``static_cache`` and on the other backends; compiled whole by
+        ``jax.jit`` on JAX (``_run``). A batch of no sentence (a static 0
+        rows) gives an empty result without running the search, alike on
+        every backend."""
+        max_decoding_length = check_decoding_length(model,
+                                                    self.max_decoding_length)
+        ids = _check_special_ids(model, *ids)
+        pad_id = ids[2]
+        encoder_tokens = _check_tokens(encoder_tokens, model)
+        encoder_outputs = _check_encoder_outputs(model, encoder_outputs,
+                                                 encoder_tokens)
+        if encoder_tokens.shape[0] == 0:
+            steps, _ = decode_length(model, encoder_tokens,
+                                     max_decoding_length, pad_id)
+            return self._empty(steps, return_all)
+        graph = _use_graph_search(static_cache)
+
+        def run(encoder_tokens, encoder_outputs):
+            steps, limits = decode_length(model, encoder_tokens,
+                                          max_decoding_length, pad_id)
+            if encoder_outputs is None:
+                encoder_outputs = model.encode(encoder_tokens)
+            loop = self._graph_loop if graph else self._static_loop
+            return loop(model, encoder_tokens, encoder_outputs, steps, limits,
+                        ids, use_cache, return_all)
+
+        return _run(model, (self, ids, use_cache, return_all), run,
+                    encoder_tokens, encoder_outputs)
+
+
+def _set_max_decoding_length(strategy):
+    """The strategy's ``max_decoding_length`` as None or an int >= 1 (the
+    model's range is checked at the call)."""
+    value = strategy.max_decoding_length
+    if value is not None:
+        object.__setattr__(strategy, "max_decoding_length",
+                           v.positive_int("max_decoding_length", value))
+
+
+@dataclasses.dataclass(frozen=True)
+class GreedySearch(SearchStrategy):
+    """Greedy decoding: the arg-max token at every step.
+
+    On TensorFlow (graph or eager) rows whose sentence has ended leave the
+    decoder's batch, except with ``static_cache``, so a batch costs what
+    its sentences need, not its longest sentence times its size.
+
+    Args:
+        max_decoding_length: int, tokens to generate at most per sentence
+            (default None: the sentence's own source length, END included,
+            + 50 (§6.1), capped by the model's max_sequence_length - 1).
+            The output is as wide as the longest limit; a row stops at END
+            or at its limit.
+
+    Raises:
+        TypeError / ValueError: ``max_decoding_length`` not an int >= 1
+            (checked against the model's positions at the call).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trm.models import transformer
+    >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+    ...                     max_sequence_length=12)
+    >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")   # ids + END, 0-padded
+    >>> search = GreedySearch(max_decoding_length=6)
+    >>> ids = search(model, source)
+    >>> tuple(ids.shape), keras.backend.standardize_dtype(ids.dtype)
+    ((2, 6), 'int32')
+    >>> bool(np.array_equal(ids, search(model, source, use_cache=False)))
+    True
+    """
+
+    max_decoding_length: Optional[int] = None
+
+    def __post_init__(self):
+        _set_max_decoding_length(self)
+
+    def __call__(self, model, encoder_tokens, encoder_outputs=None, *,
+                 start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
+                 use_cache=True, static_cache=False):
+        """Greedy ids for a batch of source sentences.
+
+        Args:
+            model: a ``keras_trm.models.Transformer`` (or any
+                ``DecodingModel``).
+            encoder_tokens: int ``(batch, T_src)`` source ids (``pad_id`` =
+                padding), T_src >= 1 (a zero-width source is refused); a
+                batch of 0 sentences (any width) gives an empty result
+                without searching.
+            encoder_outputs: optional float ``(batch, T_src, d_model)``,
+                ``model.encode(encoder_tokens)`` computed already (e.g. by
+                ``encode_by_length``); by default the search encodes. Its
+                static shape must match ``encoder_tokens`` and the model's
+                d_model.
+            start_id, end_id, pad_id: the tokenizer's ``[START]``,
+                ``[END]`` and padding ids, ints in [0,
+                ``model.target_vocabulary_size``) (default:
+                ``keras_trm.text``'s reserved ids, START 2, END 3, PAD 0).
+                The decoder starts from ``start_id``, a sentence stops at
+                ``end_id``; ``pad_id`` marks the source's padding and fills
+                the output after END (the ``keras_trm`` models' own
+                attention masks take id 0 as padding).
+            use_cache: use the key/value cache (False: recompute the prefix
+                at every step, the baseline the tests compare against).
+            static_cache: on TensorFlow, the fixed-size loop over
+                ``static_decode_step``'s caches (static shapes, for
+                ``tf.function(jit_compile=True)``); by default the caches
+                grow by one position per step and finished sentences leave
+                the batch (faster in graph mode). The ids are the same
+                either way; JAX and PyTorch always run the fixed-size loop.
+
+        Returns:
+            int32 ``(batch, steps)`` generated ids (without START); after
+            END every position is ``pad_id``. For 0 sentences, int32
+            ``(0, steps)``.
+        Raises:
+            TypeError: non-integer ids, a non-int special id, non-float
+                ``encoder_outputs``.
+            ValueError: bad shapes (a zero-width source,
+                ``encoder_outputs`` whose batch, width or d_model does not
+                match), special ids outside [0, the target vocabulary),
+                ``max_decoding_length`` past the model's positions, or
+                host (NumPy) ids outside the source vocabulary. Each
+                message names the argument and its value.
+        """
+        return self._decode(model, encoder_tokens, encoder_outputs,
+                            (start_id, end_id, pad_id), use_cache,
+                            static_cache)
+
+
+    def update(self, logits, finished, i, limits, end_id, pad_id):
+        """One step for the rows given (both loops run it): ``(token,
+        finished)``, the arg-max token (``pad_id`` where the row had
+        finished) and whether each row has now ended (``end_id``, or its
+        token limit)."""
+        if _is_tensorflow():
+            # Keras' float argmax adds four element-wise passes over the
+            # (rows, V) logits (a -0.0 fix-up): greedy ran 0.960x the
+            # TensorFlow-only search with it, 1.002x with tf.argmax
+            # (bench/ab.py search, bench/results/search_keras_ops_ab.json).
+            import tensorflow as tf
+
+            token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        else:
+            token = ops.cast(ops.argmax(logits, axis=-1), "int32")
+        token = ops.where(finished, pad_id, token)
+        finished = ops.logical_or(
+            finished, ops.logical_or(ops.equal(token, end_id),
+                                     ops.greater_equal(i + 1, limits)))
+        return token, finished
+
+    def _empty(self, steps, return_all):
+        return ops.zeros((0, steps), "int32")
+
+    def _graph_loop(self, model, encoder_tokens, encoder_outputs, steps,
+                    limits, ids, use_cache, return_all):
+        from keras_trm.decoding import graph_search
+
+        return graph_search.greedy(self, model, encoder_tokens,
+                                   encoder_outputs, steps, limits, ids,
+                                   use_cache)
+
+    def _static_loop(self, model, encoder_tokens, encoder_outputs, steps,
+                     limits, ids, use_cache, return_all):
+        start_id, end_id, pad_id = ids
+        batch = ops.shape(encoder_tokens)[0]
+        encoder_mask = ops.not_equal(encoder_tokens, pad_id)
+        stepper = _StaticStepper(model, encoder_outputs, encoder_mask,
+                                 steps + 1, use_cache)
+        sequences = ops.concatenate(
+            [ops.full((batch, 1), start_id, "int32"),
+             ops.full((batch, steps), pad_id, "int32")], axis=1)
+        columns = ops.arange(steps + 1, dtype="int32")[None]
+
+        def cond(i, sequences, finished, state):
+            return ops.logical_and(i < steps,
+                                   ops.logical_not(ops.all(finished)))
+
+        def body(i, sequences, finished, state):
+            logits, state = stepper(sequences, i, state)
+            token, finished = self.update(logits, finished, i, limits,
+                                          end_id, pad_id)
+            sequences = ops.where(ops.equal(columns, i + 1),
+                                  ops.expand_dims(token, 1), sequences)
+            return i + 1, sequences, finished, state
+
+        loop_vars = (ops.convert_to_tensor(0, "int32"), sequences,
+                     ops.zeros((batch,), "bool"), stepper.initial_state)
+        _, sequences, _, _ = ops.while_loop(cond, body, loop_vars)
+        return sequences[:, 1:]
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamSearch(SearchStrategy):
     """Beam search with the GNMT length penalty and a beam kept full.
 
     Keeps ``beam_size`` = k live hypotheses per sentence at every step: of
@@ -927,50 +800,32 @@ def beam_search(
     its best finished score (tensor2tensor), or at its token limit,
     so with ``beam_size`` k the result is the exact best whenever the k-slot
     beam can reach it (tests compare with exhaustive search).
-    ``beam_size=1`` is greedy search at every α: its one slot stops at the
-    first END. A sentence that has stopped is frozen while others in the
-    batch go on, so batched and one-by-one decoding agree.
+    ``beam_size=1`` gives greedy search's ids at every α (its one slot stops
+    at the first END; ``GreedySearch`` is faster). A sentence that has
+    stopped is frozen while others in the batch go on, so batched and
+    one-by-one decoding agree.
 
     Args:
-        model: as in ``greedy_search``.
-        encoder_tokens: int ``(batch, T_src)``.
         beam_size: int >= 1 (4 in the paper).
         length_penalty: the GNMT α, a finite float >= 0 (0.6 in the
-            paper; 0 = raw log-prob). ``length_penalty_alpha``: its old
-            name, deprecated.
-        max_decoding_length: as in ``greedy_search`` (a limit per
-            sentence); a hypothesis that reaches its limit without END is
-            finished with |Y| = the limit. ``max_length``: its old name,
-            deprecated.
-        use_cache: as in ``greedy_search``.
-        return_all: also return the k best hypotheses and their normalized
-            scores.
+            paper; 0 = raw log-prob).
         early_stopping: when a sentence stops: True or ``"bound"``, as
             soon as no live hypothesis can beat its best finished one
             (exact); ``"first_end"``, also at the first step whose best
             candidate ends (CTranslate2's early exit: fewer steps, exact
             only for α = 0); False or ``"never"``, at its token limit
-            (the best hypothesis is that of ``"bound"``).
-        static_cache: as in ``greedy_search``.
-        start_id, end_id, pad_id, encoder_outputs: as in ``greedy_search``.
-
-    Returns:
-        int32 ``(batch, steps)`` best hypothesis per sentence (without
-        START, ``pad_id`` after END); with ``return_all`` the tuple
-        ``(best, beams (batch, beam_size, steps), scores (batch, beam_size))``
-        sorted best first: the finished hypotheses (END or the limit), then,
-        if fewer than k finished, the best live ones at the stop, scored by
-        their length so far. Slots no hypothesis reached score about -1e9.
-        For 0 sentences, the same with a batch of 0.
+            (the best hypothesis is that of ``"bound"``). Kept as the rule's
+            name.
+        max_decoding_length: as in ``GreedySearch`` (a limit per
+            sentence); a hypothesis that reaches its limit without END is
+            finished with |Y| = the limit.
 
     Raises:
         TypeError: ``beam_size`` not an int, ``length_penalty`` not a real
-            number (a bool or a string included), and as in
-            ``greedy_search``.
+            number (a bool or a string included), ``max_decoding_length``
+            not an int.
         ValueError: beam_size < 1, α < 0, NaN or inf, an unknown
-            ``early_stopping``, and as in ``greedy_search`` (bad shapes,
-            special ids, max_decoding_length, host ids outside the source
-            vocabulary).
+            ``early_stopping``, ``max_decoding_length`` < 1.
 
     Example:
 
@@ -979,60 +834,289 @@ def beam_search(
     >>> model = transformer(20, num_layers=1, d_model=16, num_heads=2, d_ff=32,
     ...                     max_sequence_length=12)
     >>> source = np.array([[5, 6, 3], [7, 3, 0]], "int32")
-    >>> best, beams, scores = beam_search(model, source, beam_size=3,
-    ...                                   max_decoding_length=6,
-    ...                                   return_all=True)
+    >>> search = BeamSearch(beam_size=3, max_decoding_length=6)
+    >>> best, beams, scores = search(model, source, return_all=True)
     >>> tuple(best.shape), tuple(beams.shape), tuple(scores.shape)
     ((2, 6), (2, 3, 6), (2, 3))
     >>> scores = np.asarray(scores)
     >>> bool(np.all(scores[:, :-1] >= scores[:, 1:]))   # best first
     True
     >>> bool(np.array_equal(
-    ...     beam_search(model, source, beam_size=1, max_decoding_length=6),
-    ...     greedy_search(model, source, max_decoding_length=6)))
+    ...     BeamSearch(beam_size=1, max_decoding_length=6)(model, source),
+    ...     GreedySearch(max_decoding_length=6)(model, source)))
     True
     >>> # CTranslate2's stopping rule: fewer steps, exact only for alpha = 0
-    >>> bool(np.array_equal(
-    ...     beam_search(model, source, beam_size=3, length_penalty=0.0,
-    ...                 max_decoding_length=6, early_stopping="first_end"),
-    ...     beam_search(model, source, beam_size=3, length_penalty=0.0,
-    ...                 max_decoding_length=6)))
+    >>> first_end = BeamSearch(3, length_penalty=0.0, early_stopping="first_end",
+    ...                        max_decoding_length=6)
+    >>> bool(np.array_equal(first_end(model, source), BeamSearch(
+    ...     3, length_penalty=0.0, max_decoding_length=6)(model, source)))
     True
     """
-    k = v.positive_int("beam_size", beam_size)
-    # A finite α >= 0: NaN scored every hypothesis NaN, and inf divided
-    # every score by inf (a string or a bool was read as a number).
-    alpha = v.non_negative_float("length_penalty", v.renamed(
-        "length_penalty_alpha", length_penalty_alpha, "length_penalty",
-        length_penalty))
-    rule = stop_rule(early_stopping)
-    max_decoding_length = check_decoding_length(model, v.renamed(
-        "max_length", max_length, "max_decoding_length", max_decoding_length))
-    start_id, end_id, pad_id = _check_special_ids(model, start_id, end_id,
-                                                  pad_id)
 
-    def drive(graph, steps, limits, encoder_tokens, encoder_outputs):
-        if graph:
-            from keras_trm.decoding.graph_search import graph_beam
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    early_stopping: Union[bool, str] = True
+    max_decoding_length: Optional[int] = None
 
-            return graph_beam(model, encoder_tokens, steps, limits, k, alpha,
-                              rule, use_cache, start_id, end_id, pad_id,
-                              encoder_outputs, return_all,
-                              dict(initial=_initial_beams, update=_beam_update,
-                                   result=_beam_result,
-                                   length_penalty=_gnmt_penalty))
-        return _static_beam(model, encoder_tokens, steps, limits, k, alpha,
-                            rule, use_cache, start_id, end_id, pad_id,
-                            encoder_outputs, return_all)
+    def __post_init__(self):
+        set_field = functools.partial(object.__setattr__, self)
+        set_field("beam_size", v.positive_int("beam_size", self.beam_size))
+        # A finite α >= 0: NaN scored every hypothesis NaN, and inf divided
+        # every score by inf (a string or a bool was read as a number).
+        set_field("length_penalty", v.non_negative_float(
+            "length_penalty", self.length_penalty))
+        set_field("early_stopping", stop_rule(self.early_stopping))
+        _set_max_decoding_length(self)
 
-    def empty(steps):
+    def __call__(self, model, encoder_tokens, encoder_outputs=None, *,
+                 start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
+                 use_cache=True, static_cache=False, return_all=False):
+        """The best hypothesis (or the k best) for a batch of source
+        sentences. The arguments are ``GreedySearch.__call__``'s, and:
+
+        Args:
+            return_all: also return the k best hypotheses and their
+                normalized scores.
+
+        Returns:
+            int32 ``(batch, steps)`` best hypothesis per sentence (without
+            START, ``pad_id`` after END); with ``return_all`` the tuple
+            ``(best, beams (batch, beam_size, steps), scores (batch,
+            beam_size))`` sorted best first: the finished hypotheses (END
+            or the limit), then, if fewer than k finished, the best live
+            ones at the stop, scored by their length so far. Slots no
+            hypothesis reached score about -1e9. For 0 sentences, the same
+            with a batch of 0.
+
+        Raises:
+            As ``GreedySearch.__call__``.
+        """
+        return self._decode(model, encoder_tokens, encoder_outputs,
+                            (start_id, end_id, pad_id), use_cache,
+                            static_cache, return_all)
+
+    STATE_KEYS = ("alive_seq", "alive_logp", "finished_seq", "finished_score",
+                  "finished_flag", "done", "alive_len")
+
+    def initial_state(self, batch, steps, start_id, pad_id):
+        """The search state of ``batch`` sentences before step 0 (a dict of
+        ``STATE_KEYS``). Only beam 0 is live (all k beams are the same
+        prefix, START); positions not yet written hold ``pad_id``."""
+        k = self.beam_size
+        alive_seq = ops.concatenate(
+            [ops.full((batch, k, 1), start_id, "int32"),
+             ops.full((batch, k, steps), pad_id, "int32")], axis=2)
+        first = ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32")
+        return dict(
+            alive_seq=alive_seq,
+            alive_logp=ops.tile(first, (batch, 1)),
+            finished_seq=ops.full(ops.shape(alive_seq), pad_id, "int32"),
+            finished_score=ops.full((batch, k), NEG_INF, "float32"),
+            finished_flag=ops.zeros((batch, k), "bool"),
+            done=ops.zeros((batch,), "bool"),
+            alive_len=ops.zeros((batch,), "int32"),  # tokens of the live ones
+        )
+
+    def update(self, state, logits, i, limits, max_penalties, end_id, vocab):
+        """One step for the n sentences of ``state`` (both loops run it).
+
+        Args:
+            state: dict of ``STATE_KEYS``, one row per sentence.
+            logits: float ``(n * k, V)``, the step's logits of each
+                hypothesis.
+            i: int scalar, the step (position ``i + 1`` is written).
+            limits, max_penalties: ``(n,)`` each sentence's token limit and
+                lp(limit).
+            end_id: the END id; vocab: V (a Python int).
+
+        Returns:
+            ``(state, parent)``: the new state and, per live slot, the slot
+            it continues (int ``(n, k)``): the decoder rows to reorder.
+        """
+        k, rule = self.beam_size, self.early_stopping
+        (alive_seq, alive_logp, finished_seq, finished_score, finished_flag,
+         done, alive_len) = (state[key] for key in self.STATE_KEYS)
+        # 2k candidates: at most k of them (one per live hypothesis) end, so
+        # at least k remain live.
+        num_candidates = min(2 * k, k * vocab)
+        per_row = min(num_candidates, vocab)
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        # All candidates have i + 1 tokens: rank them by log-prob. The 2k
+        # best of the k * V are among the 2k best of each hypothesis, so
+        # rank those (top-k over k rows of V, then over k * 2k): the same
+        # candidates in the same order as one top-k over the k * V (ties go
+        # to the lower hypothesis, then the lower token, either way). Adding
+        # a hypothesis' log P keeps the order of its row, so it is added to
+        # the 2k picked per row only (the same sums as over the whole row).
+        row_logp, row_token = top_k_rows(log_probs, per_row)
+        row_logp = ops.expand_dims(alive_logp, 2) + ops.reshape(
+            row_logp, (-1, k, per_row))
+        cand_logp, top = top_k(ops.reshape(row_logp, (-1, k * per_row)),
+                               num_candidates)
+        cand_beam = top // per_row
+        cand_token = batch_gather(ops.reshape(row_token, (-1, k * per_row)),
+                                  top)
+        cand_seq = batch_gather(alive_seq, cand_beam)
+        write = ops.equal(ops.arange(ops.shape(alive_seq)[2], dtype="int32"),
+                          i + 1)
+        cand_seq = ops.where(write, ops.expand_dims(cand_token, 2), cand_seq)
+        ended = ops.equal(cand_token, end_id)
+        live = ops.expand_dims(ops.logical_not(done), 1)
+        # END counts only among the k best candidates (fairseq): an END
+        # ranked below k live extensions is dropped, so beam 1 with α = 0
+        # is greedy search.
+        in_top_k = ops.expand_dims(ops.arange(num_candidates) < k, 0)
+
+        # The k best that have not ended stay live.
+        _, keep = top_k(ops.where(ended, -float("inf"), cand_logp), k)
+        new_logp = batch_gather(cand_logp, keep)
+        new_seq = batch_gather(cand_seq, keep)
+        parent = batch_gather(cand_beam, keep)
+
+        # Those that end join the k best finished (sentences not yet done).
+        new_finished = (ended & in_top_k & live & (cand_logp > NEG_INF / 2))
+        end_score = ops.where(new_finished, cand_logp / self.penalty(i + 1),
+                              NEG_INF)
+        pool_score = ops.concatenate([finished_score, end_score], 1)
+        pool_flag = ops.concatenate([finished_flag, new_finished], 1)
+        pool_seq = ops.concatenate([finished_seq, cand_seq], 1)
+        finished_score, best = top_k(pool_score, k)
+        finished_flag = batch_gather(pool_flag, best)
+        finished_seq = batch_gather(pool_seq, best)
+
+        # Sentences already done keep their live hypotheses as they were
+        # (the graph search drops them instead).
+        alive_seq = ops.where(ops.expand_dims(live, 2), new_seq, alive_seq)
+        alive_logp = ops.where(live, new_logp, alive_logp)
+        alive_len = ops.where(live[:, 0], i + 1, alive_len)
+        parent = ops.where(live, parent, ops.arange(k, dtype="int32")[None])
+
+        # A sentence whose hypotheses reached its token limit is done (the
+        # live ones count as finished at the end).
+        done = done | ops.greater_equal(i + 1, limits)
+        if rule != "never":
+            # Done when no live hypothesis can still beat the best finished
+            # one: log P only falls and lp(|Y|) <= lp(its limit)
+            # (tensor2tensor's bound, exact).
+            bound = ops.max(alive_logp, 1) / max_penalties
+            done = done | (ops.max(finished_score, 1) >= bound)
+        if rule == "first_end":
+            # Or when the best candidate of this step ends (CTranslate2).
+            done = done | new_finished[:, 0]
+        if k == 1:
+            # Beam 1 is greedy search: its one slot is done at the first END
+            # (else, with α > 0, it would search on past greedy's END).
+            done = done | finished_flag[:, 0]
+        state = dict(alive_seq=alive_seq, alive_logp=alive_logp,
+                     finished_seq=finished_seq, finished_score=finished_score,
+                     finished_flag=finished_flag, done=done,
+                     alive_len=alive_len)
+        return state, parent
+
+    def result(self, state, limits, return_all):
+        """The best hypotheses once the loop has stopped (the call's
+        result)."""
+        k = self.beam_size
+        (alive_seq, alive_logp, finished_seq, finished_score, finished_flag, _,
+         alive_len) = (state[key] for key in self.STATE_KEYS)
+        # Live hypotheses that reached their limit are finished; others only
+        # fill the slots the finished ones leave.
+        alive_score = alive_logp / ops.expand_dims(
+            self.penalty(ops.maximum(alive_len, 1)), 1)
+        at_max = (ops.expand_dims(ops.equal(alive_len, limits), 1)
+                  & (alive_logp > NEG_INF / 2))
+        pool_seq = ops.concatenate([finished_seq, alive_seq], 1)
+        pool_score = ops.concatenate([finished_score, alive_score], 1)
+        pool_rank = ops.concatenate([finished_flag, at_max], 1)
+        order = _stable_order(pool_rank, pool_score)[:, :k]
+        beams = batch_gather(pool_seq, order)[:, :, 1:]
+        best = beams[:, 0]
+        if return_all:
+            return best, beams, batch_gather(pool_score, order)
+        return best
+
+    def penalty(self, length):
+        """lp(``length``) of this search's α (``length_penalty``)."""
+        return length_penalty(length, self.length_penalty)
+
+    def _graph_loop(self, model, encoder_tokens, encoder_outputs, steps,
+                    limits, ids, use_cache, return_all):
+        from keras_trm.decoding import graph_search
+
+        return graph_search.beam(self, model, encoder_tokens, encoder_outputs,
+                                 steps, limits, ids, use_cache, return_all)
+
+    def _empty(self, steps, return_all):
         best = ops.zeros((0, steps), "int32")
         if return_all:
+            k = self.beam_size
             return (best, ops.zeros((0, k, steps), "int32"),
                     ops.zeros((0, k), "float32"))
         return best
 
-    key = ("beam", k, alpha, rule, max_decoding_length, use_cache, return_all,
-           start_id, end_id, pad_id)
-    return _search(model, encoder_tokens, max_decoding_length, pad_id,
-                   static_cache, encoder_outputs, key, drive, empty)
+    def _static_loop(self, model, encoder_tokens, encoder_outputs, steps,
+                     limits, ids, use_cache, return_all):
+        start_id, end_id, pad_id = ids
+        k = self.beam_size
+        batch = ops.shape(encoder_tokens)[0]
+        vocab = int(model.target_vocabulary_size)
+        encoder_mask = ops.not_equal(encoder_tokens, pad_id)
+        stepper = _StaticStepper(model, encoder_outputs, encoder_mask,
+                                 steps + 1, use_cache, hypotheses=k)
+        max_penalties = self.penalty(limits)
+        row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
+
+        def cond(i, search, state):
+            return ops.logical_and(i < steps,
+                                   ops.logical_not(ops.all(search["done"])))
+
+        def body(i, search, state):
+            flat = ops.reshape(search["alive_seq"], (-1, steps + 1))
+            logits, state = stepper(flat, i, state)
+            search, parent = self.update(search, logits, i, limits,
+                                         max_penalties, end_id, vocab)
+            # Each live hypothesis continues its parent's decoder rows.
+            state = _reorder(state, ops.reshape(parent + row_offsets, (-1,)))
+            return i + 1, search, state
+
+        loop_vars = (ops.convert_to_tensor(0, "int32"),
+                     self.initial_state(batch, steps, start_id, pad_id),
+                     stepper.initial_state)
+        _, search, _ = ops.while_loop(cond, body, loop_vars)
+        return self.result(search, limits, return_all)
+
+
+def check_search(model, search):
+    """``search`` as a ``SearchStrategy`` for ``model`` (None: the paper's
+    ``BeamSearch()``): a ``TypeError`` for anything else, a ``ValueError``
+    for a ``max_decoding_length`` past the model's positions (now, not at
+    the first translation)."""
+    if search is None:
+        return BeamSearch()
+    if not isinstance(search, SearchStrategy):
+        raise TypeError(
+            "`search` must be a search strategy (keras_trm.decoding."
+            "BeamSearch(...) or GreedySearch(...)), got "
+            f"search={search!r} of type {type(search).__name__}")
+    check_decoding_length(model, search.max_decoding_length)
+    return search
+
+
+def search_strategy(beam_size=4, length_penalty=0.6, early_stopping=True,
+                    max_decoding_length=None):
+    """The strategy of the flat settings a config or a command line gives:
+    ``GreedySearch`` for ``beam_size`` 1 (the same ids as a beam of 1,
+    faster), ``BeamSearch`` otherwise. Raises as ``BeamSearch`` does.
+
+    Example:
+
+    >>> search_strategy(1)
+    GreedySearch(max_decoding_length=None)
+    >>> search_strategy(5, length_penalty=1.2).beam_size
+    5
+    """
+    beam = BeamSearch(beam_size, length_penalty, early_stopping,
+                      max_decoding_length)
+    if beam.beam_size == 1:
+        return GreedySearch(max_decoding_length)
+    return beam

@@ -9,9 +9,8 @@ import numpy as np
 from keras import ops
 
 from keras_trm.decoding.bleu import corpus_bleu
-from keras_trm.decoding.search import (_check_special_ids, beam_search,
-                                      encode_by_length, greedy_search,
-                                      stop_rule)
+from keras_trm.decoding.search import (GreedySearch, _check_special_ids,
+                                      check_search, encode_by_length)
 from keras_trm.models.transformer import as_transformer
 from keras_trm.training.precision import float32_copy
 from keras_trm.utils import ids as reserved
@@ -67,6 +66,25 @@ def _check_vocabulary_sizes(model, tokenizer):
                 "with the tokenizer the model was trained with")
 
 
+_FLAT_SEARCH_SETTINGS = ("beam_size", "length_penalty", "early_stopping",
+                         "length_penalty_alpha")
+
+
+def _refuse_flat_search_settings(removed):
+    """A ``TypeError`` for arguments a translator does not take, naming the
+    strategy that replaces the search settings once passed one by one."""
+    if not removed:
+        return
+    name, value = next(iter(removed.items()))
+    if name in _FLAT_SEARCH_SETTINGS:
+        setting = {"length_penalty_alpha": "length_penalty"}.get(name, name)
+        raise TypeError(
+            f"`{name}` is a setting of the search strategy now, got "
+            f"{name}={value!r}: pass search=BeamSearch({setting}=...) "
+            "(keras_trm.decoding; GreedySearch() for a beam of 1)")
+    raise TypeError(f"unexpected argument `{name}` ({name}={value!r})")
+
+
 class Translator(_Base):
     """Translates batches of raw strings with a ``transformer()`` model.
 
@@ -84,17 +102,13 @@ class Translator(_Base):
             source and target vocabulary size; its ``start_id``,
             ``end_id`` and ``pad_id`` are the searches' special ids (the
             reserved ids where it has none).
-        beam_size: int >= 1; 1 means greedy search.
-        length_penalty: α of the GNMT length penalty (beam search), a
-            finite float >= 0.
-        length_penalty_alpha: the old name of ``length_penalty``, deprecated.
+        search: a ``SearchStrategy``: ``BeamSearch(beam_size, length_penalty,
+            early_stopping)`` or ``GreedySearch()`` (default: the paper's
+            ``BeamSearch(beam_size=4, length_penalty=0.6)``).
         max_source_length: int in [2, the model's max_sequence_length],
             source tokens kept, END included (default None: the model's
             max_sequence_length). Longer inputs are truncated to their first
             ``max_source_length - 1`` subword tokens.
-        early_stopping: beam search's stopping rule (``beam_search``): True
-            / ``"bound"`` (exact), ``"first_end"`` (CTranslate2's early
-            exit, faster, exact only for α = 0) or False / ``"never"``.
         jit_compile: run the search compiled whole by XLA, over fixed-size
             caches (``static_cache=True``), the source padded to a multiple
             of 8 tokens so that XLA compiles once per 8 source lengths
@@ -136,15 +150,19 @@ class Translator(_Base):
     Raises:
         ValueError: a tokenizer whose ``vocabulary_size`` is not the
             model's target and source vocabulary size, tokenizer special
-            ids outside the target vocabulary, ``beam_size`` < 1, a
-            ``length_penalty`` < 0, NaN or inf, a ``max_source_length``
-            (when given) outside [2, max_sequence_length], an unknown
-            ``early_stopping``, a non-bool ``jit_compile``, or
+            ids outside the target vocabulary, a ``max_source_length``
+            (when given) outside [2, max_sequence_length], a search whose
+            ``max_decoding_length`` is past the model's positions,
             ``parallel_searches``, ``encode_groups`` or
-            ``jit_compile_max_batch_size`` (when given) not an int >= 1, or
+            ``jit_compile_max_batch_size`` (when given) < 1, or
             ``jit_compile_max_batch_size`` without ``jit_compile``.
-        TypeError: ``beam_size`` or ``max_source_length`` not an int (a
-            float or bool included), ``length_penalty`` not a real number.
+        TypeError: ``search`` not a ``SearchStrategy`` (the old
+            ``beam_size``, ``length_penalty`` and ``early_stopping``
+            arguments are named with the strategy to use instead), a
+            non-bool ``jit_compile``, ``max_source_length``,
+            ``parallel_searches``, ``encode_groups`` or
+            ``jit_compile_max_batch_size`` not an int (a float or bool
+            included).
 
     ``translate(sentences)``: str ``(batch,)`` -> str ``(batch,)``. An empty
     (or all-whitespace) sentence translates to the empty string. It is a
@@ -163,17 +181,18 @@ class Translator(_Base):
     >>> vocab = list(RESERVED_TOKENS) + ["a", "dog", "runs", ".", "ein", "Hund"]
     >>> model = transformer(len(vocab), num_layers=1, d_model=16, num_heads=2,
     ...                     d_ff=32, max_sequence_length=12)
-    >>> translator = Translator(model, TextTokenizer(vocab), beam_size=2)
+    >>> from keras_trm.decoding import BeamSearch
+    >>> translator = Translator(model, TextTokenizer(vocab),
+    ...                         search=BeamSearch(beam_size=2))
     >>> out = translator.translate(tf.constant(["a dog runs .", "  "]))
     >>> tuple(out.shape), out.dtype.name, out[1].numpy()   # empty in, empty out
     ((2,), 'string', b'')
     """
 
-    def __init__(self, model, tokenizer, beam_size=4, length_penalty=0.6,
-                 max_source_length=None, early_stopping=True,
+    def __init__(self, model, tokenizer, search=None, max_source_length=None,
                  jit_compile=False, parallel_searches=1, encode_groups=4,
-                 jit_compile_max_batch_size=None, name=None,
-                 length_penalty_alpha=None):
+                 jit_compile_max_batch_size=None, name=None, **removed):
+        _refuse_flat_search_settings(removed)
         super().__init__(name=name)
         self.model = as_transformer(model)
         self.tokenizer = tokenizer
@@ -186,11 +205,7 @@ class Translator(_Base):
                               ("start_id", reserved.START_ID),
                               ("end_id", reserved.END_ID),
                               ("pad_id", reserved.PAD_ID))))
-        self.beam_size = v.positive_int("beam_size", beam_size)
-        self.length_penalty = v.non_negative_float("length_penalty", v.renamed(
-            "length_penalty_alpha", length_penalty_alpha, "length_penalty",
-            length_penalty))
-        self.early_stopping = stop_rule(early_stopping)
+        self.search = check_search(self.model, search)
         limit = self.model.max_sequence_length
         if max_source_length is None:
             self.max_source_length = limit
@@ -203,26 +218,18 @@ class Translator(_Base):
                     f"(the model's max_sequence_length), got "
                     f"max_source_length={max_source_length!r}"
                 )
-        if not isinstance(jit_compile, bool):
-            raise ValueError(f"`jit_compile` must be True or False, got "
-                             f"jit_compile={jit_compile!r}")
-        self.jit_compile = jit_compile
-        checked = [("parallel_searches", parallel_searches),
-                   ("encode_groups", encode_groups)]
+        self.jit_compile = v.boolean("jit_compile", jit_compile)
+        self.parallel_searches = v.positive_int("parallel_searches",
+                                                parallel_searches)
+        self.encode_groups = v.positive_int("encode_groups", encode_groups)
         if jit_compile_max_batch_size is not None:
             if not jit_compile:
                 raise ValueError(
                     "`jit_compile_max_batch_size` needs jit_compile=True, got "
                     f"jit_compile_max_batch_size={jit_compile_max_batch_size!r}"
                     " with jit_compile=False")
-            checked.append(("jit_compile_max_batch_size",
-                            jit_compile_max_batch_size))
-        for name, value in checked:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an int >= 1, got "
-                                 f"{name}={value!r}")
-        self.parallel_searches = parallel_searches
-        self.encode_groups = encode_groups
+            jit_compile_max_batch_size = v.positive_int(
+                "jit_compile_max_batch_size", jit_compile_max_batch_size)
         self.jit_compile_max_batch_size = jit_compile_max_batch_size
         self._compiled_search = self._ids_graph = None
         if self.jit_compile and _TENSORFLOW:
@@ -248,18 +255,9 @@ class Translator(_Base):
             encoder_outputs = encode_by_length(self.model, encoder_tokens,
                                                self.encode_groups,
                                                pad_id=self.pad_id)
-        ids = dict(start_id=self.start_id, end_id=self.end_id,
-                   pad_id=self.pad_id)
-        if self.beam_size == 1:
-            return greedy_search(self.model, encoder_tokens,
-                                 static_cache=static_cache,
-                                 encoder_outputs=encoder_outputs, **ids)
-        return beam_search(
-            self.model, encoder_tokens, beam_size=self.beam_size,
-            length_penalty=self.length_penalty,
-            early_stopping=self.early_stopping, static_cache=static_cache,
-            encoder_outputs=encoder_outputs, **ids,
-        )
+        return self.search(self.model, encoder_tokens, encoder_outputs,
+                           start_id=self.start_id, end_id=self.end_id,
+                           pad_id=self.pad_id, static_cache=static_cache)
 
     def generate_ids(self, encoder_tokens):
         """int ``(batch, T)`` ids + END, padded with ``pad_id`` -> int32
@@ -478,7 +476,8 @@ class GreedyBleu:
 
     def __init__(self, model, tokenizer, sources, references):
         self.twin = float32_copy(model)
-        self.translator = Translator(self.twin, tokenizer, beam_size=1)
+        self.translator = Translator(self.twin, tokenizer,
+                                     search=GreedySearch())
         self.sources, self.references = sources, references
 
     def float32_model(self, model):

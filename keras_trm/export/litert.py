@@ -25,13 +25,9 @@ import pathlib
 import numpy as np
 
 from keras_trm._optional import require_extra
+from keras_trm.utils import checks
 from keras_trm.utils.checks import RenamedAttributes
 from keras_trm.utils.files import atomic_file
-
-
-def _check_int_at_least_1(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be an int >= 1, got {name}={value!r}")
 
 
 def export_litert(model, path, input_signature=None, **converter_kwargs):
@@ -361,7 +357,8 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "tiny.tflite"
     >>> export_translator_litert(model, out, vocab).name
     'tiny.tflite'
-    >>> runner = LiteRTTranslator(out, beam_size=2)
+    >>> from keras_trm.decoding import BeamSearch
+    >>> runner = LiteRTTranslator(out, search=BeamSearch(beam_size=2))
     >>> sorted(runner.signatures)
     ['decode_step', 'encode']
     >>> [type(t).__name__ for t in runner.translate_texts(["a b c", " "])]
@@ -541,18 +538,18 @@ class LiteRTTranslator(RenamedAttributes):
     Args:
         path: the ``.tflite`` file.
         num_threads: int >= 1, interpreter threads.
-        beam_size: int >= 1; 1 is greedy search.
-        length_penalty: the GNMT α >= 0 of the length penalty.
-        length_penalty_alpha: the old name of ``length_penalty``, deprecated.
+        search: a ``keras_trm.decoding`` strategy, ``BeamSearch(...)`` or
+            ``GreedySearch()`` (default ``BeamSearch()``: beam 4, α 0.6),
+            as for ``keras_trm.decoding.Translator``.
         batch_size: int >= 1, sentences per search.
-        early_stopping: beam search's stopping rule, as for
-            ``keras_trm.decoding.Translator``.
 
     ``translate_texts(list of str) -> list of str``; ``translate_ids(int
     (n, T) source ids with END) -> list of int lists`` (generated ids,
     without START, END excluded).
 
     Raises:
+        TypeError: ``num_threads`` or ``batch_size`` not an int, ``search``
+            not a strategy.
         ValueError: bad argument (named with its value), or a file without
             the translator's signatures / metadata (or written by an older
             keras_trm with fixed shapes: export it again).
@@ -569,30 +566,24 @@ class LiteRTTranslator(RenamedAttributes):
     ...                     d_ff=16, max_sequence_length=6)
     >>> path = export_translator_litert(
     ...     model, pathlib.Path(tempfile.mkdtemp()) / "t.tflite", vocab)
-    >>> len(LiteRTTranslator(path, beam_size=1).translate_texts(["a b"]))
+    >>> from keras_trm.decoding import GreedySearch
+    >>> runner = LiteRTTranslator(path, search=GreedySearch())
+    >>> len(runner.translate_texts(["a b"]))
     1
     """
 
     RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length"}
 
-    def __init__(self, path, num_threads=2, beam_size=4,
-                 length_penalty=0.6, batch_size=32, early_stopping=True,
-                 length_penalty_alpha=None):
+    def __init__(self, path, num_threads=2, search=None, batch_size=32):
         import json
+
+        from keras_trm.decoding.search import check_search
 
         path = pathlib.Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"`path` {str(path)!r} does not exist")
-        _check_int_at_least_1("num_threads", num_threads)
-        _check_int_at_least_1("beam_size", beam_size)
-        _check_int_at_least_1("batch_size", batch_size)
-        from keras_trm.utils import checks
-
-        length_penalty = checks.renamed("length_penalty_alpha", length_penalty_alpha,
-                                        "length_penalty", length_penalty)
-        if not float(length_penalty) >= 0:
-            raise ValueError("`length_penalty` must be >= 0, got "
-                             f"length_penalty={length_penalty!r}")
+        checks.positive_int("num_threads", num_threads)
+        checks.positive_int("batch_size", batch_size)
         metadata = read_litert_metadata(path)
         if _CONFIG_KEY not in metadata or _VOCABULARY_KEY not in metadata:
             raise ValueError(f"{str(path)!r} was not written by "
@@ -616,17 +607,13 @@ class LiteRTTranslator(RenamedAttributes):
         self.end_id = self.vocabulary.index(END)
         self.pad_id = self.vocabulary.index(PAD)
         self.path = path
-        self.beam_size = beam_size
         self.batch_size = batch_size
-        self.length_penalty = float(length_penalty)
-        from keras_trm.decoding.search import stop_rule
-
-        self.early_stopping = stop_rule(early_stopping)
         self.num_layers = int(self.config["num_layers"])
         # Files exported before the rename name it ``max_length``.
         self.max_sequence_length = int(self.config.get(
             "max_sequence_length", self.config.get("max_length")))
         self.max_source_length = int(self.config["max_source_length"])
+        self.search = check_search(self, search)
         try:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:  # pragma: no cover
@@ -647,21 +634,13 @@ class LiteRTTranslator(RenamedAttributes):
         """int32 (sentences, T) source ids -> (sentences, steps) ids."""
         import tensorflow as tf
 
-        from keras_trm.decoding.search import beam_search, greedy_search
-
         if self._search_function is None:
             model = _LiteRTModel(self)
 
             @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
             def search(ids):
-                special = dict(start_id=self.start_id, end_id=self.end_id,
-                               pad_id=self.pad_id)
-                if self.beam_size == 1:
-                    return greedy_search(model, ids, **special)
-                return beam_search(
-                    model, ids, beam_size=self.beam_size,
-                    length_penalty=self.length_penalty,
-                    early_stopping=self.early_stopping, **special)
+                return self.search(model, ids, start_id=self.start_id,
+                                   end_id=self.end_id, pad_id=self.pad_id)
 
             self._search_function = search
         return self._search_function(tf.constant(block)).numpy()

@@ -46,15 +46,6 @@ def start_classifier_job(job, workdir, data_dir, export_dir, results_dir,
 # -- config checks the jobs' validate() share (each names the field) ---------
 
 
-def check_bool(name, value):
-    """Returns ``value`` if it is a bool (``True``/``False``), else raises
-    ``TypeError``: a string such as ``"no"`` or ``"off"`` is truthy and
-    would switch the setting on."""
-    if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be True or False, got {name}={value!r}")
-    return value
-
-
 def check_choices(name, values, allowed, check=None):
     """Checks a non-empty tuple or list of settings (``norms``,
     ``batch_sizes``, ``models``): each one of ``allowed`` (or passing

@@ -46,7 +46,7 @@ from keras_trm.data.batching import (
     labelled_bucket_steps,
 )
 from keras_trm.export import ReviewClassifier, export_module
-from keras_trm.jobs._setup import check_bool, check_choices, start_classifier_job
+from keras_trm.jobs._setup import check_choices, start_classifier_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import text_classifier
@@ -167,7 +167,7 @@ class ImdbConfig:
         ``off`` and a ``download`` that is not a bool."""
         check_choices("models", self.models, set(MODEL_KINDS))
         v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
-        check_bool("download", self.download)
+        v.boolean("download", self.download)
         for name in ("vocabulary_size", "max_length", "batch_size",
                      "encoder_max_length", "num_layers", "d_model", "num_heads",
                      "d_ff", "encoder_epochs", "embedding_dim", "units",

@@ -39,7 +39,7 @@ import numpy as np
 
 from keras_trm.data import check_labels, load_mnist, validation_split
 from keras_trm.export import DigitClassifier, export_module
-from keras_trm.jobs._setup import check_bool, check_choices, start_classifier_job
+from keras_trm.jobs._setup import check_choices, start_classifier_job
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.utils import checks as v
 from keras_trm.models import check_images, lenet_cnn
@@ -107,8 +107,8 @@ class MnistConfig:
         ``download`` that are not bools (``"off"`` is truthy)."""
         check_choices("norms", self.norms, set(NORMS))
         check_choices("batch_sizes", self.batch_sizes, (), check=v.positive_int)
-        check_bool("jit_compile", self.jit_compile)
-        check_bool("download", self.download)
+        v.boolean("jit_compile", self.jit_compile)
+        v.boolean("download", self.download)
         v.positive_int("epochs", self.epochs)
         v.positive_int("bin_examples", self.bin_examples)
         v.non_negative_int("seed", self.seed)

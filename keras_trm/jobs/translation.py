@@ -46,7 +46,6 @@ from keras_trm.data import (
 from keras_trm.data.prepared import file_identity, sha256_file
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
-from keras_trm.decoding.search import stop_rule
 from keras_trm.jobs import tensorflow_installed
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.jobs.translation_config import (  # noqa: F401  (its home before)
@@ -697,9 +696,7 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
 
 def _search_options(config):
     """The ``Translator`` search arguments of a job's config."""
-    return dict(beam_size=config.beam_size,
-                length_penalty=config.length_penalty,
-                early_stopping=config.early_stopping,
+    return dict(search=config.search(),
                 parallel_searches=config.parallel_searches)
 
 
@@ -830,10 +827,6 @@ class TranslationRun(StagedJob):
         config = apply_preset(self.config or TranslationConfig())
         config.validate()
         config = dataclasses.replace(config, model_name=_model_name(config))
-        stop_rule(config.early_stopping)  # a bad value fails now, not after training
-        if config.parallel_searches < 1:
-            raise ValueError("`parallel_searches` must be >= 1, got "
-                             f"parallel_searches={config.parallel_searches}")
         # Its warm-up requests (one per batch size and 8-token bucket) must
         # fit TF Serving's 1000: checked now, not after training.
         MAX_WARMUP_RECORDS = 1000  # keras_trm.export.warmup's (TensorFlow)

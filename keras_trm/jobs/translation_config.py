@@ -282,6 +282,17 @@ class TranslationConfig:
             self.max_train_length = None
             self.max_length = None
 
+    def search(self):
+        """The search strategy of the ``decoding`` settings (the test
+        decoding and the export): ``GreedySearch`` for ``beam_size`` 1,
+        else ``BeamSearch(beam_size, length_penalty, early_stopping)``
+        (``keras_trm.decoding.search_strategy``, which raises on a bad
+        setting)."""
+        from keras_trm.decoding.search import search_strategy
+
+        return search_strategy(self.beam_size, self.length_penalty,
+                               self.early_stopping)
+
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
         value (``keras-trm train-translation`` turns it into a usage error,
@@ -292,8 +303,7 @@ class TranslationConfig:
         languages, a ``model_name`` that is not a plain folder name, an
         infinite ``length_penalty`` or ``checkpoint_every_minutes``, and
         ``train_weights`` that are not comma-separated numbers >= 0."""
-        from keras_trm.decoding.search import stop_rule
-        from keras_trm.jobs._setup import check_bool, check_folder_name
+        from keras_trm.jobs._setup import check_folder_name
         from keras_trm.data.loader import parse_boundaries
 
         for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
@@ -330,16 +340,15 @@ class TranslationConfig:
         v.non_negative_float("weight_decay", self.weight_decay)
         v.positive_float("time_budget_minutes", self.time_budget_minutes)
         v.positive_float("lr_scale", self.lr_scale)
-        v.non_negative_float("length_penalty", self.length_penalty)
+        self.search()
         v.non_negative_float("checkpoint_every_minutes", self.checkpoint_every_minutes)
         v.positive_float("max_file_mib", self.max_file_mib)
-        stop_rule(self.early_stopping)
         parse_boundaries(self.boundaries)
         v.one_of("dataset", self.dataset, get_args(Dataset))
         v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
         v.one_of("tensorboard", self.tensorboard, get_args(OnOff))
         v.one_of("budget_schedule", self.budget_schedule, get_args(BudgetSchedule))
-        check_bool("download", self.download)
+        v.boolean("download", self.download)
         for name in ("source_language", "target_language"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _LANGUAGE.fullmatch(value):

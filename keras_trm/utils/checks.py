@@ -13,6 +13,15 @@ def positive_int(name, value):
     return int(value)
 
 
+def boolean(name, value):
+    """Returns ``value`` if it is a bool (``True``/``False``), else raises
+    ``TypeError``: a string such as ``"no"`` or ``"off"`` is truthy and
+    would switch the setting on."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False, got {name}={value!r}")
+    return value
+
+
 def non_negative_int(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be an int >= 0, got {name}={value!r}")
