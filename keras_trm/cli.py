@@ -808,13 +808,15 @@ def train_mnist_main(argv, prog="keras-trm train-mnist"):
 
 def train_lm_main(argv, prog="keras-trm train-lm"):
     """Transformer-XL vs a vanilla Transformer language model."""
-    from keras_trm.jobs.language_model import LanguageModelConfig, run
+    from keras_trm.jobs.language_model_config import LanguageModelConfig
 
     parser = config_parser(
         prog, "Train Transformer-XL and a vanilla Transformer LM on the same "
         "segments, report test bpc/perplexity, export Transformer-XL.",
         LanguageModelConfig, "runs/language_model")
     config, args = parse_config(parser, LanguageModelConfig, argv)
+    from keras_trm.jobs.language_model import run
+
     quiet_cuda_probe()
     write_run_config(parser, args)
     command = ("python " if prog.endswith(".py") else "") + " ".join(

@@ -10,7 +10,7 @@ export/transformer_xl_<corpus>/<version>/ and writes result.json, report.md
 and curves.png to <workdir>/results/. Char-level Tiny Shakespeare by
 default: 4 layers, d_model 128, segments of 64, memory 64, 4,500 steps.
 ``--corpus ptb`` takes the PTB recipe
-(``keras_trm.jobs.language_model.CORPUS_RECIPES``): d_model 256, d_ff
+(``keras_trm.jobs.language_model_config.CORPUS_RECIPES``): d_model 256, d_ff
 1024, dropout 0.3, attention dropout 0.1, bfloat16 where the CPU has it,
 and a 60-minute training budget that the cosine schedule is fitted to.
 ``--help`` lists all flags (one per ``LanguageModelConfig`` field; a flag

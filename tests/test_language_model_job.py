@@ -263,6 +263,23 @@ def test_fitted_schedule_moves_the_decay_end_inside_a_compiled_step():
     assert planned > 0.9e-3
 
 
+def test_a_run_shorter_than_its_warmup_warns_once():
+    """A budget that holds no more steps than the warm-up never reaches
+    the peak rate: said once, however often the pace refits."""
+    import warnings
+
+    schedule = job.cosine_warmup_schedule(
+        job.LanguageModelConfig(steps=1000, warmup_steps=400))
+    with pytest.warns(UserWarning, match=r"holds 300 steps, no more than "
+                      r"warmup_steps=400.*--training.warmup_steps"):
+        job.fit_schedule(schedule, 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        job.fit_schedule(schedule, 290)  # not again
+        job.fit_schedule(job.cosine_warmup_schedule(
+            job.LanguageModelConfig(steps=1000, warmup_steps=400)), 401)
+
+
 def test_time_budget_fits_the_steps_to_the_measured_pace(monkeypatch):
     """A fake clock: a training step takes 2 s, a validation 50 s (not
     counted). A 300 s budget holds 150 of the 1000 planned steps."""
@@ -291,6 +308,110 @@ def test_time_budget_fits_the_steps_to_the_measured_pace(monkeypatch):
     assert fitted == [150]
     assert history["step"] == [40, 80, 120, 150]
     assert train_s == 300 and eval_s == 200
+
+
+class _Stop(Exception):
+    """Stands for ``kill -9`` in the resume tests."""
+
+
+def _train_tiny_xl(directory, stop_at=None):
+    """12 steps of a 1-layer Transformer-XL (dropout 0.2) over streams of
+    6 segments a pass, validated every 4 steps, with a checkpoint in
+    ``directory``; ``stop_at``: the step call that raises ``_Stop``."""
+    from keras_trm.training.language_model import (SegmentCheckpoint,
+                                                   make_train_step,
+                                                   train_segments)
+
+    keras.utils.set_random_seed(0)
+    model = TransformerXLLM(20, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                            mem_len=4, max_segment_len=4, dropout_rate=0.2)
+    optimizer = keras.optimizers.Adam(1e-2)
+    step = make_train_step(model, optimizer)
+    calls = []
+
+    def counted(inputs, targets, memories):
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise _Stop
+        return step(inputs, targets, memories)
+
+    checkpoint = SegmentCheckpoint(directory, model, optimizer, {"seed": 0})
+    streams = np.random.default_rng(0).integers(0, 20, (2, 25)).astype("int32")
+    history, _, _ = train_segments(
+        "xl", counted, model, streams, 4, 12, 4,
+        lambda: float(np.sum(model.get_weights()[0])), verbose=0,
+        checkpoint=checkpoint)
+    return model.get_weights(), history, calls
+
+
+def test_a_resumed_run_ends_as_one_never_stopped(tmp_path):
+    """Stopped at step 7 (after the checkpoint of step 4's validation) and
+    started again, the run goes on from step 4 with the same batches,
+    memories, dropout draws and optimizer state, and ends with the weights
+    and history of a run never stopped; a file of other settings is
+    refused by name."""
+    from keras_trm.training.language_model import SegmentCheckpoint
+
+    weights, history, _ = _train_tiny_xl(tmp_path / "whole")
+    with pytest.raises(_Stop):
+        _train_tiny_xl(tmp_path / "stopped", stop_at=7)
+    resumed, resumed_history, calls = _train_tiny_xl(tmp_path / "stopped")
+    assert len(calls) == 8  # steps 5 to 12 (5 and 6 on step 4's memories)
+    assert resumed_history.pop("seconds") and history.pop("seconds")  # timing
+    assert resumed_history == history
+    for a, b in zip(weights, resumed):
+        np.testing.assert_array_equal(a, b)
+    model = TransformerXLLM(20, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                            mem_len=4, max_segment_len=4)
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    with pytest.raises(ValueError, match=r"another run \(seed=0 there, seed=1"):
+        SegmentCheckpoint(tmp_path / "stopped", model, optimizer,
+                          {"seed": 1}).restore()
+
+
+def test_a_resumed_budget_run_keeps_its_fitted_steps(monkeypatch, tmp_path):
+    """The fake clock of the budget test, stopped at step 100: started
+    again, the run is told its fitted 150 steps at once and ends as the
+    run never stopped did (validations at 40, 80, 120, 150; 300 s)."""
+    from keras_trm.training import language_model as training
+
+    class Clock:
+        now = 0.0
+
+        @classmethod
+        def time(cls):
+            return cls.now
+
+    class Memo:  # the checkpoint's interface, in memory
+        path, saved = "memo", None
+
+        def save(self, state, memories):
+            self.saved = json.loads(json.dumps(state))
+
+        def restore(self):
+            return None if self.saved is None else (self.saved, None)
+
+    def step(inputs, targets, memories):
+        if stop[0] and Clock.now >= 200:
+            raise _Stop
+        Clock.now += 2.0
+        return 1.0, None
+
+    monkeypatch.setattr(training, "time", Clock)
+    memo, stop, fitted = Memo(), [True], []
+    streams = np.arange(400).reshape(2, 200)
+    with pytest.raises(_Stop):
+        training.train_segments("fake", step, object(), streams, 8, 1000, 40,
+                                lambda: 1.0, verbose=0, budget_seconds=300,
+                                on_fit=fitted.append, checkpoint=memo)
+    assert fitted == [150] and memo.saved["step"] == 80
+    stop[0] = False
+    history, train_s, _ = training.train_segments(
+        "fake", step, object(), streams, 8, 1000, 40, lambda: 1.0, verbose=0,
+        budget_seconds=300, on_fit=fitted.append, checkpoint=memo)
+    assert fitted == [150, 150]
+    assert history["step"] == [40, 80, 120, 150] and train_s == 300
 
 
 def test_training_batches_reset_memories_only_at_a_new_pass():

@@ -35,9 +35,9 @@ import dataclasses
 import math
 import os
 import pathlib
-import re
+import shutil
 import time
-from typing import Literal, get_args
+import warnings
 
 import keras
 import tensorflow as tf
@@ -49,217 +49,22 @@ from keras_trm.decoding import (
     evaluate_with_memory,
 )
 from keras_trm.export import export_language_model
-from keras_trm.jobs._setup import check_bool, check_folder_name, start_job
+from keras_trm.jobs._setup import start_job
+from keras_trm.jobs.language_model_config import (  # noqa: F401 (the job's API)
+    CORPORA, CORPUS_RECIPES, LanguageModelConfig)
 from keras_trm.jobs.stages import StagedJob
-from keras_trm.utils import checks as v
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
 from keras_trm.training import (
     make_train_step,
     train_segments,
     warmup_cosine_decay,
 )
+from keras_trm.training.language_model import SegmentCheckpoint
 from keras_trm.training import plots
-from keras_trm.jobs.translation_config import Precision
-from keras_trm.training.precision import CHOICES as PRECISIONS
 from keras_trm.training.precision import apply_precision, float32_copy
 from keras_trm.training.schedules import NO_WEIGHT_DECAY_NAMES
 from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
-
-Corpus = Literal["tinyshakespeare", "ptb", "file"]
-CORPORA = get_args(Corpus)
-
-# A corpus's recipe where it differs from the defaults (Tiny Shakespeare's).
-# PTB: a 60-minute training budget on a 2-core CPU (bfloat16 where the CPU
-# has it), the model and regularization set by hand and checked on valid
-# (docs/recipes/language-model.md; recipes/sweep_language_model.py searches
-# around it).
-CORPUS_RECIPES = {
-    "ptb": dict(d_model=256, d_ff=1024, dropout_rate=0.3,
-                attention_dropout_rate=0.1, steps=20_000, time_budget_minutes=60.0,
-                precision="auto", warmup_steps=400, eval_every=500),
-}
-
-
-@dataclasses.dataclass
-class LanguageModelConfig:
-    """Hyper-parameters of the language-model recipe.
-
-    Defaults: the CPU run the README reports (char-level Tiny Shakespeare,
-    4 layers, d_model 128, segments of 64 characters, 64 of memory).
-    ``train_tokens`` / ``eval_tokens`` cut the splits (0 = whole split;
-    the tests use them for a tiny run).
-    """
-
-    corpus: Corpus = "tinyshakespeare"
-    """Corpus: char-level Tiny Shakespeare, word-level PTB, or ``file``:
-    ``text_file``, cut 90/5/5 % into train/valid/test
-    (``keras_trm.data.load_text_file``)."""
-    text_file: str = ""
-    """With ``corpus: file``: the UTF-8 text file (plain or .gz)."""
-    level: lm.Level = "char"
-    """With ``corpus: file``: ``char`` (characters) or ``word``
-    (whitespace words, ``<eos>`` ending each line) tokens."""
-    num_layers: int = 4
-    """Transformer blocks (both models)."""
-    d_model: int = 128
-    """Model width (units)."""
-    num_heads: int = 4
-    """Attention heads (divides d_model)."""
-    d_ff: int = 512
-    """Feed-forward inner width of Transformer-XL (units; the vanilla
-    model's is raised to match parameters)."""
-    dropout_rate: float = 0.1
-    """Dropout rate (fraction, 0-1): embeddings, residual branches, output."""
-    attention_dropout_rate: float = 0.0
-    """Dropout on the attention probabilities (fraction, 0-1)."""
-    seg_len: int = 64
-    """Segment length: tokens per training step and stream (tokens)."""
-    mem_len: int = 64
-    """Transformer-XL memory carried between segments (tokens)."""
-    eval_mem_len: int = 0
-    """Memory at evaluation (tokens; 0 = mem_len)."""
-    batch_size: int = 32
-    """Contiguous training streams per step (sequences)."""
-    steps: int = 4500
-    """Training steps, the same for both models (steps; with a
-    ``time_budget_minutes``, the most)."""
-    time_budget_minutes: float = 0.0
-    """> 0: Transformer-XL trains at most this long (minutes of training,
-    validation not counted). Its pace, measured from step 10 and again at
-    every validation, fits the run to the budget: ``steps`` becomes the
-    steps the budget holds and the cosine decay ends there (a whole
-    schedule, not a cut one; Li, Yumer and Ramanan, ICLR 2020). The
-    vanilla model then trains the same steps. 0: ``steps``, no budget."""
-    precision: Precision = "float32"
-    """Training precision: ``float32``, ``mixed_bfloat16``,
-    ``mixed_float16`` or ``auto`` (``keras_trm.training.apply_precision``);
-    validation during training uses it too, the test split and the export
-    a float32 copy with the same weights."""
-    learning_rate: float = 1e-3
-    """Peak learning rate (Adam)."""
-    warmup_steps: int = 100
-    """Linear warm-up before the cosine decay (steps; < steps)."""
-    min_learning_rate_ratio: float = 0.0
-    """Learning rate at the end of the cosine decay, as a fraction of the
-    peak (0-1)."""
-    clip_norm: float = 0.25
-    """Gradient clipping by global norm."""
-    weight_decay: float = 0.0
-    """Decoupled weight decay (AdamW, Loshchilov & Hutter 2019) of weight
-    matrices and embeddings (biases and LayerNorm exempt), per unit of
-    learning rate; 0: plain Adam."""
-    eval_every: int = 250
-    """Validation every n training steps (steps)."""
-    eval_batch_size: int = 16
-    """Contiguous evaluation streams (sequences)."""
-    baseline: bool = True
-    """Also train the vanilla Transformer on the same segments (the
-    comparison); false: Transformer-XL only."""
-    match_parameters: bool = True
-    """Widen the vanilla model's feed-forward layer to Transformer-XL's
-    parameter count."""
-    train_tokens: int = 0
-    """> 0: only the first n training tokens (tokens; 0 = whole split)."""
-    eval_tokens: int = 0
-    """> 0: only the first n validation and test tokens (tokens; 0 = whole
-    split)."""
-    seed: int = 0
-    """Random seed (initialization, dropout)."""
-    model_name: str = ""
-    """Export folder name under export_dir (``""`` =
-    transformer_xl_<corpus>)."""
-    download: bool = True
-    """Fetch data missing from the data folder (online)."""
-
-    # The sections of the command line and YAML (``--model.mem_len``;
-    # ``keras_trm.cli.config_keys``); the flat ``--mem_len`` works too.
-    SECTIONS = {
-        "data": ("corpus", "text_file", "level", "train_tokens", "eval_tokens",
-                 "download"),
-        "model": ("num_layers", "d_model", "num_heads", "d_ff", "dropout_rate",
-                  "attention_dropout_rate", "seg_len", "mem_len",
-                  "match_parameters"),
-        "training": ("batch_size", "steps", "time_budget_minutes", "precision",
-                     "learning_rate", "warmup_steps", "min_learning_rate_ratio",
-                     "clip_norm", "weight_decay", "eval_every", "baseline"),
-        "evaluation": ("eval_mem_len", "eval_batch_size"),
-        "export": ("model_name",),
-    }
-
-    @classmethod
-    def flag_defaults(cls, fields):
-        """The command line's defaults for ``fields["corpus"]``: its recipe
-        in ``CORPUS_RECIPES`` (a flag still wins;
-        ``keras_trm.cli.parse_config``)."""
-        return dict(CORPUS_RECIPES.get(fields.get("corpus"), {}))
-
-    @classmethod
-    def recipe(cls, corpus="tinyshakespeare", **fields):
-        """The recipe's configuration of ``corpus`` (the command line's
-        defaults for it), ``fields`` overriding it.
-
-        Example:
-        >>> LanguageModelConfig.recipe("ptb", seed=1).corpus
-        'ptb'
-        """
-        return cls(**{**cls.flag_defaults({"corpus": corpus}), "corpus": corpus,
-                      **fields})
-
-    def validate(self):
-        """Raises ``ValueError``/``TypeError`` naming a bad field (before
-        any data is read): also ``d_model`` not divisible by ``num_heads``,
-        ``match_parameters`` / ``download`` that are not bools and a
-        ``model_name`` that is not a plain folder name."""
-        v.one_of("corpus", self.corpus, CORPORA)
-        v.one_of("level", self.level, get_args(lm.Level))
-        if (self.corpus == "file") != bool(self.text_file):
-            raise ValueError("`text_file` is the corpus of `corpus: file` and only "
-                             f"of it; got corpus={self.corpus!r}, "
-                             f"text_file={self.text_file!r}")
-        check_bool("baseline", self.baseline)
-        for name in ("num_layers", "d_model", "num_heads", "d_ff", "seg_len",
-                     "batch_size", "steps", "warmup_steps", "eval_every",
-                     "eval_batch_size"):
-            v.positive_int(name, getattr(self, name))
-        v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
-        check_bool("match_parameters", self.match_parameters)
-        check_bool("download", self.download)
-        check_folder_name("model_name", self.model_name, empty_ok=True)
-        for name in ("mem_len", "eval_mem_len", "train_tokens",
-                     "eval_tokens", "seed"):
-            v.non_negative_int(name, getattr(self, name))
-        v.rate("dropout_rate", self.dropout_rate)
-        v.rate("attention_dropout_rate", self.attention_dropout_rate)
-        v.one_of("precision", self.precision, PRECISIONS)
-        v.non_negative_float("time_budget_minutes", self.time_budget_minutes)
-        v.non_negative_float("weight_decay", self.weight_decay)
-        v.positive_float("learning_rate", self.learning_rate)
-        v.positive_float("clip_norm", self.clip_norm)
-        if not 0.0 <= self.min_learning_rate_ratio <= 1.0:
-            raise ValueError(
-                "`min_learning_rate_ratio` must be in [0, 1], got "
-                f"min_learning_rate_ratio={self.min_learning_rate_ratio!r}"
-            )
-        if self.warmup_steps >= self.steps:
-            raise ValueError(
-                f"`warmup_steps`={self.warmup_steps} must be smaller than "
-                f"steps={self.steps}"
-            )
-        return self
-
-    @property
-    def name(self):
-        if self.model_name or self.corpus != "file":
-            return self.model_name or f"transformer_xl_{self.corpus}"
-        return "transformer_xl_" + re.sub(r"[^A-Za-z0-9_.-]", "_",
-                                          pathlib.Path(self.text_file).name.split(".")[0])
-
-    @property
-    def token_level(self):
-        """``char`` or ``word``: the corpus's tokens."""
-        return {"tinyshakespeare": "char", "ptb": "word"}.get(self.corpus, self.level)
-
 
 # -- schedule -------------------------------------------------------------------
 def cosine_warmup_schedule(config, steps=None):
@@ -278,7 +83,17 @@ def cosine_warmup_schedule(config, steps=None):
 
 
 def fit_schedule(schedule, total_steps):
-    """Ends ``cosine_warmup_schedule``'s decay at ``total_steps``."""
+    """Ends ``cosine_warmup_schedule``'s decay at ``total_steps``; a
+    ``UserWarning`` (once per schedule) when that leaves no decay, the
+    warm-up taking every step: the rate never reaches its peak."""
+    if total_steps <= schedule.warmup_steps and not getattr(
+            schedule, "warned_short", False):
+        schedule.warned_short = True
+        warnings.warn(
+            f"the run holds {total_steps} steps, no more than warmup_steps="
+            f"{schedule.warmup_steps}: the learning rate never reaches its "
+            "peak; lower --training.warmup_steps or give the run more time "
+            "(--training.time_budget_minutes)", stacklevel=2)
     schedule.decay_steps.assign(max(total_steps - schedule.warmup_steps, 1))
 
 
@@ -363,7 +178,7 @@ def _report_markdown(result):
         f"Test split: {result['test_tokens']:,} tokens in "
         f"{c['eval_batch_size']} contiguous streams. Schedule: linear warmup "
         f"to {c['learning_rate']} over {c['warmup_steps']} steps, cosine decay "
-        f"to {c['min_learning_rate_ratio']}x at step {result['steps']}"
+        f"to {c['min_learning_rate_ratio']:g}x the peak at step {result['steps']}"
         + (f" (the steps {c['time_budget_minutes']:g} min held)"
            if c["time_budget_minutes"] else "")
         + "; Adam" + (f"W (weight decay {c['weight_decay']})" if c["weight_decay"] else "")
@@ -371,7 +186,8 @@ def _report_markdown(result):
         f"{c['dropout_rate']}, attention dropout {c['attention_dropout_rate']}; "
         f"trained in {result['precision']}, tested in float32.",
         "",
-        f"Job wall time {result['job_minutes']} min. Export: `{result['export']}`"
+        f"Job wall time {result['job_minutes']} min. Export: "
+        f"`<export_dir>/{'/'.join(pathlib.Path(result['export']).parts[-2:])}`"
         " (signature `serving_default`: `token_ids` int32 (batch, seg_len), "
         "`memories` float32 (num_layers, batch, M, d_model) -> `log_probs`, "
         "`new_memories`; vocabulary in `assets.extra/vocab.json`).",
@@ -518,25 +334,33 @@ class LanguageModelRun(StagedJob):
               + (f" or {config.time_budget_minutes:g} min, whichever ends first"
                  if budget else ""), flush=True)
         schedule = cosine_warmup_schedule(config)
-        step = make_train_step(xl, _optimizer(config, schedule),
-                               clip_norm=config.clip_norm)
+        optimizer = _optimizer(config, schedule)
+        step = make_train_step(xl, optimizer, clip_norm=config.clip_norm)
         self.xl_history, self.xl_train_s, self.xl_eval_s = train_segments(
             "Transformer-XL", step, xl, self.train, config.seg_len, config.steps,
             config.eval_every, xl_valid, self.verbose, budget_seconds=budget,
-            on_fit=lambda steps: fit_schedule(schedule, steps))
+            on_fit=lambda steps: fit_schedule(schedule, steps),
+            checkpoint=self._checkpoint("transformer_xl", xl, optimizer))
         self.steps = self.xl_history["step"][-1]
         if vanilla is None:
             return
         print(f"training the vanilla Transformer for {self.steps} steps",
               flush=True)
-        vstep = make_train_step(
-            vanilla, _optimizer(config, cosine_warmup_schedule(config, self.steps)),
-            clip_norm=config.clip_norm)
+        optimizer = _optimizer(config, cosine_warmup_schedule(config, self.steps))
+        vstep = make_train_step(vanilla, optimizer, clip_norm=config.clip_norm)
         self.van_history, self.van_train_s, self.van_eval_s = train_segments(
             "vanilla", vstep, vanilla, self.train, config.seg_len, self.steps,
             config.eval_every,
             lambda: evaluate_disjoint_segments(vanilla, valid, config.seg_len),
-            self.verbose)
+            self.verbose,
+            checkpoint=self._checkpoint("vanilla", vanilla, optimizer))
+
+    def _checkpoint(self, name, model, optimizer):
+        """``<workdir>/checkpoints/<name>``: a run killed in training goes
+        on from its last validation when started again with the same
+        config (``report`` removes them once the job is done)."""
+        return SegmentCheckpoint(self.workdir / "checkpoints" / name, model,
+                                 optimizer, dataclasses.asdict(self.config))
 
     def evaluate(self):
         """The test split, once, in float32: Transformer-XL with memory,
@@ -629,3 +453,5 @@ class LanguageModelRun(StagedJob):
         result["job_minutes"] = round((time.time() - self.job_start) / 60, 1)
         write_json(self.results_dir / "result.json", result)
         atomic_write(self.results_dir / "report.md", _report_markdown(result))
+        # Done: a new run in this workdir trains afresh.
+        shutil.rmtree(self.workdir / "checkpoints", ignore_errors=True)

@@ -5,10 +5,15 @@
 memory-less model such as ``vanilla_transformer_lm``; ``train_segments``
 runs such a step over ``batchify``-ed streams, ``seg_len`` tokens at a time,
 resetting memories when a pass over the streams ends, with periodic
-validation.
+validation; with a ``SegmentCheckpoint`` a run killed (``kill -9``) goes on
+from its last validation with the same weights, optimizer, dropout seeds,
+memories, data position and fitted step count.
 """
 
+import io
+import json
 import math
+import pathlib
 import time
 
 import keras
@@ -16,6 +21,7 @@ import numpy as np
 from keras import ops
 
 from keras_trm.data.language_modeling import segments
+from keras_trm.utils.files import atomic_file
 
 
 def lm_loss(targets, logits):
@@ -108,13 +114,102 @@ def train_batches(streams, seg_len):
             yield inputs, targets, k == 0
 
 
+class SegmentCheckpoint:
+    """``train_segments``' state at its last validation, in one file
+    (``<directory>/checkpoint.npz``, replaced atomically, so a kill while
+    writing leaves the previous one): the model's variables (dropout's
+    seed-generator states included), the optimizer's, the memories, and
+    the loop's counters (step, fitted steps, seconds, history).
+
+    Args:
+        directory: folder of the file (created on the first save).
+        model, optimizer: the model trained and its optimizer (built, as
+            ``make_train_step`` leaves it).
+        run_key: dict of the settings that must match to resume (e.g. the
+            job's config); a file written under other settings is refused.
+
+    ``restore()`` -> None (no file) or ``(state dict, memories)``.
+
+    Raises:
+        ValueError: from ``restore``, a file of another run (names the
+            file and the first setting that differs) or with other
+            variables (another model or optimizer).
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_trm.models import vanilla_transformer_lm
+    >>> model = vanilla_transformer_lm(10, num_layers=1, d_model=8, num_heads=2,
+    ...                                d_ff=8, max_sequence_length=4)
+    >>> optimizer = keras.optimizers.Adam()
+    >>> optimizer.build(model.trainable_variables)
+    >>> folder = tempfile.mkdtemp()
+    >>> checkpoint = SegmentCheckpoint(folder, model, optimizer, {"seed": 0})
+    >>> checkpoint.restore() is None
+    True
+    >>> checkpoint.save({"step": 3}, None)
+    >>> checkpoint.restore()[0]["step"]
+    3
+    """
+
+    def __init__(self, directory, model, optimizer, run_key):
+        self.path = pathlib.Path(directory) / "checkpoint.npz"
+        self.variables = list(model.variables) + list(optimizer.variables)
+        self.run_key = json.loads(json.dumps(run_key))
+
+    def save(self, state, memories):
+        arrays = {f"variable_{i}": ops.convert_to_numpy(v)
+                  for i, v in enumerate(self.variables)}
+        for i, memory in enumerate(memories or []):
+            # float32 on file (NumPy has no bfloat16; the cast back is exact).
+            arrays[f"memory_{i}"] = ops.convert_to_numpy(
+                ops.cast(memory, "float32"))
+        state = dict(state, run_key=self.run_key, memory_dtype=(
+            keras.backend.standardize_dtype(memories[0].dtype)
+            if memories else None))
+        buffer = io.BytesIO()
+        np.savez(buffer, state=np.array(json.dumps(state)), **arrays)
+        with atomic_file(self.path) as tmp:
+            tmp.write_bytes(buffer.getvalue())
+
+    def restore(self):
+        if not self.path.exists():
+            return None
+        with np.load(self.path) as data:
+            state = json.loads(str(data["state"]))
+            stored = state.pop("run_key")
+            differs = sorted(k for k in set(stored) | set(self.run_key)
+                             if stored.get(k) != self.run_key.get(k))
+            if differs:
+                name = differs[0]
+                raise ValueError(
+                    f"{str(self.path)!r} is the checkpoint of another run "
+                    f"({name}={stored.get(name)!r} there, {name}="
+                    f"{self.run_key.get(name)!r} now): delete it or use "
+                    "another workdir")
+            names = [k for k in data.files if k.startswith("variable_")]
+            if len(names) != len(self.variables) or any(
+                    data[f"variable_{i}"].shape != tuple(v.shape)
+                    for i, v in enumerate(self.variables)):
+                raise ValueError(f"{str(self.path)!r} holds other variables "
+                                 "than this model and optimizer")
+            for i, variable in enumerate(self.variables):
+                variable.assign(data[f"variable_{i}"])
+            memories = [ops.cast(data[f"memory_{i}"], state["memory_dtype"])
+                        for i in range(sum(k.startswith("memory_")
+                                           for k in data.files))]
+        state.pop("memory_dtype")
+        return state, memories or None
+
+
 # Steps timed for the pace under a time budget: from the end of step
 # PACE_FROM (after the step's tracing) to PACE_TO, then every validation.
 PACE_FROM, PACE_TO = 10, 60
 
 
 def train_segments(name, step, model, streams, seg_len, steps, eval_every,
-                   evaluate, verbose=2, budget_seconds=None, on_fit=None):
+                   evaluate, verbose=2, budget_seconds=None, on_fit=None,
+                   checkpoint=None):
     """Runs ``steps`` training steps of ``step`` (``make_train_step``) over
     ``streams`` and validates every ``eval_every`` steps and at the end.
 
@@ -129,6 +224,12 @@ def train_segments(name, step, model, streams, seg_len, steps, eval_every,
     count changes (e.g. to end a schedule's decay there), and training
     stops once the budget is spent.
 
+    With ``checkpoint`` (a ``SegmentCheckpoint``) the state is saved after
+    every validation and a run that finds one goes on from it: the same
+    batches, weights and history as a run never stopped (tested), its
+    training seconds carried over (``on_fit`` is called again with a
+    fitted count).
+
     Returns:
         ``(history, train_seconds, eval_seconds)``; ``history`` holds lists
         ``step``, ``train_loss`` (mean since the previous validation),
@@ -140,13 +241,25 @@ def train_segments(name, step, model, streams, seg_len, steps, eval_every,
     """
     history = {"step": [], "train_loss": [], "valid_nll": [], "seconds": []}
     planned = steps
-    progbar = keras.utils.Progbar(steps, verbose=verbose,
-                                  stateful_metrics=["valid_bits"])
     batches = train_batches(streams, seg_len)
     carries_memory = hasattr(model, "init_memories")
     memories, window = None, []
     train_seconds = eval_seconds = paced_from = 0.0
     k = 0
+    restored = checkpoint.restore() if checkpoint is not None else None
+    if restored is not None:
+        state, memories = restored
+        k, steps, history = state["step"], state["steps"], state["history"]
+        train_seconds, eval_seconds, paced_from = (
+            state["train_seconds"], state["eval_seconds"], state["paced_from"])
+        for _ in range(k):  # the batches already trained on
+            next(batches)
+        if steps != planned and on_fit is not None:
+            on_fit(steps)
+        print(f"{name}: resumed at step {k} of {steps} ({checkpoint.path})",
+              flush=True)
+    progbar = keras.utils.Progbar(steps, verbose=verbose,
+                                  stateful_metrics=["valid_bits"])
     while k < steps:
         k += 1
         inputs, targets, new_pass = next(batches)
@@ -188,6 +301,11 @@ def train_segments(name, step, model, streams, seg_len, steps, eval_every,
             history["seconds"].append(round(train_seconds, 1))
             window = []
             values.append(("valid_bits", valid / math.log(2)))
+            if checkpoint is not None:
+                checkpoint.save(dict(
+                    step=k, steps=steps, history=history,
+                    train_seconds=train_seconds, eval_seconds=eval_seconds,
+                    paced_from=paced_from), memories)
             if verbose != 1:
                 print(f"{name} step {k}: train loss "
                       f"{history['train_loss'][-1]:.4f} nats, valid "
