@@ -36,7 +36,9 @@ def summarize(paths, keys, what=""):
         run.update({key: lookup(result, key) for key in keys})
         runs.append(run)
     runs.sort(key=lambda run: (run["seed"] is None, run["seed"]))
-    summary = {"what": what, "runs": runs}
+    dates = [run["date"] for run in runs if run["date"]]
+    summary = {"what": what, "date": max(dates) if dates else None,
+               "runs": runs}
     for key in keys:
         values = [run[key] for run in runs if run[key] is not None]
         if values:
