@@ -7,8 +7,8 @@ per figure, the mean, sample standard deviation, lowest and highest.
 
 Each ``result.json`` is a job's (``keras-trm train-lm``,
 ``train-translation``); a key is a dotted path into it (a run without it
-gets null and is left out of that figure's summary). The seed is the run's
-``config.seed``.
+gets null and is left out of that figure's summary), and the summary sits
+at the same path of the output. The seed is the run's ``config.seed``.
 """
 
 import argparse
@@ -42,7 +42,11 @@ def summarize(paths, keys, what=""):
     for key in keys:
         values = [run[key] for run in runs if run[key] is not None]
         if values:
-            summary[key] = {
+            *parents, name = key.split(".")
+            node = summary
+            for parent in parents:  # nested as in result.json
+                node = node.setdefault(parent, {})
+            node[name] = {
                 "runs": len(values), "mean": round(statistics.mean(values), 4),
                 "sample_std": round(statistics.stdev(values), 4)
                 if len(values) > 1 else None,
@@ -60,7 +64,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     summary = summarize(args.results, args.key, args.what)
     pathlib.Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps({key: summary.get(key) for key in args.key}, indent=1))
+    print(json.dumps({key: lookup(summary, key) for key in args.key}, indent=1))
 
 
 if __name__ == "__main__":

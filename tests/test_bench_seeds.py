@@ -32,10 +32,10 @@ def test_seeds_summary(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     assert [run["seed"] for run in summary["runs"]] == [0, 1, 2]
-    ppl = summary["transformer_xl.test.perplexity"]
+    ppl = summary["transformer_xl"]["test"]["perplexity"]
     assert ppl == {"runs": 3, "mean": 78.5, "sample_std": 1.5, "min": 77.0,
                    "max": 80.0}
     assert summary["steps"]["mean"] == 8001
     # Only seed 0 has a vanilla figure: one run, no spread.
-    assert summary["vanilla.test.perplexity"] == {
+    assert summary["vanilla"]["test"]["perplexity"] == {
         "runs": 1, "mean": 90.0, "sample_std": None, "min": 90.0, "max": 90.0}
