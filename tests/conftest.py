@@ -20,6 +20,12 @@ import keras_trm  # noqa: E402,F401
 from keras_trm.data import load_multi30k, resolve_data_dir  # noqa: E402
 
 
+def pytest_runtest_setup(item):
+    backend = keras.backend.backend()
+    if backend != "tensorflow" and item.get_closest_marker("tensorflow"):
+        pytest.skip(f"TensorFlow-only code; the backend is {backend}")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     keras.utils.set_random_seed(1234)
@@ -120,3 +126,49 @@ def _free_ports(n):
 def free_ports():
     """``free_ports(n)``: a list of n distinct free loopback ports."""
     return _free_ports
+
+
+@pytest.fixture
+def compiled():
+    """``compiled(fn)``: ``fn`` traced as the backend compiles a step
+    (``tf.function``, ``jax.jit``); under PyTorch, ``fn`` itself."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+        return tf.function
+    if backend == "jax":
+        import jax
+        return jax.jit
+    return lambda fn: fn
+
+
+@pytest.fixture
+def gradients():
+    """``gradients(fn, *inputs)``: numpy gradients of the scalar
+    ``fn(*inputs)`` with respect to each input, on any backend (zeros where
+    no gradient reaches an input)."""
+    backend = keras.backend.backend()
+
+    def grads(fn, *inputs):
+        if backend == "jax":
+            import jax
+            out = jax.grad(fn, argnums=tuple(range(len(inputs))))(*inputs)
+        elif backend == "tensorflow":
+            import tensorflow as tf
+            inputs = [tf.constant(x) for x in inputs]
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                loss = fn(*inputs)
+            out = tape.gradient(loss, inputs)
+        else:
+            import torch
+            inputs = [torch.tensor(x, requires_grad=True) for x in inputs]
+            loss = fn(*inputs)
+            if loss.requires_grad:  # else nothing it depends on is trained
+                loss.backward()
+            out = [x.grad for x in inputs]
+        return [np.zeros(np.shape(x), "float32") if g is None
+                else keras.ops.convert_to_numpy(g)
+                for x, g in zip(inputs, out)]
+
+    return grads

@@ -7,10 +7,21 @@ import tensorflow as tf
 
 from keras_trm.layers import MultiHeadAttention
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+to_np = keras.ops.convert_to_numpy
+
+
+def assert_allclose(actual, desired, **kwargs):
+    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
+
+
+def assert_array_equal(actual, desired):
+    np.testing.assert_array_equal(to_np(actual), to_np(desired))
+
 
 def numpy_mha(layer, q_in, kv_in, mask=None):
     """Eq. (1) and the multi-head projection of §3.2.2, in NumPy."""
-    wq, bq, wk, bk, wv, bv, wo, bo = [np.asarray(w) for w in layer.get_weights()]
+    wq, bq, wk, bk, wv, bv, wo, bo = [to_np(w) for w in layer.get_weights()]
     q = np.einsum("btd,dnh->btnh", q_in, wq) + bq
     k = np.einsum("btd,dnh->btnh", kv_in, wk) + bk
     v = np.einsum("btd,dnh->btnh", kv_in, wv) + bv
@@ -42,10 +53,10 @@ def test_matches_numpy_eq1(layer_and_inputs, rng):
     mask[:, :, 0] = True
     out, probs = layer(q, kv, attention_mask=mask, return_attention_scores=True)
     ref_out, ref_p = numpy_mha(layer, q, kv, mask)
-    np.testing.assert_allclose(out, ref_out, atol=1e-5)
-    np.testing.assert_allclose(probs, ref_p, atol=1e-6)
+    assert_allclose(out, ref_out, atol=1e-5)
+    assert_allclose(probs, ref_p, atol=1e-6)
     # Masked keys get exactly zero probability.
-    assert np.all(np.asarray(probs)[np.broadcast_to(~mask[:, None], probs.shape)] == 0)
+    assert np.all(to_np(probs)[np.broadcast_to(~mask[:, None], probs.shape)] == 0)
 
 
 def test_matches_keras_multi_head_attention(layer_and_inputs, rng):
@@ -56,21 +67,21 @@ def test_matches_keras_multi_head_attention(layer_and_inputs, rng):
     mask = rng.random((2, 5, 7)) > 0.2
     mask[:, :, 0] = True
     for kwargs in ({}, {"attention_mask": mask}):
-        np.testing.assert_allclose(layer(q, kv, **kwargs), ref(q, kv, **kwargs),
+        assert_allclose(layer(q, kv, **kwargs), ref(q, kv, **kwargs),
                                    atol=1e-5)
     x = q
-    np.testing.assert_allclose(layer(x, x, use_causal_mask=True),
+    assert_allclose(layer(x, x, use_causal_mask=True),
                                ref(x, x, use_causal_mask=True), atol=1e-5)
 
 
 def test_causal_mask_hides_the_future(rng):
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     x = rng.normal(size=(1, 6, 8)).astype("float32")
-    out = np.asarray(layer(x, x, use_causal_mask=True))
+    out = to_np(layer(x, x, use_causal_mask=True))
     x2 = x.copy()
     x2[:, 4:] = rng.normal(size=(1, 2, 8))  # change positions 4 and 5
-    out2 = np.asarray(layer(x2, x2, use_causal_mask=True))
-    np.testing.assert_allclose(out[:, :4], out2[:, :4], atol=1e-6)
+    out2 = to_np(layer(x2, x2, use_causal_mask=True))
+    assert_allclose(out[:, :4], out2[:, :4], atol=1e-6)
     assert not np.allclose(out[:, 4:], out2[:, 4:])
 
 
@@ -84,13 +95,13 @@ def test_padding_mask_from_keras_masking(rng):
     kv2 = kv.copy()
     kv2[0, 3:] = 100.0
     kv2[1, 4:] = -100.0
-    np.testing.assert_allclose(out, layer(q, kv2, value_mask=value_mask), atol=1e-5)
+    assert_allclose(out, layer(q, kv2, value_mask=value_mask), atol=1e-5)
     # Keras masking (a `_keras_mask` on the tensor) is honoured the same way.
     masked = keras.layers.Masking(mask_value=0.0)
     kv3 = kv.copy()
     kv3[~value_mask] = 0.0
     kv3_masked = masked(tf.constant(kv3))
-    np.testing.assert_allclose(layer(q, kv3_masked), out, atol=1e-5)
+    assert_allclose(layer(q, kv3_masked), out, atol=1e-5)
 
 
 def test_head_major_cache_matches_numpy_and_masks(layer_and_inputs, rng):
@@ -105,7 +116,7 @@ def test_head_major_cache_matches_numpy_and_masks(layer_and_inputs, rng):
     for t in range(5):
         out, cache = layer.call_with_cache(q[:, t:t + 1], cache,
                                            new_key_value=q[:, t:t + 1])
-        np.testing.assert_allclose(out[:, 0], expected[:, t], atol=1e-5)
+        assert_allclose(out[:, 0], expected[:, t], atol=1e-5)
     assert tuple(cache[0].shape) == tuple(cache[1].shape) == (2, 4, 5, 6)
 
     padding = np.ones((2, 7), bool)
@@ -114,12 +125,12 @@ def test_head_major_cache_matches_numpy_and_masks(layer_and_inputs, rng):
     mask = padding[:, None, None, :]
     out, _ = layer.call_with_cache(q, layer.key_value_heads(kv),
                                    attention_mask=mask)
-    np.testing.assert_allclose(out, expected, atol=1e-5)
+    assert_allclose(out, expected, atol=1e-5)
     changed = kv.copy()
     changed[1, 4:] = rng.normal(size=changed[1, 4:].shape)
     out2, _ = layer.call_with_cache(q, layer.key_value_heads(changed),
                                     attention_mask=mask)
-    np.testing.assert_allclose(out2, out, atol=1e-6)
+    assert_allclose(out2, out, atol=1e-6)
 
 
 def test_fixed_size_head_major_cache_matches_numpy(layer_and_inputs, rng):
@@ -134,20 +145,21 @@ def test_fixed_size_head_major_cache_matches_numpy(layer_and_inputs, rng):
     cache = (noise, noise + 1.0)  # unwritten positions: anything
     out, cache = layer.call_with_cache(q[:, :2], cache, new_key_value=q[:, :2],
                                        cache_update_index=0)
-    np.testing.assert_allclose(out, expected[:, :2], atol=1e-5)
-    np.testing.assert_array_equal(cache[0][:, :, 2:], noise[:, :, 2:])
+    assert_allclose(out, expected[:, :2], atol=1e-5)
+    assert_array_equal(cache[0][:, :, 2:], noise[:, :, 2:])
     for t in range(2, 5):
         out, cache = layer.call_with_cache(q[:, t:t + 1], cache,
                                            new_key_value=q[:, t:t + 1],
                                            cache_update_index=t)
-        np.testing.assert_allclose(out[:, 0], expected[:, t], atol=1e-5)
+        assert_allclose(out[:, 0], expected[:, t], atol=1e-5)
     grown = layer.key_value_heads(q)
-    np.testing.assert_allclose(cache[0], grown[0], atol=1e-6)
-    np.testing.assert_allclose(cache[1], grown[1], atol=1e-6)
+    assert_allclose(cache[0], grown[0], atol=1e-6)
+    assert_allclose(cache[1], grown[1], atol=1e-6)
     with pytest.raises(ValueError, match="cache_update_index=3 with new_key_value=None"):
         layer.call_with_cache(q[:, :1], cache, cache_update_index=3)
 
 
+@pytest.mark.tensorflow  # oneDNN's kernels in a TensorFlow graph
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_cached_step_avoids_onednn_attention_kernels(dtype, rng):
     """In float32 the cached step's graph holds BatchMatMulV3 (Eigen's
@@ -172,10 +184,11 @@ def test_cached_step_avoids_onednn_attention_kernels(dtype, rng):
         assert "BatchMatMulV3" not in kinds
     out, _ = step(xs[:, 3:], *cache)
     expected, _ = numpy_mha(layer, x, x, np.tril(np.ones((4, 4), bool))[None])
-    np.testing.assert_allclose(tf.cast(out[:, 0], "float32"), expected[:, 3],
+    assert_allclose(tf.cast(out[:, 0], "float32"), expected[:, 3],
                                atol=1e-5 if dtype == "float32" else 0.1)
 
 
+@pytest.mark.tensorflow  # AutoGraph
 @pytest.mark.parametrize("fuse", [False, True])
 def test_autograph_converts_every_path(fuse, rng, caplog, monkeypatch):
     """Inside a tf.function (the exports, Keras' train step) AutoGraph
@@ -236,7 +249,7 @@ def test_round_trip(tmp_path, rng):
          rng.normal(size=(2, 4, 8)).astype("float32")]
     model.save(tmp_path / "mha.keras")
     loaded = keras.models.load_model(tmp_path / "mha.keras")
-    np.testing.assert_array_equal(model(x), loaded(x))
+    assert_array_equal(model(x), loaded(x))
     assert loaded.output_shape == (None, None, 5)
 
 
@@ -250,7 +263,7 @@ def _built(**kwargs):
 
 
 def _kernels(layer):
-    return [np.asarray(d.kernel) for d in (layer.query_dense, layer.key_dense,
+    return [to_np(d.kernel) for d in (layer.query_dense, layer.key_dense,
                                            layer.value_dense,
                                            layer.output_dense)]
 
@@ -272,12 +285,12 @@ def test_seeded_initializer_is_reproducible_unseeded_is_not():
 
     a, b = seeded(), seeded()
     for wa, wb in zip(a.get_weights(), b.get_weights()):
-        np.testing.assert_array_equal(wa, wb)
+        assert_array_equal(wa, wb)
     # Distinct offsets: the seeded kernels and biases differ from each other.
     qk, kk, vk, _ = _kernels(a)
     assert not np.array_equal(qk, kk) and not np.array_equal(kk, vk)
-    assert not np.array_equal(np.asarray(a.query_dense.bias),
-                              np.asarray(a.key_dense.bias))
+    assert not np.array_equal(to_np(a.query_dense.bias),
+                              to_np(a.key_dense.bias))
     init = keras.initializers.GlorotUniform()  # one unseeded instance, shared
     c = _built(kernel_initializer=init)
     d = _built(kernel_initializer=init)
@@ -318,8 +331,8 @@ def test_return_attention_scores_in_functional_model(rng):
     model = keras.Model([qi, vi], [out, scores])
     got_out, got_scores = model([q, v])
     ref_out, ref_scores = ref(q, v, return_attention_scores=True)
-    np.testing.assert_allclose(got_out, ref_out, atol=1e-5)
-    np.testing.assert_allclose(got_scores, ref_scores, atol=1e-5)
+    assert_allclose(got_out, ref_out, atol=1e-5)
+    assert_allclose(got_scores, ref_scores, atol=1e-5)
     # Keras' symbolic scores are (batch, h, T_q, T_q) whatever T_k is; they
     # agree with ours where T_q == T_k.
     xi = keras.Input((3, 8))
@@ -333,7 +346,7 @@ def test_return_attention_scores_in_functional_model(rng):
 def test_output_shape_int_or_tuple_matches_keras(rng, output_shape):
     q, v, _ = _inputs(rng)
     ours, ref = _pair(rng, q, v, output_shape=output_shape)
-    np.testing.assert_allclose(ours(q, v), ref(q, v), atol=1e-5)
+    assert_allclose(ours(q, v), ref(q, v), atol=1e-5)
     assert ours.compute_output_shape(q.shape, v.shape) == \
         ref.compute_output_shape(q.shape, v.shape)
     qi, vi = keras.Input((3, 8)), keras.Input((4, 6))
@@ -343,11 +356,11 @@ def test_output_shape_int_or_tuple_matches_keras(rng, output_shape):
 def test_query_value_key_of_different_last_dims_match_keras(rng):
     q, v, k = _inputs(rng, d_query=8, d_value=6, d_key=5)
     ours, ref = _pair(rng, q, v, key=k)
-    np.testing.assert_allclose(ours(q, v, key=k), ref(q, v, key=k), atol=1e-5)
+    assert_allclose(ours(q, v, key=k), ref(q, v, key=k), atol=1e-5)
     qi, vi, ki = keras.Input((3, 8)), keras.Input((4, 6)), keras.Input((4, 5))
     model = keras.Model([qi, vi, ki], ours(qi, vi, key=ki))
     assert model.output_shape == (None, 3, 8)
-    np.testing.assert_allclose(model([q, v, k]), ref(q, v, key=k), atol=1e-5)
+    assert_allclose(model([q, v, k]), ref(q, v, key=k), atol=1e-5)
 
 
 def test_key_shape_not_matching_value_raises_like_keras(rng):
@@ -370,6 +383,7 @@ def test_key_shape_not_matching_value_raises_like_keras(rng):
         layer(q, v, key=k)
 
 
+@pytest.mark.tensorflow  # the step's gradients through tf.GradientTape
 def test_regularizers_and_constraints_match_keras(rng):
     q, v, _ = _inputs(rng)
     ours, ref = _pair(
@@ -385,7 +399,7 @@ def test_regularizers_and_constraints_match_keras(rng):
     # 4 kernel + 4 bias penalties, and activity penalties on the outputs of
     # the 4 projections.
     assert len(ours.losses) == len(ref.losses) == 12
-    np.testing.assert_allclose(float(sum(ours.losses)), float(sum(ref.losses)),
+    assert_allclose(float(sum(ours.losses)), float(sum(ref.losses)),
                                rtol=1e-5)
 
     def sgd_step(layer):
@@ -398,10 +412,10 @@ def test_regularizers_and_constraints_match_keras(rng):
     sgd_step(ours)
     sgd_step(ref)
     for a, b in zip(ours.get_weights(), ref.get_weights()):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+        assert_allclose(a, b, atol=1e-5)
     for kernel in _kernels(ours):
         assert kernel.min() >= 0.0  # NonNeg applied by the optimizer
-    assert np.linalg.norm(np.asarray(ours.output_dense.bias)) <= 0.5 + 1e-6
+    assert np.linalg.norm(to_np(ours.output_dense.bias)) <= 0.5 + 1e-6
 
 
 def test_non_integer_output_shape_raises_value_error_like_keras():
@@ -423,7 +437,7 @@ def test_attention_over_the_sequence_axis_matches_keras(rng, attention_axes):
         ours(q, v, attention_mask=mask, return_attention_scores=True),
         ref(q, v, attention_mask=mask, return_attention_scores=True),
     ):
-        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert_allclose(got, want, atol=1e-5)
 
 
 def test_rank4_inputs_attend_over_the_sequence_axis_like_keras(rng):
@@ -441,7 +455,7 @@ def test_rank4_inputs_attend_over_the_sequence_axis_like_keras(rng):
     want = ref(q, v, attention_mask=mask, return_attention_scores=True)
     assert got[1].shape == want[1].shape == (2, 3, 2, 4, 5)
     for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+        assert_allclose(a, b, atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs, rank", [
@@ -460,18 +474,18 @@ def test_keras_options_beyond_one_sequence_axis_match_keras(rng, kwargs,
     ours, ref = _pair(rng, q, v, **kwargs)
     for got, want in zip(ours(q, v, return_attention_scores=True),
                          ref(q, v, return_attention_scores=True)):
-        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert_allclose(got, want, atol=1e-5)
 
 
 def test_dropout_seed_matches_keras(rng):
     q, v, _ = _inputs(rng)
     ours, ref = _pair(rng, q, v, dropout=0.5, seed=7)
     dropped = ours(q, v, training=True)
-    assert not np.allclose(dropped, ours(q, v))
-    np.testing.assert_allclose(dropped, ref(q, v, training=True), atol=1e-5)
+    assert not np.allclose(to_np(dropped), to_np(ours(q, v)))
+    assert_allclose(dropped, ref(q, v, training=True), atol=1e-5)
     again, _ = _pair(rng, q, v, dropout=0.5, seed=7)
     again.set_weights(ours.get_weights())
-    np.testing.assert_allclose(again(q, v, training=True), dropped, atol=1e-6)
+    assert_allclose(again(q, v, training=True), dropped, atol=1e-6)
 
 
 def test_keras_masks_match_keras(rng):
@@ -481,13 +495,13 @@ def test_keras_masks_match_keras(rng):
     v[0, 3:] = 0.0
     masking = keras.layers.Masking(0.0)
     mq, mv = masking(tf.constant(q)), masking(tf.constant(v))
-    query_mask = np.asarray(mq._keras_mask)
+    query_mask = to_np(mq._keras_mask)
     got = ours(mq, mv)
     want = ref(masking(tf.constant(q)), masking(tf.constant(v)))
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert_allclose(got, want, atol=1e-5)
     # The output carries the query's mask, as Keras' output does.
-    np.testing.assert_array_equal(got._keras_mask, query_mask)
-    np.testing.assert_array_equal(want._keras_mask, query_mask)
+    assert_array_equal(got._keras_mask, query_mask)
+    assert_array_equal(want._keras_mask, query_mask)
 
 
 @pytest.mark.parametrize("fuse", [False, True])
@@ -505,14 +519,14 @@ def test_inputs_keep_their_keras_masks(rng, monkeypatch, fuse):
     v[0, 3:] = 0.0
     masking = keras.layers.Masking(0.0)
     mq, mv = masking(tf.constant(q)), masking(tf.constant(v))
-    query_mask, value_mask = np.asarray(mq._keras_mask), np.asarray(mv._keras_mask)
+    query_mask, value_mask = to_np(mq._keras_mask), to_np(mv._keras_mask)
     assert not query_mask.all() and not value_mask.all()
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     for value in (mv, mq):  # cross-attention, then self-attention
         out = layer(mq, value)
-        np.testing.assert_array_equal(out._keras_mask, query_mask)
-        np.testing.assert_array_equal(mq._keras_mask, query_mask)
-        np.testing.assert_array_equal(mv._keras_mask, value_mask)
+        assert_array_equal(out._keras_mask, query_mask)
+        assert_array_equal(mq._keras_mask, query_mask)
+        assert_array_equal(mv._keras_mask, value_mask)
 
 
 def test_config_round_trip_with_all_arguments(rng):
@@ -538,11 +552,11 @@ def test_config_round_trip_with_all_arguments(rng):
     layer(q, v)
     restored(q, v)
     restored.set_weights(layer.get_weights())
-    np.testing.assert_array_equal(restored(q, v), layer(q, v))
+    assert_array_equal(restored(q, v), layer(q, v))
     # A config written by keras.layers.MultiHeadAttention loads as well.
     ref = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, seed=3)
     ref(q, v)
     ported = MultiHeadAttention.from_config(ref.get_config())
     ported(q, v)
     ported.set_weights(ref.get_weights())
-    np.testing.assert_allclose(ported(q, v), ref(q, v), atol=1e-5)
+    assert_allclose(ported(q, v), ref(q, v), atol=1e-5)

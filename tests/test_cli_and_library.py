@@ -21,6 +21,8 @@ from keras_trm.cli import config_parser, parse_bool, parse_config
 from keras_trm.utils import checks as v
 from keras_trm.utils import atomic_directory, atomic_write, write_json
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 PACKAGE = pathlib.Path(keras_trm.__file__).resolve().parent
 REPO = PACKAGE.parent
 

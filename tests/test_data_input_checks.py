@@ -27,6 +27,8 @@ from keras_trm.text import (
     truncate_head_tail,
 )
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 VOCAB = list(RESERVED_TOKENS) + ["a", "b", "c", "dog"]
 SOURCES = ["a b", "b c a", "c", "a", "b b"]
 TARGETS = ["b", "a c", "c a", "b a", "a"]

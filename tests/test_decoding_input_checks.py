@@ -22,6 +22,8 @@ import pytest
 from keras_trm.decoding import BeamSearch, GreedySearch, search_strategy
 from keras_trm.models import transformer
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 BACKEND = keras.backend.backend()
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 60
@@ -309,6 +311,7 @@ def test_translate_texts_refuses_a_bad_batch_size(model, tokenizer, bad, error):
         translator.translate_texts(["w1 w2"], batch_size=bad)
 
 
+@pytest.mark.tensorflow  # the Translator's in-graph tokenizer
 def test_translator_translates_an_empty_batch(model, tokenizer):
     """No sentence in, none out, on every backend (the backend search gets
     a (0, 0) source)."""

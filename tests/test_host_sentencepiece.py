@@ -15,6 +15,8 @@ from keras_trm.text import (END_ID, PAD_ID, START_ID, UNK_ID,
                             HostSentencePieceTokenizer, SentencePieceTokenizer,
                             learn_sentencepiece)
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 # Lines the corpora lack: blank ones, NFKC-changed characters, a character
 # outside the vocabulary (byte pieces), tabs, runs of spaces.
 ODD_LINES = ["", "   ", "\t", "Ein Ärger: 3½ €!", "ﬁne  double   spaces ",

@@ -23,6 +23,8 @@ from keras_trm.jobs.translation import (
     minimum_vocabulary_size,
 )
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 PROG = "keras-trm train-translation"
 
 

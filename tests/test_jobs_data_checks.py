@@ -5,7 +5,11 @@ bad configurations refused, failed downloads leave nothing behind.
 import gzip
 import os
 
+import pytest
+
 from keras_trm.jobs import translation
+
+pytestmark = pytest.mark.portable  # CI runs it under each backend
 
 
 def _read(path):

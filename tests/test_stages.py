@@ -5,6 +5,8 @@ import pytest
 
 from keras_trm.jobs.stages import StagedJob
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 
 class Recorder(StagedJob):
     STAGES = ("prepare_data", "fit", "report")

@@ -8,6 +8,8 @@ from keras_trm.data import ENV_VAR, load_multi30k, load_wmt14, resolve_data_dir
 from keras_trm.data import paths as paths_module
 from keras_trm.text import RESERVED_TOKENS, load_vocabulary, save_vocabulary
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 
 def test_data_dir_order(tmp_path, monkeypatch):
     flag, env = tmp_path / "flag", tmp_path / "env"

@@ -14,6 +14,8 @@ import pytest
 from keras_trm.training import DataPosition, TrainingBackup
 from keras_trm.training.monitoring import BleuLog, TimeBudget
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 
 def _model(optimizer="adam", units=1):
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(units)])

@@ -25,7 +25,17 @@ from keras_trm.models.transformer_xl import (  # noqa: E402
 )
 from keras_trm.training import lm_loss, make_train_step  # noqa: E402
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
 VOCAB, D_MODEL, LAYERS, HEADS, D_FF = 37, 16, 2, 2, 32
+to_np = keras.ops.convert_to_numpy
+
+
+def assert_allclose(actual, desired, **kwargs):
+    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
+
+
+def assert_array_equal(actual, desired):
+    np.testing.assert_array_equal(to_np(actual), to_np(desired))
 
 
 def tiny_xl(**kwargs):
@@ -46,26 +56,27 @@ def test_shapes_and_new_memories():
     model = tiny_xl(mem_len=5)
     x = random_ids((3, 4))
     logits, mems = model(x)
-    assert logits.shape == (3, 4, VOCAB) and logits.dtype == tf.float32
+    assert logits.shape == (3, 4, VOCAB) and keras.backend.standardize_dtype(logits.dtype) == "float32"
     assert len(mems) == LAYERS
     # Fewer than mem_len positions seen so far: the memory holds all 4.
     assert all(tuple(m.shape) == (3, 4, D_MODEL) for m in mems)
     # Layer 0's memory is its input: the scaled embedding (dropout off).
     emb = model.embed(x, training=False)
-    np.testing.assert_allclose(mems[0], emb, atol=1e-6)
+    assert_allclose(mems[0], emb, atol=1e-6)
     logits2, mems2 = model(random_ids((3, 4), 1), mems)
     assert logits2.shape == (3, 4, VOCAB)
     assert all(tuple(m.shape) == (3, 5, D_MODEL) for m in mems2)
     # The newest 4 positions of the layer-0 memory are the new segment's input.
-    np.testing.assert_allclose(mems2[0][:, 1:], model.embed(
+    assert_allclose(mems2[0][:, 1:], model.embed(
         random_ids((3, 4), 1), training=False), atol=1e-6)
-    np.testing.assert_allclose(mems2[0][:, :1], mems[0][:, -1:], atol=1e-6)
+    assert_allclose(mems2[0][:, :1], mems[0][:, -1:], atol=1e-6)
     # Empty memories behave as no memory.
     empty = model.init_memories(3)
     assert tuple(empty[0].shape) == (3, 0, D_MODEL)
-    np.testing.assert_allclose(model(x, empty)[0], logits, atol=1e-6)
+    assert_allclose(model(x, empty)[0], logits, atol=1e-6)
 
 
+@pytest.mark.tensorflow  # tf.GradientTape
 def test_no_gradient_into_memories():
     model = tiny_xl(dropout_rate=0.1)
     x = random_ids((2, 5))
@@ -95,18 +106,18 @@ def test_segments_with_memory_equal_full_pass(kwargs):
         # Non-zero u, v so that the global biases take part.
         for block in model.blocks:
             att = block.self_attention
-            att.content_bias.assign(tf.random.normal(att.content_bias.shape))
-            att.position_bias.assign(tf.random.normal(att.position_bias.shape))
+            att.content_bias.assign(keras.random.normal(att.content_bias.shape))
+            att.position_bias.assign(keras.random.normal(att.position_bias.shape))
     else:
-        model.content_bias.assign(tf.random.normal(model.content_bias.shape))
-        model.position_bias.assign(tf.random.normal(model.position_bias.shape))
+        model.content_bias.assign(keras.random.normal(model.content_bias.shape))
+        model.position_bias.assign(keras.random.normal(model.position_bias.shape))
     x = random_ids((2, length), 5)
-    full, _ = model(x)
+    full = to_np(model(x)[0])
     mems, pieces = None, []
     for start in range(0, length, seg):
         out, mems = model(x[:, start:start + seg], mems)
-        pieces.append(out)
-    np.testing.assert_allclose(
+        pieces.append(to_np(out))
+    assert_allclose(
         np.concatenate(pieces, axis=1), full, atol=1e-4, rtol=1e-4
     )
     # With a too-short memory the later segments lose context and differ.
@@ -115,12 +126,13 @@ def test_segments_with_memory_equal_full_pass(kwargs):
     mems, pieces = None, []
     for start in range(0, length, seg):
         out, mems = short(x[:, start:start + seg], mems)
-        pieces.append(out)
-    np.testing.assert_allclose(pieces[0], full[:, :seg], atol=1e-4)
+        pieces.append(to_np(out))
+    assert_allclose(pieces[0], full[:, :seg], atol=1e-4)
     assert np.abs(np.concatenate(pieces, 1)[:, seg:] - full[:, seg:]).max() > 1e-3
 
 
 # clamp_len=2 < mem_len - 1: the distances 2 and 3 of the window share R_2.
+@pytest.mark.tensorflow  # evaluate_with_memory runs tf.functions
 @pytest.mark.parametrize("clamp_len", [None, 2])
 def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
     """``set_mem_len`` changes every use of mem_len: the memories kept and
@@ -146,12 +158,12 @@ def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
         segment = streams[:, start:start + 16]
         logits_a, mems_a = changed(segment, mems_a)
         logits_b, mems_b = built(segment, mems_b)
-        np.testing.assert_allclose(logits_a, logits_b, atol=1e-5)
+        assert_allclose(logits_a, logits_b, atol=1e-5)
         assert [m.shape[1] for m in mems_a] == [m.shape[1] for m in mems_b]
-    np.testing.assert_allclose(
+    assert_allclose(
         changed.predict(streams[:, :16], verbose=0)[0],
         built.predict(streams[:, :16], verbose=0)[0], atol=1e-5)
-    np.testing.assert_allclose(evaluate_with_memory(changed, streams, 16),
+    assert_allclose(evaluate_with_memory(changed, streams, 16),
                                evaluate_with_memory(built, streams, 16),
                                rtol=1e-6)
     # the window really changed: mem_len 2 and 4 differ on the first segment
@@ -164,10 +176,11 @@ def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
     changed.save(path)
     loaded = keras.saving.load_model(path)
     assert loaded.mem_len == 4
-    np.testing.assert_allclose(loaded(streams[:, 16:32], mems_b)[0],
+    assert_allclose(loaded(streams[:, 16:32], mems_b)[0],
                                built(streams[:, 16:32], mems_b)[0], atol=1e-5)
 
 
+@pytest.mark.tensorflow  # lm_evaluation runs tf.functions
 def test_evaluate_with_memory_matches_manual_loop():
     model = tiny_xl(mem_len=6)
     streams = random_ids((3, 23), 7)
@@ -189,23 +202,23 @@ def test_a_bfloat16_model_is_scored_in_float32():
     from keras_trm.decoding.lm_evaluation import _summed_nll
 
     rng = np.random.default_rng(0)
-    logits = tf.cast(rng.normal(0, 3, (16, 64, 1000)), tf.bfloat16)
+    logits = keras.ops.cast(rng.normal(0, 3, (16, 64, 1000)), "bfloat16")
     targets = rng.integers(0, 1000, (16, 64)).astype("int32")
-    reference = np.asarray(tf.cast(logits, tf.float32), np.float64)
+    reference = to_np(keras.ops.cast(logits, "float32")).astype(np.float64)
     reference = reference - reference.max(-1, keepdims=True)
     log_z = np.log(np.exp(reference).sum(-1))
     expected = float(np.sum(log_z - np.take_along_axis(
         reference, targets[..., None], -1)[..., 0]))
     total = _summed_nll(targets, logits)
-    assert total.dtype == tf.float32
+    assert keras.backend.standardize_dtype(total.dtype) == "float32"
     assert float(total) == pytest.approx(expected, rel=1e-5)
 
 
 def test_keras_round_trip(tmp_path):
     model = tiny_xl(untie_biases=False, norm_first=True, mem_len=4)
-    model.content_bias.assign(tf.random.normal(model.content_bias.shape))
+    model.content_bias.assign(keras.random.normal(model.content_bias.shape))
     x = random_ids((2, 5))
-    mems = [tf.random.normal((2, 3, D_MODEL), seed=i) for i in range(LAYERS)]
+    mems = [keras.random.normal((2, 3, D_MODEL), seed=i) for i in range(LAYERS)]
     logits, new = model(x, mems)
     path = str(tmp_path / "xl.keras")
     model.save(path)
@@ -213,9 +226,9 @@ def test_keras_round_trip(tmp_path):
     assert isinstance(loaded, TransformerXLLM)
     assert loaded.get_config() == model.get_config()
     logits2, new2 = loaded(x, mems)
-    np.testing.assert_array_equal(logits2, logits)
+    assert_array_equal(logits2, logits)
     for a, b in zip(new, new2):
-        np.testing.assert_array_equal(a, b)
+        assert_array_equal(a, b)
 
 
 def test_vanilla_baseline_causal_and_round_trip(tmp_path):
@@ -225,19 +238,20 @@ def test_vanilla_baseline_causal_and_round_trip(tmp_path):
     )
     x = random_ids((2, 7))
     logits = model(x)
-    assert logits.shape == (2, 7, VOCAB) and logits.dtype == tf.float32
+    assert logits.shape == (2, 7, VOCAB) and keras.backend.standardize_dtype(logits.dtype) == "float32"
     changed = x.copy()
     changed[:, 4:] = (changed[:, 4:] + 1) % VOCAB
-    np.testing.assert_allclose(model(changed)[:, :4], logits[:, :4], atol=1e-5)
+    assert_allclose(model(changed)[:, :4], logits[:, :4], atol=1e-5)
     # Output tied to the embedding: the token table is the only
     # vocabulary-sized weight.
     assert [w.path for w in model.weights if VOCAB in w.shape] == [
         "embedding/embeddings"]
     path = str(tmp_path / "vanilla.keras")
     model.save(path)
-    np.testing.assert_array_equal(keras.saving.load_model(path)(x), logits)
+    assert_array_equal(keras.saving.load_model(path)(x), logits)
 
 
+@pytest.mark.tensorflow  # lm_evaluation runs tf.functions
 def test_sliding_window_evaluation():
     model = vanilla_transformer_lm(
         VOCAB, num_layers=1, d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF,
@@ -249,8 +263,8 @@ def test_sliding_window_evaluation():
     for t in range(13):  # predict token t + 1 from the last <= ctx tokens
         window = streams[:, max(0, t - ctx + 1):t + 1]
         logits = model(window)[:, -1]
-        nll.append(keras.ops.sparse_categorical_crossentropy(
-            streams[:, t + 1], logits, from_logits=True).numpy())
+        nll.append(to_np(keras.ops.sparse_categorical_crossentropy(
+            streams[:, t + 1], logits, from_logits=True)))
     nll = np.stack(nll, axis=1)  # (2, 13)
     assert evaluate_sliding_window(model, streams, ctx) == pytest.approx(
         nll.mean(), rel=1e-5)
@@ -265,12 +279,12 @@ def test_batchify_and_segments():
     streams = lm.batchify(ids, 4)
     assert streams.shape == (4, 5) and streams.dtype == np.int32
     for b in range(4):  # row b is a contiguous piece of the corpus
-        np.testing.assert_array_equal(streams[b], np.arange(5 * b, 5 * b + 5))
+        assert_array_equal(streams[b], np.arange(5 * b, 5 * b + 5))
     pairs = list(lm.segments(streams, 3))
     assert [p[0].shape for p in pairs] == [(4, 3), (4, 1)]
     for inputs, targets in pairs:
-        np.testing.assert_array_equal(targets, inputs + 1)
-    np.testing.assert_array_equal(  # consecutive segments continue each row
+        assert_array_equal(targets, inputs + 1)
+    assert_array_equal(  # consecutive segments continue each row
         np.concatenate([p[0] for p in pairs], 1), streams[:, :-1])
     assert len(list(lm.segments(streams, 3, drop_remainder=True))) == 1
     assert lm.num_segments(streams, 3) == 2
@@ -285,7 +299,7 @@ def test_vocabulary():
         vocab.encode("z")
     words = lm.Vocabulary.from_corpus(["x", "<unk>", "x"], reserved=["<eos>"])
     assert words.tokens == ["<eos>", "x", "<unk>"]
-    np.testing.assert_array_equal(words.encode(["new", "x"]), [2, 1])
+    assert_array_equal(words.encode(["new", "x"]), [2, 1])
 
 
 def test_ptb_counts():
@@ -327,6 +341,7 @@ def test_tiny_shakespeare_split():
     assert len(vocab) == 65
 
 
+@pytest.mark.tensorflow  # make_train_step is a tf.function
 def test_training_lowers_loss_on_tiny_shakespeare():
     keras.utils.set_random_seed(0)
     ids, vocab = lm.load_lm_corpus("tinyshakespeare", "train")

@@ -26,6 +26,8 @@ from keras_trm.text import (
 )
 from keras_trm.training import apply_preset, preset
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 
 def _write(path, lines):
     text = "".join(line + "\n" for line in lines)

@@ -220,7 +220,7 @@ class TransformerXLBlock(_BlockBase):
             ValueError: ``memory`` not matching ``inputs`` in batch size or
                 d_model.
         """
-        history = inputs
+        history = inputs = ops.convert_to_tensor(inputs)
         if memory is not None:
             self._check_memory(inputs.shape, memory.shape)
             history = ops.concatenate(
