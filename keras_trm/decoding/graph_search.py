@@ -215,7 +215,7 @@ def beam(beam, model, encoder_tokens, encoder_outputs, steps, limits, ids,
             logits, state = stepper(flat, i, state, context)
         search, parent = beam.update(
             search, logits, i, tf.gather(limits, active),
-            tf.gather(max_penalties, active), end_id, vocab)
+            tf.gather(max_penalties, active), end_id, pad_id, vocab)
         # Rows of the decoder: each live hypothesis continues its parent's.
         rows = parent + (tf.range(n) * k)[:, None]
         # Done sentences leave the batch: their state goes to

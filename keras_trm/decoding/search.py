@@ -492,6 +492,16 @@ def _check_special_ids(model, start_id, end_id, pad_id):
     return ids
 
 
+def _never_pad(logits, pad_id):
+    """``logits (rows, V)`` with PAD's column at -inf: a search never emits
+    PAD (fairseq does the same), which would end a hypothesis without END
+    and read as padding to the next step (the cached and the recomputing
+    search then disagree)."""
+    column = ops.equal(ops.arange(ops.shape(logits)[-1], dtype="int32"),
+                       pad_id)
+    return ops.where(column, ops.cast(float("-inf"), logits.dtype), logits)
+
+
 def top_k_rows(values, k):
     """``top_k(values, k)`` for float ``(rows, V)`` with ``k`` much
     smaller than ``V``: the same values and indices in the same order (ties:
@@ -732,6 +742,7 @@ class GreedySearch(SearchStrategy):
         finished)``, the arg-max token (``pad_id`` where the row had
         finished) and whether each row has now ended (``end_id``, or its
         token limit)."""
+        logits = _never_pad(logits, pad_id)
         if _is_tensorflow():
             # Keras' float argmax adds four element-wise passes over the
             # (rows, V) logits (a -0.0 fix-up): greedy ran 0.960x the
@@ -917,7 +928,8 @@ class BeamSearch(SearchStrategy):
             alive_len=ops.zeros((batch,), "int32"),  # tokens of the live ones
         )
 
-    def update(self, state, logits, i, limits, max_penalties, end_id, vocab):
+    def update(self, state, logits, i, limits, max_penalties, end_id, pad_id,
+               vocab):
         """One step for the n sentences of ``state`` (both loops run it).
 
         Args:
@@ -927,7 +939,7 @@ class BeamSearch(SearchStrategy):
             i: int scalar, the step (position ``i + 1`` is written).
             limits, max_penalties: ``(n,)`` each sentence's token limit and
                 lp(limit).
-            end_id: the END id; vocab: V (a Python int).
+            end_id, pad_id: the END and PAD ids; vocab: V (a Python int).
 
         Returns:
             ``(state, parent)``: the new state and, per live slot, the slot
@@ -940,7 +952,9 @@ class BeamSearch(SearchStrategy):
         # at least k remain live.
         num_candidates = min(2 * k, k * vocab)
         per_row = min(num_candidates, vocab)
-        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        # The model's log-probs (PAD's at -inf, not renormalized: fairseq).
+        log_probs = _never_pad(
+            ops.log_softmax(ops.cast(logits, "float32"), axis=-1), pad_id)
         # All candidates have i + 1 tokens: rank them by log-prob. The 2k
         # best of the k * V are among the 2k best of each hypothesis, so
         # rank those (top-k over k rows of V, then over k * 2k): the same
@@ -1074,7 +1088,7 @@ class BeamSearch(SearchStrategy):
             flat = ops.reshape(search["alive_seq"], (-1, steps + 1))
             logits, state = stepper(flat, i, state)
             search, parent = self.update(search, logits, i, limits,
-                                         max_penalties, end_id, vocab)
+                                         max_penalties, end_id, pad_id, vocab)
             # Each live hypothesis continues its parent's decoder rows.
             state = _reorder(state, ops.reshape(parent + row_offsets, (-1,)))
             return i + 1, search, state
