@@ -94,6 +94,19 @@ def fit_input(batches):
     return tf_dataset(batches)
 
 
+to_np = keras.ops.convert_to_numpy
+
+
+def assert_allclose(actual, desired, **kwargs):
+    """``np.testing.assert_allclose`` on any backend's tensors."""
+    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
+
+
+def assert_array_equal(actual, desired):
+    """``np.testing.assert_array_equal`` on any backend's tensors."""
+    np.testing.assert_array_equal(to_np(actual), to_np(desired))
+
+
 def random_ids(rng, shape, vocab, pad_from=None):
     """int32 ids in [1, vocab); rows padded with 0 from pad_from[i]."""
     ids = rng.integers(1, vocab, size=shape).astype("int32")

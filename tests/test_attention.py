@@ -5,18 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import assert_allclose, assert_array_equal, to_np
 from keras_trm.layers import MultiHeadAttention
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
-to_np = keras.ops.convert_to_numpy
-
-
-def assert_allclose(actual, desired, **kwargs):
-    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
-
-
-def assert_array_equal(actual, desired):
-    np.testing.assert_array_equal(to_np(actual), to_np(desired))
 
 
 def numpy_mha(layer, q_in, kv_in, mask=None):

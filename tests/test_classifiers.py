@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import to_np
 from keras_trm.data.imdb import load_imdb
 from keras_trm.data.mnist import load_mnist
 from keras_trm.models.classifiers import (
@@ -15,7 +16,6 @@ from keras_trm.models.classifiers import (
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
 VOCAB = 60
-to_np = keras.ops.convert_to_numpy
 
 
 @pytest.fixture(scope="module")

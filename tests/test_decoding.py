@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import random_ids
+from conftest import assert_allclose, assert_array_equal, random_ids, to_np
 from keras_trm.decoding import (BeamSearch, GreedySearch, corpus_bleu, length_penalty,
                                 search_strategy)
 from keras_trm.decoding.search import encode_by_length, top_k_rows
@@ -14,7 +14,6 @@ from keras_trm.models import transformer
 from keras_trm.text import END_ID, PAD_ID, START_ID
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
-to_np = keras.ops.convert_to_numpy
 
 
 # _Recorder reads the decoder's inputs in Python, step by step; JAX traces
@@ -22,14 +21,6 @@ to_np = keras.ops.convert_to_numpy
 records_steps = pytest.mark.skipif(
     keras.backend.backend() == "jax",
     reason="records each step's inputs in Python; JAX traces the loop")
-
-
-def assert_allclose(actual, desired, **kwargs):
-    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
-
-
-def assert_array_equal(actual, desired):
-    np.testing.assert_array_equal(to_np(actual), to_np(desired))
 
 
 @pytest.fixture(scope="module")

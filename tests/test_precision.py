@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import fit_input, translation_batches
+from conftest import fit_input, to_np, translation_batches
 from keras_trm import _runtime
 from keras_trm.decoding import BeamSearch, GreedySearch, Translator
 from keras_trm.layers import MultiHeadAttention
@@ -28,7 +28,6 @@ from keras_trm.training import (
 )
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
-to_np = keras.ops.convert_to_numpy
 X86_LINUX = (platform.system() == "Linux"
              and platform.machine().lower() in ("x86_64", "amd64"))
 

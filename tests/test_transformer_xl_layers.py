@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import assert_allclose, assert_array_equal, to_np
 from keras_trm.layers.relative_attention import (
     RelativeMultiHeadAttention,
     rel_shift,
@@ -14,15 +15,6 @@ from keras_trm.layers.transformer_xl_block import TransformerXLBlock
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
 D_MODEL, HEADS = 8, 2
-to_np = keras.ops.convert_to_numpy
-
-
-def assert_allclose(actual, desired, **kwargs):
-    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
-
-
-def assert_array_equal(actual, desired):
-    np.testing.assert_array_equal(to_np(actual), to_np(desired))
 
 
 def numpy_sinusoid(distance, dim):

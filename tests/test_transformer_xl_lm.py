@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from conftest import assert_allclose, assert_array_equal, to_np
 from keras_trm.data import language_modeling as lm  # noqa: E402
 from keras_trm.decoding import (  # noqa: E402
     evaluate_sliding_window,
@@ -27,15 +28,6 @@ from keras_trm.training import lm_loss, make_train_step  # noqa: E402
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
 VOCAB, D_MODEL, LAYERS, HEADS, D_FF = 37, 16, 2, 2, 32
-to_np = keras.ops.convert_to_numpy
-
-
-def assert_allclose(actual, desired, **kwargs):
-    np.testing.assert_allclose(to_np(actual), to_np(desired), **kwargs)
-
-
-def assert_array_equal(actual, desired):
-    np.testing.assert_array_equal(to_np(actual), to_np(desired))
 
 
 def tiny_xl(**kwargs):
