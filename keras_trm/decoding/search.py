@@ -637,7 +637,8 @@ def _set_max_decoding_length(strategy):
 
 @dataclasses.dataclass(frozen=True)
 class GreedySearch(SearchStrategy):
-    """Greedy decoding: the arg-max token at every step.
+    """Greedy decoding: the arg-max token at every step (PAD excluded: no
+    search emits it).
 
     On TensorFlow (graph or eager) rows whose sentence has ended leave the
     decoder's batch, except with ``static_cache``, so a batch costs what
@@ -804,11 +805,12 @@ class BeamSearch(SearchStrategy):
 
     Keeps ``beam_size`` = k live hypotheses per sentence at every step: of
     the 2k best extensions, those ending in END among the first k join a set
-    of the k best finished ones (fairseq), the k best others stay live.
-    A sentence stops once its best live log P / lp(limit) cannot beat
-    its best finished score (tensor2tensor), or at its token limit,
-    so with ``beam_size`` k the result is the exact best whenever the k-slot
-    beam can reach it (tests compare with exhaustive search).
+    of the k best finished ones (fairseq), the k best others stay live;
+    PAD is never an extension (fairseq's rule; scores stay the model's
+    log-probs). A sentence stops once its best live log P / lp(limit)
+    cannot beat its best finished score (tensor2tensor), or at its token
+    limit, so with ``beam_size`` k the result is the exact best whenever
+    the k-slot beam can reach it (tests compare with exhaustive search).
     ``beam_size=1`` gives greedy search's ids at every α (its one slot stops
     at the first END; ``GreedySearch`` is faster). A sentence that has
     stopped is frozen while others in the batch go on, so batched and
