@@ -22,6 +22,8 @@ from keras_trm.training import (
     save_weights_atomic,
 )
 
+pytestmark = pytest.mark.portable  # CI runs it under each backend
+
 
 def test_noam_values_at_chosen_steps():
     schedule = NoamSchedule(d_model=512, warmup_steps=4000)
@@ -59,6 +61,7 @@ def _adam_updates(optimizer, weights, grads_per_step):
     return [v.numpy() for v in variables], step
 
 
+@pytest.mark.tensorflow  # TensorFlow's fused Adam kernel
 def test_fused_adam_matches_keras_adam_and_runs_one_kernel(rng):
     """Same trajectory as Keras' op-by-op Adam over 30 steps: to float
     rounding for dense gradients, which run as ResourceApplyAdam, exactly
@@ -390,7 +393,7 @@ def test_gradient_accumulation_of_two_micro_batches_equals_one_batch(rng):
         model.fit(x, np.tile(lab, (3, 1)), batch_size=batch, shuffle=False,
                   verbose=0)
         lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
-        return model.get_weights(), int(model.optimizer.iterations.numpy()), lr, init
+        return model.get_weights(), int(keras.ops.convert_to_numpy(model.optimizer.iterations)), lr, init
 
     w1, updates1, lr1, init = run(1)
     w2, updates2, lr2, _ = run(2)
