@@ -7,6 +7,7 @@
     keras-trm translate --model export/<name>/<version> "A sentence." ...
     keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
     keras-trm export-translation --workdir DIR   (a run trained without TensorFlow)
+    keras-trm export-lm --workdir DIR            (the same for train-lm)
     keras-trm sample-lm export/<name>/<version> --prompt "ROMEO:" --num_tokens 200
 
 Every ``train-*`` subcommand has one flag per field of its job's config
@@ -22,6 +23,7 @@ the same functions.
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import itertools
 import json
 import math
@@ -839,27 +841,36 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
 # --- the SavedModel of a run trained without TensorFlow ---------------------------
 
 
-def export_translation_main(argv, prog="keras-trm export-translation"):
-    """Export a train-translation run trained without TensorFlow (SavedModel)."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Write the raw-text SavedModel of a "
-        "`keras-trm train-translation` run that trained where TensorFlow is not "
-        "installed (it wrote <workdir>/export_request.json and printed this "
-        "command). Needs TensorFlow; runs under KERAS_BACKEND=tensorflow.")
-    parser.add_argument("--workdir", default="runs/multi30k",
-                        help="the run's work folder (default runs/multi30k)")
-    args = parser.parse_args(argv)
-    request = pathlib.Path(args.workdir) / "export_request.json"
-    if not request.is_file():
-        parser.error(f"--workdir {args.workdir}: no export_request.json in it (a "
-                     "train-translation run under JAX or PyTorch writes it)")
-    if "keras" not in sys.modules:
-        os.environ["KERAS_BACKEND"] = "tensorflow"
-    quiet_cuda_probe()
-    from keras_trm.jobs.translation import _export_main
+def _export_command(job, module, default_workdir):
+    """``keras-trm export-<job>``: the SavedModel of a ``train-<job>`` run
+    that trained without TensorFlow, by ``<module>.export_main(workdir)``."""
+    def main(argv, prog=f"keras-trm export-{job}"):
+        parser = argparse.ArgumentParser(
+            prog=prog, description=f"Write the SavedModel of a `keras-trm train-{job}` "
+            "run that trained where TensorFlow is not installed (it wrote "
+            "<workdir>/export_request.json and printed this command). Needs "
+            "TensorFlow; runs under KERAS_BACKEND=tensorflow.")
+        parser.add_argument("--workdir", default=default_workdir,
+                            help=f"the run's work folder (default {default_workdir})")
+        args = parser.parse_args(argv)
+        if not (pathlib.Path(args.workdir) / "export_request.json").is_file():
+            parser.error(f"--workdir {args.workdir}: no export_request.json in it "
+                         f"(a train-{job} run under JAX or PyTorch writes it)")
+        if "keras" not in sys.modules:
+            os.environ["KERAS_BACKEND"] = "tensorflow"
+        quiet_cuda_probe()
+        importlib.import_module(module).export_main(args.workdir)
+        return 0
 
-    _export_main(request)
-    return 0
+    main.__doc__ = (f"Export a train-{job} run trained without TensorFlow "
+                    "(SavedModel).")
+    return main
+
+
+export_translation_main = _export_command(
+    "translation", "keras_trm.jobs.translation", "runs/multi30k")
+export_lm_main = _export_command(
+    "lm", "keras_trm.jobs.language_model", "runs/language_model")
 
 
 # --- text from an exported language model ------------------------------------------
@@ -924,6 +935,7 @@ COMMANDS = {
     "translate": translate_main,
     "serve": serve_main,
     "export-translation": export_translation_main,
+    "export-lm": export_lm_main,
     "sample-lm": sample_lm_main,
 }
 # The three-command split for machines without TensorFlow, before issue #61:

@@ -37,7 +37,7 @@ def _imports(stderr):
 
 @pytest.mark.parametrize("command", [
     [], ["train-translation"], ["export-translation"], ["serve"], ["translate"],
-    ["sample-lm"], ["train-lm"]])
+    ["sample-lm"], ["train-lm"], ["export-lm"]])
 def test_help_imports_no_tensorflow(command):
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "keras_trm.cli", *command, "--help"],

@@ -1,9 +1,11 @@
-"""The translation job where TensorFlow is not installed (issue #61): one
-command, ``keras-trm train-translation``, from the raw corpus to val and
-test BLEU and weights under JAX and PyTorch; then, on a machine with
-TensorFlow, ``keras-trm export-translation --workdir DIR`` writes the
-SavedModel, which translates the test sources exactly as the job's own
-search did.
+"""The translation and language-model jobs where TensorFlow is not
+installed (issue #61): one command, ``keras-trm train-translation``, from
+the raw corpus to val and test BLEU and weights under JAX and PyTorch;
+then, on a machine with TensorFlow, ``keras-trm export-translation
+--workdir DIR`` writes the SavedModel, which translates the test sources
+exactly as the job's own search did. The same for ``keras-trm train-lm``
+and ``keras-trm export-lm``: the SavedModel scores the test split as the
+job did.
 
 The child processes start with ``tests/no_tensorflow`` first on
 ``PYTHONPATH``: its ``sitecustomize`` makes every finder answer "not
@@ -33,13 +35,18 @@ def _run(args, backend, blocked, timeout=900):
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+def _train(command, flags, backend, workdir):
+    """``keras-trm <command>`` under ``backend`` without TensorFlow."""
+    child = _run([command, *flags, "--workdir", str(workdir),
+                  "--export_dir", str(workdir / "export")], backend, blocked=True)
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    return backend, workdir, child.stdout
+
+
 @pytest.fixture(scope="module", params=["jax", "torch"])
 def run_without_tensorflow(request, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp(f"no_tf_{request.param}")
-    child = _run(["train-translation", *FLAGS, "--workdir", str(workdir),
-                  "--export_dir", str(workdir / "export")], request.param, blocked=True)
-    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
-    return request.param, workdir, child.stdout
+    return _train("train-translation", FLAGS, request.param,
+                  tmp_path_factory.mktemp(f"no_tf_{request.param}"))
 
 
 def test_the_job_trains_and_scores_without_tensorflow(run_without_tensorflow):
@@ -89,3 +96,71 @@ def test_its_savedmodel_translates_as_its_search(run_without_tensorflow, tmp_pat
     hyps = (workdir / "test_2016_flickr.hyp.de").read_text().splitlines()
     assert served["hyps"] == hyps
     assert abs(served["bleu"] - result["test_bleu"]) <= 0.05
+
+
+# --- the language-model job (train-lm) -------------------------------------------
+
+LM_FLAGS = [
+    "--data.corpus", "tinyshakespeare", "--data.train_tokens", "3000",
+    "--data.eval_tokens", "300", "--model.num_layers", "1",
+    "--model.d_model", "16", "--model.num_heads", "2", "--model.d_ff", "32",
+    "--model.seg_len", "8", "--model.mem_len", "8", "--training.batch_size", "4",
+    "--training.steps", "30", "--training.warmup_steps", "5",
+    "--training.learning_rate", "0.01",
+    "--training.eval_every", "10", "--evaluation.eval_batch_size", "2",
+    "--export.model_name", "tiny_xl"]
+
+
+@pytest.fixture(scope="module", params=["jax", "torch"])
+def lm_without_tensorflow(request, tmp_path_factory):
+    return _train("train-lm", LM_FLAGS, request.param,
+                  tmp_path_factory.mktemp(f"lm_no_tf_{request.param}"))
+
+
+def test_the_lm_job_trains_and_scores_without_tensorflow(lm_without_tensorflow):
+    backend, workdir, stdout = lm_without_tensorflow
+    result = json.loads((workdir / "results" / "result.json").read_text())
+    assert result["backend"] == backend and result["steps"] == 30
+    assert result["export"] is None
+    command = f"keras-trm export-lm --workdir {workdir}"
+    assert result["export_command"] == command and command in stdout
+    history = result["transformer_xl"]["history"]
+    assert history["step"] == [10, 20, 30]
+    # Learning: 65 characters are ln 65 = 4.17 nats at random.
+    assert history["valid_nll"][-1] < min(history["valid_nll"][0] - 0.1, 3.9), history
+    assert result["vanilla"]["history"]["step"] == [10, 20, 30]
+    assert (workdir / "transformer_xl.keras").is_file()
+
+
+@pytest.mark.slow
+def test_its_lm_savedmodel_scores_as_the_job(lm_without_tensorflow):
+    """``keras-trm export-lm`` on TensorFlow from the weights trained
+    without it: the SavedModel, memories fed back segment by segment,
+    gives the job's test figure."""
+    _, workdir, _ = lm_without_tensorflow
+    child = _run(["export-lm", "--workdir", str(workdir)], "tensorflow", blocked=False)
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    export = workdir / "export" / "tiny_xl" / "1"
+    result = json.loads((workdir / "results" / "result.json").read_text())
+    script = (
+        "import json, sys, numpy as np, tensorflow as tf\n"
+        "from keras_trm.data import language_modeling as lm\n"
+        "export = sys.argv[1]\n"
+        "tokens = json.load(open(export + '/assets.extra/vocab.json'))\n"
+        "ids, _ = lm.load_lm_corpus('tinyshakespeare', 'test', lm.Vocabulary(tokens))\n"
+        "streams = lm.batchify(ids[:300], 2)\n"
+        "serve = tf.saved_model.load(export).signatures['serving_default']\n"
+        "memories, total, count = tf.zeros((1, 2, 0, 16)), 0.0, 0\n"
+        "for inputs, targets in lm.segments(streams, 8):\n"
+        "    out = serve(token_ids=tf.constant(inputs, tf.int32), memories=memories)\n"
+        "    memories = out['new_memories']\n"
+        "    logp = out['log_probs'].numpy()\n"
+        "    total -= np.take_along_axis(logp, targets[..., None], -1).sum()\n"
+        "    count += targets.size\n"
+        "print(total / count)\n")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    child = subprocess.run([sys.executable, "-c", script, str(export)], env=env,
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
+    served = float(child.stdout.strip().splitlines()[-1])
+    assert served == pytest.approx(result["transformer_xl"]["test"]["nll_nats"], abs=2e-5)

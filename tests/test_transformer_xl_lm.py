@@ -24,7 +24,7 @@ from keras_trm.models.transformer_xl import (  # noqa: E402
     TransformerXLLM,
     vanilla_transformer_lm,
 )
-from keras_trm.training import lm_loss, make_train_step  # noqa: E402
+from keras_trm.training import lm_loss  # noqa: E402
 
 pytestmark = pytest.mark.portable  # CI runs it under each backend
 VOCAB, D_MODEL, LAYERS, HEADS, D_FF = 37, 16, 2, 2, 32
@@ -124,7 +124,6 @@ def test_segments_with_memory_equal_full_pass(kwargs):
 
 
 # clamp_len=2 < mem_len - 1: the distances 2 and 3 of the window share R_2.
-@pytest.mark.tensorflow  # evaluate_with_memory runs tf.functions
 @pytest.mark.parametrize("clamp_len", [None, 2])
 def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
     """``set_mem_len`` changes every use of mem_len: the memories kept and
@@ -159,7 +158,8 @@ def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
                                evaluate_with_memory(built, streams, 16),
                                rtol=1e-6)
     # the window really changed: mem_len 2 and 4 differ on the first segment
-    assert not np.allclose(before, built(streams[:, :16])[0], atol=1e-3)
+    assert not np.allclose(to_np(before), to_np(built(streams[:, :16])[0]),
+                           atol=1e-3)
     # One store: the blocks; the model reads it, the attentions hold none.
     assert changed.mem_len == 4 and changed.get_config()["mem_len"] == 4
     assert all(b.mem_len == 4 and b.self_attention.mem_len is None
@@ -172,7 +172,6 @@ def test_set_mem_len_equals_a_model_built_with_it(clamp_len, tmp_path):
                                built(streams[:, 16:32], mems_b)[0], atol=1e-5)
 
 
-@pytest.mark.tensorflow  # lm_evaluation runs tf.functions
 def test_evaluate_with_memory_matches_manual_loop():
     model = tiny_xl(mem_len=6)
     streams = random_ids((3, 23), 7)
@@ -181,7 +180,7 @@ def test_evaluate_with_memory_matches_manual_loop():
         logits, mems = model(inputs, mems)
         nll = keras.ops.sparse_categorical_crossentropy(
             targets, logits, from_logits=True)
-        total += float(tf.reduce_sum(nll))
+        total += float(np.sum(to_np(nll)))
         count += targets.size
     assert count == 3 * 22
     got = evaluate_with_memory(model, streams, 5)
@@ -243,7 +242,6 @@ def test_vanilla_baseline_causal_and_round_trip(tmp_path):
     assert_array_equal(keras.saving.load_model(path)(x), logits)
 
 
-@pytest.mark.tensorflow  # lm_evaluation runs tf.functions
 def test_sliding_window_evaluation():
     model = vanilla_transformer_lm(
         VOCAB, num_layers=1, d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF,
@@ -331,31 +329,6 @@ def test_tiny_shakespeare_split():
     assert parts[0].startswith("First Citizen:")
     _, vocab = lm.load_lm_corpus("tinyshakespeare", "train")
     assert len(vocab) == 65
-
-
-@pytest.mark.tensorflow  # make_train_step is a tf.function
-def test_training_lowers_loss_on_tiny_shakespeare():
-    keras.utils.set_random_seed(0)
-    ids, vocab = lm.load_lm_corpus("tinyshakespeare", "train")
-    streams = lm.batchify(ids[:200_000], 16)
-    model = TransformerXLLM(
-        len(vocab), num_layers=2, d_model=32, num_heads=4, d_ff=64,
-        mem_len=32, max_segment_len=32, dropout_rate=0.0,
-    )
-    valid_ids, _ = lm.load_lm_corpus("tinyshakespeare", "valid", vocab)
-    valid = lm.batchify(valid_ids[:4_000], 8)
-    before = evaluate_with_memory(model, valid, 32, max_segments=4)
-    step = make_train_step(model, keras.optimizers.Adam(3e-3), clip_norm=1.0)
-    mems, losses = model.init_memories(16), []
-    for k, (inputs, targets) in enumerate(lm.segments(streams, 32)):
-        if k == 60:
-            break
-        loss, mems = step(inputs, targets, mems)
-        losses.append(float(loss))
-    assert np.isfinite(losses).all()
-    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.5
-    after = evaluate_with_memory(model, valid, 32, max_segments=4)
-    assert after < before - 0.5
 
 
 # -- errors ------------------------------------------------------------------

@@ -16,17 +16,56 @@ int ``(batch_size, n)`` arrays from
 
 import weakref
 
+import keras
 import numpy as np
 from keras import ops
 
 from keras_trm.data.language_modeling import segments
 from keras_trm.utils import checks as v
 
-# One compiled evaluation step per (model, mem_len, static shapes or not):
+# Compiled evaluation steps per model, keyed by kind and trace settings:
 # repeated evaluations (e.g. on the validation split during training) reuse
 # the trace. mem_len is part of the key because it is a Python int baked
 # into the trace.
 _EVAL_STEPS = weakref.WeakKeyDictionary()
+
+
+def _compiled(model, key, fn, static=True):
+    """``fn(call, *arrays)`` compiled as the backend compiles inference,
+    cached per ``(model, key)``; ``call(*args)`` runs ``model(*args,
+    training=False)`` with the model's weights at the time of the call: a
+    ``tf.function`` (one trace per shape when ``static``, else a
+    generalized one), a ``jax.jit`` taking the variables' current values
+    (one trace per shape), PyTorch eagerly without autograd."""
+    steps = _EVAL_STEPS.setdefault(model, {})
+    if key in steps:
+        return steps[key]
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        step = tf.function(
+            lambda *arrays: fn(lambda *args: model(*args, training=False), *arrays),
+            reduce_retracing=not static)
+    elif backend == "jax":
+        import jax
+
+        def pure(trainable, non_trainable, *arrays):
+            return fn(lambda *args: model.stateless_call(
+                trainable, non_trainable, *args, training=False)[0], *arrays)
+
+        jitted = jax.jit(pure)
+        step = lambda *arrays: jitted(  # noqa: E731
+            [v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables], *arrays)
+    else:
+        import torch
+
+        def step(*arrays):
+            with torch.no_grad():
+                return fn(lambda *args: model(*args, training=False), *arrays)
+    steps[key] = step
+    return step
 
 
 def _vocabulary_size(model):
@@ -90,19 +129,13 @@ _MAX_STATIC_FILL = 4
 
 
 def _memory_eval_step(model, seg_len):
-    import tensorflow as tf
-
-    steps = _EVAL_STEPS.setdefault(model, {})
     static = -(-model.mem_len // seg_len) <= _MAX_STATIC_FILL
-    key = (model.mem_len, static)
-    if key not in steps:
-        @tf.function(reduce_retracing=not static)
-        def forward(inputs, targets, memories):
-            logits, new_memories = model(inputs, memories, training=False)
-            return _summed_nll(targets, logits), new_memories
 
-        steps[key] = forward
-    return steps[key]
+    def forward(call, inputs, targets, memories):
+        logits, new_memories = call(inputs, memories)
+        return _summed_nll(targets, logits), new_memories
+
+    return _compiled(model, ("memory", model.mem_len, static), forward, static)
 
 
 def evaluate_with_memory(model, streams, seg_len, max_segments=None):
@@ -191,15 +224,10 @@ def evaluate_disjoint_segments(model, streams, seg_len):
     >>> 0.0 < evaluate_disjoint_segments(model, np.ones((2, 9), "int32"), 4)
     True
     """
-    import tensorflow as tf
-
     seg_len = v.positive_int("seg_len", seg_len)
     streams = _check_streams(model, streams)
-
-    @tf.function(reduce_retracing=True)
-    def forward(inputs, targets):
-        return _summed_nll(targets, model(inputs, training=False))
-
+    forward = _compiled(model, "all_positions", lambda call, inputs, targets:
+                        _summed_nll(targets, call(inputs)), static=False)
     total, count = 0.0, 0
     for inputs, targets in segments(streams, seg_len):
         total += float(forward(inputs, targets))
@@ -258,8 +286,6 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
     >>> abs(sliding - evaluate_disjoint_segments(lm, streams, 4)) < 1e-5
     True
     """
-    import tensorflow as tf
-
     context_len = v.positive_int("context_len", context_len)
     try:
         positions = vanilla_model.get_layer("embedding").max_sequence_length
@@ -281,13 +307,12 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
         limit = min(limit, v.positive_int("max_tokens", max_tokens))
     streams = streams.astype(np.int32)
 
-    @tf.function(reduce_retracing=True)
-    def all_positions(inputs, targets):
-        return _summed_nll(targets, vanilla_model(inputs, training=False))
-
-    @tf.function
-    def last_position(window, target):
-        return _summed_nll(target, vanilla_model(window, training=False)[:, -1])
+    all_positions = _compiled(
+        vanilla_model, "all_positions", lambda call, inputs, targets:
+        _summed_nll(targets, call(inputs)), static=False)
+    last_position = _compiled(
+        vanilla_model, "last_position", lambda call, window, target:
+        _summed_nll(target, call(window)[:, -1]))
 
     first = min(context_len, limit)
     total = float(all_positions(streams[:, :first], streams[:, 1:first + 1]))

@@ -1,10 +1,10 @@
 """End-to-end jobs behind the recipes and the CLI.
 
-The translation job (``translation``) and the pure-Python ``stages`` it
-is built on run on TensorFlow, JAX and PyTorch, also where TensorFlow is
-not installed (the usual GPU machine; only its SavedModel export needs
-TensorFlow). Without TensorFlow the other jobs (IMDB and MNIST through
-tfds, the LM) raise ``require_tensorflow``'s ``ImportError`` (what to
+The translation job (``translation``), the language-model job
+(``language_model``) and the pure-Python ``stages`` they are built on run
+on TensorFlow, JAX and PyTorch, also where TensorFlow is not installed
+(the usual GPU machine; only their SavedModel exports need TensorFlow).
+Without TensorFlow the other jobs (IMDB and MNIST through tfds) raise ``require_tensorflow``'s ``ImportError`` (what to
 install) when they are imported.
 """
 
@@ -14,8 +14,8 @@ import sys
 from keras_trm._optional import require_tensorflow
 
 # The jobs that need TensorFlow (module names in this package); the others
-# (the translation job, its config, the stages) run without it.
-TENSORFLOW_JOBS = frozenset({"imdb", "mnist", "language_model"})
+# (the translation and LM jobs, their configs, the stages) run without it.
+TENSORFLOW_JOBS = frozenset({"imdb", "mnist"})
 
 
 class _TensorFlowJobs:

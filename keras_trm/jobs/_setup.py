@@ -1,8 +1,13 @@
 """The start every job shares: resolve the data folder, create the work
-folder, pick the progress-bar style."""
+folder, pick the progress-bar style; and the SavedModel export of a run
+trained under JAX or PyTorch, in a TensorFlow process."""
 
 import collections
+import json
+import os
 import pathlib
+import shlex
+import subprocess
 import sys
 import time
 
@@ -41,6 +46,33 @@ def start_classifier_job(job, workdir, data_dir, export_dir, results_dir,
         workdir, data_dir, verbose, download=download)
     job.results_dir = job.workdir / "results" if results_dir is None else results_dir
     job.export_dir = export_dir
+
+
+def export_in_tensorflow(command, timeout=3600):
+    """Runs an export command that a job printed (``keras-trm
+    export-translation --workdir DIR`` or ``keras-trm export-lm --workdir
+    DIR``) in a child process under ``KERAS_BACKEND=tensorflow`` (a
+    SavedModel is a TensorFlow graph; the model was trained under JAX or
+    PyTorch): the same weights, so the SavedModel scores as the job did.
+
+    Returns:
+        ``pathlib.Path`` of the version folder (from the child's
+        ``<workdir>/export_request.done.json``).
+
+    Raises:
+        RuntimeError: the child failed (its last output lines in the
+            message).
+    """
+    args = shlex.split(command)[1:]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    child = subprocess.run([sys.executable, "-m", "keras_trm.cli", *args], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    if child.returncode != 0:
+        tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
+        raise RuntimeError(
+            f"the TensorFlow export process failed (exit {child.returncode}):\n{tail}")
+    done = pathlib.Path(args[-1]) / "export_request.done.json"
+    return pathlib.Path(json.loads(done.read_text())["path"])
 
 
 # -- config checks the jobs' validate() share (each names the field) ---------

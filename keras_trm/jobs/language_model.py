@@ -32,6 +32,7 @@ perplexity (``exp(nll)``: the PTB figure).
 """
 
 import dataclasses
+import json
 import math
 import os
 import pathlib
@@ -40,7 +41,6 @@ import time
 import warnings
 
 import keras
-import tensorflow as tf
 
 from keras_trm.data import language_modeling as lm
 from keras_trm.decoding import (
@@ -48,8 +48,8 @@ from keras_trm.decoding import (
     evaluate_sliding_window,
     evaluate_with_memory,
 )
-from keras_trm.export import export_language_model
-from keras_trm.jobs._setup import start_job
+from keras_trm.jobs import tensorflow_installed
+from keras_trm.jobs._setup import export_in_tensorflow, start_job
 from keras_trm.jobs.language_model_config import (  # noqa: F401 (the job's API)
     CORPORA, CORPUS_RECIPES, LanguageModelConfig)
 from keras_trm.jobs.stages import StagedJob
@@ -65,21 +65,19 @@ from keras_trm.training.precision import apply_precision, float32_copy
 from keras_trm.training.schedules import NO_WEIGHT_DECAY_NAMES
 from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
+from keras_trm.utils.files import atomic_file
 
 # -- schedule -------------------------------------------------------------------
 def cosine_warmup_schedule(config, steps=None):
     """Linear warmup to ``learning_rate`` over ``warmup_steps``, then cosine
     decay to ``min_learning_rate_ratio * learning_rate`` at ``steps``
     (default ``config.steps``; the reference code's ``scheduler='cosine'``
-    with ``warmup_step``). Its ``decay_steps`` is a variable that
-    compiled steps read at every call, so ``fit_schedule`` can move the
-    decay's end after tracing."""
-    schedule = warmup_cosine_decay(config.learning_rate, steps or config.steps,
-                                   config.warmup_steps,
-                                   alpha=config.min_learning_rate_ratio)
-    schedule.decay_steps = keras.Variable(schedule.decay_steps, dtype="float32",
-                                          trainable=False, name="decay_steps")
-    return schedule
+    with ``warmup_step``). ``make_train_step`` evaluates it on the host
+    before each step, so ``fit_schedule`` can move the decay's end while
+    training, under any backend."""
+    return warmup_cosine_decay(config.learning_rate, steps or config.steps,
+                               config.warmup_steps,
+                               alpha=config.min_learning_rate_ratio)
 
 
 def fit_schedule(schedule, total_steps):
@@ -94,14 +92,16 @@ def fit_schedule(schedule, total_steps):
             f"{schedule.warmup_steps}: the learning rate never reaches its "
             "peak; lower --training.warmup_steps or give the run more time "
             "(--training.time_budget_minutes)", stacklevel=2)
-    schedule.decay_steps.assign(max(total_steps - schedule.warmup_steps, 1))
+    schedule.decay_steps = max(total_steps - schedule.warmup_steps, 1)
 
 
-def _optimizer(config, schedule):
-    """Adam on ``schedule``; AdamW-style decoupled decay with ``weight_decay``."""
+def _optimizer(config):
+    """Adam with a float learning rate (``make_train_step`` writes the
+    schedule's rate into it before each step); AdamW-style decoupled decay
+    with ``weight_decay``."""
     if not config.weight_decay:
-        return keras.optimizers.Adam(schedule)
-    optimizer = keras.optimizers.Adam(schedule, weight_decay=config.weight_decay)
+        return keras.optimizers.Adam(0.0)
+    optimizer = keras.optimizers.Adam(0.0, weight_decay=config.weight_decay)
     optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY_NAMES))
     return optimizer
 
@@ -187,8 +187,10 @@ def _report_markdown(result):
         f"trained in {result['precision']}, tested in float32.",
         "",
         f"Job wall time {result['job_minutes']} min. Export: "
-        f"`<export_dir>/{'/'.join(pathlib.Path(result['export']).parts[-2:])}`"
-        " (signature `serving_default`: `token_ids` int32 (batch, seg_len), "
+        + (f"none here (`{result['export_command']}` writes it)"
+           if result["export"] is None else
+           f"`<export_dir>/{'/'.join(pathlib.Path(result['export']).parts[-2:])}`")
+        + " (signature `serving_default`: `token_ids` int32 (batch, seg_len), "
         "`memories` float32 (num_layers, batch, M, d_model) -> `log_probs`, "
         "`new_memories`; vocabulary in `assets.extra/vocab.json`).",
         "",
@@ -211,9 +213,41 @@ def _report_markdown(result):
 def _machine():
     cores = len(os.sched_getaffinity(0)) if hasattr(
         os, "sched_getaffinity") else os.cpu_count()
-    gpus = len(tf.config.list_physical_devices("GPU"))
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    else:
+        gpus = sum(d.startswith("gpu") for d in keras.distribution.list_devices())
     return (f"{gpus} GPU(s)" if gpus else "CPU only") + (
-        f", {cores} core(s) usable by the process")
+        f", {cores} core(s) usable by the process; {backend}")
+
+
+def _export(model, request):
+    """``export_language_model`` of ``model`` as ``request`` (the fields of
+    ``export_request.json``) says (TensorFlow only)."""
+    from keras_trm.export import export_language_model
+
+    return export_language_model(
+        model, lm.Vocabulary(request["vocabulary"]), request["export_dir"],
+        request["model_name"], extra_config=request["extra_config"])
+
+
+def export_main(workdir):
+    """``keras-trm export-lm --workdir DIR``: the SavedModel of a run
+    trained under JAX or PyTorch, from its ``transformer_xl.keras`` and
+    ``export_request.json``; writes ``export_request.done.json``."""
+    workdir = pathlib.Path(workdir)
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
+                           f"got {keras.backend.backend()!r}")
+    request = json.loads((workdir / "export_request.json").read_text())
+    model = keras.saving.load_model(workdir / request["model"])
+    path = _export(model, request)
+    write_json(workdir / "export_request.done.json", {"path": str(path)})
+    print(f"exported SavedModel to {path}", flush=True)
+    return path
 
 
 # -- the job ---------------------------------------------------------------------
@@ -334,8 +368,9 @@ class LanguageModelRun(StagedJob):
               + (f" or {config.time_budget_minutes:g} min, whichever ends first"
                  if budget else ""), flush=True)
         schedule = cosine_warmup_schedule(config)
-        optimizer = _optimizer(config, schedule)
-        step = make_train_step(xl, optimizer, clip_norm=config.clip_norm)
+        optimizer = _optimizer(config)
+        step = make_train_step(xl, optimizer, clip_norm=config.clip_norm,
+                               schedule=schedule)
         self.xl_history, self.xl_train_s, self.xl_eval_s = train_segments(
             "Transformer-XL", step, xl, self.train, config.seg_len, config.steps,
             config.eval_every, xl_valid, self.verbose, budget_seconds=budget,
@@ -346,8 +381,9 @@ class LanguageModelRun(StagedJob):
             return
         print(f"training the vanilla Transformer for {self.steps} steps",
               flush=True)
-        optimizer = _optimizer(config, cosine_warmup_schedule(config, self.steps))
-        vstep = make_train_step(vanilla, optimizer, clip_norm=config.clip_norm)
+        optimizer = _optimizer(config)
+        vstep = make_train_step(vanilla, optimizer, clip_norm=config.clip_norm,
+                                schedule=cosine_warmup_schedule(config, self.steps))
         self.van_history, self.van_train_s, self.van_eval_s = train_segments(
             "vanilla", vstep, vanilla, self.train, config.seg_len, self.steps,
             config.eval_every,
@@ -398,15 +434,36 @@ class LanguageModelRun(StagedJob):
               f"{self.van_disjoint / math.log(2):.4f}", flush=True)
 
     def export(self):
-        """Both models as ``.keras``; Transformer-XL as a SavedModel."""
+        """Both models as ``.keras``; Transformer-XL as a SavedModel: in
+        this process under TensorFlow, else in a TensorFlow child process
+        where TensorFlow is installed, else not (the command that writes
+        it from ``transformer_xl.keras`` on a machine with TensorFlow is
+        printed and recorded)."""
         config = self.config
-        self.xl.save(self.workdir / "transformer_xl.keras")
+        self.export_command = None
+        xl_path = self.workdir / "transformer_xl.keras"
+        with atomic_file(xl_path, suffix=".keras") as tmp:
+            self.xl.save(tmp)
         if self.vanilla is not None:
-            self.vanilla.save(self.workdir / "vanilla.keras")
-        self.export_path = export_language_model(
-            self.xl, self.vocab, self.export_dir, config.name,
-            extra_config={"corpus": config.corpus, "level": config.token_level,
-                          "test_bits_per_token": round(self.xl_test / math.log(2), 4)})
+            with atomic_file(self.workdir / "vanilla.keras", suffix=".keras") as tmp:
+                self.vanilla.save(tmp)
+        request = {"model": xl_path.name, "vocabulary": list(self.vocab.tokens),
+                   "export_dir": str(self.export_dir), "model_name": config.name,
+                   "extra_config": {
+                       "corpus": config.corpus, "level": config.token_level,
+                       "test_bits_per_token": round(self.xl_test / math.log(2), 4)}}
+        if keras.backend.backend() == "tensorflow":
+            self.export_path = _export(self.xl, request)
+        else:
+            write_json(self.workdir / "export_request.json", request)
+            command = f"keras-trm export-lm --workdir {self.workdir}"
+            if tensorflow_installed():
+                self.export_path = export_in_tensorflow(command)
+            else:
+                self.export_path, self.export_command = None, command
+                print("no TensorFlow here, so no SavedModel: on a machine with "
+                      f"TensorFlow and this workdir, run\n  {command}", flush=True)
+                return
         print(f"exported SavedModel to {self.export_path}", flush=True)
 
     def report(self):
@@ -416,6 +473,7 @@ class LanguageModelRun(StagedJob):
             "command": self.command or "keras_trm.jobs.language_model.run",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": _machine(),
+            "backend": keras.backend.backend(),
             "corpus": config.corpus,
             "level": config.token_level,
             "vocabulary_size": len(self.vocab),
@@ -441,7 +499,8 @@ class LanguageModelRun(StagedJob):
             },
             "transformer_xl_better": None if self.vanilla is None else bool(
                 self.xl_test < min(self.van_sliding, self.van_disjoint)),
-            "export": str(self.export_path),
+            "export": self.export_path and str(self.export_path),
+            "export_command": self.export_command,
             "config": dataclasses.asdict(config),
             "stage_seconds": dict(self.stage_seconds),  # the stages before this one
         }

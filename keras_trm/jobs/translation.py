@@ -47,6 +47,7 @@ from keras_trm.data.prepared import file_identity, sha256_file
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.jobs import tensorflow_installed
+from keras_trm.jobs._setup import export_in_tensorflow
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.jobs.translation_config import (  # noqa: F401  (its home before)
     DEFAULT_MODEL_NAME,
@@ -707,7 +708,7 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
     ``config.export_jit_compile_max_batch_size`` its search is the XLA one
     for small batches and the SavedModel carries warm-up requests built from
     ``warmup_sources`` (str, e.g. the val sources). TensorFlow backend only
-    (the SavedModel is a TensorFlow graph); ``export_translation_in_tensorflow``
+    (the SavedModel is a TensorFlow graph); ``export_in_tensorflow``
     does it from the other backends.
 
     Returns:
@@ -755,42 +756,13 @@ def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
     return f"keras-trm export-translation --workdir {workdir}"
 
 
-def export_translation_in_tensorflow(command, timeout=3600):
-    """Runs an ``export_request`` command in a child process (the
-    SavedModel is a TensorFlow graph; the model was trained under JAX or
-    PyTorch): the same weights and the same search, so the SavedModel
-    translates as the in-process search does.
-
-    Returns:
-        ``pathlib.Path`` of the version folder.
-
-    Raises:
-        RuntimeError: the child failed (its last output lines in the
-            message).
-    """
-    import os
-    import shlex
-    import subprocess
-
-    workdir = shlex.split(command)[-1]
-    request = pathlib.Path(workdir) / "export_request.json"
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    child = subprocess.run(
-        [sys.executable, "-m", "keras_trm.cli", "export-translation", "--workdir",
-         workdir],
-        env=env, capture_output=True, text=True, timeout=timeout)
-    if child.returncode != 0:
-        tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
-        raise RuntimeError(
-            f"the TensorFlow export process failed (exit {child.returncode}):\n{tail}")
-    return pathlib.Path(json.loads(request.with_suffix(".done.json").read_text())["path"])
-
-
-def _export_main(request_path):
-    """The child of ``export_translation_in_tensorflow``."""
-    request_path = pathlib.Path(request_path)
+def export_main(workdir):
+    """``keras-trm export-translation --workdir DIR`` (the child of
+    ``export_in_tensorflow``): the SavedModel from the run's
+    ``export_request.json``; writes ``export_request.done.json``."""
+    workdir = pathlib.Path(workdir)
+    request_path = workdir / "export_request.json"
     request = json.loads(request_path.read_text())
-    workdir = request_path.parent
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
                            f"got {keras.backend.backend()!r}")
@@ -1090,7 +1062,7 @@ class TranslationRun(StagedJob):
                     print("no TensorFlow here, so no SavedModel: on a machine with "
                           f"TensorFlow and this workdir, run\n  {command}", flush=True)
                 else:
-                    self.export_path = export_translation_in_tensorflow(command)
+                    self.export_path = export_in_tensorflow(command)
             if self.export_path is not None:
                 print(f"exported SavedModel to {self.export_path}", flush=True)
         except Exception as error:  # noqa: BLE001 -- re-raised by report

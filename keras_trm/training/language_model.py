@@ -42,13 +42,17 @@ def lm_loss(targets, logits):
     )
 
 
-def make_train_step(model, optimizer, clip_norm=0.25):
-    """A compiled language-model training step.
+def make_train_step(model, optimizer, clip_norm=0.25, schedule=None):
+    """A compiled language-model training step, on every backend.
 
     ``step(inputs, targets, memories=None) -> (loss, new_memories)``: one
     optimizer update on the mean NLL of a segment (int32 ``(batch, T)``
-    inputs and targets), gradients clipped to global norm ``clip_norm``
-    (0.25 in the reference PTB/WT103 setups; None = no clipping).
+    inputs and targets) plus the model's own losses (regularizers),
+    gradients clipped to global norm ``clip_norm`` (0.25 in the reference
+    PTB/WT103 setups; None = no clipping). Compiled as the backend compiles
+    a step: a ``tf.function`` with ``tf.GradientTape``, a ``jax.jit`` of
+    ``stateless_call`` and ``stateless_apply`` (the variables are written
+    back after each step), PyTorch's autograd eagerly.
 
     For a model with memories (``TransformerXLLM``, which has
     ``init_memories``) start with ``memories = model.init_memories(batch)``
@@ -56,6 +60,21 @@ def make_train_step(model, optimizer, clip_norm=0.25):
     streams (``keras_trm.data.language_modeling.segments``). For a
     memory-less model (called as ``model(inputs)``, returning logits) leave
     ``memories`` None; ``new_memories`` is then None.
+
+    Args:
+        schedule: None (the optimizer's learning rate as it is) or a
+            callable step -> rate (a ``LearningRateSchedule``), evaluated on
+            the host before each step at the optimizer's ``iterations`` and
+            written to its learning-rate variable (the optimizer is made
+            with a float rate). A compiled step reads that variable, so a
+            schedule changed during training (``fit_schedule`` of the LM
+            job) takes effect at the next step on every backend, where a
+            schedule inside the optimizer would keep, under ``jax.jit``,
+            the values it was traced with.
+
+    Raises:
+        ValueError: ``schedule`` given while the optimizer's own
+            learning rate is a schedule (one of them would be ignored).
 
     Example:
 
@@ -69,31 +88,133 @@ def make_train_step(model, optimizer, clip_norm=0.25):
     >>> tuple(memories[0].shape)
     (2, 4, 8)
     """
-    import tensorflow as tf
-
     optimizer.build(model.trainable_variables)
+    if schedule is not None and not isinstance(
+            optimizer.learning_rate, keras.Variable):
+        raise ValueError(
+            "`schedule` needs an optimizer made with a float learning_rate, "
+            f"got {type(optimizer).__name__} whose learning rate is itself a "
+            "schedule")
+    forward = _forward(model)
+    update = {"tensorflow": _tensorflow_update, "jax": _jax_update,
+              "torch": _torch_update}[keras.backend.backend()](
+                  model, optimizer, forward, clip_norm)
+
+    def step(inputs, targets, memories=None):
+        if schedule is not None:
+            iterations = int(ops.convert_to_numpy(optimizer.iterations))
+            optimizer.learning_rate.assign(
+                ops.convert_to_numpy(schedule(iterations)))
+        return update(inputs, targets, memories)
+
+    return step
+
+
+def _forward(model):
+    """``forward(call, inputs, targets, memories) -> (loss, new_memories)``
+    where ``call(*args)`` runs the model in training mode."""
     carries_memory = hasattr(model, "init_memories")
 
+    def forward(call, inputs, targets, memories):
+        if carries_memory:
+            logits, new_memories = call(inputs, memories)
+        else:
+            logits, new_memories = call(inputs), None
+        return lm_loss(targets, logits), new_memories
+
+    return forward
+
+
+def clip_by_global_norm(grads, clip_norm):
+    """``grads`` scaled by ``clip_norm / max(global norm, clip_norm)``
+    (Pascanu et al. 2013; ``tf.clip_by_global_norm``'s rule)."""
+    norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads))
+    scale = clip_norm / ops.maximum(norm, clip_norm)
+    return [g * ops.cast(scale, g.dtype) for g in grads]
+
+
+def _tensorflow_update(model, optimizer, forward, clip_norm):
+    import tensorflow as tf
+
     @tf.function(reduce_retracing=True)
-    def step(inputs, targets, memories=None):
+    def update(inputs, targets, memories):
         with tf.GradientTape() as tape:
-            if carries_memory:
-                logits, new_memories = model(inputs, memories, training=True)
-            else:
-                logits, new_memories = model(inputs, training=True), None
-            loss = lm_loss(targets, logits)
-            if model.losses:
-                loss_total = loss + tf.add_n(model.losses)
-            else:
-                loss_total = loss
+            loss, new_memories = forward(
+                lambda *args: model(*args, training=True), inputs, targets, memories)
+            total = loss + tf.add_n(model.losses) if model.losses else loss
         variables = model.trainable_variables
-        grads = tape.gradient(loss_total, variables)
+        grads = tape.gradient(total, variables)
         if clip_norm is not None:
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         optimizer.apply_gradients(zip(grads, variables))
         return loss, new_memories
 
-    return step
+    return update
+
+
+def _jax_update(model, optimizer, forward, clip_norm):
+    import jax
+
+    state = (model.trainable_variables, model.non_trainable_variables,
+             optimizer.variables)
+
+    def total_loss(trainable, non_trainable, inputs, targets, memories):
+        def call(*args):
+            nonlocal non_trainable, losses
+            outputs, non_trainable, losses = model.stateless_call(
+                trainable, non_trainable, *args, training=True,
+                return_losses=True)
+            return outputs
+
+        losses = []
+        loss, new_memories = forward(call, inputs, targets, memories)
+        return loss + sum(losses), (loss, new_memories, non_trainable)
+
+    gradient = jax.value_and_grad(total_loss, has_aux=True)
+
+    @jax.jit
+    def compiled(trainable, non_trainable, optimizer_values, inputs, targets,
+                 memories):
+        (_, (loss, new_memories, non_trainable)), grads = gradient(
+            trainable, non_trainable, inputs, targets, memories)
+        if clip_norm is not None:
+            grads = clip_by_global_norm(grads, clip_norm)
+        trainable, optimizer_values = optimizer.stateless_apply(
+            optimizer_values, grads, trainable)
+        return loss, new_memories, (trainable, non_trainable, optimizer_values)
+
+    def update(inputs, targets, memories):
+        loss, new_memories, values = compiled(
+            *([v.value for v in variables] for variables in state),
+            inputs, targets, memories)
+        for variables, new_values in zip(state, values):
+            for variable, value in zip(variables, new_values):
+                variable.assign(value)
+        return loss, new_memories
+
+    return update
+
+
+def _torch_update(model, optimizer, forward, clip_norm):
+    import torch
+
+    variables = model.trainable_variables
+
+    def update(inputs, targets, memories):
+        for variable in variables:
+            variable.value.grad = None
+        loss, new_memories = forward(
+            lambda *args: model(*args, training=True), inputs, targets, memories)
+        total = loss + sum(model.losses) if model.losses else loss
+        total.backward()
+        grads = [variable.value.grad for variable in variables]
+        if clip_norm is not None:
+            grads = clip_by_global_norm(grads, clip_norm)
+        with torch.no_grad():
+            optimizer.apply(grads, variables)
+        return loss.detach(), new_memories
+
+    return update
 
 
 def train_batches(streams, seg_len):
@@ -119,7 +240,9 @@ class SegmentCheckpoint:
     (``<directory>/checkpoint.npz``, replaced atomically, so a kill while
     writing leaves the previous one): the model's variables (dropout's
     seed-generator states included), the optimizer's, the memories, and
-    the loop's counters (step, fitted steps, seconds, history).
+    the loop's counters (step, fitted steps, seconds, history); under
+    PyTorch also its random generators' states, which Keras' unseeded
+    dropout draws from (the other backends draw from the seed generators).
 
     Args:
         directory: folder of the file (created on the first save).
@@ -164,6 +287,7 @@ class SegmentCheckpoint:
             # float32 on file (NumPy has no bfloat16; the cast back is exact).
             arrays[f"memory_{i}"] = ops.convert_to_numpy(
                 ops.cast(memory, "float32"))
+        arrays.update(_torch_generator_states())
         state = dict(state, run_key=self.run_key, memory_dtype=(
             keras.backend.standardize_dtype(memories[0].dtype)
             if memories else None))
@@ -195,11 +319,40 @@ class SegmentCheckpoint:
                                  "than this model and optimizer")
             for i, variable in enumerate(self.variables):
                 variable.assign(data[f"variable_{i}"])
+            _set_torch_generator_states(data)
             memories = [ops.cast(data[f"memory_{i}"], state["memory_dtype"])
                         for i in range(sum(k.startswith("memory_")
                                            for k in data.files))]
         state.pop("memory_dtype")
         return state, memories or None
+
+
+def _torch_generator_states():
+    """PyTorch's CPU and CUDA generator states as uint8 arrays ({} under
+    the other backends)."""
+    if keras.backend.backend() != "torch":
+        return {}
+    import torch
+
+    states = {"torch_rng_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states.update({f"torch_rng_cuda_{i}": state for i, state in
+                       enumerate(torch.cuda.get_rng_state_all())})
+    return {name: state.numpy() for name, state in states.items()}
+
+
+def _set_torch_generator_states(data):
+    """Restores what ``_torch_generator_states`` saved (if it did)."""
+    if keras.backend.backend() != "torch" or "torch_rng_cpu" not in data.files:
+        return
+    import torch
+
+    torch.set_rng_state(torch.from_numpy(data["torch_rng_cpu"]))
+    cuda = sorted((k for k in data.files if k.startswith("torch_rng_cuda_")),
+                  key=lambda name: int(name.rsplit("_", 1)[1]))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(
+            [torch.from_numpy(data[name]) for name in cuda])
 
 
 # Steps timed for the pace under a time budget: from the end of step
