@@ -125,7 +125,7 @@ def _forward(model):
     return forward
 
 
-def clip_by_global_norm(grads, clip_norm):
+def _clip_by_global_norm(grads, clip_norm):
     """``grads`` scaled by ``clip_norm / max(global norm, clip_norm)``
     (Pascanu et al. 2013; ``tf.clip_by_global_norm``'s rule)."""
     norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads))
@@ -178,7 +178,7 @@ def _jax_update(model, optimizer, forward, clip_norm):
         (_, (loss, new_memories, non_trainable)), grads = gradient(
             trainable, non_trainable, inputs, targets, memories)
         if clip_norm is not None:
-            grads = clip_by_global_norm(grads, clip_norm)
+            grads = _clip_by_global_norm(grads, clip_norm)
         trainable, optimizer_values = optimizer.stateless_apply(
             optimizer_values, grads, trainable)
         return loss, new_memories, (trainable, non_trainable, optimizer_values)
@@ -209,7 +209,7 @@ def _torch_update(model, optimizer, forward, clip_norm):
         total.backward()
         grads = [variable.value.grad for variable in variables]
         if clip_norm is not None:
-            grads = clip_by_global_norm(grads, clip_norm)
+            grads = _clip_by_global_norm(grads, clip_norm)
         with torch.no_grad():
             optimizer.apply(grads, variables)
         return loss.detach(), new_memories
