@@ -159,10 +159,10 @@ def test_incremental_decoding_equals_full_recompute(rng):
         full = to_numpy(model({"encoder_tokens": src, "decoder_tokens": tgt}))
         enc = model.encode(src)
         cross = model.cross_attention_caches(enc)
-        caches = model.static_empty_self_attention_caches(2, 6, "float32")
+        caches = model.empty_caches(2, 6, "float32")
         steps = []
         for t in range(6):
-            logits, caches = model.static_decode_step(
+            logits, caches = model.decode_step(
                 tgt[:, t:t + 1], t, caches, cross, src != 0)
             steps.append(to_numpy(logits))
         np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-4)
@@ -362,14 +362,14 @@ def test_bad_cache_positions_are_refused():
     model = _tiny_transformer()
     src = np.array([[3, 4, 5, 0]], "int32")
     cross = model.cross_attention_caches(model.encode(src))
-    caches = model.static_empty_self_attention_caches(1, 4, "float32")
+    caches = model.empty_caches(1, 4, "float32")
     tok = np.array([[2]], "int32")
-    model.static_decode_step(tok, 3, caches, cross, src != 0)
+    model.decode_step(tok, 3, caches, cross, src != 0)
     with pytest.raises(ValueError, match="cache_update_index"):
-        model.static_decode_step(tok, 6, caches, cross, src != 0)
+        model.decode_step(tok, 6, caches, cross, src != 0)
     with pytest.raises(ValueError, match="index=-1"):
-        model.decode_step(tok, -1, model.empty_self_attention_caches(1, "float32"),
-                          cross, src != 0)
+        model.decode_step(tok, -1, model.empty_caches(1, 0, "float32"),
+                          cross, src != 0, grow=True)
 
 
 def test_decode_step_needs_one_cache_per_layer():
@@ -378,16 +378,17 @@ def test_decode_step_needs_one_cache_per_layer():
     model = _tiny_transformer()
     src = np.array([[3, 4, 5, 0]], "int32")
     cross = model.cross_attention_caches(model.encode(src))
-    empty = model.empty_self_attention_caches(1, "float32")
+    empty = model.empty_caches(1, 0, "float32")
     tok = np.array([[2]], "int32")
-    logits, caches = model.decode_step(tok, 0, empty, cross, src != 0)
+    logits, caches = model.decode_step(tok, 0, empty, cross, src != 0, grow=True)
     assert len(caches) == 2
-    with pytest.raises(ValueError, match="self_caches.*num_layers=2, got 0"):
-        model.decode_step(tok, 0, [], cross, src != 0)
+    with pytest.raises(ValueError, match="caches.*num_layers=2, got 0"):
+        model.decode_step(tok, 0, [], cross, src != 0, grow=True)
     with pytest.raises(ValueError, match="cross_caches.*num_layers=2, got 1"):
-        model.decode_step(tok, 0, empty, cross[:1], src != 0)
+        model.decode_step(tok, 0, empty, (cross[0][:1], cross[1]), src != 0,
+                          grow=True)
     with pytest.raises(ValueError, match="index=1 and caches of 0 positions"):
-        model.decode_step(tok, 1, empty, cross, src != 0)
+        model.decode_step(tok, 1, empty, cross, src != 0, grow=True)
 
 
 def test_positional_embedding_start_index_is_checked():

@@ -229,13 +229,9 @@ class _Recorder:
     def __getattr__(self, name):
         return getattr(self._model, name)
 
-    def static_decode_step(self, tokens, *args):
+    def decode_step(self, tokens, *args, **kwargs):
         self.fed.append(to_np(tokens))
-        return self._model.static_decode_step(tokens, *args)
-
-    def decode_step(self, tokens, *args):
-        self.fed.append(to_np(tokens))
-        return self._model.decode_step(tokens, *args)
+        return self._model.decode_step(tokens, *args, **kwargs)
 
     def decode(self, tokens, *args):
         self.fed.append(to_np(tokens))
@@ -428,13 +424,13 @@ def exhaustive_scores(model, source, length, alpha):
     encoded = keras.ops.repeat(model.encode(source[None]), n, axis=0)
     mask = keras.ops.repeat(keras.ops.not_equal(source[None], 0), n, axis=0)
     cross = model.cross_attention_caches(encoded)
-    caches = model.static_empty_self_attention_caches(n, length + 1, encoded.dtype)
+    caches = model.empty_caches(n, length + 1, encoded.dtype)
     inputs = np.concatenate([np.full((n, 1), START_ID, "int32"), seqs], 1)
     cum = np.zeros((n, length))
     total = np.zeros(n)
     for t in range(length):
-        logits, caches = model.static_decode_step(inputs[:, t:t + 1], t,
-                                                  caches, cross, mask)
+        logits, caches = model.decode_step(inputs[:, t:t + 1], t, caches,
+                                           cross, mask)
         log_p = to_np(keras.ops.log_softmax(logits))
         total = total + log_p[np.arange(n), seqs[:, t]]
         cum[:, t] = total
@@ -474,7 +470,7 @@ def _small_model(tie, norm_first, seed):
     return model
 
 
-def test_decode_step_matches_static_decode_step(model, source):
+def test_growing_caches_match_fixed_size_caches(model, source):
     """The step over caches that grow and the same step over fixed-size
     caches (written at the position, the rest masked) give the same logits
     and keys/values; positions not yet written stay zero."""
@@ -482,14 +478,14 @@ def test_decode_step_matches_static_decode_step(model, source):
     encoded = model.encode(source)
     mask = keras.ops.not_equal(source, 0)
     cross = model.cross_attention_caches(encoded)
-    caches = model.static_empty_self_attention_caches(n, steps, encoded.dtype)
-    fast = model.empty_self_attention_caches(n, encoded.dtype)
+    caches = model.empty_caches(n, steps, encoded.dtype)
+    fast = model.empty_caches(n, 0, encoded.dtype)
     tokens = random_ids(np.random.default_rng(0), (n, steps), 30)
     for t in range(steps):
-        logits, caches = model.static_decode_step(tokens[:, t:t + 1], t,
-                                                  caches, cross, mask)
+        logits, caches = model.decode_step(tokens[:, t:t + 1], t, caches,
+                                           cross, mask)
         fast_logits, fast = model.decode_step(tokens[:, t:t + 1], t, fast,
-                                              cross, mask)
+                                              cross, mask, grow=True)
         assert_allclose(fast_logits, logits, atol=1e-5)
         for grown, fixed in zip(fast, caches):
             for g, f in zip(grown, fixed):
@@ -507,15 +503,17 @@ def test_decode_step_shares_one_cross_cache_row_per_sentence(model, source):
     encoded = model.encode(source)
     mask = keras.ops.not_equal(source, 0)
     cross = model.cross_attention_caches(encoded)
-    repeated = [tuple(keras.ops.repeat(c, k, axis=0) for c in pair) for pair in cross]
-    caches = model.empty_self_attention_caches(n * k, encoded.dtype)
+    repeated = ([tuple(keras.ops.repeat(c, k, axis=0) for c in pair)
+                 for pair in cross[0]], cross[1])
+    caches = model.empty_caches(n * k, 0, encoded.dtype)
     shared = caches
     tokens = random_ids(np.random.default_rng(1), (n * k, 4), 30)
     for t in range(4):
         logits, caches = model.decode_step(tokens[:, t:t + 1], t, caches,
-                                           repeated, keras.ops.repeat(mask, k, 0))
+                                           repeated, keras.ops.repeat(mask, k, 0),
+                                           grow=True)
         shared_logits, shared = model.decode_step(tokens[:, t:t + 1], t,
-                                                  shared, cross, mask)
+                                                  shared, cross, mask, grow=True)
         assert_allclose(shared_logits, logits, atol=1e-6)
         for a, b in zip(keras.tree.flatten(shared), keras.tree.flatten(caches)):
             assert_allclose(a, b, atol=1e-6)

@@ -182,11 +182,12 @@ def test_translator_step_is_the_models_decode_step(tiny_translator, rng):
         mask = tf.not_equal(source, 0)
         cross = model.cross_attention_caches(model.encode(source))
         lite_cross = lite.cross_attention_caches(tf.constant(source))
-        caches = model.empty_self_attention_caches(rows, "float32")
-        lite_caches = lite.empty_self_attention_caches(rows, "float32")
+        caches = model.empty_caches(rows, 0, "float32")
+        lite_caches = lite.empty_caches(rows, 0, "float32")
         for t in range(4):
             tokens = random_ids(rng, (rows, 1), 50)
-            logits, caches = model.decode_step(tokens, t, caches, cross, mask)
+            logits, caches = model.decode_step(tokens, t, caches, cross, mask,
+                                               grow=True)
             lite_logits, lite_caches = lite.decode_step(
                 tokens, t, lite_caches, lite_cross, mask)
             np.testing.assert_allclose(lite_logits, logits, atol=1e-4)
@@ -212,7 +213,7 @@ def test_int8_is_smaller_and_close(tiny_translator):
                            [11, END_ID, 0]], np.int32)
         model = _LiteRTModel(runner)  # the interface the searches use
         cross = model.cross_attention_caches(source)
-        caches = model.empty_self_attention_caches(4, None)
+        caches = model.empty_caches(4, 0, None)
         logits.append(model.decode_step(
             np.full((4, 1), 2), 0, caches, cross, source != 0)[0].numpy())
     # Loose: END's embedding row, scaled 32x, coarsens the int8 scale of the

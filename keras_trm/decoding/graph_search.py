@@ -5,7 +5,7 @@ The same searches (the strategy's per-step ``update``, of
 loop variables may change shape:
 
 - the head-major self-attention caches grow by one position per step
-  (``Transformer.decode_step``): writing, reading and reordering them costs
+  (``decode_step(..., grow=True)``): writing, reading and reordering them costs
   the positions decoded so far, not the whole output width;
 - the rows of finished sentences leave the decoder's batch (their search
   state is kept aside), so a batch costs what its sentences need, not its
@@ -42,76 +42,24 @@ def encode_in_groups(model, encoder_tokens, groups, pad_id):
     return tf.dynamic_stitch(rows, outputs)
 
 
-class _Stepper:
-    """Runs the decoder one position at a time, with or without a cache.
+def _shape_invariants(stepper):
+    """For ``tf.while_loop``: (state, context) with rows (and the caches'
+    positions) that vary."""
+    context = tf.nest.map_structure(
+        lambda c: tf.TensorShape([None]).concatenate(c.shape[1:]),
+        stepper.context)
+    return ([(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
+             for k, _ in stepper.initial_state], context)
 
-    With a cache the caches are head-major and grow by one position per
-    step (``Transformer.decode_step``). What the decoder reads of the
-    source (the cross-attention caches, or the encoder outputs without a
-    cache, and the padding mask) is the ``context``; the searches carry it
-    through the loop with the decoder ``state`` (one row per hypothesis;
-    the context of the caches one row per sentence, which the step shares
-    among the sentence's hypotheses), so that rows of finished sentences
-    can be dropped from both.
-    """
 
-    def __init__(self, model, encoder_outputs, encoder_mask, use_cache,
-                 hypotheses=1):
-        self.model = model
-        self.use_cache = use_cache
-        # With a cache the context keeps one row per sentence and the
-        # decoder step groups the ``hypotheses`` rows of each sentence
-        # (``Transformer.decode_step``); without, it has one row per
-        # hypothesis, repeated here.
-        self.context_per_sentence = use_cache
-        if not self.context_per_sentence and hypotheses > 1:
-            encoder_outputs = tf.repeat(encoder_outputs, hypotheses, axis=0)
-            encoder_mask = tf.repeat(encoder_mask, hypotheses, axis=0)
-        batch = tf.shape(encoder_outputs)[0]
-        if self.context_per_sentence:
-            batch = batch * hypotheses
-        self.output_kernel = None
-        if not use_cache:
-            self.context = (encoder_outputs, encoder_mask)
-            self.initial_state = []
-            return
-        self.context = (model.cross_attention_caches(encoder_outputs),
-                        encoder_mask)
-        self.output_kernel = model.output_kernel()
-        self.initial_state = model.empty_self_attention_caches(
-            batch, encoder_outputs.dtype)
+def _reorder(structure, rows):
+    return tf.nest.map_structure(lambda c: tf.gather(c, rows), structure)
 
-    def shape_invariants(self):
-        """For ``tf.while_loop``: (state, context)."""
-        def rows_vary(c):
-            return tf.TensorShape([None]).concatenate(c.shape[1:])
 
-        context = tf.nest.map_structure(rows_vary, self.context)
-        return ([(tf.TensorShape([None, k.shape[1], None, k.shape[3]]),) * 2
-                 for k, _ in self.initial_state], context)
-
-    def __call__(self, sequences, index, state, context):
-        """sequences: (N, steps+1) ids; returns logits (N, V) at ``index``."""
-        source, encoder_mask = context
-        if self.use_cache:
-            tokens = tf.slice(sequences, [0, index], [-1, 1])
-            return self.model.decode_step(
-                tokens, index, state, source, encoder_mask, self.output_kernel)
-        prefix = sequences[:, : index + 1]
-        logits = self.model.decode(prefix, source, encoder_mask)
-        return logits[:, -1, :], state
-
-    @staticmethod
-    def reorder(structure, rows):
-        return tf.nest.map_structure(lambda c: tf.gather(c, rows), structure)
-
-    def drop_rows(self, context, rows, num_rows):
-        """``context`` at ``rows``, gathered only when some were dropped."""
-        return tf.cond(
-            tf.size(rows) < num_rows,
-            lambda: self.reorder(context, rows),
-            lambda: context,
-        )
+def _drop_rows(context, rows, num_rows):
+    """``context`` at ``rows``, gathered only when some were dropped."""
+    return tf.cond(tf.size(rows) < num_rows,
+                   lambda: _reorder(context, rows), lambda: context)
 
 
 def _scatter_rows(full, rows, part):
@@ -122,14 +70,14 @@ def _scatter_rows(full, rows, part):
 
 
 def greedy(search, model, encoder_tokens, encoder_outputs, steps, limits,
-           ids, use_cache):
+           ids, use_cache, return_all=False):
     """``GreedySearch`` ``search`` with finished rows leaving the batch, on
     its checked inputs: output width ``steps``, token limits ``limits``
     ``(batch,)``, ``ids`` = (start, end, pad)."""
     start_id, end_id, pad_id = ids
     batch = tf.shape(encoder_tokens)[0]
     encoder_mask = tf.not_equal(encoder_tokens, pad_id)
-    stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache)
+    stepper = search.stepper(model, encoder_outputs, encoder_mask, use_cache)
     sequences = tf.concat(
         [tf.fill([batch, 1], start_id), tf.fill([batch, steps], pad_id)], 1
     )
@@ -150,13 +98,12 @@ def greedy(search, model, encoder_tokens, encoder_outputs, steps, limits,
             token,
         )
         keep = tf.cast(tf.reshape(tf.where(~finished), [-1]), tf.int32)
-        state, context = stepper.drop_rows(
-            (state, context), keep, tf.size(active))
+        state, context = _drop_rows((state, context), keep, tf.size(active))
         active = tf.gather(active, keep)
         finished = tf.gather(finished, keep)
         return i + 1, sequences, active, finished, state, context
 
-    state_shapes, context_shapes = stepper.shape_invariants()
+    state_shapes, context_shapes = _shape_invariants(stepper)
     _, sequences, _, _, _, _ = tf.while_loop(
         cond, body,
         (tf.constant(0), sequences, active, finished, stepper.initial_state,
@@ -178,8 +125,7 @@ def beam(beam, model, encoder_tokens, encoder_outputs, steps, limits, ids,
     batch = tf.shape(encoder_tokens)[0]
     vocab = int(model.target_vocabulary_size)
     encoder_mask = tf.not_equal(encoder_tokens, pad_id)
-    stepper = _Stepper(model, encoder_outputs, encoder_mask, use_cache,
-                       hypotheses=k)
+    stepper = beam.stepper(model, encoder_outputs, encoder_mask, use_cache)
     search = beam.initial_state(batch, steps, start_id, pad_id)
     search_shapes = dict(
         alive_seq=tf.TensorShape([None, k, None]),
@@ -223,24 +169,24 @@ def beam(beam, model, encoder_tokens, encoder_outputs, steps, limits, ids,
         results = _scatter_rows(results, active, search)
         kept = tf.cast(tf.reshape(tf.where(~search["done"]), [-1]), tf.int32)
         rows = tf.gather(rows, kept)
-        if stepper.context_per_sentence:
-            context = stepper.drop_rows(context, kept, n)
+        if use_cache:  # one context row per sentence
+            context = _drop_rows(context, kept, n)
         else:
-            context = stepper.drop_rows(
+            context = _drop_rows(
                 context, tf.reshape(kept[:, None] * k + beam_ids, [-1]),
                 n * k)
-        search = stepper.reorder(search, kept)
+        search = _reorder(search, kept)
         active = tf.gather(active, kept)
-        state = stepper.reorder(state, tf.reshape(rows, [-1]))
+        state = _reorder(state, tf.reshape(rows, [-1]))
         return i + 1, active, search, results, state, context
 
-    state_shapes, context_shapes = stepper.shape_invariants()
+    state_shapes, context_shapes = _shape_invariants(stepper)
     loop_vars = (tf.constant(0), tf.range(batch), search, search,
                  stepper.initial_state, stepper.context)
-    if stepper.context_per_sentence and k > 1:
+    if use_cache and k > 1:
         # Step 0 before the loop, one decoder row per sentence (``first``).
-        loop_vars = body(*loop_vars[:4], model.empty_self_attention_caches(
-            batch, encoder_outputs.dtype), loop_vars[5], first=True)
+        loop_vars = body(*loop_vars[:4], model.empty_caches(
+            batch, 0, encoder_outputs.dtype), loop_vars[5], first=True)
     _, _, _, results, _, _ = tf.while_loop(
         cond,
         body,

@@ -6,7 +6,7 @@ on a model and its source ids (``search(model, encoder_tokens)``).
 One algorithm, written in ``keras.ops``: the encoder runs once, its
 keys/values are projected once per decoder layer
 (``cross_attention_caches``), and each step feeds one token per hypothesis
-through ``static_decode_step``, which writes its keys/values at the step's
+through ``decode_step``, which writes its keys/values at the step's
 position of fixed-size head-major caches ``(batch, h, steps, d_k)``. The
 shapes never change inside the loop (``keras.ops.while_loop``), so JAX
 (``jax.jit``), PyTorch and TensorFlow (``tf.function``, XLA) all run it;
@@ -14,38 +14,34 @@ sentences that have stopped are frozen while the others go on.
 
 On TensorFlow without ``static_cache`` the strategy's same per-step
 ``update`` runs in ``keras_trm.decoding.graph_search``'s ``tf.while_loop``,
-which adds a graph-only optimisation: the caches grow by one position per
-step (``decode_step``) and the rows of finished sentences leave the batch, so a batch costs what its sentences need. The
-ids are the same either way (tested). ``use_cache=False`` re-runs the
-decoder over the whole prefix at every step instead (the baseline the tests
-compare against).
+where the caches grow by one position per step (``decode_step(...,
+grow=True)``) and the rows of finished sentences leave the batch, so a
+batch costs what its sentences need. The ids are the same either way
+(tested). ``use_cache=False`` re-runs the decoder over the whole prefix at
+every step instead (the baseline the tests compare against).
 
 Beam search ranks hypotheses by log P(Y|X) / lp(Y) with the length penalty
 of Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6)^α, |Y| the number of
 generated tokens (END included); Vaswani et al. (2017) §6.1 use beam size 4
-and α = 0.6. The beam stays full, as in tensor2tensor's ``beam_search.py``
-and fairseq's ``SequenceGenerator``: every step takes the 2k best
-extensions of the k live hypotheses, moves those that end with END (and
-rank among the first k, as in fairseq) into a per-sentence set of the k
-best finished hypotheses, and goes on with the k best that have not ended.
-Each sentence has a token limit: its own source length (END included,
-padding not) + 50, as in §6.1, capped by the model's positions (or the
-``max_decoding_length`` given), so a sentence decodes alike alone or in any batch.
-A hypothesis that reaches the limit without END is finished with |Y| = the
-limit (fairseq). A sentence stops when no live hypothesis can still beat
-its best finished one: log-probabilities only decrease and lp only grows,
-so a live hypothesis can at best reach log P / lp(limit) (tensor2tensor's
-bound; log P itself for α = 0). The stop is exact: it returns the best
-hypothesis that running to the limit would return.
-``early_stopping="first_end"`` adds CTranslate2's early exit: a sentence
-also stops at the first step whose best candidate (by log P) ends. For α = 0 that changes nothing (that
-candidate already beats every live one); for α > 0 a longer hypothesis
-could still have won, so outputs may differ, for fewer steps (measured in
-``bench/results/decoding_val.json``).
-A beam of 1 gives greedy search's ids (its one slot stops at the first END).
+and α = 0.6. The beam stays full (tensor2tensor's ``beam_search.py``,
+fairseq's ``SequenceGenerator``): every step takes the 2k best extensions
+of the k live hypotheses, moves those that end with END (and rank among
+the first k, as in fairseq) into a per-sentence set of the k best
+finished ones, and goes on with the k best that have not ended. Each
+sentence's token limit is its own source length (END included, padding
+not) + 50 (§6.1), capped by the model's positions (or the
+``max_decoding_length`` given), so it decodes alike alone or in any batch;
+a hypothesis that reaches it without END is finished with |Y| = the limit
+(fairseq). A sentence stops when no live hypothesis can still beat its
+best finished one: log P only decreases and lp only grows, so a live one
+can at best reach log P / lp(limit) (tensor2tensor's bound): exact.
+``early_stopping="first_end"`` adds CTranslate2's early exit, at the
+first step whose best candidate (by log P) ends: the same for α = 0, for
+α > 0 fewer steps and possibly other outputs
+(``bench/results/decoding_val.json``). A beam of 1 gives greedy search's
+ids.
 
-The model: anything with the methods of ``DecodingModel`` (a
-``keras_trm.models.Transformer``, or the LiteRT translator's wrapper).
+The model: anything with the methods of ``DecodingModel``.
 
 The special ids are the call's arguments (``start_id``, ``end_id``,
 ``pad_id``): the callers (``Translator``, the LiteRT and SavedModel exports)
@@ -69,10 +65,11 @@ NEG_INF = -1e9
 
 
 class DecodingModel(Protocol):
-    """What the searches call on a model (``keras_trm.models.Transformer``
-    implements all of it; ``keras_trm.export.litert``'s wrapper the
-    graph-mode part). Shapes: ``h`` heads of ``d_k`` channels, ``S``
-    cached positions.
+    """What the searches call on a model (``keras_trm.models.Transformer``,
+    or ``keras_trm.export.litert``'s wrapper): encoding, then one cached
+    step per position. Shapes: ``h`` heads of ``d_k`` channels, ``S``
+    cached positions. ``use_cache=False`` calls the model's ``decode``
+    instead (``Transformer.decode``: the whole prefix, no cache).
 
     Attributes:
         max_sequence_length: int, positions of the model (START included);
@@ -86,9 +83,7 @@ class DecodingModel(Protocol):
     >>> model = transformer(20, num_layers=1, d_model=8, num_heads=2, d_ff=8,
     ...                     max_sequence_length=8)
     >>> all(callable(getattr(model, name)) for name in (
-    ...     "encode", "cross_attention_caches", "output_kernel",
-    ...     "static_empty_self_attention_caches", "static_decode_step",
-    ...     "empty_self_attention_caches", "decode_step", "decode"))
+    ...     "encode", "cross_attention_caches", "empty_caches", "decode_step"))
     True
     """
 
@@ -99,35 +94,22 @@ class DecodingModel(Protocol):
         """int ``(batch, T_src)`` -> float ``(batch, T_src, d_model)``."""
 
     def cross_attention_caches(self, encoder_outputs):
-        """Per decoder layer ``(keys, values)``, each ``(batch, h, T_src,
-        d_k)``."""
+        """``(caches, shared)``, once per search: per decoder layer
+        ``(keys, values)``, each ``(batch, h, T_src, d_k)`` (the searches
+        may drop rows), and what every step shares (opaque to the
+        searches: a tied model's transposed output kernel, or None)."""
 
-    def output_kernel(self):
-        """``(d_model, V)`` of a tied output layer, or None."""
-
-    def static_empty_self_attention_caches(self, batch_size, num_positions,
-                                           dtype):
+    def empty_caches(self, batch_size, num_positions, dtype):
         """Per decoder layer ``(keys, values)`` of zeros, ``(batch, h,
-        num_positions, d_k)``."""
+        num_positions, d_k)`` (0 positions for caches that grow)."""
 
-    def static_decode_step(self, tokens, index, self_caches, cross_caches,
-                           encoder_padding_mask, output_kernel=None):
+    def decode_step(self, tokens, index, caches, cross, encoder_padding_mask,
+                    grow=False):
         """int ``(rows, 1)`` at position ``index`` -> ``(logits (rows, V)
-        float32, self_caches written at index)``; ``cross_caches`` and the
-        mask have one row per row of ``tokens`` or one per sentence of k
-        consecutive rows."""
-
-    def empty_self_attention_caches(self, batch_size, dtype):
-        """Graph search only: caches of 0 positions."""
-
-    def decode_step(self, tokens, index, self_caches, cross_caches,
-                    encoder_padding_mask, output_kernel=None):
-        """Graph search only: ``static_decode_step`` over caches that grow
-        by one position."""
-
-    def decode(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
-        """``use_cache=False`` only: int ``(batch, T)`` -> float32 logits
-        ``(batch, T, V)`` over the whole prefix."""
+        float32, caches)``: fixed-size caches written at ``index``, or
+        with ``grow`` (graph search only) one position longer. ``cross``
+        (``cross_attention_caches``) and the mask have one row per row of
+        ``tokens`` or one per sentence of k consecutive rows."""
 
 
 def length_penalty(length, alpha):
@@ -240,18 +222,15 @@ def encode_by_length(model, encoder_tokens, groups=4, pad_id=PAD_ID):
     """``model.encode(encoder_tokens)`` with less padding (TensorFlow
     graphs; on other backends ``model.encode``).
 
-    The sentences, sorted by length, are encoded in ``groups`` groups of
-    about batch / groups, each padded only to its own longest sentence,
-    and put back in order: the encoder's work follows the sentences'
-    lengths rather than batch x the longest. Padding positions hold what
-    the group's encoding gives there, zeros past the group's longest;
-    neither is ever attended (every attention masks padding). The values at real positions are those
-    of ``model.encode`` up to float rounding (masked keys add exact zeros);
+    The sentences, sorted by length, are encoded in ``groups`` groups,
+    each padded only to its own longest sentence, and put back in order:
+    the encoder's work follows the lengths rather than batch x the
+    longest. Padding positions (never attended) hold the group's encoding
+    or zeros. Real positions match ``model.encode`` up to float rounding;
     the searches' ids were identical for 1,000 of 1,000 Multi30k val and
     test sentences (``bench/results/encode_by_length.json``). Shapes vary
-    with the lengths, so this is for TensorFlow's graph mode: JAX and XLA
-    compile one program per shape, so other backends encode the batch
-    whole.
+    with the lengths, which JAX and XLA would compile once each, so other
+    backends encode the batch whole.
 
     Args:
         model: a ``keras_trm.models.Transformer``.
@@ -386,40 +365,49 @@ def _stable_order(rank, score):
 
 # -- the fixed-size loop (every backend) -----------------------------------
 
-class _StaticStepper:
-    """The decoder one position at a time over fixed-size caches (or, with
-    ``use_cache=False``, over the whole fixed-width prefix): shapes that
-    never change, for ``keras.ops.while_loop`` on any backend."""
+class Stepper:
+    """The decoder one position at a time for both loops: over the model's
+    caches, fixed-size (``width`` positions) or growing (``width=None``,
+    graph search), or, with ``use_cache=False``, over the whole prefix.
 
-    def __init__(self, model, encoder_outputs, encoder_mask, width, use_cache,
-                 hypotheses=1):
-        self.model = model
-        self.use_cache = use_cache
-        batch = ops.shape(encoder_outputs)[0] * hypotheses
+    ``context`` is what the decoder reads of the source: with a cache the
+    cross-attention caches and the padding mask, one row per sentence (the
+    step groups each sentence's ``hypotheses`` rows), and the model's
+    ``shared`` part apart (graph search drops rows of ``context`` only);
+    without, the encoder outputs and mask repeated per hypothesis.
+    """
+
+    def __init__(self, model, encoder_outputs, encoder_mask, use_cache,
+                 hypotheses=1, width=None):
+        self.model, self.use_cache, self.grow = model, use_cache, width is None
+        self.shared = None
+        rows = ops.shape(encoder_outputs)[0] * hypotheses
         if use_cache:
-            # One context row per sentence: the step groups the k rows of
-            # each sentence (``Transformer.static_decode_step``).
-            self.context = (model.cross_attention_caches(encoder_outputs),
-                            encoder_mask)
-            self.output_kernel = model.output_kernel()
-            self.initial_state = model.static_empty_self_attention_caches(
-                batch, width, encoder_outputs.dtype)
-        else:
-            if hypotheses > 1:
-                encoder_outputs = ops.repeat(encoder_outputs, hypotheses, 0)
-                encoder_mask = ops.repeat(encoder_mask, hypotheses, 0)
-            self.context = (encoder_outputs, encoder_mask)
-            self.initial_state = []
+            caches, self.shared = model.cross_attention_caches(encoder_outputs)
+            self.context = (caches, encoder_mask)
+            self.initial_state = model.empty_caches(
+                rows, 0 if self.grow else width, encoder_outputs.dtype)
+            return
+        if hypotheses > 1:
+            encoder_outputs = ops.repeat(encoder_outputs, hypotheses, 0)
+            encoder_mask = ops.repeat(encoder_mask, hypotheses, 0)
+        self.context = (encoder_outputs, encoder_mask)
+        self.initial_state = []
 
-    def __call__(self, sequences, index, state):
+    def __call__(self, sequences, index, state, context=None):
         """sequences: int ``(N, width)``; returns ``(logits (N, V), state)``
         at position ``index``."""
-        source, encoder_mask = self.context
+        source, encoder_mask = context or self.context
         rows = ops.shape(sequences)[0]
         if self.use_cache:
             tokens = ops.slice(sequences, (0, index), (rows, 1))
-            return self.model.static_decode_step(
-                tokens, index, state, source, encoder_mask, self.output_kernel)
+            return self.model.decode_step(tokens, index, state,
+                                          (source, self.shared), encoder_mask,
+                                          grow=self.grow)
+        if self.grow:
+            logits = self.model.decode(sequences[:, :index + 1], source,
+                                       encoder_mask)
+            return logits[:, -1, :], state
         # The whole width: positions past ``index`` are PAD (masked keys)
         # and come after it (causal), so they change nothing at ``index``.
         logits = self.model.decode(sequences, source, encoder_mask)
@@ -430,12 +418,6 @@ class _StaticStepper:
 def _reorder(structure, rows):
     return keras.tree.map_structure(lambda c: ops.take(c, rows, axis=0),
                                     structure)
-
-
-def _use_graph_search(static_cache):
-    """TensorFlow's compacting ``tf.while_loop`` by default; the fixed-size
-    loop with ``static_cache`` and on the other backends."""
-    return _is_tensorflow() and not static_cache
 
 
 # model -> {static arguments: jitted search}
@@ -591,6 +573,13 @@ class SearchStrategy:
     def from_config(cls, config):
         return cls(**config)
 
+    def stepper(self, model, encoder_outputs, encoder_mask, use_cache,
+                width=None):
+        """The ``Stepper`` of this search's hypotheses per sentence (the
+        graph loop's, with ``width=None``, too)."""
+        return Stepper(model, encoder_outputs, encoder_mask, use_cache,
+                       hypotheses=getattr(self, "beam_size", 1), width=width)
+
     def _decode(self, model, encoder_tokens, encoder_outputs, ids, use_cache,
                 static_cache, return_all=False):
         """Runs the strategy's loop on the checked inputs (see the
@@ -610,15 +599,24 @@ class SearchStrategy:
         if encoder_tokens.shape[0] == 0:
             steps, _ = decode_length(model, encoder_tokens,
                                      max_decoding_length, pad_id)
-            return self._empty(steps, return_all)
-        graph = _use_graph_search(static_cache)
+            best = ops.zeros((0, steps), "int32")
+            if not return_all:
+                return best
+            k = self.beam_size
+            return (best, ops.zeros((0, k, steps), "int32"),
+                    ops.zeros((0, k), "float32"))
+        loop = self._static_loop
+        if _is_tensorflow() and not static_cache:
+            from keras_trm.decoding import graph_search
+
+            loop = functools.partial(getattr(graph_search, self._GRAPH_LOOP),
+                                     self)
 
         def run(encoder_tokens, encoder_outputs):
             steps, limits = decode_length(model, encoder_tokens,
                                           max_decoding_length, pad_id)
             if encoder_outputs is None:
                 encoder_outputs = model.encode(encoder_tokens)
-            loop = self._graph_loop if graph else self._static_loop
             return loop(model, encoder_tokens, encoder_outputs, steps, limits,
                         ids, use_cache, return_all)
 
@@ -703,7 +701,7 @@ class GreedySearch(SearchStrategy):
             use_cache: use the key/value cache (False: recompute the prefix
                 at every step, the baseline the tests compare against).
             static_cache: on TensorFlow, the fixed-size loop over
-                ``static_decode_step``'s caches (static shapes, for
+                ``decode_step``'s fixed-size caches (static shapes, for
                 ``tf.function(jit_compile=True)``); by default the caches
                 grow by one position per step and finished sentences leave
                 the batch (faster in graph mode). The ids are the same
@@ -726,7 +724,6 @@ class GreedySearch(SearchStrategy):
         return self._decode(model, encoder_tokens, encoder_outputs,
                             (start_id, end_id, pad_id), use_cache,
                             static_cache)
-
 
     def update(self, logits, finished, i, limits, end_id, pad_id):
         """One step for the rows given (both loops run it): ``(token,
@@ -758,24 +755,15 @@ class GreedySearch(SearchStrategy):
                                      ops.greater_equal(i + 1, limits)))
         return token, finished
 
-    def _empty(self, steps, return_all):
-        return ops.zeros((0, steps), "int32")
-
-    def _graph_loop(self, model, encoder_tokens, encoder_outputs, steps,
-                    limits, ids, use_cache, return_all):
-        from keras_trm.decoding import graph_search
-
-        return graph_search.greedy(self, model, encoder_tokens,
-                                   encoder_outputs, steps, limits, ids,
-                                   use_cache)
+    _GRAPH_LOOP = "greedy"  # graph_search's loop
 
     def _static_loop(self, model, encoder_tokens, encoder_outputs, steps,
                      limits, ids, use_cache, return_all):
         start_id, end_id, pad_id = ids
         batch = ops.shape(encoder_tokens)[0]
         encoder_mask = ops.not_equal(encoder_tokens, pad_id)
-        stepper = _StaticStepper(model, encoder_outputs, encoder_mask,
-                                 steps + 1, use_cache)
+        stepper = self.stepper(model, encoder_outputs, encoder_mask,
+                               use_cache, width=steps + 1)
         sequences = ops.concatenate(
             [ops.full((batch, 1), start_id, "int32"),
              ops.full((batch, steps), pad_id, "int32")], axis=1)
@@ -956,13 +944,10 @@ class BeamSearch(SearchStrategy):
         per_row = min(num_candidates + 1, vocab)
         # The model's log-probs (not renormalized without PAD: fairseq).
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        # All candidates have i + 1 tokens: rank them by log-prob. The 2k
-        # best of the k * V are among the 2k best of each hypothesis, so
-        # rank those (top-k over k rows of V, then over k * 2k): the same
-        # candidates in the same order as one top-k over the k * V (ties go
-        # to the lower hypothesis, then the lower token, either way). Adding
-        # a hypothesis' log P keeps the order of its row, so it is added to
-        # the 2k picked per row only (the same sums as over the whole row).
+        # The 2k best of the k * V are among the 2k best of each hypothesis:
+        # top-k over k rows of V, then over k * 2k gives one top-k's
+        # candidates in its order (ties: lower hypothesis, then lower
+        # token); a row's log P is added to its 2k picks only.
         row_logp, row_token = top_k_rows(log_probs, per_row)
         row_logp = ops.where(ops.equal(row_token, pad_id), float("-inf"),
                              row_logp)
@@ -1056,20 +1041,7 @@ class BeamSearch(SearchStrategy):
         """lp(``length``) of this search's α (``length_penalty``)."""
         return length_penalty(length, self.length_penalty)
 
-    def _graph_loop(self, model, encoder_tokens, encoder_outputs, steps,
-                    limits, ids, use_cache, return_all):
-        from keras_trm.decoding import graph_search
-
-        return graph_search.beam(self, model, encoder_tokens, encoder_outputs,
-                                 steps, limits, ids, use_cache, return_all)
-
-    def _empty(self, steps, return_all):
-        best = ops.zeros((0, steps), "int32")
-        if return_all:
-            k = self.beam_size
-            return (best, ops.zeros((0, k, steps), "int32"),
-                    ops.zeros((0, k), "float32"))
-        return best
+    _GRAPH_LOOP = "beam"
 
     def _static_loop(self, model, encoder_tokens, encoder_outputs, steps,
                      limits, ids, use_cache, return_all):
@@ -1078,8 +1050,8 @@ class BeamSearch(SearchStrategy):
         batch = ops.shape(encoder_tokens)[0]
         vocab = int(model.target_vocabulary_size)
         encoder_mask = ops.not_equal(encoder_tokens, pad_id)
-        stepper = _StaticStepper(model, encoder_outputs, encoder_mask,
-                                 steps + 1, use_cache, hypotheses=k)
+        stepper = self.stepper(model, encoder_outputs, encoder_mask,
+                               use_cache, width=steps + 1)
         max_penalties = self.penalty(limits)
         row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
 

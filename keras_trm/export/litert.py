@@ -73,14 +73,14 @@ def export_litert(model, path, input_signature=None, **converter_kwargs):
     return path
 
 
-def _interpreter(model_path):
+def _interpreter(model_path, num_threads=None):
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:  # pragma: no cover - fallback, deprecated in TF
         import tensorflow as tf
 
         Interpreter = tf.lite.Interpreter
-    return Interpreter(model_path=str(model_path))
+    return Interpreter(model_path=str(model_path), num_threads=num_threads)
 
 
 def litert_predict(model_path, inputs, signature_key="serving_default"):
@@ -153,14 +153,10 @@ def _cache_names(num_layers, kind):
 
 
 def _translator_module(model):
-    """A ``tf.Module`` with the ``encode`` and ``decode_step`` functions.
-
-    Both are the ``Transformer``'s own methods, with dynamic shapes (rows,
-    source length and cache length vary from call to call): ``encode`` is
-    ``cross_attention_caches(encode(ids))`` and ``decode_step`` is
-    ``Transformer.decode_step`` over head-major caches that grow by one
-    position per call.
-    """
+    """A ``tf.Module`` with the ``encode`` and ``decode_step`` functions:
+    the ``Transformer``'s own methods with dynamic shapes (rows, source
+    length and cache length vary from call to call), over caches that grow
+    by one position per call."""
     import tensorflow as tf
 
     num_layers, heads, d_k = (len(model.decoder_layers), model.num_heads,
@@ -178,7 +174,7 @@ def _translator_module(model):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32,
                                                 name="source_ids")])
     def encode(source_ids):
-        caches = model.cross_attention_caches(model.encode(source_ids))
+        caches, _ = model.cross_attention_caches(model.encode(source_ids))
         return dict(zip(_cache_names(num_layers, "cross"), flat(caches)))
 
     decode_spec = {
@@ -194,12 +190,11 @@ def _translator_module(model):
 
     @tf.function(input_signature=[decode_spec])
     def decode_step(inputs):
+        cross = pairs([inputs[n] for n in _cache_names(num_layers, "cross")])
         logits, caches = model.decode_step(
             inputs["token"], inputs["index"],
             pairs([inputs[n] for n in _cache_names(num_layers, "self")]),
-            pairs([inputs[n] for n in _cache_names(num_layers, "cross")]),
-            tf.cast(inputs["source_mask"], tf.bool),
-        )
+            (cross, None), tf.cast(inputs["source_mask"], tf.bool), grow=True)
         out = {"logits": tf.cast(logits, tf.float32)}
         out.update(zip(_cache_names(num_layers, "self"), flat(caches)))
         return out
@@ -444,17 +439,14 @@ def export_translator_litert(model, path, vocabulary, quantize=None,
 
 
 class _LiteRTModel:
-    """The decoding interface of ``Transformer`` (``encode``,
-    ``cross_attention_caches``, ``empty_self_attention_caches``,
-    ``output_kernel``, ``decode_step``, ``max_sequence_length``,
-    ``target_vocabulary_size``: what ``keras_trm.decoding.search`` calls)
-    over a translator file's ``encode`` / ``decode_step`` signatures, so
-    that the searches run unchanged, in a ``tf.function``, with one
-    interpreter call per step (``tf.numpy_function``).
+    """A ``keras_trm.decoding.DecodingModel`` over a translator file's
+    ``encode`` / ``decode_step`` signatures, so that the searches run
+    unchanged, in a ``tf.function``, with one interpreter call per step
+    (``tf.numpy_function``); its caches only grow (graph search).
 
-    The file's ``encode`` runs on the rows the search decodes (after beam
-    search repeats each sentence k times): ``encode`` here passes the ids
-    through and ``cross_attention_caches`` runs the file's ``encode``.
+    The file's ``encode`` runs on the rows the search decodes:
+    ``encode`` here passes the ids through and ``cross_attention_caches``
+    runs the file's ``encode``.
     """
 
     def __init__(self, runner):
@@ -490,28 +482,25 @@ class _LiteRTModel:
         names = _cache_names(self.num_layers, "cross")
         flat = self._call(self.runner._encode, {"source_ids": source_ids},
                           names, [self._cache_shape] * len(names))
-        return list(zip(flat[0::2], flat[1::2]))
+        return list(zip(flat[0::2], flat[1::2])), None  # the file has its logits
 
-    def empty_self_attention_caches(self, batch_size, dtype):
+    def empty_caches(self, batch_size, num_positions, dtype):
         import tensorflow as tf
 
         shape = list(self._cache_shape)
-        shape[0], shape[2] = batch_size, 0
+        shape[0], shape[2] = batch_size, num_positions
         empty = tf.zeros(shape, tf.float32)
         return [(empty, empty) for _ in range(self.num_layers)]
 
-    def output_kernel(self):
-        return None  # the file computes its logits
-
-    def decode_step(self, tokens, index, self_caches, cross_caches,
-                    encoder_padding_mask, output_kernel=None):
+    def decode_step(self, tokens, index, caches, cross, encoder_padding_mask,
+                    grow=True):
         import tensorflow as tf
 
         inputs = {"token": tf.cast(tokens, tf.int32),
                   "index": tf.cast(index, tf.int32),
                   "source_mask": tf.cast(encoder_padding_mask, tf.int32)}
-        for kind, caches in (("self", self_caches), ("cross", cross_caches)):
-            flat = [tensor for pair in caches for tensor in pair]
+        for kind, pairs in (("self", caches), ("cross", cross[0])):
+            flat = [tensor for pair in pairs for tensor in pair]
             inputs.update(zip(_cache_names(self.num_layers, kind), flat))
         names = ["logits"] + _cache_names(self.num_layers, "self")
         shapes = ([[None, self.target_vocabulary_size]]
@@ -524,16 +513,16 @@ class LiteRTTranslator(RenamedAttributes):
     """Translates raw text with a ``.tflite`` from ``export_translator_litert``.
 
     The graph runs on the LiteRT interpreter (``ai_edge_litert``); the
-    search is ``keras_trm.decoding.search``'s ``greedy_search`` /
-    ``beam_search`` itself (the same code as in process and in the
-    SavedModel, in a ``tf.function`` on the host) over the file's
-    ``decode_step``, with the ``[START]`` / ``[END]`` / ``[PAD]`` ids of the
-    file's vocabulary. Sentences are decoded ``batch_size`` at a time, and a
-    sentence of T source tokens (END included) gets at most min(T + 50,
-    max_sequence_length - 1) generated tokens, as in the searches. Tokenization uses the vocabulary stored in the file with
-    ``keras_trm.text.TextTokenizer`` (TensorFlow on the host: kept simple,
-    not a device tokenizer). Sources longer than ``max_source_length - 1``
-    subwords are truncated, as in ``decoding.Translator``.
+    search is ``keras_trm.decoding``'s strategy itself (the same code as in
+    process and in the SavedModel, in a ``tf.function`` on the host) over
+    the file's ``decode_step``, with the ``[START]`` / ``[END]`` /
+    ``[PAD]`` ids of the file's vocabulary. Sentences are decoded
+    ``batch_size`` at a time, each of T source tokens (END included) with
+    at most min(T + 50, max_sequence_length - 1) generated tokens.
+    Tokenization uses the file's vocabulary with
+    ``keras_trm.text.TextTokenizer`` (TensorFlow on the host). Sources
+    longer than ``max_source_length - 1`` subwords are truncated, as in
+    ``decoding.Translator``.
 
     Args:
         path: the ``.tflite`` file.
@@ -614,14 +603,7 @@ class LiteRTTranslator(RenamedAttributes):
             "max_sequence_length", self.config.get("max_length")))
         self.max_source_length = int(self.config["max_source_length"])
         self.search = check_search(self, search)
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError:  # pragma: no cover
-            import tensorflow as tf
-
-            Interpreter = tf.lite.Interpreter
-        self.interpreter = Interpreter(model_path=str(path),
-                                       num_threads=num_threads)
+        self.interpreter = _interpreter(path, num_threads)
         self.signatures = self.interpreter.get_signature_list()
         self._encode = self.interpreter.get_signature_runner("encode")
         self._decode = self.interpreter.get_signature_runner("decode_step")

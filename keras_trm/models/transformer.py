@@ -43,13 +43,12 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
     Called on ``{"encoder_tokens", "decoder_tokens"}`` it is the teacher-forced
     model that ``fit`` trains. For decoding it exposes the same computation
     in pieces, built from its own layers (keras-hub's ``call_with_cache``
-    pattern): ``encode`` runs the encoder once; ``cross_attention_caches``
-    projects the encoder output into each decoder layer's keys/values once;
-    ``decode_step`` runs the decoder for one position over per-layer
-    self-attention caches that grow by one position per step;
-    ``static_decode_step`` is the same step over fixed-size caches (static
-    shapes, for XLA). ``keras_trm.decoding``'s searches take the model
-    itself.
+    pattern; ``keras_trm.decoding.DecodingModel``): ``encode`` runs the
+    encoder once; ``cross_attention_caches`` projects its output into each
+    decoder layer's keys/values once; ``decode_step`` runs the decoder for
+    one position over per-layer self-attention caches (``empty_caches``),
+    fixed-size (static shapes, for XLA) or growing by one position per
+    step. ``keras_trm.decoding``'s searches take the model itself.
 
     Args:
         vocabulary_size: int, the (source, or shared) vocabulary size; id 0
@@ -80,9 +79,9 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
         ValueError: ``d_model`` not divisible by ``num_heads``; a bad
             ``tie_embeddings``; a shared tie with two vocabulary sizes; a
             rate outside [0, 1) or a ``layer_norm_epsilon`` not a finite
-            float > 0 (both when built); ``decode_step`` /
-            ``static_decode_step`` given caches for another number of
-            layers, or a host ``index`` the caches do not match.
+            float > 0 (both when built); ``decode_step`` given caches for
+            another number of layers, or a host ``index`` the caches do not
+            match.
         TypeError: called on float or bool token ids (a plain functional
             model would cut them down to integers silently).
 
@@ -94,9 +93,9 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
     >>> src = np.array([[5, 6, 3]], "int32")
     >>> enc = model.encode(src)
     >>> cross = model.cross_attention_caches(enc)
-    >>> caches = model.empty_self_attention_caches(1, enc.dtype)
+    >>> caches = model.empty_caches(1, 0, enc.dtype)   # growing caches
     >>> logits, caches = model.decode_step(
-    ...     np.array([[2]], "int32"), 0, caches, cross, src != 0)
+    ...     np.array([[2]], "int32"), 0, caches, cross, src != 0, grow=True)
     >>> tuple(logits.shape), tuple(caches[0][0].shape)   # (batch, h, 1, d_k)
     ((1, 20), (1, 2, 1, 4))
     >>> full = model({"encoder_tokens": src,
@@ -264,13 +263,6 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
 
     # -- the pieces (what the functional graph above is made of) ----------
 
-    def _encoder_stack(self, x, padding_mask):
-        for layer in self.encoder_layers:
-            x = layer(x, padding_mask=padding_mask)
-        if self.encoder_final_norm is not None:
-            x = self.encoder_final_norm(x)
-        return x
-
     def _decoder_final(self, y):
         if self.decoder_final_norm is not None:
             y = self.decoder_final_norm(y)
@@ -289,8 +281,13 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
         v.host_ids_in_range("encoder_tokens", encoder_tokens,
                             self.source_embedding.vocabulary_size,
                             "the model's source vocabulary")
-        return self._encoder_stack(self.source_embedding(encoder_tokens),
-                                   ops.not_equal(encoder_tokens, 0))
+        x = self.source_embedding(encoder_tokens)
+        mask = ops.not_equal(encoder_tokens, 0)
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask=mask)
+        if self.encoder_final_norm is not None:
+            x = self.encoder_final_norm(x)
+        return x
 
     def decode(self, decoder_tokens, encoder_outputs, encoder_padding_mask):
         """The decoder over a whole prefix, without a cache: int ``(batch,
@@ -306,119 +303,83 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
                       encoder_padding_mask=encoder_padding_mask)
         return self.logits(self._decoder_final(y))
 
-    # -- incremental decoding over caches that grow (what searches use) ---
+    # -- incremental decoding (``keras_trm.decoding.DecodingModel``) -------
 
     def cross_attention_caches(self, encoder_outputs):
-        """Per decoder layer ``(keys, values)``, each float ``(batch, h,
-        T_src, d_k)``: the encoder output projected once per sentence."""
-        return [layer.cross_attention_key_value_heads(encoder_outputs)
-                for layer in self.decoder_layers]
-
-    def empty_self_attention_caches(self, batch_size, dtype):
-        """Per decoder layer ``(keys, values)`` of 0 positions: float
-        ``(batch, h, 0, d_k)``."""
-        empty = ops.zeros((batch_size, self.num_heads, 0, self.key_dim), dtype)
-        return [(empty, empty) for _ in self.decoder_layers]
-
-    def output_kernel(self):
-        """``(d_model, vocab)``: the tied output projection (the transposed
-        embedding table), to transpose once per search instead of once per
-        step; None when the output layer is untied."""
+        """What every decoding step reads of the source, computed once per
+        search: ``(caches, shared)``, per decoder layer ``(keys, values)``
+        float ``(batch, h, T_src, d_k)``, and the tied output kernel
+        ``(d_model, vocab)`` transposed once here rather than at every step
+        (None when the output layer is untied)."""
+        caches = [layer.cross_attention_key_value_heads(encoder_outputs)
+                  for layer in self.decoder_layers]
         if self.output_projection is not None:
-            return None
+            return caches, None
         table = self.target_embedding.embeddings
-        return ops.transpose(ops.cast(table, self.target_embedding.compute_dtype))
+        return caches, ops.transpose(
+            ops.cast(table, self.target_embedding.compute_dtype))
 
-    def decode_step(self, tokens, index, self_caches, cross_caches,
-                    encoder_padding_mask, output_kernel=None):
-        """One decoder position over head-major caches that grow.
-
-        Args:
-            tokens: int ``(batch, 1)``, the token at position ``index``.
-            index: int scalar (tensor), the position; ``self_caches`` hold
-                positions ``0 .. index - 1``.
-            self_caches: per layer ``(keys, values)`` float ``(batch, h,
-                index, d_k)`` (``empty_self_attention_caches`` at index 0).
-            cross_caches: from ``cross_attention_caches``: one row per row
-                of ``tokens``, or one per sentence when ``tokens`` holds k
-                rows per sentence (beam search's k hypotheses, consecutive;
-                the same logits as k repeated rows, with k times less cache
-                to read).
-            encoder_padding_mask: bool ``(sentences, T_src)``, rows as
-                ``cross_caches``.
-            output_kernel: optional ``output_kernel()`` (tied models).
-
-        Returns:
-            ``(logits (batch, vocab) float32, self_caches with index + 1
-            positions)``: the logits ``decode`` gives at position ``index``.
-        """
-        return self._step(tokens, index, self_caches, cross_caches,
-                          encoder_padding_mask, output_kernel, None)
-
-    # -- the same step over fixed-size caches (static shapes, for XLA) -----
-
-    def static_empty_self_attention_caches(self, batch_size, num_positions,
-                                           dtype):
-        """Per decoder layer ``(keys, values)`` of zeros, each float
-        ``(batch, h, num_positions, d_k)``: fixed-size caches for
-        ``static_decode_step``."""
+    def empty_caches(self, batch_size, num_positions, dtype):
+        """Per decoder layer ``(keys, values)`` of zeros, float ``(batch,
+        h, num_positions, d_k)``: fixed-size caches for ``decode_step``, or
+        with 0 positions caches that grow (``grow=True``)."""
         shape = (batch_size, self.num_heads, num_positions, self.key_dim)
         return [(ops.zeros(shape, dtype), ops.zeros(shape, dtype))
                 for _ in self.decoder_layers]
 
-    def static_decode_step(self, tokens, index, self_caches, cross_caches,
-                           encoder_padding_mask, output_kernel=None):
-        """``decode_step`` over fixed-size caches: the same logits, with
-        shapes that never change (what XLA compiles).
+    def decode_step(self, tokens, index, caches, cross, encoder_padding_mask,
+                    grow=False):
+        """One decoder position over head-major self-attention caches.
 
         Args:
             tokens: int ``(batch, 1)``, the token at position ``index``.
-            index: int scalar tensor, the position.
-            self_caches: per layer ``(keys, values)``, each float ``(batch,
-                h, S, d_k)`` (``static_empty_self_attention_caches``),
-                holding positions ``0 .. index - 1``; position ``index`` is
-                written.
-            cross_caches, encoder_padding_mask, output_kernel: as in
-                ``decode_step``.
+            index: int scalar (may be a tensor), the position.
+            caches: per layer ``(keys, values)`` float ``(batch, h, S,
+                d_k)`` (``empty_caches``) holding positions ``0 .. index -
+                1``. Fixed-size caches get position ``index`` written (the
+                shapes never change: what XLA compiles); with ``grow`` S is
+                ``index`` and the caches come back one position longer.
+            cross: ``cross_attention_caches``' result; its caches have one
+                row per row of ``tokens``, or one per sentence when
+                ``tokens`` holds k consecutive rows per sentence (beam
+                search: the same logits as k repeated rows, with k times
+                less cache to read).
+            encoder_padding_mask: bool ``(sentences, T_src)``, rows as
+                ``cross``.
+            grow: whether the caches grow (TensorFlow graphs, LiteRT).
 
         Returns:
-            ``(logits (batch, vocab) float32, self_caches)``, the caches
-            still S positions long.
+            ``(logits (batch, vocab) float32, caches)``: the logits
+            ``decode`` gives at position ``index``.
         """
-        return self._step(tokens, index, self_caches, cross_caches,
-                          encoder_padding_mask, output_kernel, index)
-
-    def _step(self, tokens, index, self_caches, cross_caches,
-              encoder_padding_mask, output_kernel, update_index):
-        for name, caches in (("self_caches", self_caches),
-                             ("cross_caches", cross_caches)):
-            if len(caches) != self.num_layers:
+        cross_caches, kernel = cross
+        for name, given in (("caches", caches), ("cross_caches", cross_caches)):
+            if len(given) != self.num_layers:
                 raise ValueError(
                     f"`{name}` must hold one (keys, values) pair per decoder "
-                    f"layer, num_layers={self.num_layers}, got {len(caches)}")
-        held = self_caches[0][0].shape[2]
-        if (update_index is None and isinstance(held, int)
+                    f"layer, num_layers={self.num_layers}, got {len(given)}")
+        held = caches[0][0].shape[2]
+        if (grow and isinstance(held, int)
                 and isinstance(index, numbers.Integral) and held != index):
             raise ValueError(
-                f"`self_caches` must hold the positions before `index`, got "
+                f"`caches` must hold the positions before `index`, got "
                 f"index={index} and caches of {held} positions")
         y = self.target_embedding(tokens, start_index=index)
         # (batch, 1, 1, T_src): broadcast once for every layer's attention.
         cross_mask = ops.expand_dims(ops.expand_dims(
             ops.cast(encoder_padding_mask, "bool"), 1), 1)
         new_caches = []
-        for layer, cache, cross in zip(self.decoder_layers, self_caches,
-                                       cross_caches):
+        for layer, cache, keys_values in zip(self.decoder_layers, caches,
+                                             cross_caches):
             y, cache = layer.call_with_cache(
-                y, cache, cross, cross_mask,
-                self_attention_cache_update_index=update_index)
+                y, cache, keys_values, cross_mask,
+                self_attention_cache_update_index=None if grow else index)
             new_caches.append(cache)
         y = self._decoder_final(y)
-        if output_kernel is not None:
-            logits = ops.cast(ops.matmul(y, ops.cast(output_kernel, y.dtype)),
-                              "float32")
-            return logits[:, 0, :], new_caches
-        return self.logits(y)[:, 0, :], new_caches
+        if kernel is None:
+            return self.logits(y)[:, 0, :], new_caches
+        logits = ops.matmul(y, ops.cast(kernel, y.dtype))
+        return ops.cast(logits, "float32")[:, 0, :], new_caches
 
 
 def _logits(hidden, output_projection, target_embedding):
