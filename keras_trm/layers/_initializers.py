@@ -1,4 +1,5 @@
-"""One initializer instance per weight.
+"""Helpers shared by the layers: one initializer instance per weight, and
+the boilerplate of their ``get_config``/``build``.
 
 Keras 3 random initializers fix their seed when they are constructed, so one
 unseeded instance called for several weights returns the same values every
@@ -13,18 +14,10 @@ def clone_initializer(initializer, offset=0):
     """A fresh instance of ``initializer`` for one weight.
 
     An unseeded random initializer gets a new seed drawn from Keras' global
-    seed (``keras.utils.set_random_seed`` makes it reproducible). A seeded one
-    gets ``seed + offset``, so a layer that numbers its weights 0, 1, 2, ...
-    still gives them distinct values while two layers built with the same
-    seeded initializer are equal weight for weight. Non-random initializers
-    and plain callables are returned as they are.
-
-    Args:
-        initializer: anything ``keras.initializers.get`` accepts.
-        offset: int, the weight's number within its layer.
-
-    Returns:
-        A ``keras.initializers.Initializer`` (or the callable given).
+    seed. A seeded one gets ``seed + offset`` (``offset``: the weight's
+    number in its layer), so a layer's weights differ while two layers built
+    with the same seeded initializer are equal weight for weight.
+    Non-random initializers and plain callables are returned as they are.
     """
     initializer = keras.initializers.get(initializer)
     if not isinstance(initializer, keras.initializers.Initializer):
@@ -34,3 +27,20 @@ def clone_initializer(initializer, offset=0):
     if isinstance(seed, int) and not isinstance(seed, bool):
         config["seed"] = seed + int(offset)
     return initializer.__class__.from_config(config)
+
+
+def config_with(config, layer, names, initializers=()):
+    """``config`` updated with ``layer``'s attributes ``names`` and its
+    ``initializers`` serialized (a layer's ``get_config``)."""
+    config.update({name: getattr(layer, name) for name in names})
+    config.update({name: keras.initializers.serialize(getattr(layer, name))
+                   for name in initializers})
+    return config
+
+
+def known_last_dim(name, shape):
+    """``shape[-1]``, else ValueError when it is unknown."""
+    if shape[-1] is None:
+        raise ValueError(f"The last dimension of `{name}` must be known, "
+                         f"got shape {tuple(shape)}")
+    return shape[-1]

@@ -16,31 +16,24 @@ from keras_trm.layers._initializers import clone_initializer
 # avoid q, k, h and d, the query, key, head and channel axes.
 _BATCH_LETTERS = "abcefgijlm"
 # The shortest keys that go through the fused op, by backend (others: 0).
-# On one H200 (bench/results/gpu_attention_lengths_NVIDIA_H200.json, both
-# backends in one call) JAX's einsums trained transformer_base 1.10x faster
-# than cuDNN at the paper's 32-token batches, and one attention layer's step
-# through cuDNN was no faster below 512 keys; PyTorch's SDPA beat the
+# On one H200 (bench/results/gpu_attention_lengths_NVIDIA_H200.json) JAX's
+# einsums trained transformer_base 1.10x faster than cuDNN at 32-token
+# batches, and cuDNN was no faster below 512 keys; PyTorch's SDPA beat the
 # einsums at every length from 16 to 1024 (1.2x-1.9x).
 FUSED_MIN_KEY_LENGTH = {"jax": 512}
 
-
-# -- the cached step's kernels ---------------------------------------------
-# The cached step (``call_with_cache``) attends one query per row over a
-# cache whose length changes every step. On CPU, TensorFlow rewrites
-# ``BatchMatMulV2`` and ``Softmax`` to oneDNN kernels that cost more than
-# Eigen's at these shapes: the query x transposed-keys matmul 1.5-3x, and a
-# softmax whose shape is new at every step re-creates its oneDNN primitive.
-# ``BatchMatMulV3`` is not rewritten, so float32 uses it (other dtypes keep
-# oneDNN, which has native bfloat16), and the softmax is written out; same
-# ids, greedy 1.3x and beam 4 1.12x faster on Multi30k val
-# (``bench/bench_attention_kernels.py`` at 32da1ca,
-# ``bench/results/attention_kernels.json``).
+# The cached step's kernels: on CPU TensorFlow rewrites ``BatchMatMulV2``
+# and ``Softmax`` to oneDNN kernels that cost more than Eigen's at its
+# shapes (one query over a cache whose length changes every step: the
+# matmul 1.5-3x, and a softmax re-creates its primitive at every new
+# shape). ``BatchMatMulV3`` is not rewritten, so float32 uses it (bfloat16
+# keeps oneDNN), and the softmax is written out: greedy 1.3x, beam 4 1.12x
+# faster on Multi30k val (``bench/results/attention_kernels.json``).
 
 
 def _cached_matmul(x, y, transpose_y=False):
     """``x @ y`` (``yᵀ`` with ``transpose_y``) over the last two axes, as
-    TensorFlow's ``BatchMatMulV3`` for float32 (see above), ``ops.matmul``
-    otherwise."""
+    ``BatchMatMulV3`` for float32 on TensorFlow (see above)."""
     if (keras.backend.backend() == "tensorflow"
             and keras.backend.standardize_dtype(x.dtype) == "float32"):
         import tensorflow as tf
@@ -48,13 +41,6 @@ def _cached_matmul(x, y, transpose_y=False):
         return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype,
                                         adj_y=transpose_y)
     return ops.matmul(x, ops.swapaxes(y, -1, -2) if transpose_y else y)
-
-
-def _cached_softmax(scores):
-    """Softmax over the last axis, written out: exp(s - max s) / Σ exp(...)
-    (the same function as ``ops.softmax``; see above)."""
-    e = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
-    return e / ops.sum(e, axis=-1, keepdims=True)
 
 
 def mask_scores(scores, mask):
@@ -69,8 +55,6 @@ def mask_scores(scores, mask):
 
 def masked_softmax(scores, mask=None, written_out=False):
     """The softmax of Eq. (1) over the last axis, masked, in float32.
-
-    Shared by ``MultiHeadAttention`` and ``RelativeMultiHeadAttention``.
 
     Args:
         scores: float ``(..., T_q, T_k)`` attention logits.
@@ -90,14 +74,15 @@ def masked_softmax(scores, mask=None, written_out=False):
     [[0.5, 0.5, 0.0]]
     """
     scores = mask_scores(scores, mask)
-    if written_out:
-        return _cached_softmax(scores)
-    return ops.softmax(scores, axis=-1)
+    if not written_out:
+        return ops.softmax(scores, axis=-1)
+    e = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
+    return e / ops.sum(e, axis=-1, keepdims=True)
 
 
 def _output_shape(output_shape):
     """``None``, a positive int or a sequence of them, else ValueError (as
-    Keras' type errors; Keras lets 2.5 or (0,) through to ``build``)."""
+    Keras' type errors; Keras lets 2.5 or (0,) through)."""
     if output_shape is None:
         return None
     shape = (output_shape if isinstance(output_shape, (tuple, list))
@@ -112,14 +97,12 @@ def _output_shape(output_shape):
 
 class _ClassicFans(keras.initializers.Initializer):
     """A ``VarianceScaling`` initializer with the fans of a 3-D kernel as
-    Keras computed them before 3.15 (and keras_trm always has): fan_in =
-    the product of all axes but the last, fan_out = of all but the one
-    before it; for ``(d_model, h, d_k)`` kernels that is d_model·h and
-    d_model·d_k. Keras 3.15's ``EinsumDense`` counts only the contracted and
-    the output axes (d_model and h·d_k), a 5.8x larger scale for
-    transformer_small's W_Q, and would change every recipe's training from
-    one Keras version to the next. An initializer given with ``input_axes``
-    and ``output_axes`` is used as it is."""
+    Keras computed them before 3.15: fan_in = the product of all axes but
+    the last, fan_out = of all but the one before it (d_model·h and
+    d_model·d_k for ``(d_model, h, d_k)``). Keras 3.15's ``EinsumDense``
+    counts d_model and h·d_k, a 5.8x larger scale for transformer_small's
+    W_Q, which would change every recipe's training with the Keras version.
+    An initializer given with ``input_axes`` and ``output_axes`` is kept."""
 
     def __init__(self, initializer):
         self.initializer = initializer
@@ -159,42 +142,29 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
         head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-    A ``keras.layers.MultiHeadAttention``: its constructor, call arguments,
-    masks (Keras masks, padding masks, ``attention_mask``,
-    ``use_causal_mask``), projections (``query_dense``, ``key_dense``,
-    ``value_dense``, ``output_dense``: ``EinsumDense`` layers with kernels
+    A ``keras.layers.MultiHeadAttention`` (its constructor, call
+    arguments, masks, ``EinsumDense`` projections ``query_dense``,
+    ``key_dense``, ``value_dense``, ``output_dense`` with kernels
     ``(d_query, h, key_dim)``, ``(d_key, h, key_dim)``, ``(d_value, h,
-    value_dim)``, ``(h, value_dim, *output_shape)`` and their biases),
-    config and weights files are Keras'. This subclass adds:
+    value_dim)``, ``(h, value_dim, *output_shape)``, config and weights
+    files are Keras'). This subclass adds:
 
-    - the cached step of autoregressive decoding (``key_value_heads``,
-      ``call_with_cache``: head-major keys/values, the searches' and the
-      exports' step);
+    - the cached step of decoding (``key_value_heads``,
+      ``call_with_cache``);
     - the rule for the fused op (``_fused_applies``): with one attention
-      axis, Eq. (1) goes through ``keras.ops.dot_product_attention`` (cuDNN /
-      flash attention, SDPA on GPUs) only when no scores are returned, no
-      attention dropout applies, the backend is not TensorFlow (no fused
-      kernel behind that op there: the transformer_small training step ran
-      0.92x, ``bench/results/train_step_fused_attention_ab_*.json``) and,
-      under JAX, from 512 keys (``FUSED_MIN_KEY_LENGTH``:
-      ``bench/results/gpu_attention_lengths_NVIDIA_H200.json``); otherwise
-      einsums with a float32 softmax (``masked_softmax``);
-    - the cached step's TensorFlow kernels (``BatchMatMulV3`` in float32 and
-      a written-out softmax: greedy 1.3x, beam 4 1.12x,
-      ``bench/results/attention_kernels.json``);
-    - ``fuse_projections``, a lever for GPUs (off: 0.92-0.94x on CPU,
-      ``bench/results/train_step_fused_projections_ab_*.json``);
-    - every projection its own initializer (a seeded one gets ``seed + i``
-      for the i-th weight), so no two projections start equal, and a
-      ``VarianceScaling`` one (the default Glorot) with the fans keras_trm's
-      recipes were measured with, whatever the Keras version
-      (``_ClassicFans``);
-    - loading of the files written before this layer was a subclass (its
-      eight weights were its own variables; ``load_own_variables``);
-    - the Keras masks of ``query``, ``value`` and ``key`` stay on them
-      (Keras' call deletes them), which the decoder blocks read.
+      axis, Eq. (1) goes through ``keras.ops.dot_product_attention`` only
+      when no scores are returned, no attention dropout applies, the
+      backend is not TensorFlow (no fused kernel there: 0.92x,
+      ``bench/results/train_step_fused_attention_ab_*.json``) and, under
+      JAX, from ``FUSED_MIN_KEY_LENGTH`` keys; otherwise einsums with a
+      float32 softmax (``masked_softmax``);
+    - ``fuse_projections``, a lever for GPUs;
+    - every projection its own initializer (seeded: ``seed + i``) with the
+      fans of Keras before 3.15 (``_ClassicFans``);
+    - loading of files of the layer before it subclassed Keras';
+    - the Keras masks of ``query``, ``value`` and ``key`` stay on them.
 
-    Attention over several axes, ``use_gate``, ``sliding_window`` and
+    Several attention axes, ``use_gate``, ``sliding_window`` and
     ``flash_attention=True`` run Keras' own attention.
 
     Args:
@@ -205,9 +175,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         output_shape: int or tuple of ints (default: the query's last
             dimension).
         **kwargs: the other arguments of ``keras.layers.MultiHeadAttention``
-            (``use_bias``, ``attention_axes``, ``sliding_window``,
-            ``flash_attention``, initializers, regularizers, constraints,
-            ``use_gate``, ``seed``) and of ``keras.layers.Layer``.
+            and of ``keras.layers.Layer``.
 
     Call arguments: those of ``keras.layers.MultiHeadAttention``: ``query``
         float ``(batch, T_q, d_query)``, ``value`` ``(batch, T_k, d_value)``,
@@ -223,11 +191,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
     Raises:
         ValueError: ``num_heads``/``key_dim``/``value_dim`` not positive
-            integers, ``dropout`` outside [0, 1), an ``output_shape`` that is
-            not a positive int or tuple of them, inputs of rank < 3 or of
-            different ranks, a ``key`` whose shape differs from ``value``'s
-            except in the last dimension, batch sizes that differ, masks
-            whose shapes do not fit the inputs.
+            ints, ``dropout`` outside [0, 1), a bad ``output_shape``, inputs
+            of rank < 3 or of different ranks, a ``key`` shape that differs
+            from ``value``'s but in the last axis, batch sizes that differ,
+            masks whose shapes do not fit the inputs.
 
     Example:
 
@@ -250,7 +217,6 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                          dropout=dropout,
                          output_shape=_output_shape(output_shape), **kwargs)
 
-    # -- build: every weight its own initializer ----------------------------
     def build(self, query_shape, value_shape=None, key_shape=None):
         self._sublayers_made = itertools.count()
         super().build(query_shape,
@@ -259,11 +225,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def _get_common_kwargs_for_sublayer(self):
         # Keras' own clones each initializer from its config (a seeded one
-        # then gives W_Q = W_K = W_V) and draws one seed more per projection
-        # than the layer before it was a subclass. Here the i-th projection
-        # gets seed + i (kernels) and seed + 8 + i (biases), and an unseeded
-        # one draws as before, so a seeded global state builds the same
-        # weights as then.
+        # then gives W_Q = W_K = W_V). Here the i-th projection gets seed + i
+        # (kernels) and seed + 8 + i (biases), and an unseeded one draws as
+        # before this layer was a subclass (same weights from a seed).
         i = next(self._sublayers_made)
         return dict(
             kernel_initializer=_ClassicFans.wrap(
@@ -292,15 +256,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return ops.greater_equal(i, j)
 
     # -- projections -------------------------------------------------------
-    # True: query, key and value that are one tensor (self-attention; the
-    # keys and values of cross-attention) go through one matmul against
-    # their kernels side by side (the input read once; in training its
-    # gradient one matmul, not a sum of two or three). Off by default: the
-    # transformer_small training step measured 0.94x (TensorFlow) and 0.92x
-    # (JAX) on CPU in mixed bfloat16, same run
+    # True: query, key and value that are one tensor go through one matmul
+    # against their kernels side by side (the input and its gradient read
+    # once). Off by default: 0.94x (TensorFlow) and 0.92x (JAX) on CPU
     # (``bench/results/train_step_fused_projections_ab_*.json``); a lever
-    # for GPUs (``bench/gpu_train.py --fuse-projections``), where XLA may
-    # leave dots this large unmerged. Same function either way.
+    # for GPUs (``bench/gpu_train.py --fuse-projections``). Same function.
     fuse_projections = False
 
     @staticmethod
@@ -319,15 +279,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         # No for/else here: AutoGraph (the exports' tf.functions) cannot
         # convert it, runs the method as is and keeps the error, whose
         # traceback held the training job's fit() frame and its dataset.
-        groups = []  # (tensor, names), in the order first seen
+        groups = {}  # id(tensor) -> (tensor, names), in the order first seen
         for name, x in inputs.items():
-            same = [names for group_x, names in groups if group_x is x]
-            if same:
-                same[0].append(name)
-            else:
-                groups.append((x, [name]))
+            groups.setdefault(id(x), (x, []))[1].append(name)
         out = {}
-        for x, names in groups:
+        for x, names in groups.values():
             dense = [getattr(self, f"_{n}_dense") for n in names]
             kernels = [d.kernel for d in dense]
             biases = [d.bias for d in dense]
@@ -374,53 +330,42 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
              use_causal_mask=False):
         # Keras' call deletes the Keras masks of query, value and key (its
         # sub-layers must not see them); they are put back, so the caller's
-        # tensors keep them, as on the fused path and before this layer
-        # subclassed Keras'. Deleted, a stack of decoder blocks lost the
-        # encoder output's mask after the first layer, and the fused and
-        # unfused paths differed at padded decoder rows.
+        # tensors keep them (deleted, a stack of decoder blocks lost the
+        # encoder output's mask after the first layer).
         masks = [(x, get_keras_mask(x)) for x in (query, value, key)
                  if x is not None]
-        out = self._attend(query, value, key, query_mask, value_mask,
-                           key_mask, attention_mask, return_attention_scores,
-                           training, use_causal_mask)
-        for x, mask in masks:
-            if mask is not None:
-                set_keras_mask(x, mask)
-        return out
-
-    def _attend(self, query, value, key, query_mask, value_mask, key_mask,
-                attention_mask, return_attention_scores, training,
-                use_causal_mask):
-        self._check_inputs(query, value, key, query_mask, value_mask,
-                           key_mask, attention_mask)
-        if query_mask is not None and get_keras_mask(query) is None:
-            # Keras' call reads the query's Keras mask only.
-            rows = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
-            attention_mask = rows if attention_mask is None else \
-                ops.logical_and(ops.cast(attention_mask, "bool"), rows)
-        if self._use_gate or self._activity_regularizer is not None:
-            return super().call(
-                query, value, key=key, query_mask=query_mask,
+        try:
+            self._check_inputs(query, value, key, query_mask, value_mask,
+                               key_mask, attention_mask)
+            if query_mask is not None and get_keras_mask(query) is None:
+                # Keras' call reads the query's Keras mask only.
+                rows = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
+                attention_mask = rows if attention_mask is None else \
+                    ops.logical_and(ops.cast(attention_mask, "bool"), rows)
+            if self._use_gate or self._activity_regularizer is not None:
+                return super().call(
+                    query, value, key=key, query_mask=query_mask,
+                    value_mask=value_mask, key_mask=key_mask,
+                    attention_mask=attention_mask,
+                    return_attention_scores=return_attention_scores,
+                    training=training, use_causal_mask=use_causal_mask)
+            # Keras' call with one matmul per projection: through Keras'
+            # EinsumDense calls the training step ran 0.934x-0.973x, this
+            # 0.998x (bench/results/train_step_mha_subclass_ab_*.json).
+            key = value if key is None else key
+            mask = self._compute_attention_mask(
+                query, value, query_mask=get_keras_mask(query),
                 value_mask=value_mask, key_mask=key_mask,
-                attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores,
-                training=training, use_causal_mask=use_causal_mask)
-        # Keras' call, with the projections of ``_projections`` (one matmul
-        # each, against the EinsumDense kernels) and ``_project_output``:
-        # through Keras' EinsumDense calls the transformer_small training
-        # step ran 0.934x and 0.973x (TensorFlow, mixed bfloat16, two
-        # same-run A/Bs against 32da1ca's own layer), these 0.998x with the
-        # same loss (bench/results/train_step_mha_subclass_ab_*.json).
-        key = value if key is None else key
-        mask = self._compute_attention_mask(
-            query, value, query_mask=get_keras_mask(query),
-            value_mask=value_mask, key_mask=key_mask,
-            attention_mask=attention_mask, use_causal_mask=use_causal_mask)
-        q, k, val = self._projections(query=query, key=key, value=value)
-        out, scores = self._compute_attention(q, k, val, mask, training,
-                                              return_attention_scores)
-        out = self._project_output(out, out.dtype)
-        return (out, scores) if return_attention_scores else out
+                attention_mask=attention_mask, use_causal_mask=use_causal_mask)
+            q, k, val = self._projections(query=query, key=key, value=value)
+            out, scores = self._compute_attention(q, k, val, mask, training,
+                                                  return_attention_scores)
+            out = self._project_output(out, out.dtype)
+            return (out, scores) if return_attention_scores else out
+        finally:
+            for x, mask in masks:
+                if mask is not None:
+                    set_keras_mask(x, mask)
 
     def _check_inputs(self, query, value, key, query_mask, value_mask,
                       key_mask, attention_mask):
@@ -449,11 +394,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     fused_min_key_length = None
 
     def _fused_applies(self, q, k, training, return_scores):
-        """Whether Eq. (1) goes through ``keras.ops.dot_product_attention``:
-        one batch axis, no probabilities returned, no attention dropout to
-        apply (rate 0, the paper's setting, or not training), keys at least
-        ``fused_min_key_length`` long, and not TensorFlow (see the class
-        docstring; this also keeps the exports' graphs as they were)."""
+        """Whether Eq. (1) goes through ``keras.ops.dot_product_attention``
+        (see the class docstring; not on TensorFlow, which also keeps the
+        exports' graphs as they were)."""
         shortest = self.fused_min_key_length
         if shortest is None:
             shortest = FUSED_MIN_KEY_LENGTH.get(keras.backend.backend(), 0)
@@ -467,15 +410,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                            training=None, return_attention_scores=False,
                            use_causal_mask=False):
         """Eq. (1) on projected ``(B, ..., T, h, d)`` tensors; returns
-        ``(output, probabilities or None)``.
-
-        The mask ``(B, ..., T_q, T_k)`` (causal mask included: Keras calls
-        an overridden ``_compute_attention`` with the mask built) is
-        broadcast to the scores ``(B, ..., h, T_q, T_k)``. Where
-        ``_fused_applies``, the backend's fused attention computes it (same
-        function: float32 scores and softmax, a fully masked row uniform)
-        and no probabilities are returned.
-        """
+        ``(output, probabilities or None)``. The mask ``(B, ..., T_q, T_k)``
+        (causal mask included) is broadcast to the scores ``(B, ..., h,
+        T_q, T_k)``; the fused op computes the same function."""
         if (self._attention_axes != (len(query.shape) - 3,)
                 or self._flash_attention):
             return super()._compute_attention(
@@ -490,11 +427,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 mask = ops.expand_dims(mask, -3)
         if self._fused_applies(query, key, training, return_attention_scores):
             if mask is not None:
-                # The mask's query axis at full length: cuDNN's fused
-                # attention (JAX on a GPU) takes the mask as a bias of
-                # shape (B or 1, h or 1, T_q, T_k) and rejects a key-only
-                # (..., 1, T_k) mask, so Keras fell back to XLA's
-                # attention for every cross-attention.
+                # The query axis at full length: cuDNN (JAX on a GPU)
+                # rejects a key-only (..., 1, T_k) mask, and Keras fell
+                # back to XLA's attention for every cross-attention.
                 mask = ops.broadcast_to(mask, tuple(mask.shape[:-2]) + (
                     ops.shape(query)[-3], ops.shape(key)[-3]))
             out = ops.dot_product_attention(
@@ -511,10 +446,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def compute_output_spec(self, query, value, key=None, *args,
                             return_attention_scores=False, **kwargs):
-        """Keras' spec, with symbolic scores ``(batch, h, T_q, T_k)`` (Keras
-        gives ``T_q`` twice)."""
-        out = super().compute_output_spec(query, value, key, *args,
-                                          **kwargs)
+        """Keras' spec, with scores ``(batch, h, T_q, T_k)`` (Keras gives
+        ``T_q`` twice)."""
+        out = super().compute_output_spec(query, value, key, *args, **kwargs)
         if not return_attention_scores:
             return out
         q_shape = tuple(query.shape)
@@ -524,21 +458,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             dtype=self.compute_dtype)
 
     # -- incremental decoding on head-major caches -------------------------
-    # The layer's cached step for autoregressive decoding (what the searches
-    # and the exports use). Keys and values are kept head-major, each
-    # ``(batch, num_heads, S, key_dim)``, so one step's attention is two
-    # batched matmuls with no transpose or slice of the cache, and a
-    # self-attention cache grows by one position per step (nothing unwritten
-    # to copy, reorder or mask). These methods run outside ``__call__``, so
-    # they cast the float32 variables of a mixed policy to the inputs' dtype
-    # themselves. Eq. (1) and the weights are those of ``call``.
-
-    def _check_cacheable(self):
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A key/value cache needs value_dim == key_dim, got "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
+    # Keys and values are kept head-major, each ``(batch, num_heads, S,
+    # key_dim)``, so one step's attention is two batched matmuls with no
+    # transpose or slice of the cache. These methods run outside
+    # ``__call__``, so they cast a mixed policy's float32 variables to the
+    # inputs' dtype themselves.
 
     def key_value_heads(self, key, value=None):
         """Projects an attended sequence into a head-major cache.
@@ -549,9 +473,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
         Returns:
             ``(keys, values)``, each ``(batch, num_heads, S, key_dim)`` in
-            ``key``'s dtype: a cross-attention cache (computed once per
-            source sentence), or one step's entries of a self-attention
-            cache.
+            ``key``'s dtype: a cross-attention cache, or the entries of a
+            self-attention cache.
 
         Example:
 
@@ -571,42 +494,36 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                         attention_mask=None, cache_update_index=None):
         """Attention of ``query`` over a head-major key/value cache.
 
-        Eq. (1) of Vaswani et al. (2017) for incremental decoding: the
-        cached keys/values were projected once (``key_value_heads``).
-        Dropout is off (inference).
+        Eq. (1) for incremental decoding (inference: no dropout) over
+        keys/values projected once (``key_value_heads``).
 
         Args:
             query: float ``(batch, T_q, d_query)``, the new positions.
             cache: ``(keys, values)``, each float ``(batch, num_heads, S,
                 key_dim)``.
-            new_key_value: optional float ``(batch, T_q, d)``: the sequence
-                whose keys/values are appended to ``cache`` before attending
-                (self-attention over the positions decoded so far plus these;
-                the caller decodes left to right, so no causal mask is
-                needed for ``T_q == 1``). ``None``: ``cache`` is used as is
-                (cross-attention over the encoder output).
+            new_key_value: optional float ``(batch, T_q, d)`` whose
+                keys/values are appended to ``cache`` before attending
+                (self-attention; no causal mask for ``T_q == 1``). ``None``:
+                ``cache`` is used as is (cross-attention).
             attention_mask: optional bool, broadcastable to ``(batch,
                 num_heads, T_q, S')`` with ``S'`` the keys attended; True =
-                may attend (e.g. the source padding mask as ``(batch, 1, 1,
-                S)``).
+                may attend (e.g. a source padding mask ``(batch, 1, 1, S)``).
             cache_update_index: optional int (scalar tensor): ``cache`` has
-                a fixed size S (static shapes, for XLA) and holds positions
+                a fixed size S (static shapes, for XLA) holding positions
                 ``0 .. cache_update_index - 1``; ``new_key_value``'s
-                keys/values are written at ``cache_update_index`` instead of
-                appended, and query i attends to positions
-                ``<= cache_update_index + i`` only (the rest is unwritten).
+                keys/values are written there instead of appended, and query
+                i attends to positions ``<= cache_update_index + i`` only.
 
         Returns:
             ``(output, cache)``: float ``(batch, T_q, *output_shape)`` in
-            ``query``'s dtype, and the cache attended (with ``T_q`` more
-            positions when ``new_key_value`` is given; of the same size S,
-            written at ``cache_update_index``, when that is given).
+            ``query``'s dtype, and the cache attended (``T_q`` positions
+            longer with ``new_key_value``; written in place with
+            ``cache_update_index``).
 
         Raises:
-            ValueError: ``value_dim != key_dim`` (a cache holds both with
-                one head size), ``cache_update_index`` without
-                ``new_key_value``, or a host ``cache_update_index`` outside
-                ``[0, S - T_q]``.
+            ValueError: ``value_dim != key_dim``, ``cache_update_index``
+                without ``new_key_value``, or a host ``cache_update_index``
+                outside ``[0, S - T_q]``.
             TypeError: a float or bool ``cache_update_index``.
 
         Example:
@@ -623,7 +540,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         >>> tuple(cache[0].shape)
         (1, 2, 3, 4)
         """
-        self._check_cacheable()
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value_dim == key_dim, got "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}")
         keys, values = cache
         if cache_update_index is not None and new_key_value is None:
             raise ValueError(
@@ -636,8 +556,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             q, new_keys, new_values = self._projections(
                 query.dtype, query=query, key=new_key_value,
                 value=new_key_value)
-            new_keys = ops.transpose(new_keys, (0, 2, 1, 3))
-            new_values = ops.transpose(new_values, (0, 2, 1, 3))
+            new_keys, new_values = (ops.transpose(x, (0, 2, 1, 3))
+                                    for x in (new_keys, new_values))
             if cache_update_index is None:
                 keys = ops.concatenate([keys, new_keys], axis=2)
                 values = ops.concatenate([values, new_values], axis=2)
@@ -665,12 +585,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     def load_own_variables(self, store):
         """Reads a file of either layout.
 
-        Up to commit 32da1ca this layer held its weights itself, saved as
-        its own variables ``0 .. 7`` (query, key, value, output kernel, each
-        followed by its bias when ``use_bias``); Keras' layer keeps them in
-        its ``EinsumDense`` sub-layers, saved under their own paths. An old
-        file's variables are read into the sub-layers, which then find no
-        variables of their own to load and skip it once.
+        Up to commit 32da1ca this layer saved its weights as its own
+        variables ``0 .. 7`` (query, key, value, output kernel, each followed
+        by its bias when ``use_bias``); Keras' keeps them in its
+        ``EinsumDense`` sub-layers. An old file's variables are read into
+        the sub-layers, which then skip their own (empty) load once.
         """
         if not len(store.keys()):
             return super().load_own_variables(store)

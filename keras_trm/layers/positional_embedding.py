@@ -8,7 +8,16 @@ import numpy as np
 from keras import ops
 
 from keras_trm.utils import checks as v
-from keras_trm.layers._initializers import clone_initializer
+from keras_trm.layers._initializers import clone_initializer, config_with
+
+
+def even_d_model(d_model):
+    """``d_model`` checked as a positive even int (sinusoids pair channels)."""
+    v.positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(
+            f"`d_model` must be even for sinusoidal positions, got d_model={d_model}")
+    return d_model
 
 
 def sinusoidal_position_encoding(length, d_model, dtype="float32"):
@@ -18,8 +27,7 @@ def sinusoidal_position_encoding(length, d_model, dtype="float32"):
         PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 
     Sines and cosines are interleaved (even / odd channels) as the paper
-    writes them. For any offset k, PE(pos + k) is a linear function of PE(pos)
-    (a rotation of each (2i, 2i+1) pair by angle k / 10000^(2i/d_model)).
+    writes them.
 
     Args:
         length: int >= 0, number of positions.
@@ -40,11 +48,7 @@ def sinusoidal_position_encoding(length, d_model, dtype="float32"):
     [0.0, 1.0, 0.0, 1.0]
     """
     v.non_negative_int("length", length)
-    v.positive_int("d_model", d_model)
-    if d_model % 2:
-        raise ValueError(
-            f"`d_model` must be even for sinusoidal positions, got d_model={d_model}"
-        )
+    even_d_model(d_model)
     pos = np.arange(length, dtype=np.float64)[:, None]
     two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
     angle = pos / np.power(10000.0, two_i / d_model)
@@ -97,16 +101,14 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
     Raises:
         TypeError: non-integer token ids (e.g. float tensors), a float or
             bool ``start_index``.
-        ValueError: a sequence longer than ``max_sequence_length`` (checked on static
-            shapes when called and at run time otherwise), a negative host
-            ``start_index`` (tensors are not checked), bad arguments.
+        ValueError: a sequence longer than ``max_sequence_length`` (checked
+            at run time for dynamic shapes), a negative host ``start_index``,
+            bad arguments.
 
-    Ids outside ``[0, vocabulary_size)`` are not checked here (it would
-    copy every batch's ids back from the device): as with
-    ``keras.layers.Embedding``, TensorFlow and PyTorch raise for an id past
-    the table, JAX returns a row of NaN, and a negative id reads a row from
-    the end. The searches check host (NumPy) source ids; the jobs' ids come
-    from their tokenizers.
+    Ids outside ``[0, vocabulary_size)`` are not checked (it would copy
+    every batch's ids from the device): as with ``keras.layers.Embedding``,
+    TensorFlow and PyTorch raise for an id past the table, JAX returns NaN,
+    and a negative id reads a row from the end.
 
     Example:
 
@@ -125,18 +127,9 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
 
     RENAMED_ATTRIBUTES = {"max_length": "max_sequence_length"}
 
-    def __init__(
-        self,
-        vocabulary_size,
-        d_model,
-        max_sequence_length=None,
-        position="sinusoidal",
-        mask_zero=True,
-        scale_embeddings=True,
-        embeddings_initializer=None,
-        max_length=None,
-        **kwargs,
-    ):
+    def __init__(self, vocabulary_size, d_model, max_sequence_length=None,
+                 position="sinusoidal", mask_zero=True, scale_embeddings=True,
+                 embeddings_initializer=None, max_length=None, **kwargs):
         super().__init__(**kwargs)
         max_sequence_length = v.renamed("max_length", max_length,
                                         "max_sequence_length",
@@ -152,25 +145,20 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         self.scale_embeddings = bool(scale_embeddings)
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(
-                stddev=self.d_model**-0.5
-            )
+                stddev=self.d_model**-0.5)
         self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer
-        )
+            embeddings_initializer)
         if self.position == "sinusoidal":
             self._pe = sinusoidal_position_encoding(self.max_sequence_length,
                                                     d_model)
         self.supports_masking = self.mask_zero
 
     def build(self, inputs_shape=None):
-        # autocast=False: the lookup gathers float32 rows and casts them
-        # (the values a bf16 copy of the table gives), so its gradient is a
-        # float32 scatter-add. Gathered from the autocast (bf16) table, the
-        # gradient summed in bf16 under JAX and PyTorch (1,000 gradients of
-        # 1 summed to 256, tests/test_backends.py), and on an H100 that
-        # bf16 scatter took 9.4 of transformer_base's 53 ms per step
-        # (bench/results/gpu_train_profile_NVIDIA_H100_80GB_HBM3.json). The
-        # output projection (``reverse``) casts the table itself.
+        # autocast=False: the lookup gathers float32 rows and casts them, so
+        # its gradient is a float32 scatter-add; a bf16 one summed 1,000
+        # gradients of 1 to 256 (tests/test_backends.py) and took 9.4 of
+        # transformer_base's 53 ms per step on an H100
+        # (bench/results/gpu_train_profile_NVIDIA_H100_80GB_HBM3.json).
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.vocabulary_size, self.d_model),
@@ -182,42 +170,33 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
                 name="position_embeddings",
                 shape=(self.max_sequence_length, self.d_model),
                 initializer=keras.initializers.RandomNormal(
-                    stddev=self.d_model**-0.5
-                ),
-            )
+                    stddev=self.d_model**-0.5))
         self.built = True
 
     def position_encoding(self, length, start_index=0):
         """``(length, d_model)`` encodings of positions start_index + [0, length)."""
-        table = (
-            ops.convert_to_tensor(self._pe)
-            if self.position == "sinusoidal"
-            # The variable's tensor: JAX's slice takes no Keras variable.
-            else ops.convert_to_tensor(self.position_embeddings)
-        )
+        # The variable's tensor: JAX's slice takes no Keras variable.
+        table = ops.convert_to_tensor(self._pe if self.position == "sinusoidal"
+                                      else self.position_embeddings)
         return ops.cast(
             ops.slice(table, [start_index, 0], [length, self.d_model]),
-            self.compute_dtype,
-        )
+            self.compute_dtype)
 
     def _check_ids(self, inputs, start_index):
         v.integer_ids("inputs", inputs)
         v.host_index("start_index", start_index)
         length = inputs.shape[-1]
-        if isinstance(length, int) and isinstance(start_index, numbers.Integral):
-            if start_index + length > self.max_sequence_length:
-                raise ValueError(
-                    f"`inputs` has sequence length {length} (start_index="
-                    f"{start_index}), longer than max_sequence_length="
-                    f"{self.max_sequence_length} of layer '{self.name}'"
-                )
+        if (isinstance(length, int) and isinstance(start_index, numbers.Integral)
+                and start_index + length > self.max_sequence_length):
+            raise ValueError(
+                f"`inputs` has sequence length {length} (start_index="
+                f"{start_index}), longer than max_sequence_length="
+                f"{self.max_sequence_length} of layer '{self.name}'")
 
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
-            logits = ops.matmul(
-                inputs, ops.transpose(ops.cast(self.embeddings, inputs.dtype))
-            )
-            return ops.cast(logits, "float32")
+            return ops.cast(ops.matmul(inputs, ops.transpose(
+                ops.cast(self.embeddings, inputs.dtype))), "float32")
         self._check_ids(inputs, start_index)
         x = ops.take(self.embeddings, inputs, axis=0)
         x = ops.cast(x, self.compute_dtype)
@@ -227,29 +206,23 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         if (keras.backend.backend() == "tensorflow"
                 and not (isinstance(length, int)
                          and isinstance(start_index, int))):
-            # A dynamic length in a TensorFlow graph: checked when it runs,
-            # before the table is sliced (a slice past the table's end
-            # would be cut short and fail to broadcast, or worse). JAX and
-            # PyTorch run with concrete shapes, checked above.
+            # A dynamic length in a TensorFlow graph, checked when it runs,
+            # before the table is sliced (a slice past its end would be cut
+            # short). JAX and PyTorch have concrete shapes, checked above.
             import tensorflow as tf
 
             check = tf.debugging.assert_less_equal(
-                start_index + length,
-                self.max_sequence_length,
-                message=(
+                start_index + length, self.max_sequence_length, message=(
                     f"`inputs` sequence length (plus start_index) exceeds "
                     f"max_sequence_length={self.max_sequence_length} of layer "
-                    f"'{self.name}'"
-                ),
-            )
+                    f"'{self.name}'"))
             with tf.control_dependencies([check]):
                 return x + self.position_encoding(length, start_index)
         return x + self.position_encoding(length, start_index)
 
     def compute_output_spec(self, inputs, start_index=0, reverse=False):
-        # Shapes without tracing ``call``: a symbolic length (JAX's shape
-        # polymorphism in a functional model) cannot be compared with
-        # ``max_sequence_length`` or slice the position table.
+        # Without tracing ``call``: a symbolic length (JAX's shape
+        # polymorphism) can neither be checked nor slice the table.
         if reverse:
             return keras.KerasTensor(
                 tuple(inputs.shape[:-1]) + (self.vocabulary_size,), "float32")
@@ -262,19 +235,9 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         return ops.not_equal(inputs, 0)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            vocabulary_size=self.vocabulary_size,
-            d_model=self.d_model,
-            max_sequence_length=self.max_sequence_length,
-            position=self.position,
-            mask_zero=self.mask_zero,
-            scale_embeddings=self.scale_embeddings,
-            embeddings_initializer=keras.initializers.serialize(
-                self.embeddings_initializer
-            ),
-        )
-        return config
+        return config_with(super().get_config(), self, (
+            "vocabulary_size", "d_model", "max_sequence_length", "position",
+            "mask_zero", "scale_embeddings"), ("embeddings_initializer",))
 
     @classmethod
     def from_config(cls, config):

@@ -11,35 +11,26 @@ position M + i) and key j score
          = (q_i + u)ᵀ k_j + (q_i + v)ᵀ W_{k,R} R_{i-j}
 
 where q = h W_q, k = [SG(m) ∘ h] W_k, R_d is the non-learned sinusoid of
-the distance d = M + i - j (Vaswani et al. §3.5 frequencies), W_{k,R} a
-separate projection of positions and u, v learned vectors per head
-(Dai et al. §3.3 and Appendix B). Scores are scaled by 1/sqrt(d_head).
-
-The (b)+(d) term is computed against the K = M + T distances in
-descending order (K-1, ..., 0) as a (T, K) matrix and then aligned with
-``rel_shift`` (Appendix B): pad one zero column, reshape, drop the first
-row. This is O(T·K) work with no gather.
-
-With ``same_length`` every query sees only ``mem_len`` keys, a band of the
-(T, K) score matrix; ``call`` then computes the scores of chunks of
-queries against their window of ``mem_len + chunk - 1`` keys only (same
-values, about 40% fewer scores at T = mem_len = M = 512). The window is
-read when ``call`` runs (the layer's ``mem_len``, or the ``mem_len`` call
-argument, which ``TransformerXLBlock`` passes from its own ``mem_len``).
+the distance d = M + i - j, W_{k,R} a separate projection of positions and
+u, v learned vectors per head (Dai et al. §3.3 and Appendix B), scaled by
+1/sqrt(d_head). (b)+(d) is computed against the K = M + T distances in
+descending order and aligned with ``rel_shift`` (Appendix B), O(T·K) with
+no gather.
 """
 
-import math
-
 import itertools
+import math
 
 import keras
 import numpy as np
 from keras import ops
 
 from keras_trm.utils import checks as v
-from keras_trm.layers._initializers import clone_initializer
+from keras_trm.layers._initializers import (
+    clone_initializer, config_with, known_last_dim)
 from keras_trm.layers.multi_head_attention import (
     MultiHeadAttention, mask_scores, masked_softmax)
+from keras_trm.layers.positional_embedding import even_d_model
 
 
 def relative_position_encoding(length, d_model, clamp_len=None,
@@ -51,19 +42,18 @@ def relative_position_encoding(length, d_model, clamp_len=None,
         R_d = [sin(d·ω_0), ..., sin(d·ω_{D/2-1}), cos(d·ω_0), ..., cos(d·ω_{D/2-1})]
         ω_k = 1 / 10000^(2k / D)
 
-    i.e. the frequencies of Vaswani et al. (2017) §3.5 but not interleaved
-    as in ``sinusoidal_position_encoding`` (the layout is only a fixed
-    permutation of channels; W_{k,R} is learned on top of it). Row r holds
-    the distance ``length - 1 - r``, clamped to ``clamp_len`` if given.
+    the frequencies of Vaswani et al. (2017) §3.5, not interleaved as in
+    ``sinusoidal_position_encoding`` (a fixed permutation of channels;
+    W_{k,R} is learned on top of it). Row r holds the distance
+    ``length - 1 - r``, clamped to ``clamp_len`` if given.
 
     Args:
         length: int >= 0 (may be a scalar tensor), number of distances.
         d_model: even int > 0, number of channels D.
-        clamp_len: optional int >= 0; distances larger than it use
-            ``R_{clamp_len}``. ``clamp_len=0`` clamps every distance to 0
-            (every row is R_0), whereas the reference code
-            (kimiyoung/transformer-xl) treats ``clamp_len <= 0`` as no
-            clamping; pass None for no clamping.
+        clamp_len: optional int >= 0; larger distances use ``R_{clamp_len}``.
+            ``clamp_len=0`` clamps every distance to 0, whereas the
+            reference code (kimiyoung/transformer-xl) treats ``clamp_len <=
+            0`` as no clamping; pass None for no clamping.
         dtype: dtype of the result.
 
     Returns:
@@ -83,24 +73,15 @@ def relative_position_encoding(length, d_model, clamp_len=None,
     >>> np.asarray(r)[-1].tolist()   # last row: distance 0 -> sines 0, cosines 1
     [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     """
-    v.positive_int("d_model", d_model)
-    if d_model % 2:
-        raise ValueError(
-            "`d_model` must be even for sinusoidal positions, got "
-            f"d_model={d_model}"
-        )
+    even_d_model(d_model)
     if isinstance(length, np.generic) or not hasattr(length, "shape"):
         length = v.non_negative_int("length", length)  # not a tensor
     pos = ops.cast(length - 1 - ops.arange(length), "float32")
     if clamp_len is not None:
-        clamp_len = v.non_negative_int("clamp_len", clamp_len)
-        pos = ops.minimum(pos, float(clamp_len))
+        pos = ops.minimum(pos, float(v.non_negative_int("clamp_len", clamp_len)))
     inv_freq = 1.0 / np.power(
-        10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model
-    )
-    angle = pos[:, None] * ops.convert_to_tensor(
-        inv_freq.astype("float32")
-    )[None, :]
+        10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
+    angle = pos[:, None] * ops.convert_to_tensor(inv_freq.astype("float32"))[None, :]
     pe = ops.concatenate([ops.sin(angle), ops.cos(angle)], axis=-1)
     return ops.cast(pe, dtype)
 
@@ -115,13 +96,11 @@ def rel_shift(x):
 
         y[..., i, j] = x[..., i, j + T - 1 - i]   for j <= (K - T) + i,
 
-    i.e. the score of query i (absolute position K - T + i) against key j,
-    at distance K - T + i - j. Entries with j > (K - T) + i (keys in the
-    future, always masked by causal attention) hold unspecified values.
-
-    The trick of the Transformer-XL reference code (Appendix B): pad a zero
-    column on the left, view the ``(T, K + 1)`` matrix as ``(K + 1, T)``,
-    drop its first row and view the rest as ``(T, K)``. No gather is used.
+    the score of query i (absolute position K - T + i) against key j.
+    Entries with j > (K - T) + i (future keys, always masked) hold
+    unspecified values. The trick of the reference code (Appendix B): pad a
+    zero column on the left, view the ``(T, K + 1)`` matrix as ``(K + 1,
+    T)``, drop its first row and view the rest as ``(T, K)``; no gather.
 
     Args:
         x: tensor of rank >= 2, ``(..., T, K)``.
@@ -143,8 +122,7 @@ def rel_shift(x):
     rank = len(x.shape)
     if rank < 2:
         raise ValueError(
-            f"`x` must have rank >= 2 (..., T, K), got shape {tuple(x.shape)}"
-        )
+            f"`x` must have rank >= 2 (..., T, K), got shape {tuple(x.shape)}")
     shape = ops.shape(x)
     lead = tuple(shape[:-2])
     q_len, k_len = shape[-2], shape[-1]
@@ -152,9 +130,18 @@ def rel_shift(x):
         raise ValueError(
             f"`x` must have K >= T (..., T, K), got shape {tuple(x.shape)}")
     x = ops.pad(x, [[0, 0]] * (rank - 1) + [[1, 0]])
-    x = ops.reshape(x, lead + (k_len + 1, q_len))
-    x = x[..., 1:, :]
+    x = ops.reshape(x, lead + (k_len + 1, q_len))[..., 1:, :]
     return ops.reshape(x, lead + (q_len, k_len))
+
+
+def checked_mem_len(mem_len, same_length):
+    """``mem_len`` as an int >= 0, > 0 with ``same_length`` (its window)."""
+    mem_len = v.non_negative_int("mem_len", mem_len)
+    if same_length and mem_len == 0:
+        raise ValueError(
+            "`same_length=True` bounds each query's window by `mem_len` "
+            "keys, so it needs mem_len > 0, got mem_len=0")
+    return mem_len
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
@@ -167,22 +154,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         out_i = (Σ_j softmax_j(A_ij / sqrt(d_head)) v_j) W_o
 
     for queries ``query[:, i]`` at absolute positions ``M + i`` and keys /
-    values ``value[:, j]`` at positions ``j`` of the extended context
-    (``M = K - T``): the queries must be the last T positions of ``value``
-    (``value = concat([stop_gradient(memory), query], axis=1)``; see
-    ``TransformerXLBlock``). R is ``relative_position_encoding`` (the
-    concatenated [sin, cos] layout of the reference code). Attention is
-    always causal: query i sees keys ``j <= M + i`` (the relative positions
-    cover distances >= 0 only).
+    values ``value[:, j]`` of the extended context (``M = K - T``): the
+    queries are the last T positions of ``value`` (``concat([
+    stop_gradient(memory), query], axis=1)``; see ``TransformerXLBlock``).
+    R is ``relative_position_encoding``. Attention is always causal: query
+    i sees keys ``j <= M + i``.
 
     Weights (``get_weights()`` order): ``query_kernel``, ``key_kernel``,
-    ``value_kernel`` of shape ``(d_in, num_heads, key_dim)`` (W_q, W_{k,E},
-    W_v), ``position_kernel`` ``(d_model_k, num_heads, key_dim)`` (W_{k,R},
-    never a bias), ``output_kernel`` ``(num_heads, key_dim, d_out)``, each
+    ``value_kernel`` ``(d_in, num_heads, key_dim)`` (W_q, W_{k,E}, W_v),
+    ``position_kernel`` ``(d_model_k, num_heads, key_dim)`` (W_{k,R}, never
+    a bias), ``output_kernel`` ``(num_heads, key_dim, d_out)``, each
     projection followed by its bias when ``use_bias``; then ``content_bias``
     (u) and ``position_bias`` (v), both ``(num_heads, key_dim)``, when
-    ``untie_biases``. The reference code uses no projection biases
-    (``use_bias=False``, the default): u already acts as a query bias.
+    ``untie_biases``. The reference code uses no projection biases (the
+    default): u already acts as a query bias.
 
     Args:
         num_heads: int > 0.
@@ -192,28 +177,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         output_shape: int, last dimension of the output (default: the
             query's last dimension).
         same_length: bool; if True every query sees at most ``mem_len``
-            keys, itself included: with p = M + i the query's position in
-            the extended context, keys j with ``p - mem_len < j <= p``. This
-            is ``same_length`` of the reference PyTorch code
-            (kimiyoung/transformer-xl, ``mem_transformer.py``,
-            ``MemTransformerLM._forward``: ``triu(1 + mlen) +
-            tril(-mask_shift_len)``): the window is bounded by the
-            configured ``mem_len``, not by the memory length M of the call,
-            so a stream's first segment also sees up to ``mem_len`` keys.
-        mem_len: optional int > 0, the window of ``same_length``. With
-            ``same_length`` it is needed here or as the ``mem_len`` call
-            argument (which overrides it). A ``TransformerXLBlock`` creates
-            its attention without one and passes its own ``mem_len`` to
-            every call, so the block's is the only stored value (as the one
-            ``mem_len`` that ``reset_length`` of the reference code sets).
+            keys, itself included (keys j with ``p - mem_len < j <= p``, p
+            = M + i), as ``same_length`` of the reference code
+            (kimiyoung/transformer-xl, ``MemTransformerLM._forward``): the
+            window is the configured ``mem_len``, not the memory length M
+            of the call. Computed in key windows where that is smaller.
+        mem_len: optional int > 0, the window of ``same_length``, here or
+            as the ``mem_len`` call argument (which overrides it; a
+            ``TransformerXLBlock`` passes its own to every call).
         clamp_len: optional int >= 0; relative distances above it use
-            R_{clamp_len}. ``clamp_len=0`` clamps every distance to 0 (all
-            positions use R_0), whereas the reference code treats
-            ``clamp_len <= 0`` as no clamping; pass None for no clamping.
-        untie_biases: bool; if True (default) the layer owns its u and v. If
-            False it creates none and they must be passed to ``call``
-            (``content_bias``/``position_bias``), e.g. one pair shared by
-            all layers (``untie_r=False`` in the reference code). Passed
+            R_{clamp_len} (0 clamps all, unlike the reference code, which
+            treats ``clamp_len <= 0`` as no clamping; None: no clamping).
+        untie_biases: bool; if True (default) the layer owns its u and v,
+            else they must be passed to ``call`` (e.g. one pair shared by
+            all layers, ``untie_r=False`` in the reference code). Passed
             biases override owned ones.
         kernel_initializer, bias_initializer: initializers of projections.
         relative_bias_initializer: initializer of u and v (default zeros).
@@ -231,23 +208,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return_attention_scores: bool, also return the probabilities
             ``(batch, num_heads, T, K)`` (float32 before dropout).
         mem_len: optional int > 0, the window of ``same_length`` for this
-            call (default: the layer's ``mem_len``); unused without
-            ``same_length``. A Python int, read when the call is traced: a
-            ``tf.function`` traced around the call keeps that value.
+            call (default: the layer's). A Python int, read when the call
+            is traced.
 
     Returns:
         ``(batch, T, output_shape)`` in the compute dtype, or a tuple
         ``(output, probabilities)``.
 
     Raises:
-        ValueError: bad constructor arguments, an odd key ``d_model`` (the
-            sinusoids need an even size), ``key`` shorter than ``query``,
-            missing or mis-shaped u/v, ``same_length`` without a
-            ``mem_len`` > 0 (neither the layer's nor the call's), inputs
-            not of rank 3, batch sizes or key and value lengths that
-            differ, an ``attention_mask`` not broadcastable to (batch, T,
-            K).
-        TypeError: a non-integer ``mem_len`` (checked with or without
+        ValueError: bad constructor arguments, an odd key ``d_model``,
+            ``key`` shorter than ``query``, missing or mis-shaped u/v,
+            ``same_length`` without a ``mem_len`` > 0, inputs not of rank
+            3, batch sizes or key and value lengths that differ, an
+            ``attention_mask`` not broadcastable to (batch, T, K).
+        TypeError: a non-integer ``mem_len`` (with or without
             ``same_length``).
 
     Example:
@@ -264,22 +238,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     0.0
     """
 
-    def __init__(
-        self,
-        num_heads,
-        key_dim,
-        dropout=0.0,
-        use_bias=False,
-        output_shape=None,
-        same_length=False,
-        clamp_len=None,
-        untie_biases=True,
-        mem_len=None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        relative_bias_initializer="zeros",
-        **kwargs,
-    ):
+    def __init__(self, num_heads, key_dim, dropout=0.0, use_bias=False,
+                 output_shape=None, same_length=False, clamp_len=None,
+                 untie_biases=True, mem_len=None,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 relative_bias_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
         self.num_heads = v.positive_int("num_heads", num_heads)
         self.key_dim = v.positive_int("key_dim", key_dim)
@@ -289,9 +252,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             output_shape = v.positive_int("output_shape", output_shape)
         self._output_shape = output_shape
         self.same_length = bool(same_length)
-        self.mem_len = None if mem_len is None else self._checked_window(
-            mem_len
-        )
+        self.mem_len = (None if mem_len is None
+                        else checked_mem_len(mem_len, self.same_length))
         if clamp_len is not None:
             clamp_len = v.non_negative_int("clamp_len", clamp_len)
         self.clamp_len = clamp_len
@@ -299,91 +261,64 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.relative_bias_initializer = keras.initializers.get(
-            relative_bias_initializer
-        )
-        # Compute same_length attention in key windows (see
-        # ``_band_attention``); False forces the dense (T, K) scores.
+            relative_bias_initializer)
+        # Compute same_length attention in key windows (``_band_attention``);
+        # False forces the dense (T, K) scores.
         self.use_band = True
-        self._dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy
-        )
+        self._dropout_layer = keras.layers.Dropout(self.dropout,
+                                                   dtype=self.dtype_policy)
 
     def build(self, query_shape, value_shape=None, key_shape=None,
               **unused_kwargs):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
-        for name, shape in (("query", query_shape), ("value", value_shape),
-                            ("key", key_shape)):
-            if shape[-1] is None:
-                raise ValueError(
-                    f"The last dimension of `{name}` must be known, got "
-                    f"shape {tuple(shape)}"
-                )
-        d_pos = key_shape[-1]
+        known_last_dim("query", query_shape)
+        known_last_dim("value", value_shape)
+        d_pos = known_last_dim("key", key_shape)
         if d_pos % 2:
             raise ValueError(
                 "The last dimension of `key` (d_model of the sinusoids R) "
-                f"must be even, got key shape {tuple(key_shape)}"
-            )
+                f"must be even, got key shape {tuple(key_shape)}")
         self._d_pos = d_pos
         h, k = self.num_heads, self.key_dim
         out_dim = self._output_shape or query_shape[-1]
         weights_made = itertools.count()
 
-        def fresh(initializer):
+        def weight(name, shape, initializer):
             # Every weight its own initializer (W_q, W_k, W_v, W_k,R differ).
-            return clone_initializer(initializer, next(weights_made))
+            return self.add_weight(name=name, shape=shape, initializer=(
+                clone_initializer(initializer, next(weights_made))))
 
         def proj(name, d_in, use_bias):
-            kernel = self.add_weight(
-                name=f"{name}_kernel", shape=(d_in, h, k),
-                initializer=fresh(self.kernel_initializer),
-            )
-            bias = None
-            if use_bias:
-                bias = self.add_weight(
-                    name=f"{name}_bias", shape=(h, k),
-                    initializer=fresh(self.bias_initializer),
-                )
-            return kernel, bias
+            kernel = weight(f"{name}_kernel", (d_in, h, k),
+                            self.kernel_initializer)
+            return kernel, (weight(f"{name}_bias", (h, k),
+                                   self.bias_initializer) if use_bias else None)
 
-        self.query_kernel, self.query_bias = proj(
-            "query", query_shape[-1], self.use_bias
-        )
-        self.key_kernel, self.key_bias = proj(
-            "key", key_shape[-1], self.use_bias
-        )
-        self.value_kernel, self.value_bias = proj(
-            "value", value_shape[-1], self.use_bias
-        )
+        self.query_kernel, self.query_bias = proj("query", query_shape[-1],
+                                                  self.use_bias)
+        self.key_kernel, self.key_bias = proj("key", d_pos, self.use_bias)
+        self.value_kernel, self.value_bias = proj("value", value_shape[-1],
+                                                  self.use_bias)
         self.position_kernel, _ = proj("position", d_pos, False)
-        self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(h, k, out_dim),
-            initializer=fresh(self.kernel_initializer),
-        )
-        self.output_bias = None
+        self.output_kernel = weight("output_kernel", (h, k, out_dim),
+                                    self.kernel_initializer)
+        self.output_bias = self.content_bias = self.position_bias = None
         if self.use_bias:
-            self.output_bias = self.add_weight(
-                name="output_bias", shape=(out_dim,),
-                initializer=fresh(self.bias_initializer),
-            )
-        self.content_bias = self.position_bias = None
+            self.output_bias = weight("output_bias", (out_dim,),
+                                      self.bias_initializer)
         if self.untie_biases:
-            self.content_bias = self.add_weight(
-                name="content_bias", shape=(h, k),
-                initializer=fresh(self.relative_bias_initializer),
-            )
-            self.position_bias = self.add_weight(
-                name="position_bias", shape=(h, k),
-                initializer=fresh(self.relative_bias_initializer),
-            )
+            self.content_bias = weight("content_bias", (h, k),
+                                       self.relative_bias_initializer)
+            self.position_bias = weight("position_bias", (h, k),
+                                        self.relative_bias_initializer)
         self.built = True
 
     # -- pieces ------------------------------------------------------------
     @staticmethod
     def _project(x, kernel, bias):
-        """(B, T, d) x (d, h, k) -> (B, T, h, k): ``MultiHeadAttention``'s
-        projection, the weights cast to ``x``'s dtype."""
+        """``MultiHeadAttention``'s projection, the weights cast to ``x``'s
+        dtype: (B, T, d) x (d, h, k) -> (B, T, h, k)."""
         return MultiHeadAttention._project(
             x, ops.cast(kernel, x.dtype),
             None if bias is None else ops.cast(bias, x.dtype))
@@ -393,25 +328,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if bias is None:
             raise ValueError(
                 f"`{name}` must be passed to layer '{self.name}' (created "
-                "with untie_biases=False, so it owns no u/v)"
-            )
+                "with untie_biases=False, so it owns no u/v)")
         if tuple(bias.shape) != (self.num_heads, self.key_dim):
             raise ValueError(
                 f"`{name}` must have shape (num_heads={self.num_heads}, "
                 f"key_dim={self.key_dim}), got {name}.shape="
-                f"{tuple(bias.shape)}"
-            )
+                f"{tuple(bias.shape)}")
         return bias
-
-    def _checked_window(self, mem_len):
-        """``mem_len`` validated as the window of ``same_length``."""
-        mem_len = v.non_negative_int("mem_len", mem_len)
-        if self.same_length and mem_len == 0:
-            raise ValueError(
-                "`same_length=True` bounds each query's window by `mem_len` "
-                "keys, so it needs mem_len > 0, got mem_len=0"
-            )
-        return mem_len
 
     @staticmethod
     def _check_inputs(query, value, key, attention_mask):
@@ -435,15 +358,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         the layer's; None without ``same_length``."""
         if not self.same_length:
             return None
-        if mem_len is None:
-            mem_len = self.mem_len
+        mem_len = self.mem_len if mem_len is None else mem_len
         if mem_len is None:
             raise ValueError(
                 "`same_length=True` bounds each query's window by `mem_len` "
                 f"keys: layer '{self.name}' has mem_len=None, so pass "
-                "mem_len > 0 to its constructor or to the call"
-            )
-        return self._checked_window(mem_len)
+                "mem_len > 0 to its constructor or to the call")
+        return checked_mem_len(mem_len, True)
 
     def attention_mask_for(self, q_len, k_len, mem_len=None):
         """Bool ``(T, K)``: True where query i may see key j.
@@ -454,53 +375,47 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         ``mem_len`` defaults to the layer's).
         """
         window = self._window(mem_len)
-        p = ops.arange(q_len)[:, None] + (k_len - q_len)
-        j = ops.arange(k_len)[None, :]
-        mask = ops.less_equal(j, p)
-        if window is not None:
-            mask = ops.logical_and(mask, ops.greater(j, p - window))
-        return mask
+        causal = MultiHeadAttention.causal_mask
+        mask = causal(q_len, k_len, offset=k_len - q_len)
+        if window is None:
+            return mask
+        return ops.logical_and(mask, ops.logical_not(
+            causal(q_len, k_len, offset=k_len - q_len - window)))
 
-    def _positions(self, length, dtype):
-        """W_{k,R} R for distances length-1, ..., 0: (length, h, d_head)."""
+    def _scores(self, q, k, length, content_bias, position_bias, n=""):
+        """Scaled A_ij in float32, ``(B, [n,] h, T, length)``, of projected
+        queries and keys ``(B, [n,] T or length, h, d_head)``: (a) + (c) as
+        ``(q_i + u)ᵀ k_j``, (b) + (d) as ``(q_i + v)ᵀ W_{k,R} R`` against
+        distances ``length - 1, ..., 0``, aligned by ``rel_shift``."""
+        u = self._bias("content_bias", content_bias, self.content_bias)
+        rv = self._bias("position_bias", position_bias, self.position_bias)
         r = relative_position_encoding(length, self._d_pos, self.clamp_len,
-                                       dtype=dtype)
+                                       dtype=q.dtype)
         d, h, dh = self.position_kernel.shape
-        return ops.reshape(
-            ops.matmul(r, ops.reshape(
-                ops.cast(self.position_kernel, r.dtype), (d, h * dh))),
-            (length, h, dh),
-        )
+        r = ops.reshape(ops.matmul(r, ops.reshape(
+            ops.cast(self.position_kernel, r.dtype), (d, h * dh))),
+            (length, h, dh))
+        content = ops.einsum(f"b{n}qhd,b{n}khd->b{n}hqk",
+                             q + ops.cast(u, q.dtype), k)
+        position = rel_shift(ops.einsum(f"b{n}qhd,khd->b{n}hqk",
+                                        q + ops.cast(rv, q.dtype), r))
+        return ops.cast(content + position, "float32") * (
+            1.0 / math.sqrt(self.key_dim))
 
     def _logits(self, query, key, attention_mask, content_bias,
                 position_bias, mem_len):
         """Scaled A_ij in float32 ``(B, h, T, K)`` and the bool mask of the
         keys each query may see (broadcastable to them)."""
-        u = self._bias("content_bias", content_bias, self.content_bias)
-        rv = self._bias("position_bias", position_bias, self.position_bias)
-        q_len = ops.shape(query)[1]
-        k_len = ops.shape(key)[1]
+        q_len, k_len = ops.shape(query)[1], ops.shape(key)[1]
         if isinstance(q_len, int) and isinstance(k_len, int) and k_len < q_len:
             raise ValueError(
                 "`key`/`value` must hold the memory followed by the T query "
                 f"positions (K >= T), got query.shape={tuple(query.shape)} "
-                f"and key.shape={tuple(key.shape)}"
-            )
-        q = self._project(query, self.query_kernel, self.query_bias)
-        k = self._project(key, self.key_kernel, self.key_bias)
-        # W_{k,R} R for distances K-1, ..., 0: (K, h, d_head).
-        r = self._positions(k_len, q.dtype)
-        # (a) + (c): (q_i + u)ᵀ k_j.
-        content = ops.einsum(
-            "bqhd,bkhd->bhqk", q + ops.cast(u, q.dtype), k
-        )
-        # (b) + (d): (q_i + v)ᵀ W_{k,R} R, then aligned to (i, j).
-        position = ops.einsum(
-            "bqhd,khd->bhqk", q + ops.cast(rv, q.dtype), r
-        )
-        position = rel_shift(position)
-        scale = 1.0 / math.sqrt(self.key_dim)
-        logits = ops.cast(content + position, "float32") * scale
+                f"and key.shape={tuple(key.shape)}")
+        logits = self._scores(
+            self._project(query, self.query_kernel, self.query_bias),
+            self._project(key, self.key_kernel, self.key_bias), k_len,
+            content_bias, position_bias)
         mask = self.attention_mask_for(q_len, k_len, mem_len)[None, None]
         if attention_mask is not None:
             extra = ops.cast(attention_mask, "bool")
@@ -512,12 +427,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def attention_logits(self, query, value, key=None, attention_mask=None,
                          content_bias=None, position_bias=None,
                          mem_len=None):
-        """The pre-softmax scores A_ij / sqrt(d_head), float32.
-
-        Same arguments as ``call``. Returns ``(batch, num_heads, T, K)``
-        with masked entries (future keys, ``same_length``,
-        ``attention_mask``) set to -1e9.
-        """
+        """The pre-softmax scores A_ij / sqrt(d_head), float32 ``(batch,
+        num_heads, T, K)``, -1e9 where masked. Arguments as ``call``."""
         key = value if key is None else key
         if not self.built:
             self.build(tuple(query.shape), tuple(value.shape),
@@ -527,22 +438,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                                          mem_len))
 
     # -- same_length in bands ----------------------------------------------
-    # Candidate query-chunk sizes of the banded path, most preferred first.
-    # 128 measured fastest at T = mem_len = 512 (bench/bench_transformer_xl.py at 32da1ca).
+    # Query-chunk sizes of the banded path, most preferred first; 128 was
+    # fastest at T = mem_len = 512 (bench/bench_transformer_xl.py at 32da1ca).
     _BAND_CHUNKS = (128, 64, 32, 16)
 
     def _band_chunk(self, q_len, k_len, window):
         """Query-chunk size c of the banded path, or None for the dense one.
 
-        With ``same_length`` query p sees only the ``window`` (``mem_len``)
-        keys ``p - window < j <= p``: a band. A chunk of c consecutive
-        queries then needs only ``window + c - 1`` keys instead of all K.
-        The band is used when the shapes are static, c divides T and the
-        windows are shorter than K (so that fewer scores are computed).
-        """
+        With ``same_length`` a chunk of c queries needs only ``window + c -
+        1`` keys: used when the shapes are static, c divides T and the
+        windows are shorter than K (40% fewer scores at T = mem_len = M =
+        512)."""
         if window is None or not (
-            isinstance(q_len, int) and isinstance(k_len, int)
-        ):
+                isinstance(q_len, int) and isinstance(k_len, int)):
             return None
         for c in self._BAND_CHUNKS:
             if q_len % c == 0 and window + c - 1 < k_len:
@@ -550,62 +458,42 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return None
 
     def _band_attention(self, query, key, value, chunk, window,
-                        content_bias, position_bias, training):
-        """``softmax(A) V`` per head, ``(B, T, h, d_head)``, in key windows.
+                        content_bias, position_bias):
+        """``softmax(A)`` and the values ``(B, n, h, c, win)``,
+        ``(B, n, win, h, d_head)`` of ``same_length`` in key windows.
 
-        Exactly the scores of ``_logits`` restricted to the band of
-        ``same_length``: queries are cut into ``n = T / c`` chunks; chunk a
-        (queries ``a·c .. a·c + c - 1``, absolute positions ``M + a·c + i``)
-        attends to the ``W + c - 1`` keys ending at its last query (W =
-        ``window``; keys before position 0 are zero padding, masked). In
-        each window the chunk is a segment of c queries with ``W - 1``
-        memory positions, so (b)+(d) is the same ``rel_shift`` against
-        distances ``W + c - 2, ..., 0``. Masked scores (-1e9) have zero
-        probability, so the result equals the dense path's.
+        Queries are cut into ``n = T / c`` chunks; chunk a attends to the
+        ``win = W + c - 1`` keys ending at its last query (W = ``window``;
+        keys before position 0 are masked zero padding), a segment of c
+        queries with ``W - 1`` memory positions, so (b)+(d) is the same
+        ``rel_shift``. The result equals the dense path's.
         """
-        u = self._bias("content_bias", content_bias, self.content_bias)
-        rv = self._bias("position_bias", position_bias, self.position_bias)
         q_len, k_len = query.shape[1], key.shape[1]
-        m_len, width = k_len - q_len, window
-        n, win = q_len // chunk, width + chunk - 1
-        h, dh = self.num_heads, self.key_dim
+        n, win = q_len // chunk, window + chunk - 1
         q = self._project(query, self.query_kernel, self.query_bias)
-        q = ops.reshape(q, (-1, n, chunk, h, dh))
+        q = ops.reshape(q, (-1, n, chunk, self.num_heads, self.key_dim))
         # Window a covers padded key positions M + a·c .. M + a·c + win - 1
         # (key j sits at padded position j + W - 1).
-        starts = m_len + chunk * np.arange(n)
-        pad = [[0, 0], [width - 1, 0], [0, 0], [0, 0]]
+        starts = k_len - q_len + chunk * np.arange(n)
+        pad = [[0, 0], [window - 1, 0], [0, 0], [0, 0]]
 
         def windows(x, kernel, bias):
             x = ops.pad(self._project(x, kernel, bias), pad)
             # n static slices (as fast as a gather): (B, n, win, h, d_head).
             return ops.stack([x[:, s:s + win] for s in starts], axis=1)
 
-        k = windows(key, self.key_kernel, self.key_bias)
-        r = self._positions(win, q.dtype)
-        content = ops.einsum(
-            "bnqhd,bnkhd->bnhqk", q + ops.cast(u, q.dtype), k
-        )
-        position = rel_shift(ops.einsum(
-            "bnqhd,khd->bnhqk", q + ops.cast(rv, q.dtype), r
-        ))
-        scale = 1.0 / math.sqrt(self.key_dim)
-        logits = ops.cast(content + position, "float32") * scale
+        logits = self._scores(q, windows(key, self.key_kernel, self.key_bias),
+                              win, content_bias, position_bias, n="n")
         # Query i of a window sits at W - 1 + i: distance W - 1 + i - w in
         # [0, W - 1], and the key must be real (padded position >= W - 1).
         i = np.arange(chunk)[:, None]
         w = np.arange(win)[None, :]
-        dist = width - 1 + i - w
-        mask = (dist >= 0) & (dist < width)
-        mask = mask[None] & (starts[:, None, None] + w[None] >= width - 1)
+        dist = window - 1 + i - w
+        mask = ((dist >= 0) & (dist < window))[None] & (
+            starts[:, None, None] + w[None] >= window - 1)
         probs = masked_softmax(logits,
                                ops.convert_to_tensor(mask[None, :, None]))
-        dropped = self._dropout_layer(
-            ops.cast(probs, self.compute_dtype), training=training
-        )
-        val = windows(value, self.value_kernel, self.value_bias)
-        out = ops.einsum("bnhqk,bnkhd->bnqhd", dropped, val)
-        return ops.reshape(out, (-1, q_len, h, dh))
+        return probs, windows(value, self.value_kernel, self.value_bias)
 
     def call(self, query, value, key=None, attention_mask=None,
              content_bias=None, position_bias=None, training=None,
@@ -613,33 +501,29 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         self._check_inputs(query, value, key, attention_mask)
         if mem_len is not None:
-            self._checked_window(mem_len)
+            checked_mem_len(mem_len, self.same_length)
         window = self._window(mem_len)
         chunk = None
-        if attention_mask is None and not return_attention_scores and (
-            self.use_band
-        ):
+        if (attention_mask is None and not return_attention_scores
+                and self.use_band and key.shape[1] == value.shape[1]):
             chunk = self._band_chunk(query.shape[1], key.shape[1], window)
-            if key.shape[1] != value.shape[1]:
-                chunk = None
         if chunk is not None:
-            out = self._band_attention(query, key, value, chunk, window,
-                                       content_bias, position_bias, training)
+            probs, val = self._band_attention(
+                query, key, value, chunk, window, content_bias, position_bias)
+            equation = "bnhqk,bnkhd->bnqhd"
         else:
             probs = masked_softmax(*self._logits(
                 query, key, attention_mask, content_bias, position_bias,
                 window))
-            dropped = self._dropout_layer(
-                ops.cast(probs, self.compute_dtype), training=training
-            )
             val = self._project(value, self.value_kernel, self.value_bias)
-            out = ops.einsum("bhqk,bkhd->bqhd", dropped, val)
+            equation = "bhqk,bkhd->bqhd"
+        dropped = self._dropout_layer(ops.cast(probs, self.compute_dtype),
+                                      training=training)
+        out = ops.einsum(equation, dropped, val)
         h, dh, d_out = self.output_kernel.shape
-        out = ops.reshape(out, tuple(ops.shape(out)[:-2]) + (h * dh,))
-        out = ops.matmul(
-            out, ops.reshape(ops.cast(self.output_kernel, out.dtype),
-                             (h * dh, d_out))
-        )
+        out = ops.reshape(out, tuple(ops.shape(query)[:2]) + (h * dh,))
+        out = ops.matmul(out, ops.reshape(
+            ops.cast(self.output_kernel, out.dtype), (h * dh, d_out)))
         if self.output_bias is not None:
             out = out + ops.cast(self.output_bias, out.dtype)
         if return_attention_scores:
@@ -649,29 +533,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def compute_output_shape(self, query_shape, value_shape=None,
                              key_shape=None):
         return tuple(query_shape[:-1]) + (
-            self._output_shape or query_shape[-1],
-        )
+            self._output_shape or query_shape[-1],)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            key_dim=self.key_dim,
-            dropout=self.dropout,
-            use_bias=self.use_bias,
-            output_shape=self._output_shape,
-            same_length=self.same_length,
-            mem_len=self.mem_len,
-            clamp_len=self.clamp_len,
-            untie_biases=self.untie_biases,
-            kernel_initializer=keras.initializers.serialize(
-                self.kernel_initializer
-            ),
-            bias_initializer=keras.initializers.serialize(
-                self.bias_initializer
-            ),
-            relative_bias_initializer=keras.initializers.serialize(
-                self.relative_bias_initializer
-            ),
-        )
+        config = config_with(super().get_config(), self, (
+            "num_heads", "key_dim", "dropout", "use_bias", "same_length",
+            "mem_len", "clamp_len", "untie_biases"), (
+            "kernel_initializer", "bias_initializer",
+            "relative_bias_initializer"))
+        config["output_shape"] = self._output_shape
         return config

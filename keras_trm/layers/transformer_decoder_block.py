@@ -4,8 +4,7 @@ import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
-
-from keras_trm.layers.transformer_encoder_block import _BlockBase
+from keras_trm.layers.transformer_encoder_block import _BlockBase, key_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
@@ -51,29 +50,23 @@ class TransformerDecoderBlock(_BlockBase):
     """
 
     def build(self, inputs_shape, encoder_outputs_shape=None, **kwargs):
-        d_model = self._check_d_model("inputs", inputs_shape)
         if encoder_outputs_shape is None:
             encoder_outputs_shape = inputs_shape
-        self.self_attention = self._attention(d_model, "self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self.cross_attention = self._attention(d_model, "cross_attention")
-        self.cross_attention.build(inputs_shape, encoder_outputs_shape)
-        self.cross_attention_norm = self._norm("cross_attention_norm")
-        self.cross_attention_norm.build(inputs_shape)
-        self._build_ffn(d_model, inputs_shape)
-        self.built = True
+        self.self_attention = self._attention("self_attention", inputs_shape,
+                                              inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm",
+                                              inputs_shape)
+        self.cross_attention = self._attention(
+            "cross_attention", inputs_shape, encoder_outputs_shape)
+        self.cross_attention_norm = self._norm("cross_attention_norm",
+                                               inputs_shape)
+        self._build_ffn(inputs_shape)
 
     def cross_attention_key_value_heads(self, encoder_outputs):
         """Encoder keys/values for ``call_with_cache``, projected once.
 
-        Args:
-            encoder_outputs: float ``(batch, T_enc, d_model)``.
-
-        Returns:
-            ``(keys, values)``, each ``(batch, num_heads, T_enc, d_model //
-            num_heads)`` (``MultiHeadAttention.key_value_heads``).
+        ``encoder_outputs`` float ``(batch, T_enc, d_model)`` -> ``(keys,
+        values)``, each ``(batch, num_heads, T_enc, d_model // num_heads)``.
         """
         return self.cross_attention.key_value_heads(encoder_outputs)
 
@@ -83,9 +76,7 @@ class TransformerDecoderBlock(_BlockBase):
         """One incremental decoding step of this layer (inference).
 
         The arithmetic of ``call`` for the new position(s) ``inputs``, with
-        head-major caches: the self-attention cache holds the keys/values of
-        the positions decoded so far and grows by ``T`` positions; the
-        cross-attention cache is ``cross_attention_key_value_heads``'s.
+        head-major caches (``MultiHeadAttention.call_with_cache``).
 
         Args:
             inputs: float ``(batch, T, d_model)``, the embedded new
@@ -94,18 +85,14 @@ class TransformerDecoderBlock(_BlockBase):
                 num_heads, S, d_k)``; ``S`` may be 0.
             cross_attention_cache: ``(keys, values)``, each float
                 ``(sentences, num_heads, T_enc, d_k)``: one row per row of
-                ``inputs``, or one per sentence when ``inputs`` holds k rows
-                per sentence (k = batch / sentences, a sentence's rows
-                consecutive, as beam search lays out its hypotheses).
+                ``inputs``, or per sentence of k consecutive rows (beam
+                search's hypotheses).
             encoder_padding_mask: optional bool ``(sentences, T_enc)``, True
-                at real source tokens, or the same already broadcast to
-                ``(sentences, 1, 1, T_enc)`` (what a decoding loop computes
-                once per step for all layers).
+                at real source tokens, or already ``(sentences, 1, 1,
+                T_enc)``.
             self_attention_cache_update_index: optional int (scalar
-                tensor): the self-attention cache has a fixed size S
-                (static shapes, for XLA) and ``inputs`` are written at this
-                position (``MultiHeadAttention.call_with_cache``'s
-                ``cache_update_index``).
+                tensor), the ``cache_update_index`` of the self-attention
+                cache (fixed size S).
 
         Returns:
             ``(outputs (batch, T, d_model), self_attention_cache with S + T
@@ -128,8 +115,7 @@ class TransformerDecoderBlock(_BlockBase):
         """
         cross_mask = encoder_padding_mask
         if cross_mask is not None and len(cross_mask.shape) == 2:
-            cross_mask = ops.expand_dims(ops.expand_dims(
-                ops.cast(cross_mask, "bool"), 1), 1)
+            cross_mask = ops.expand_dims(key_mask(cross_mask), 1)
         new_cache = None
 
         def self_attend(y):
@@ -141,10 +127,8 @@ class TransformerDecoderBlock(_BlockBase):
 
         def cross_attend(y):
             # The rows of ``y`` may be k hypotheses per sentence (beam
-            # search) over one cache row per sentence: the k * T queries of
-            # a sentence attend to its keys together (each query on its
-            # own, so the outputs are those of k repeated cache rows, with
-            # k times less cache read).
+            # search): a sentence's k * T queries attend to its one cache
+            # row together (as k repeated rows, with k times less read).
             shape = ops.shape(y)
             sentences = ops.shape(cross_attention_cache[0])[0]
             grouped = ops.reshape(y, (sentences, -1, y.shape[-1]))
@@ -159,14 +143,8 @@ class TransformerDecoderBlock(_BlockBase):
         x = self._residual(x, self.cross_attention_norm, cross_attend, False)
         return self._ffn(x, False), new_cache
 
-    def call(
-        self,
-        inputs,
-        encoder_outputs,
-        decoder_padding_mask=None,
-        encoder_padding_mask=None,
-        training=None,
-    ):
+    def call(self, inputs, encoder_outputs, decoder_padding_mask=None,
+             encoder_padding_mask=None, training=None):
         if decoder_padding_mask is None:
             decoder_padding_mask = getattr(inputs, "_keras_mask", None)
         if encoder_padding_mask is None:
@@ -176,35 +154,22 @@ class TransformerDecoderBlock(_BlockBase):
         v.mask_shape("encoder_padding_mask", encoder_padding_mask,
                      encoder_outputs.shape[:-1], "(batch, T_enc), as `encoder_outputs`")
 
-        # 1. Masked self-attention (§3.2.3): padded keys and the future are
-        # hidden.
-        self_mask = None
-        if decoder_padding_mask is not None:
-            self_mask = ops.expand_dims(ops.cast(decoder_padding_mask, "bool"), 1)
-
-        def self_attend(y):
-            return self.self_attention(
-                y, y, attention_mask=self_mask, use_causal_mask=True,
-                training=training,
-            )
-
+        # Masked self-attention (§3.2.3): padded keys and the future are
+        # hidden; then queries from the decoder over the encoder output.
+        self_mask = key_mask(decoder_padding_mask)
+        cross_mask = key_mask(encoder_padding_mask)
         x = self._residual(
-            inputs, self.self_attention_norm, self_attend, training
-        )
-
-        # 2. Encoder-decoder attention: queries from the decoder, keys and
-        # values from the encoder output (§3.2.3).
-        cross_mask = None
-        if encoder_padding_mask is not None:
-            cross_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), 1)
-
-        def cross_attend(y):
-            return self.cross_attention(
+            inputs, self.self_attention_norm,
+            lambda y: self.self_attention(
+                y, y, attention_mask=self_mask, use_causal_mask=True,
+                training=training),
+            training)
+        x = self._residual(
+            x, self.cross_attention_norm,
+            lambda y: self.cross_attention(
                 y, encoder_outputs, attention_mask=cross_mask,
-                training=training,
-            )
-
-        x = self._residual(x, self.cross_attention_norm, cross_attend, training)
+                training=training),
+            training)
         return self._ffn(x, training)
 
     def compute_mask(self, inputs, *args, **kwargs):

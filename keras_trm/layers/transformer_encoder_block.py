@@ -4,13 +4,21 @@ import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
-from keras_trm.layers._initializers import clone_initializer
+from keras_trm.layers._initializers import (
+    clone_initializer, config_with, known_last_dim)
 from keras_trm.layers.multi_head_attention import MultiHeadAttention
 
 # Sub-layers of a block get their kernel initializer cloned at offsets this
 # far apart, so that a seeded initializer still gives every weight its own
 # seed (an attention layer numbers its own weights below this).
 _SUBLAYER_STRIDE = 100
+
+
+def key_mask(padding_mask):
+    """A bool ``(batch, T_k)`` padding mask as ``(batch, 1, T_k)``, or None."""
+    if padding_mask is None:
+        return None
+    return ops.expand_dims(ops.cast(padding_mask, "bool"), 1)
 
 
 class _BlockBase(keras.layers.Layer):
@@ -20,27 +28,19 @@ class _BlockBase(keras.layers.Layer):
       post-LN (paper):  x <- LayerNorm(x + Dropout(Sublayer(x)))
       pre-LN (option):  x <- x + Dropout(Sublayer(LayerNorm(x)))
     Position-wise FFN (Eq. 2): FFN(x) = max(0, x W1 + b1) W2 + b2.
+    Sub-layers are built as they are made (the order fixes unseeded draws).
     """
 
-    def __init__(
-        self,
-        num_heads,
-        d_ff,
-        dropout_rate=0.1,
-        attention_dropout_rate=0.0,
-        activation="relu",
-        norm_first=False,
-        layer_norm_epsilon=1e-6,
-        kernel_initializer="glorot_uniform",
-        **kwargs,
-    ):
+    def __init__(self, num_heads, d_ff, dropout_rate=0.1,
+                 attention_dropout_rate=0.0, activation="relu",
+                 norm_first=False, layer_norm_epsilon=1e-6,
+                 kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         self.num_heads = v.positive_int("num_heads", num_heads)
         self.d_ff = v.positive_int("d_ff", d_ff)
         self.dropout_rate = v.rate("dropout_rate", dropout_rate)
-        self.attention_dropout_rate = v.rate(
-            "attention_dropout_rate", attention_dropout_rate
-        )
+        self.attention_dropout_rate = v.rate("attention_dropout_rate",
+                                             attention_dropout_rate)
         self.activation = keras.activations.get(activation)
         self.norm_first = bool(norm_first)
         self.layer_norm_epsilon = v.positive_float("layer_norm_epsilon",
@@ -52,48 +52,41 @@ class _BlockBase(keras.layers.Layer):
     def _initializer(self):
         """A clone of ``kernel_initializer`` for the next sub-layer."""
         self._sublayers_made += 1
-        return clone_initializer(
-            self.kernel_initializer, self._sublayers_made * _SUBLAYER_STRIDE
-        )
+        return clone_initializer(self.kernel_initializer,
+                                 self._sublayers_made * _SUBLAYER_STRIDE)
 
-    def _attention(self, d_model, name):
-        v.divisible("d_model", d_model, "num_heads", self.num_heads)
-        layer = MultiHeadAttention(
-            num_heads=self.num_heads,
-            key_dim=d_model // self.num_heads,
-            dropout=self.attention_dropout_rate,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name=name,
-        )
+    @staticmethod
+    def _built(layer, *shapes):
+        layer.build(*shapes)
         return layer
 
-    def _norm(self, name):
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+    def _attention(self, name, query_shape, value_shape):
+        d_model = known_last_dim("inputs", query_shape)
+        v.divisible("d_model", d_model, "num_heads", self.num_heads)
+        return self._built(MultiHeadAttention(
+            num_heads=self.num_heads, key_dim=d_model // self.num_heads,
+            dropout=self.attention_dropout_rate,
+            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
+            name=name), query_shape, value_shape)
 
-    def _build_ffn(self, d_model, input_shape):
-        self.ffn_inner = keras.layers.Dense(
-            self.d_ff,
-            activation=self.activation,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="ffn_inner",
-        )
-        self.ffn_outer = keras.layers.Dense(
-            d_model,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="ffn_outer",
-        )
-        self.ffn_norm = self._norm("ffn_norm")
-        self.ffn_inner.build(input_shape)
-        self.ffn_outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
-        self.ffn_norm.build(input_shape)
-        self.dropout = keras.layers.Dropout(
-            self.dropout_rate, dtype=self.dtype_policy
-        )
+    def _norm(self, name, shape):
+        return self._built(keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+            name=name), shape)
+
+    def _build_ffn(self, input_shape):
+        self.ffn_inner = self._built(keras.layers.Dense(
+            self.d_ff, activation=self.activation,
+            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
+            name="ffn_inner"), input_shape)
+        self.ffn_outer = self._built(keras.layers.Dense(
+            input_shape[-1], kernel_initializer=self._initializer(),
+            dtype=self.dtype_policy, name="ffn_outer"),
+            tuple(input_shape[:-1]) + (self.d_ff,))
+        self.ffn_norm = self._norm("ffn_norm", input_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate,
+                                            dtype=self.dtype_policy)
+        self.built = True
 
     def _residual(self, x, norm, sublayer, training):
         """One residual sub-layer, post-LN or pre-LN."""
@@ -104,30 +97,13 @@ class _BlockBase(keras.layers.Layer):
     def _ffn(self, x, training):
         return self._residual(
             x, self.ffn_norm, lambda y: self.ffn_outer(self.ffn_inner(y)),
-            training,
-        )
-
-    @staticmethod
-    def _check_d_model(name, shape):
-        if shape[-1] is None:
-            raise ValueError(f"The last dimension of `{name}` must be known, "
-                             f"got shape {tuple(shape)}")
-        return shape[-1]
+            training)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            activation=keras.activations.serialize(self.activation),
-            norm_first=self.norm_first,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            kernel_initializer=keras.initializers.serialize(
-                self.kernel_initializer
-            ),
-        )
+        config = config_with(super().get_config(), self, (
+            "num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
+            "norm_first", "layer_norm_epsilon"), ("kernel_initializer",))
+        config["activation"] = keras.activations.serialize(self.activation)
         return config
 
 
@@ -177,13 +153,11 @@ class TransformerEncoderBlock(_BlockBase):
     """
 
     def build(self, inputs_shape, padding_mask_shape=None):
-        d_model = self._check_d_model("inputs", inputs_shape)
-        self.self_attention = self._attention(d_model, "self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self._build_ffn(d_model, inputs_shape)
-        self.built = True
+        self.self_attention = self._attention("self_attention", inputs_shape,
+                                              inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm",
+                                              inputs_shape)
+        self._build_ffn(inputs_shape)
 
     def call(self, inputs, padding_mask=None, use_causal_mask=False,
              training=None, mask=None):
@@ -191,18 +165,13 @@ class TransformerEncoderBlock(_BlockBase):
             padding_mask = mask
         v.mask_shape("padding_mask", padding_mask, inputs.shape[:-1],
                      "(batch, seq_len), as `inputs`")
-        attention_mask = None
-        if padding_mask is not None:
-            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), 1)
+        attention_mask = key_mask(padding_mask)
         x = self._residual(
-            inputs,
-            self.self_attention_norm,
+            inputs, self.self_attention_norm,
             lambda y: self.self_attention(
                 y, y, attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask, training=training,
-            ),
-            training,
-        )
+                use_causal_mask=use_causal_mask, training=training),
+            training)
         return self._ffn(x, training)
 
     def compute_mask(self, inputs, mask=None, padding_mask=None,

@@ -1,6 +1,6 @@
 """Transformer-XL layer with segment-level recurrence (Dai et al. 2019, §3.2).
 
-For layer n and segment τ + 1 (Dai et al. 2019, §3.2-3.3):
+For layer n and segment τ + 1 (§3.2-3.3):
 
     h̃^{n-1}_{τ+1} = [SG(m^{n-1}_{τ+1}) ∘ h^{n-1}_{τ+1}]
     q, k, v       = h^{n-1}_{τ+1} W_q,  h̃^{n-1}_{τ+1} W_{k,E},  h̃^{n-1}_{τ+1} W_v
@@ -18,7 +18,9 @@ import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
-from keras_trm.layers.relative_attention import RelativeMultiHeadAttention
+from keras_trm.layers._initializers import config_with, known_last_dim
+from keras_trm.layers.relative_attention import (
+    RelativeMultiHeadAttention, checked_mem_len)
 from keras_trm.layers.transformer_encoder_block import _BlockBase
 
 
@@ -27,38 +29,31 @@ class TransformerXLBlock(_BlockBase):
     """One Transformer-XL layer: relative attention over memory, then FFN.
 
     Keys and values come from ``concat([stop_gradient(memory), inputs])``,
-    queries from ``inputs`` (see ``RelativeMultiHeadAttention`` for
-
-        A_ij = (q_i + u)ᵀ W_{k,E} x_j + (q_i + v)ᵀ W_{k,R} R_{i-j},
-
-    Dai et al. 2019, §3.3). Sub-layers are post-LN as in the paper's code,
-    ``x <- LayerNorm(x + Dropout(Sublayer(x)))``, or pre-LN with
-    ``norm_first=True`` (``pre_lnorm`` of the reference code: the memory is
-    normalized with the same LayerNorm before attention; the model then
-    adds a final LayerNorm). The FFN is Eq. (2) of Vaswani et al. (2017).
+    queries from ``inputs`` (``RelativeMultiHeadAttention``, Dai et al.
+    2019, §3.3). Sub-layers are post-LN as in the paper's code, or pre-LN
+    with ``norm_first=True`` (``pre_lnorm`` of the reference code: the
+    memory is normalized with the same LayerNorm before attention; the
+    model then adds a final LayerNorm). The FFN is Eq. (2) of Vaswani et
+    al. (2017).
 
     Args:
         num_heads: int > 0.
         d_ff: int > 0, inner size of the FFN.
         mem_len: int >= 0, the number of past positions kept by
             ``compute_new_memory`` (0 = no memory), and the window of
-            ``same_length``. The block is the one place it is stored: its
-            attention holds no copy but receives it with every call, so
-            assigning ``block.mem_len`` changes both uses (as
-            ``reset_length`` of the reference code). It is read when a call
-            is traced: re-trace ``tf.function``s that call the block after
-            assigning it.
+            ``same_length``; its attention receives it with every call, so
+            assigning ``block.mem_len`` changes both (as ``reset_length`` of
+            the reference code). Read when a call is traced: re-trace
+            ``tf.function``s after assigning it.
         key_dim: optional int > 0, d_head (default d_model // num_heads,
             which then must divide d_model).
         dropout_rate: float in [0, 1), on each sub-layer output.
         attention_dropout_rate: float in [0, 1), on attention probabilities.
         same_length: bool, every query attends to the ``mem_len`` most
-            recent positions, itself included (the reference PyTorch code's
-            ``same_length``; needs ``mem_len > 0``).
-        clamp_len: optional int >= 0, relative distances are clamped to it.
-            Note: ``clamp_len=0`` clamps every distance to 0 (all positions
-            use R_0), whereas the reference code treats ``clamp_len <= 0``
-            as no clamping; pass ``None`` for no clamping.
+            recent positions, itself included (needs ``mem_len > 0``).
+        clamp_len: optional int >= 0, relative distances are clamped to it
+            (0 clamps all; None: no clamping; see
+            ``RelativeMultiHeadAttention``).
         untie_biases: bool; False = u and v are not owned by the layer and
             must be passed to ``call`` (one pair shared by all layers).
         use_bias: bool, biases on the attention projections (reference: no).
@@ -99,38 +94,17 @@ class TransformerXLBlock(_BlockBase):
     (1, 4, 8)
     """
 
-    def __init__(
-        self,
-        num_heads,
-        d_ff,
-        mem_len=0,
-        key_dim=None,
-        dropout_rate=0.1,
-        attention_dropout_rate=0.0,
-        same_length=False,
-        clamp_len=None,
-        untie_biases=True,
-        use_bias=False,
-        activation="relu",
-        norm_first=False,
-        layer_norm_epsilon=1e-5,
-        kernel_initializer="glorot_uniform",
-        **kwargs,
-    ):
-        super().__init__(
-            num_heads=num_heads,
-            d_ff=d_ff,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            activation=activation,
-            norm_first=norm_first,
-            layer_norm_epsilon=layer_norm_epsilon,
-            kernel_initializer=kernel_initializer,
-            **kwargs,
-        )
+    def __init__(self, num_heads, d_ff, mem_len=0, key_dim=None,
+                 dropout_rate=0.1, attention_dropout_rate=0.0,
+                 same_length=False, clamp_len=None, untie_biases=True,
+                 use_bias=False, activation="relu", norm_first=False,
+                 layer_norm_epsilon=1e-5, kernel_initializer="glorot_uniform",
+                 **kwargs):
+        super().__init__(num_heads, d_ff, dropout_rate, attention_dropout_rate,
+                         activation, norm_first, layer_norm_epsilon,
+                         kernel_initializer, **kwargs)
         self.key_dim = None if key_dim is None else v.positive_int(
-            "key_dim", key_dim
-        )
+            "key_dim", key_dim)
         self.same_length = bool(same_length)
         self.mem_len = mem_len
         if clamp_len is not None:
@@ -140,44 +114,34 @@ class TransformerXLBlock(_BlockBase):
         self.use_bias = bool(use_bias)
 
     def build(self, inputs_shape, memory_shape=None):
-        d_model = self._check_d_model("inputs", inputs_shape)
+        d_model = known_last_dim("inputs", inputs_shape)
         if self.key_dim is None:
             v.divisible("d_model", d_model, "num_heads", self.num_heads)
         if memory_shape is not None:
             self._check_memory(inputs_shape, memory_shape)
         self.d_model = d_model
-        self.self_attention = RelativeMultiHeadAttention(
+        self.self_attention = self._built(RelativeMultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=self.key_dim or d_model // self.num_heads,
-            dropout=self.attention_dropout_rate,
-            use_bias=self.use_bias,
-            same_length=self.same_length,
-            clamp_len=self.clamp_len,
+            dropout=self.attention_dropout_rate, use_bias=self.use_bias,
+            same_length=self.same_length, clamp_len=self.clamp_len,
             untie_biases=self.untie_biases,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="self_attention",
-        )
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self._build_ffn(d_model, inputs_shape)
-        self.built = True
+            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
+            name="self_attention"), inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm",
+                                              inputs_shape)
+        self._build_ffn(inputs_shape)
 
     @staticmethod
     def _check_memory(inputs_shape, memory_shape):
-        inputs_shape = tuple(inputs_shape)
-        memory_shape = tuple(memory_shape)
-        bad = len(memory_shape) != 3 or memory_shape[-1] != inputs_shape[-1]
+        inputs_shape, memory_shape = tuple(inputs_shape), tuple(memory_shape)
         b_in, b_mem = inputs_shape[0], memory_shape[0]
-        if b_in is not None and b_mem is not None and b_in != b_mem:
-            bad = True
-        if bad:
+        if (len(memory_shape) != 3 or memory_shape[-1] != inputs_shape[-1]
+                or None not in (b_in, b_mem) and b_in != b_mem):
             raise ValueError(
                 "`memory` must have shape (batch, M, d_model) with the batch "
                 f"size and d_model of `inputs` {inputs_shape}, got "
-                f"memory.shape={memory_shape}"
-            )
+                f"memory.shape={memory_shape}")
 
     def call(self, inputs, memory=None, content_bias=None,
              position_bias=None, training=None):
@@ -193,19 +157,14 @@ class TransformerXLBlock(_BlockBase):
             return self.self_attention(
                 y, context, content_bias=content_bias,
                 position_bias=position_bias, training=training,
-                mem_len=self.mem_len,
-            )
+                mem_len=self.mem_len)
 
         x = self._residual(inputs, self.self_attention_norm, attend, training)
         return self._ffn(x, training)
 
     def compute_new_memory(self, inputs, memory=None):
-        """The memory of the next segment for this layer.
-
-        ``stop_gradient(concat([memory, inputs], axis=1)[:, -mem_len:])``:
-        the last ``mem_len`` positions of this layer's input history (fewer
-        while the history is shorter; ``(batch, 0, d_model)`` when
-        ``mem_len == 0``).
+        """The memory of the next segment for this layer: the last
+        ``mem_len`` positions of its input history, without gradient.
 
         Args:
             inputs: float ``(batch, T, d_model)``, what this block was called
@@ -224,8 +183,7 @@ class TransformerXLBlock(_BlockBase):
         if memory is not None:
             self._check_memory(inputs.shape, memory.shape)
             history = ops.concatenate(
-                [ops.cast(memory, inputs.dtype), inputs], axis=1
-            )
+                [ops.cast(memory, inputs.dtype), inputs], axis=1)
         if self.mem_len == 0:
             return ops.stop_gradient(history[:, :0])
         return ops.stop_gradient(history[:, -self.mem_len:])
@@ -242,25 +200,12 @@ class TransformerXLBlock(_BlockBase):
 
     @mem_len.setter
     def mem_len(self, mem_len):
-        mem_len = v.non_negative_int("mem_len", mem_len)
-        if self.same_length and mem_len == 0:
-            raise ValueError(
-                "`same_length=True` bounds each query's window by `mem_len` "
-                "keys, so it needs mem_len > 0, got mem_len=0"
-            )
-        self._mem_len = mem_len
+        self._mem_len = checked_mem_len(mem_len, self.same_length)
 
     def compute_output_shape(self, inputs_shape, memory_shape=None):
         return tuple(inputs_shape)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            mem_len=self.mem_len,
-            key_dim=self.key_dim,
-            same_length=self.same_length,
-            clamp_len=self.clamp_len,
-            untie_biases=self.untie_biases,
-            use_bias=self.use_bias,
-        )
-        return config
+        return config_with(super().get_config(), self, (
+            "mem_len", "key_dim", "same_length", "clamp_len", "untie_biases",
+            "use_bias"))

@@ -7,22 +7,16 @@
     h^n_τ      = TransformerXLBlock_n(h^{n-1}_τ, memory=m^{n-1}_τ)
     logits_τ   = Dropout(h^N_τ) · Eᵀ + b                    (tied output)
 
-so the memory of layer n is the history of that layer's *input* (the
-embedding output for layer 0), kept for ``mem_len`` positions and never
-back-propagated into (``TransformerXLBlock.compute_new_memory``). Positions
-enter only through the relative attention of every block (§3.3).
+so the memory of layer n is the history of that layer's *input*, kept for
+``mem_len`` positions without gradient. Positions enter only through the
+relative attention of every block (§3.3).
 
-``vanilla_transformer_lm`` is the baseline it is compared with (Al-Rfou et
-al. 2018 style, without auxiliary losses): the same blocks' sizes, absolute
-sinusoidal positions (Vaswani et al. 2017 §3.5), causal self-attention within
-a fixed-length segment and no memory. Evaluated with
-``keras_trm.decoding.evaluate_sliding_window`` it recomputes the whole
-context of ``context_len`` tokens for every new token, the evaluation
-procedure whose cost Transformer-XL's memory removes (Dai et al. §3.2, "up
-to 1,800+ times faster"); ``keras_trm.decoding.evaluate_with_memory`` is the
-Transformer-XL counterpart. Training steps live in
-``keras_trm.training.language_model``, the export in
-``keras_trm.export.language_model``.
+``vanilla_transformer_lm`` is the baseline (Al-Rfou et al. 2018 style,
+without auxiliary losses): absolute sinusoidal positions, causal
+self-attention within a fixed-length segment and no memory.
+``keras_trm.decoding.evaluate_sliding_window`` recomputes its whole context
+for every new token, the cost Transformer-XL's memory removes (Dai et al.
+§3.2; ``keras_trm.decoding.evaluate_with_memory``).
 
 Both models take int32 ``(batch, T)`` token ids (id 0 is an ordinary token:
 there is no padding in ordered LM batches) and return float32 logits.
@@ -45,62 +39,48 @@ def _check_token_ids(token_ids, max_segment_len, model_name):
     shape = tuple(token_ids.shape)
     if len(shape) != 2:
         raise ValueError(
-            "`token_ids` must have shape (batch, T), got token_ids.shape="
-            f"{shape}"
-        )
+            f"`token_ids` must have shape (batch, T), got token_ids.shape={shape}")
     v.integer_ids("token_ids", token_ids)
-    seg = shape[1]
-    if seg is not None and seg > max_segment_len:
+    if shape[1] is not None and shape[1] > max_segment_len:
         raise ValueError(
-            f"`token_ids` has segment length T={seg} (token_ids.shape="
+            f"`token_ids` has segment length T={shape[1]} (token_ids.shape="
             f"{shape}), longer than max_segment_len={max_segment_len} of "
-            f"model '{model_name}'"
-        )
+            f"model '{model_name}'")
 
 
 # The model's arguments that every TransformerXLBlock receives unchanged
 # (besides mem_len, which the blocks store: see TransformerXLLM.mem_len).
 _BLOCK_ARGUMENTS = (
     "num_heads", "d_ff", "key_dim", "dropout_rate", "attention_dropout_rate",
-    "same_length", "clamp_len", "untie_biases", "norm_first",
-    "layer_norm_epsilon",
-)
+    "same_length", "clamp_len", "untie_biases", "norm_first", "layer_norm_epsilon")
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
 class TransformerXLLM(keras.Model):
     """Transformer-XL language model with segment-level recurrence.
 
-    Architecture: token embedding E scaled by sqrt(d_model) (no absolute
-    positions), dropout, ``num_layers`` ``TransformerXLBlock``s (relative
-    attention over ``[SG(memory) ∘ segment]``, FFN; post-LN as the reference
-    code, pre-LN plus a final LayerNorm with ``norm_first``), dropout, and
-    logits ``h Eᵀ + b`` with the embedding table tied to the output
-    projection (``b`` a learned output bias, as the tied softmax of the
-    reference code). Each layer owns its u, v (``untie_biases=True``, the
-    reference code's ``untie_r``), or one pair owned by the model is shared
-    by all layers (``untie_biases=False``).
+    Token embedding E scaled by sqrt(d_model), dropout, ``num_layers``
+    ``TransformerXLBlock``s (pre-LN plus a final LayerNorm with
+    ``norm_first``), dropout, and logits ``h Eᵀ + b`` tied to the embedding
+    table (``b`` a learned bias, as the reference code's tied softmax).
+    Each layer owns its u, v (``untie_biases=True``, the reference code's
+    ``untie_r``), or one pair owned by the model is shared by all layers.
 
     The memory of layer n for the next segment is
-    ``SG(concat([memory_n, input_n]))[:, -mem_len:]``, where ``input_n`` is
-    the input of layer n on this segment. Segment-by-segment evaluation
-    with ``mem_len`` covering the whole past therefore gives exactly the
-    logits of one pass over the whole sequence (up to float round-off).
-
-    The model is built when constructed (all weights exist right away) and
-    round-trips through ``.keras`` files.
+    ``SG(concat([memory_n, input_n]))[:, -mem_len:]``, ``input_n`` the input
+    of layer n on this segment: with ``mem_len`` covering the whole past,
+    segment-by-segment evaluation gives the logits of one pass over the
+    whole sequence. The model is built when constructed and round-trips
+    through ``.keras`` files.
 
     Args:
-        vocabulary_size: int > 0.
-        num_layers: int > 0, N.
+        vocabulary_size, num_layers (N), num_heads: ints > 0.
         d_model: even int > 0.
-        num_heads: int > 0.
         d_ff: int > 0, FFN inner width.
         mem_len: int >= 0, positions of memory kept per layer (0 = none),
-            and the window of ``same_length``; change it with
-            ``set_mem_len``.
+            and the window of ``same_length`` (see ``set_mem_len``).
         max_segment_len: int > 0, the longest segment T accepted by ``call``
-            (the memory length is separate and may be anything).
+            (the memory may be of any length).
         key_dim: optional d_head (default d_model // num_heads).
         dropout_rate: float in [0, 1), on the embedding output, each
             sub-layer output and the final hidden states.
@@ -116,9 +96,8 @@ class TransformerXLLM(keras.Model):
     Call arguments:
         token_ids: int ``(batch, T)`` with ``T <= max_segment_len``.
         memories: None (no memory) or a list of ``num_layers`` float
-            tensors ``(batch, M, d_model)``, one per layer, all with the
-            same M (e.g. the ``new_memories`` of the previous segment, or
-            ``init_memories(batch)``).
+            tensors ``(batch, M, d_model)`` with one M (e.g. the previous
+            segment's ``new_memories``, or ``init_memories(batch)``).
         training: bool, enables dropout.
 
     Returns:
@@ -127,11 +106,10 @@ class TransformerXLLM(keras.Model):
         d_model)`` without gradient.
 
     Raises:
-        ValueError: bad constructor arguments (``mem_len < 0`` included); a
-            segment longer than ``max_segment_len``; ``token_ids`` not of
-            rank 2; ``memories`` not a list of ``num_layers`` tensors, or of
-            the wrong rank, batch size, d_model, or unequal lengths (the
-            messages name the argument and the shapes).
+        ValueError: bad constructor arguments; a segment longer than
+            ``max_segment_len``; ``token_ids`` not of rank 2; ``memories``
+            not a list of ``num_layers`` tensors, or of the wrong rank,
+            batch size, d_model, or unequal lengths.
         TypeError: non-integer ``token_ids``, non-integer sizes.
 
     Example (two segments, the memory of the first carried into the
@@ -158,31 +136,25 @@ class TransformerXLLM(keras.Model):
     ):
         kwargs.setdefault("name", "transformer_xl_lm")
         super().__init__(**kwargs)
-        self.vocabulary_size = v.positive_int(
-            "vocabulary_size", vocabulary_size
-        )
+        self.vocabulary_size = v.positive_int("vocabulary_size", vocabulary_size)
         self.num_layers = v.positive_int("num_layers", num_layers)
         self.d_model = v.positive_int("d_model", d_model)
         if self.d_model % 2:
             raise ValueError(
                 "`d_model` must be even (sinusoidal relative positions), got "
-                f"d_model={d_model}"
-            )
+                f"d_model={d_model}")
         self.num_heads = v.positive_int("num_heads", num_heads)
         self.d_ff = v.positive_int("d_ff", d_ff)
         mem_len = v.non_negative_int("mem_len", mem_len)
-        self.max_segment_len = v.positive_int(
-            "max_segment_len", max_segment_len
-        )
+        self.max_segment_len = v.positive_int("max_segment_len",
+                                              max_segment_len)
         self.key_dim = None if key_dim is None else v.positive_int(
-            "key_dim", key_dim
-        )
+            "key_dim", key_dim)
         if self.key_dim is None:
             v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
         self.dropout_rate = v.rate("dropout_rate", dropout_rate)
-        self.attention_dropout_rate = v.rate(
-            "attention_dropout_rate", attention_dropout_rate
-        )
+        self.attention_dropout_rate = v.rate("attention_dropout_rate",
+                                             attention_dropout_rate)
         self.same_length = bool(same_length)
         if clamp_len is not None:
             clamp_len = v.non_negative_int("clamp_len", clamp_len)
@@ -194,36 +166,28 @@ class TransformerXLLM(keras.Model):
         self.use_output_bias = bool(use_output_bias)
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(
-                stddev=self.d_model**-0.5
-            )
+                stddev=self.d_model**-0.5)
         self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer
-        )
+            embeddings_initializer)
         # The sub-layers; their weights and the model's are made by build().
         # mem_len is stored by the blocks only (the ``mem_len`` property).
         self.embedding = keras.layers.Embedding(
             self.vocabulary_size, self.d_model,
             embeddings_initializer=clone_initializer(
-                self.embeddings_initializer
-            ),
-            dtype=self.dtype_policy, name="embedding",
-        )
+                self.embeddings_initializer),
+            dtype=self.dtype_policy, name="embedding")
         self.dropout_layer = keras.layers.Dropout(
-            self.dropout_rate, dtype=self.dtype_policy, name="dropout"
-        )
+            self.dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.blocks = [
             TransformerXLBlock(
                 **{name: getattr(self, name) for name in _BLOCK_ARGUMENTS},
-                mem_len=mem_len, dtype=self.dtype_policy, name=f"layer_{i}",
-            )
-            for i in range(self.num_layers)
-        ]
+                mem_len=mem_len, dtype=self.dtype_policy, name=f"layer_{i}")
+            for i in range(self.num_layers)]
         self.final_norm = None
         if self.norm_first:
             self.final_norm = keras.layers.LayerNormalization(
                 epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-                name="final_norm",
-            )
+                name="final_norm")
         self.build()
 
     # -- construction --------------------------------------------------------
@@ -236,21 +200,17 @@ class TransformerXLLM(keras.Model):
             block.build((None, None, d))
         if self.final_norm is not None:
             self.final_norm.build((None, None, d))
-        self.content_bias = self.position_bias = None
+        self.content_bias = self.position_bias = self.output_bias = None
         if not self.untie_biases:
             head = (self.num_heads, self.key_dim or d // self.num_heads)
             self.content_bias = self.add_weight(
-                name="content_bias", shape=head, initializer="zeros"
-            )
+                name="content_bias", shape=head, initializer="zeros")
             self.position_bias = self.add_weight(
-                name="position_bias", shape=head, initializer="zeros"
-            )
-        self.output_bias = None
+                name="position_bias", shape=head, initializer="zeros")
         if self.use_output_bias:
             self.output_bias = self.add_weight(
                 name="output_bias", shape=(self.vocabulary_size,),
-                initializer="zeros",
-            )
+                initializer="zeros")
         self.built = True
 
     def get_build_config(self):
@@ -263,30 +223,23 @@ class TransformerXLLM(keras.Model):
     def init_memories(self, batch_size):
         """Empty memories: ``num_layers`` zero tensors ``(batch, 0, d_model)``."""
         batch_size = v.positive_int("batch_size", batch_size)
-        return [
-            ops.zeros((batch_size, 0, self.d_model), self.compute_dtype)
-            for _ in range(self.num_layers)
-        ]
+        return [ops.zeros((batch_size, 0, self.d_model), self.compute_dtype)
+                for _ in range(self.num_layers)]
 
     @property
     def mem_len(self):
-        """int >= 0, the blocks' ``mem_len`` (change it with ``set_mem_len``).
-
-        Read from the blocks, which store it (the model keeps no copy)."""
+        """int >= 0, the blocks' ``mem_len`` (change it with ``set_mem_len``)."""
         return self.blocks[0].mem_len
 
     def set_mem_len(self, mem_len):
-        """Changes ``mem_len`` everywhere it is used: how many positions new
+        """Changes ``mem_len`` in every block: how many positions new
         memories keep and, with ``same_length``, each query's window (e.g.
         longer at evaluation, as ``reset_length`` of the reference code).
 
-        Every block stores the new value (and passes it to its attention
-        at every call). ``mem_len`` is a Python int fixed in a trace:
-        the functions compiled by ``predict``/``evaluate``/``fit`` are
-        dropped, so they are traced again with the new length
+        ``mem_len`` is a Python int fixed in a trace: the functions compiled
+        by ``predict``/``evaluate``/``fit`` are dropped and traced again
         (``keras_trm.decoding.evaluate_with_memory`` keys its traces by
-        ``mem_len``); a ``tf.function`` of your own that calls the model
-        keeps the length it was traced with.
+        ``mem_len``); a ``tf.function`` of your own keeps the old length.
 
         Args:
             mem_len: int >= 0 (> 0 with ``same_length``).
@@ -301,37 +254,26 @@ class TransformerXLLM(keras.Model):
         self.predict_function = self.test_function = self.train_function = None
 
     def _check_memories(self, memories, token_ids):
-        if not isinstance(memories, (list, tuple)) or (
-            len(memories) != self.num_layers
-        ):
-            got = (
-                f"a list of {len(memories)}"
-                if isinstance(memories, (list, tuple))
-                else type(memories).__name__
-            )
+        is_list = isinstance(memories, (list, tuple))
+        if not is_list or len(memories) != self.num_layers:
+            got = (f"a list of {len(memories)}" if is_list
+                   else type(memories).__name__)
             raise ValueError(
                 f"`memories` must be a list of num_layers={self.num_layers} "
-                f"tensors (batch, M, d_model={self.d_model}), got {got}"
-            )
+                f"tensors (batch, M, d_model={self.d_model}), got {got}")
         batch = token_ids.shape[0]
         shapes = [tuple(m.shape) for m in memories]
         for i, shape in enumerate(shapes):
-            bad = len(shape) != 3 or shape[-1] != self.d_model
-            if not bad and batch is not None and shape[0] is not None:
-                bad = shape[0] != batch
-            if bad:
+            if (len(shape) != 3 or shape[-1] != self.d_model
+                    or None not in (batch, shape[0]) and shape[0] != batch):
                 raise ValueError(
                     f"`memories[{i}]` must have shape (batch={batch}, M, "
                     f"d_model={self.d_model}) to match token_ids.shape="
                     f"{tuple(token_ids.shape)}, got memories[{i}].shape="
-                    f"{shape}"
-                )
-        lengths = {s[1] for s in shapes if s[1] is not None}
-        if len(lengths) > 1:
+                    f"{shape}")
+        if len({s[1] for s in shapes if s[1] is not None}) > 1:
             raise ValueError(
-                "`memories` must all have the same length M, got shapes "
-                f"{shapes}"
-            )
+                f"`memories` must all have the same length M, got shapes {shapes}")
 
     # -- forward ----------------------------------------------------------------
     def embed(self, token_ids, training=None):
@@ -354,28 +296,22 @@ class TransformerXLLM(keras.Model):
         if memories is not None:
             memories = [ops.convert_to_tensor(m) for m in memories]
             self._check_memories(memories, token_ids)
-        seg = token_ids.shape[1]
-        if seg is None and keras.backend.backend() == "tensorflow":
+        if token_ids.shape[1] is None and keras.backend.backend() == "tensorflow":
             # A dynamic length in a TensorFlow graph, checked when it runs
             # (JAX and PyTorch have concrete shapes, checked above).
             import tensorflow as tf
 
             tf.debugging.assert_less_equal(
-                tf.shape(token_ids)[1], self.max_segment_len,
-                message=(
+                tf.shape(token_ids)[1], self.max_segment_len, message=(
                     "`token_ids` segment length exceeds max_segment_len="
-                    f"{self.max_segment_len} of model '{self.name}'"
-                ),
-            )
+                    f"{self.max_segment_len} of model '{self.name}'"))
         x = self.embed(token_ids, training=training)
         new_memories = []
         for i, block in enumerate(self.blocks):
             memory = None if memories is None else memories[i]
             new_memories.append(block.compute_new_memory(x, memory))
-            x = block(
-                x, memory=memory, content_bias=self.content_bias,
-                position_bias=self.position_bias, training=training,
-            )
+            x = block(x, memory=memory, content_bias=self.content_bias,
+                      position_bias=self.position_bias, training=training)
         if self.final_norm is not None:
             x = self.final_norm(x)
         x = self.dropout_layer(x, training=training)
@@ -407,11 +343,10 @@ def vanilla_transformer_lm(
     Token embedding x sqrt(d_model) + sinusoidal positions 0..T-1
     (``PositionalEmbedding``, no padding mask: id 0 is a real token),
     dropout, ``num_layers`` ``TransformerEncoderBlock``s called with
-    ``use_causal_mask=True``, [final
-    LayerNorm with ``norm_first``], dropout, logits tied to the embedding
-    table. Sizes mean the same as in ``TransformerXLLM``; the two differ
-    only in positions (absolute vs relative), memory, the output bias and
-    the per-layer W_{k,R}, u, v of Transformer-XL.
+    ``use_causal_mask=True``, [final LayerNorm with ``norm_first``],
+    dropout, logits tied to the embedding table. Sizes mean the same as in
+    ``TransformerXLLM``; the two differ only in positions (absolute vs
+    relative), memory, the output bias and the per-layer W_{k,R}, u, v.
 
     Args:
         vocabulary_size: as ``TransformerXLLM``, and so are ``num_layers``,
@@ -453,8 +388,7 @@ def vanilla_transformer_lm(
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     embedding = PositionalEmbedding(
         vocabulary_size, d_model, max_sequence_length, position=position,
-        mask_zero=False, name="embedding",
-    )
+        mask_zero=False, name="embedding")
     x = embedding(token_ids)
     x = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(x)
     for i in range(num_layers):
@@ -462,12 +396,10 @@ def vanilla_transformer_lm(
             num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon,
-            name=f"layer_{i}",
-        )(x, use_causal_mask=True)
+            name=f"layer_{i}")(x, use_causal_mask=True)
     if norm_first:
-        x = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="final_norm"
-        )(x)
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
+                                            name="final_norm")(x)
     x = keras.layers.Dropout(dropout_rate, name="output_dropout")(x)
     logits = embedding(x, reverse=True)
     return IntegerInputsModel(token_ids, logits, name=name)
