@@ -8,8 +8,7 @@
 from keras_trm._optional import require_extra, require_tensorflow
 
 require_tensorflow("keras_trm.serving")  # TensorFlow by design
-require_extra("serve", ("flask", "waitress", "grpc", "tensorflow_serving"),
-              "keras_trm.serving")
+require_extra("serve", ("flask", "waitress", "grpc", "tensorflow_serving"), "keras_trm.serving")
 
 from keras_trm.serving.batching import BatchingOptions, BatchScheduler
 from keras_trm.serving.config import (

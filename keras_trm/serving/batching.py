@@ -2,28 +2,13 @@
 
 Concurrent requests ("tasks") for the same signature of one model version
 are merged into one call: their inputs are concatenated along axis 0 (the
-batch axis), the signature runs once, and its outputs are split back along
-axis 0 by each task's row count. As in TF Serving's ``BasicBatchScheduler``:
-
-- ``max_batch_size``: a batch never holds more rows than this, and a task is
-  never split: a task larger than it is refused (``INVALID_ARGUMENT``).
-- ``batch_timeout_micros``: the longest a batch waits for more tasks after
-  its first one arrived; a batch also closes when it is full. With 0 (the
-  default) a batch runs as soon as a batch thread is free, so batches grow
-  exactly while every thread is busy.
-- ``num_batch_threads``: how many batches of this model version run at once.
-- ``max_enqueued_batches``: batches waiting per signature (the open one
-  included); a task that would need one more is refused with
-  ``UNAVAILABLE`` ("the batch scheduling queue ... is full").
-- ``allowed_batch_sizes``: if set, a batch is padded (repeating its first
-  row; the padding's outputs are dropped) up to the next allowed size; the
-  last allowed size must equal ``max_batch_size``.
-
-Only tasks whose inputs have the same dtypes and the same shapes after axis
-0 share a batch (a task that does not fit the open batch closes it and opens
-the next). Which signatures may be batched at all is the caller's decision
-(``ServableVersion`` batches only signatures whose every input and output
-has an unknown batch dimension 0).
+batch axis), the signature runs once, and its outputs are split back by
+each task's row count, as in TF Serving's ``BasicBatchScheduler``
+(``BatchingOptions`` gives the settings). Only tasks whose inputs have the
+same dtypes and the same shapes after axis 0 share a batch (a task that
+does not fit the open batch closes it and opens the next). Which signatures
+may be batched is the caller's decision (``ServableVersion`` batches those
+whose every input and output has an unknown batch dimension 0).
 """
 
 import collections
@@ -37,10 +22,8 @@ import numpy as np
 
 from keras_trm.serving.errors import InvalidArgument, ServingError, Unavailable
 
-
-# Bounds past which a setting can only be a mistake: a wait of more than a
-# day overflowed the batch threads' clock (they died, and their requests
-# hung), and each model version starts num_batch_threads threads.
+# Bounds past which a setting is a mistake: a wait over a day overflowed the
+# batch threads' clock (their requests hung); each thread is started.
 MAX_BATCH_TIMEOUT_MICROS = 86_400 * 10**6
 MAX_BATCH_THREADS = 1024
 
@@ -50,14 +33,20 @@ class BatchingOptions:
     """TF Serving's ``BatchingParameters`` (the ones this server honours).
 
     Args:
-        max_batch_size: int >= 1, rows per batch at most.
+        max_batch_size: int >= 1, rows per batch at most; a task is never
+            split: a larger one is refused (``INVALID_ARGUMENT``).
         batch_timeout_micros: int in [0, 86,400,000,000] (a day), the
-            longest wait for a fuller batch.
+            longest a batch waits for more tasks after its first one (it
+            also closes when full). With 0 a batch runs as soon as a batch
+            thread is free, so batches grow exactly while all are busy.
         num_batch_threads: int in [1, 1024], batches of one model version
             run at once (default: the number of CPU cores).
-        max_enqueued_batches: int >= 1, batches waiting per signature.
-        allowed_batch_sizes: increasing ints ending in ``max_batch_size``
-            (pad batches up to one of them), or ``()``.
+        max_enqueued_batches: int >= 1, batches waiting per signature (the
+            open one included); a task needing one more is refused with
+            ``UNAVAILABLE`` ("the batch scheduling queue ... is full").
+        allowed_batch_sizes: increasing ints ending in ``max_batch_size``:
+            a batch is padded (repeating its first row; the padding's
+            outputs are dropped) up to the next one; or ``()``.
 
     Raises:
         ValueError: a value out of range, naming the field and the value.
@@ -65,8 +54,7 @@ class BatchingOptions:
 
     max_batch_size: int = 1000
     batch_timeout_micros: int = 0
-    num_batch_threads: int = dataclasses.field(
-        default_factory=lambda: os.cpu_count() or 1)
+    num_batch_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
     max_enqueued_batches: int = 100
     allowed_batch_sizes: tuple = ()
 
@@ -84,52 +72,35 @@ class BatchingOptions:
         object.__setattr__(self, "allowed_batch_sizes", sizes)
         if sizes and (list(sizes) != sorted(set(sizes)) or sizes[0] < 1
                       or sizes[-1] != self.max_batch_size):
-            raise ValueError(
-                "`allowed_batch_sizes` must be increasing positive sizes whose last "
-                f"equals max_batch_size={self.max_batch_size}, got "
-                f"allowed_batch_sizes={list(sizes)}")
+            raise ValueError("`allowed_batch_sizes` must be increasing positive sizes whose "
+                             f"last equals max_batch_size={self.max_batch_size}, got "
+                             f"allowed_batch_sizes={list(sizes)}")
 
 
+@dataclasses.dataclass(eq=False)
 class _Task:
-    __slots__ = ("inputs", "size", "key", "future")
-
-    def __init__(self, inputs, size, key):
-        self.inputs = inputs
-        self.size = size
-        self.key = key
-        self.future = concurrent.futures.Future()
+    inputs: dict
+    size: int
+    key: tuple  # what tasks must share to be concatenated: dtypes, shapes after axis 0
+    future: concurrent.futures.Future = dataclasses.field(
+        default_factory=concurrent.futures.Future)
 
 
+@dataclasses.dataclass(eq=False)
 class _Batch:
-    __slots__ = ("signature", "key", "tasks", "size", "deadline", "closed")
-
-    def __init__(self, signature, key, deadline):
-        self.signature = signature
-        self.key = key
-        self.tasks = []
-        self.size = 0
-        self.deadline = deadline
-        self.closed = False
-
-
-def batch_key(inputs):
-    """What tasks must share to be concatenated: dtypes and shapes after axis 0."""
-    return tuple(sorted((name, value.dtype.str, value.shape[1:])
-                        for name, value in inputs.items()))
+    signature: str
+    key: tuple
+    deadline: float
+    tasks: list = dataclasses.field(default_factory=list)
+    size: int = 0
+    closed: bool = False
 
 
 class BatchScheduler:
-    """Merges concurrent tasks of one model version into batched calls.
-
-    Args:
-        run: ``run(signature_name, inputs) -> outputs``, both dicts of numpy
-            arrays whose axis 0 is the batch axis.
-        options: ``BatchingOptions``.
-        name: for thread names and messages.
-
-    ``schedule(signature_name, inputs)`` blocks until the task's batch ran
-    and returns the task's rows of the outputs.
-    """
+    """Merges concurrent tasks of one model version into batched calls of
+    ``run(signature_name, inputs) -> outputs`` (dicts of numpy arrays whose
+    axis 0 is the batch axis) as ``options`` (``BatchingOptions``) say;
+    ``name`` is for thread names and messages."""
 
     def __init__(self, run, options, name="model"):
         self._run = run
@@ -145,9 +116,9 @@ class BatchScheduler:
         for thread in self._threads:
             thread.start()
 
-    # -- submitting -------------------------------------------------------------
     def schedule(self, signature, inputs):
-        """Runs ``inputs`` (dict of arrays, equal axis-0 sizes) in a batch.
+        """Runs ``inputs`` (dict of arrays, equal axis-0 sizes) in a batch;
+        blocks until it ran and returns the task's rows of the outputs.
 
         Raises:
             InvalidArgument: the task has more rows than ``max_batch_size``.
@@ -157,16 +128,16 @@ class BatchScheduler:
         """
         sizes = {int(v.shape[0]) for v in inputs.values()}
         if len(sizes) != 1:
-            raise InvalidArgument(
-                f"inputs of one request must share their batch size (axis 0), got "
-                f"{ {k: int(v.shape[0]) for k, v in inputs.items()} }")
+            raise InvalidArgument("inputs of one request must share their batch size (axis 0), "
+                                  f"got { {k: int(v.shape[0]) for k, v in inputs.items()} }")
         (size,) = sizes
         options = self.options
         if size > options.max_batch_size:
             raise InvalidArgument(
                 f"Task size {size} is larger than maximum input batch size "
                 f"{options.max_batch_size} (max_batch_size of model {self.name!r})")
-        task = _Task(inputs, size, batch_key(inputs))
+        task = _Task(inputs, size, tuple(sorted(
+            (name, value.dtype.str, value.shape[1:]) for name, value in inputs.items())))
         with self._cond:
             if self._stopping:
                 raise Unavailable(f"model {self.name!r} is unloading; retry")
@@ -192,48 +163,32 @@ class BatchScheduler:
         return task.future.result()
 
     def queued_tasks(self, signature=None):
-        """Tasks waiting in batches that have not started running.
-
-        Args:
-            signature: count only this signature's queue; None: all.
-
-        Returns:
-            int.
-        """
+        """How many tasks wait in batches not running yet (of ``signature``,
+        or all)."""
         with self._cond:
             queues = (self._queues.values() if signature is None
                       else [self._queues.get(signature, ())])
             return sum(len(batch.tasks) for queue in queues for batch in queue)
 
-    # -- batch threads ----------------------------------------------------------
     def _next_batch(self):
         """The oldest ready batch, waiting for one; None once stopped and empty."""
         with self._cond:
             while True:
                 now = time.monotonic()
-                ready, wake = None, None
-                for queue in self._queues.values():
-                    if not queue:
-                        continue
-                    head = queue[0]
-                    if head.closed or head.deadline <= now or self._stopping:
-                        if ready is None or head.deadline < ready[1].deadline:
-                            ready = (queue, head)
-                    elif wake is None or head.deadline < wake:
-                        wake = head.deadline
-                if ready is not None:
-                    ready[0].popleft()
-                    ready[1].closed = True
-                    return ready[1]
+                heads = [queue[0] for queue in self._queues.values() if queue]
+                ready = [b for b in heads if b.closed or b.deadline <= now or self._stopping]
+                if ready:
+                    batch = min(ready, key=lambda b: b.deadline)
+                    self._queues[batch.signature].popleft()
+                    batch.closed = True
+                    return batch
                 if self._stopping:
                     return None
+                wake = min((b.deadline for b in heads), default=None)
                 self._cond.wait(None if wake is None else max(wake - now, 0.0))
 
     def _loop(self):
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
+        while (batch := self._next_batch()) is not None:
             self._process(batch)
 
     def _process(self, batch):
@@ -243,18 +198,17 @@ class BatchScheduler:
         try:
             outputs = self._run_merged(batch.signature, tasks, batch.size)
         except Exception as err:  # noqa: BLE001 - handed to the waiting requests
-            if len(tasks) > 1 and isinstance(err, InvalidArgument):
-                # One task's content broke the batch: run each alone, so that
-                # only the faulty request fails.
-                for task in tasks:
-                    try:
-                        task.future.set_result(
-                            self._run_merged(batch.signature, [task], task.size))
-                    except Exception as task_err:  # noqa: BLE001
-                        task.future.set_exception(task_err)
-                return
+            # One task's content broke a batch of several: each runs alone,
+            # so that only the faulty request fails.
+            alone = len(tasks) > 1 and isinstance(err, InvalidArgument)
             for task in tasks:
-                task.future.set_exception(err)
+                if not alone:
+                    task.future.set_exception(err)
+                    continue
+                try:
+                    task.future.set_result(self._run_merged(batch.signature, [task], task.size))
+                except Exception as task_err:  # noqa: BLE001
+                    task.future.set_exception(task_err)
             return
         start = 0
         for task in tasks:
@@ -263,26 +217,18 @@ class BatchScheduler:
             start = stop
 
     def _run_merged(self, signature, tasks, size):
-        if len(tasks) == 1:
-            inputs = tasks[0].inputs
-        else:
-            inputs = {k: np.concatenate([t.inputs[k] for t in tasks])
-                      for k in tasks[0].inputs}
-        padded = size
-        for allowed in self.options.allowed_batch_sizes:
-            if allowed >= size:
-                padded = allowed
-                break
+        inputs = tasks[0].inputs if len(tasks) == 1 else {
+            k: np.concatenate([t.inputs[k] for t in tasks]) for k in tasks[0].inputs}
+        padded = next((a for a in self.options.allowed_batch_sizes if a >= size), size)
         if padded > size:
             inputs = {k: np.concatenate([v, np.repeat(v[:1], padded - size, axis=0)])
                       for k, v in inputs.items()}
         outputs = self._run(signature, inputs)
         for name, value in outputs.items():
             if np.ndim(value) == 0 or value.shape[0] != padded:
-                raise ServingError(
-                    f"batched output {name!r} has shape {list(np.shape(value))} for a "
-                    f"batch of {padded} rows: signature {signature!r} of model "
-                    f"{self.name!r} cannot be batched along axis 0")
+                raise ServingError(f"batched output {name!r} has shape {list(np.shape(value))} "
+                                   f"for a batch of {padded} rows: signature {signature!r} of "
+                                   f"model {self.name!r} cannot be batched along axis 0")
         if padded > size:
             outputs = {k: v[:size] for k, v in outputs.items()}
         return outputs

@@ -6,43 +6,25 @@ answer with; ``http_status`` maps it the way TF Serving's REST handler does
 """
 
 HTTP_STATUS = {
-    "OK": 200,
-    "CANCELLED": 499,
-    "UNKNOWN": 500,
-    "INVALID_ARGUMENT": 400,
-    "DEADLINE_EXCEEDED": 504,
-    "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409,
-    "PERMISSION_DENIED": 403,
-    "RESOURCE_EXHAUSTED": 429,
-    "FAILED_PRECONDITION": 412,
-    "ABORTED": 409,
-    "OUT_OF_RANGE": 400,
-    "UNIMPLEMENTED": 501,
-    "INTERNAL": 500,
-    "UNAVAILABLE": 503,
-    "DATA_LOSS": 500,
-    "UNAUTHENTICATED": 401,
+    "OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400,
+    "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404, "ALREADY_EXISTS": 409,
+    "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429, "FAILED_PRECONDITION": 412,
+    "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500,
+    "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
 }
 
 
 class ServingError(Exception):
-    """A request the server answers with an error status.
-
-    Args:
-        message: what went wrong, naming the argument and the value.
-
-    Attributes:
-        code: TF Serving's status code name (``"INVALID_ARGUMENT"``, ...).
-        http_status: the REST status for ``code``.
-    """
+    """A request the server answers with an error status: ``message`` says
+    what went wrong, naming the argument and the value; ``code`` is TF
+    Serving's status code name (``"INVALID_ARGUMENT"``, ...; default: the
+    class's) and ``http_status`` the REST status for it."""
 
     code = "INTERNAL"
 
     def __init__(self, message, code=None):
         super().__init__(message)
-        if code is not None:
-            self.code = code
+        self.code = code or self.code
 
     @property
     def http_status(self):
@@ -68,14 +50,13 @@ class Unavailable(ServingError):
 
 
 def from_tf_error(err):
-    """A ``ServingError`` with the status code of a ``tf.errors.OpError``."""
+    """The ``ServingError`` (``InvalidArgument`` for that code) with the
+    status code of a ``tf.errors.OpError``."""
     from tensorflow.core.protobuf import error_codes_pb2
 
-    try:
-        code = error_codes_pb2.Code.Name(int(err.error_code))
-    except ValueError:  # pragma: no cover - an unknown code number
-        code = "UNKNOWN"
-    return ServingError(f"{type(err).__name__}: {err.message}", code=code)
+    code = {v: k for k, v in error_codes_pb2.Code.items()}.get(int(err.error_code), "UNKNOWN")
+    cls = InvalidArgument if code == "INVALID_ARGUMENT" else ServingError
+    return cls(f"{type(err).__name__}: {err.message}", code=code)
 
 
 def check_input_names(expected, given, signature_name=None):
@@ -84,8 +65,6 @@ def check_input_names(expected, given, signature_name=None):
     missing = sorted(set(expected) - set(given))
     unknown = sorted(set(given) - set(expected))
     if missing or unknown:
-        where = ("the signature" if signature_name is None
-                 else f"signature {signature_name!r}")
-        raise InvalidArgument(
-            f"{where} takes inputs {sorted(expected)}; missing: {missing}, "
-            f"unknown: {unknown}")
+        where = "the signature" if signature_name is None else f"signature {signature_name!r}"
+        raise InvalidArgument(f"{where} takes inputs {sorted(expected)}; missing: {missing}, "
+                              f"unknown: {unknown}")

@@ -1,23 +1,23 @@
 """TF Serving's gRPC API over a ``ModelManager``, with the protos of the
 ``tensorflow-serving-api`` package, so its client stubs work unchanged:
-
-- ``tensorflow.serving.PredictionService``: ``Predict`` (``inputs`` and
-  ``outputs`` as ``TensorProto``; ``output_filter`` honoured) and
-  ``GetModelMetadata`` (``metadata_field: "signature_def"``, answering a
-  packed ``SignatureDefMap``). ``Classify``, ``Regress`` and
-  ``MultiInference`` answer ``UNIMPLEMENTED``.
-- ``tensorflow.serving.ModelService``: ``GetModelStatus``.
+``tensorflow.serving.PredictionService`` ``Predict`` (``output_filter``
+honoured) and ``GetModelMetadata`` (``metadata_field: "signature_def"``; a
+packed ``SignatureDefMap``), and ``ModelService.GetModelStatus``;
+``Classify``, ``Regress`` and ``MultiInference`` answer ``UNIMPLEMENTED``.
 
 Errors carry TF Serving's status codes (``INVALID_ARGUMENT``, ``NOT_FOUND``,
-``UNAVAILABLE``, ...); anything unexpected is ``INTERNAL`` naming the
-exception.
+...); anything unexpected is ``INTERNAL`` naming the exception.
 """
 
+import functools
 import logging
+import math
 import time
 
 import grpc
+import tensorflow as tf
 from tensorflow.core.framework import types_pb2
+from tensorflow.core.protobuf import error_codes_pb2
 from tensorflow_serving.apis import (
     get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
     predict_pb2, prediction_service_pb2_grpc)
@@ -26,6 +26,10 @@ from keras_trm.serving.errors import InvalidArgument, ServingError
 from keras_trm.serving.rest import DEFAULT_MAX_REQUEST_ROWS, check_rows
 
 log = logging.getLogger("keras_trm.serving")
+# The typed value field of each request dtype whose values are counted.
+_VALUE_FIELDS = {types_pb2.DT_STRING: "string_val", types_pb2.DT_FLOAT: "float_val",
+                 types_pb2.DT_DOUBLE: "double_val", types_pb2.DT_INT32: "int_val",
+                 types_pb2.DT_INT64: "int64_val", types_pb2.DT_BOOL: "bool_val"}
 
 
 def _spec_args(model_spec):
@@ -38,6 +42,7 @@ def _spec_args(model_spec):
 def _guard(method):
     """Turns errors into gRPC statuses (never an unhandled exception) and
     records each call in ``self.metrics`` where there is one."""
+    @functools.wraps(method)
     def wrapper(self, request, context):
         start = time.perf_counter()
         try:
@@ -54,31 +59,7 @@ def _guard(method):
         if status is grpc.StatusCode.OK:
             return response
         context.abort(status, message)
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
     return wrapper
-
-
-def _count_values(proto):
-    """How many values a TensorProto carries (``tensor_content`` bytes / the
-    item size, or the length of its typed repeated field); None when the
-    dtype is not one of the request dtypes checked here."""
-    import numpy as np
-    from tensorflow.core.framework import types_pb2
-
-    if proto.dtype == types_pb2.DT_STRING:
-        return len(proto.string_val)
-    fields = {types_pb2.DT_FLOAT: ("float_val", np.float32),
-              types_pb2.DT_DOUBLE: ("double_val", np.float64),
-              types_pb2.DT_INT32: ("int_val", np.int32),
-              types_pb2.DT_INT64: ("int64_val", np.int64),
-              types_pb2.DT_BOOL: ("bool_val", np.bool_)}
-    if proto.dtype not in fields:
-        return None
-    field, dtype = fields[proto.dtype]
-    if proto.tensor_content:
-        return len(proto.tensor_content) // np.dtype(dtype).itemsize
-    return len(getattr(proto, field))
 
 
 def check_tensor_proto(key, proto, max_request_rows):
@@ -97,34 +78,36 @@ def check_tensor_proto(key, proto, max_request_rows):
         raise InvalidArgument(f"input {key!r}: a negative dimension in shape {dims}")
     if dims:
         check_rows(key, dims[0], max_request_rows)
-    elements = 1
-    for d in dims:
-        elements *= d
-    given = _count_values(proto)
-    if given is None or given == elements:
-        return
-    if given > 1 or elements > max_request_rows:
-        raise InvalidArgument(
-            f"input {key!r}: shape {dims} declares {elements} values but the "
-            f"tensor carries {given} (only a single value may fill a shape, "
-            f"and only up to {max_request_rows} values: max_request_rows)")
+    elements = math.prod(dims)
+    field = _VALUE_FIELDS.get(proto.dtype)
+    if field is None:
+        return  # a dtype not checked here
+    if proto.tensor_content and proto.dtype != types_pb2.DT_STRING:
+        given = len(proto.tensor_content) // tf.dtypes.as_dtype(proto.dtype).size
+    else:
+        given = len(getattr(proto, field))
+    if given != elements and (given > 1 or elements > max_request_rows):
+        raise InvalidArgument(f"input {key!r}: shape {dims} declares {elements} values but the "
+                              f"tensor carries {given} (only a single value may fill a shape, and "
+                              f"only up to {max_request_rows} values: max_request_rows)")
 
 
-class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``Predict`` and ``GetModelMetadata`` over a ``ModelManager``
-    (``metrics``: an optional ``monitoring.Metrics`` recording each call;
-    ``max_request_rows``: the most rows an input may declare)."""
+class _Service:
+    """A service over a ``ModelManager`` (``metrics``: an optional
+    ``monitoring.Metrics`` recording each call; ``max_request_rows``: the
+    most rows an input may declare)."""
 
-    def __init__(self, manager, metrics=None,
-                 max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
+    def __init__(self, manager, metrics=None, max_request_rows=DEFAULT_MAX_REQUEST_ROWS):
         self.manager = manager
         self.metrics = metrics
         self.max_request_rows = int(max_request_rows)
 
+
+class PredictionService(_Service, prediction_service_pb2_grpc.PredictionServiceServicer):
+    """``Predict`` and ``GetModelMetadata``."""
+
     @_guard
     def Predict(self, request, context):  # noqa: N802 - gRPC method name
-        import tensorflow as tf
-
         name, version, label = _spec_args(request.model_spec)
         signature_name = request.model_spec.signature_name or "serving_default"
         with self.manager.acquire(name, version, label) as servable:
@@ -141,58 +124,40 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                         proto.dtype in types_pb2.DataType.values()) else proto.dtype
                     raise InvalidArgument(f"input {key!r}: bad TensorProto (dtype "
                                           f"{dtype}): {err}") from err
-            if not context.is_active():
-                # The client gave up (deadline, cancel) before the model ran.
+            if not context.is_active():  # the client gave up before the model ran
                 raise ServingError("the client cancelled the request or its "
                                    "deadline passed", code="CANCELLED")
-            outputs = servable.predict(signature_name, inputs,
-                                       tuple(request.output_filter))
-            response = predict_pb2.PredictResponse()
-            response.model_spec.name = name
-            response.model_spec.version.value = servable.version
-            response.model_spec.signature_name = signature_name
-            for key, value in outputs.items():
-                response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
-            return response
+            outputs = servable.predict(signature_name, inputs, tuple(request.output_filter))
+            return predict_pb2.PredictResponse(
+                model_spec={"name": name, "version": {"value": servable.version},
+                            "signature_name": signature_name},
+                outputs={k: tf.make_tensor_proto(v) for k, v in outputs.items()})
 
     @_guard
     def GetModelMetadata(self, request, context):  # noqa: N802
         fields = list(request.metadata_field)
         if fields != ["signature_def"]:
-            raise InvalidArgument(
-                f"metadata_field must be ['signature_def'], got {fields}")
+            raise InvalidArgument(f"metadata_field must be ['signature_def'], got {fields}")
         name, version, label = _spec_args(request.model_spec)
         with self.manager.acquire(name, version, label) as servable:
-            signature_map = get_model_metadata_pb2.SignatureDefMap()
-            for key, signature in servable.signature_defs.items():
-                signature_map.signature_def[key].CopyFrom(signature)
-            response = get_model_metadata_pb2.GetModelMetadataResponse()
-            response.model_spec.name = name
-            response.model_spec.version.value = servable.version
-            response.metadata["signature_def"].Pack(signature_map)
+            response = get_model_metadata_pb2.GetModelMetadataResponse(
+                model_spec={"name": name, "version": {"value": servable.version}})
+            response.metadata["signature_def"].Pack(get_model_metadata_pb2.SignatureDefMap(
+                signature_def=servable.signature_defs))
             return response
 
 
-class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    """``GetModelStatus`` over a ``ModelManager`` (``metrics`` as above)."""
-
-    def __init__(self, manager, metrics=None):
-        self.manager = manager
-        self.metrics = metrics
+class ModelService(_Service, model_service_pb2_grpc.ModelServiceServicer):
+    """``GetModelStatus``."""
 
     @_guard
     def GetModelStatus(self, request, context):  # noqa: N802
-        from tensorflow.core.protobuf import error_codes_pb2
-
-        name, version, label = _spec_args(request.model_spec)
         response = get_model_status_pb2.GetModelStatusResponse()
-        for number, state, error in self.manager.status(name, version, label):
-            entry = response.model_version_status.add()
-            entry.version = number
-            entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(state)
-            entry.status.error_code = (error_codes_pb2.UNKNOWN if error
-                                       else error_codes_pb2.OK)
-            entry.status.error_message = error
+        for number, state, error in self.manager.status(*_spec_args(request.model_spec)):
+            response.model_version_status.add(
+                version=number, state=get_model_status_pb2.ModelVersionStatus.State.Value(state),
+                status={"error_code": error_codes_pb2.UNKNOWN if error else error_codes_pb2.OK,
+                        "error_message": error})
         return response
 
 

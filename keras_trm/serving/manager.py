@@ -1,33 +1,18 @@
 """Models and versions as TF Serving manages them.
 
 ``ModelManager`` holds every configured model's versions, each a
-``ServableVersion`` with TF Serving's states ``START`` -> ``LOADING`` ->
-``AVAILABLE`` -> ``UNLOADING`` -> ``END`` (a version that failed to load
-ends in ``END`` with its error). It polls each ``base_path`` for integer
-version folders holding a ``saved_model.pb``, applies the version policy
-(``latest`` (default: the newest 1), ``all``, or ``specific`` versions) and
-loads a new version before it unloads the one it replaces, so requests keep
-being answered across a version change; a version being unloaded first
-finishes the requests it already has.
-
-A version swap must not stall the requests the old version answers
-(issue #38). Measured by ``bench/bench_version_swap.py`` at 32da1ca (a Multi30k-sized
-export, 16 REST clients, 2 cores): ``tf.saved_model.load`` takes 2-7 s
-and holds the interpreter at most ~0.2 s at a time; what made requests
-wait up to 60 s was TensorFlow instantiating a signature's function on
-its first call (~3 s of graph optimization for a beam search), done anew
-by each of the 16 requests that reached the new version at once (50-70 s
-together, and ~1.1 GB more memory that the allocator then kept). So a
-version is prepared before it is ``AVAILABLE``, off the request path:
-each signature is called once (the warm-up file's requests, or one
-minimal row; see ``ServableVersion.load``) in a thread of lower OS
-priority (``loader_niceness``), and a first call that still reaches a
-signature runs alone. An unloaded version's memory is given back: its
-objects are dropped (its ``signature_defs`` too, copied out of the
-parsed SavedModel so as not to keep all of it), garbage is collected and
-the C allocator's free pages are returned to the system (``malloc_trim``).
+``ServableVersion`` in TF Serving's states (``STATES``; one that failed to
+load ends in ``END`` with its error). It polls each ``base_path`` for
+integer version folders holding a ``saved_model.pb``, applies the version
+policy (``latest`` (default: the newest 1), ``all`` or ``specific``) and
+loads a new version before it unloads the one it replaces, which first
+finishes its requests. A version is prepared off the request path before
+it is ``AVAILABLE`` (issue #38; ``ServableVersion.load``).
 """
 
+import concurrent.futures
+import contextlib
+import importlib
 import logging
 import os
 import pathlib
@@ -49,8 +34,7 @@ log = logging.getLogger("keras_trm.serving")
 STATES = ("START", "LOADING", "AVAILABLE", "UNLOADING", "END")
 MAX_LOAD_ATTEMPTS = 3
 # Ops that change state (variables, tables, files): a signature holding one
-# is not called with made-up inputs at load (its first client's call runs
-# alone instead).
+# is not called with made-up inputs at load.
 _WRITE_OPS = re.compile(
     r"^(Assign|ResourceScatter|ResourceApply|ResourceSparseApply|"
     r"ResourceStridedSliceAssign|LookupTable(Insert|Remove|Import)|"
@@ -63,13 +47,11 @@ def _spec_shape(spec):
 
 
 def writes_state(function):
-    """True if a (loaded) concrete function, or a function it calls, holds
-    an op that writes a variable, a table or a file (``_WRITE_OPS``)."""
+    """True if a loaded concrete function, or one it calls, holds an op
+    writing a variable, a table or a file (``_WRITE_OPS``)."""
     graph_def = function.graph.as_graph_def()
-    ops = {node.op for node in graph_def.node}
-    for library_function in graph_def.library.function:
-        ops.update(node.op for node in library_function.node_def)
-    return any(_WRITE_OPS.match(op) for op in ops)
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    return any(_WRITE_OPS.match(node.op) for node in nodes)
 
 
 def minimal_inputs(specs):
@@ -77,7 +59,6 @@ def minimal_inputs(specs):
     every unknown dimension 1; None if an input's rank is unknown.
 
     Example:
-
     >>> import tensorflow as tf
     >>> inputs = minimal_inputs({"text": tf.TensorSpec([None], tf.string),
     ...                          "x": tf.TensorSpec([None, 2], tf.float32)})
@@ -86,54 +67,35 @@ def minimal_inputs(specs):
     """
     import tensorflow as tf
 
-    inputs = {}
-    for key, spec in specs.items():
-        if spec.shape.rank is None:
-            return None
-        shape = [1 if d is None else d for d in spec.shape.as_list()]
-        inputs[key] = tf.zeros(shape, spec.dtype) if spec.dtype != tf.string else (
-            tf.fill(shape, ""))
-    return inputs
+    if any(spec.shape.rank is None for spec in specs.values()):
+        return None
+    shapes = {k: [1 if d is None else d for d in s.shape.as_list()] for k, s in specs.items()}
+    return {k: tf.fill(shapes[k], "") if s.dtype == tf.string else tf.zeros(shapes[k], s.dtype)
+            for k, s in specs.items()}
 
 
 def _lower_thread_priority(niceness):
     """Raises the calling thread's (Linux: per-thread) nice value by
-    ``niceness``; False where the OS does not allow it."""
-    if niceness <= 0 or not hasattr(os, "setpriority"):
-        return False
-    try:
+    ``niceness``, where the OS allows it."""
+    with contextlib.suppress(OSError, AttributeError):
         tid = threading.get_native_id()
         current = os.getpriority(os.PRIO_PROCESS, tid)
         os.setpriority(os.PRIO_PROCESS, tid, min(current + niceness, 19))
-        return True
-    except OSError:
-        return False
 
 
 class ServableVersion:
-    """One version folder of a model: loading, state, signatures, predict.
-
-    Args:
-        name: the model's name.
-        version: int.
-        path: the SavedModel folder ``<base_path>/<version>``.
+    """Version ``version`` (int) of model ``name``, the SavedModel folder
+    ``path`` (``<base_path>/<version>``): loading, state, signatures, predict.
 
     Attributes:
-        state: one of ``START``, ``LOADING``, ``AVAILABLE``, ``UNLOADING``,
-            ``END``.
-        error: why the version ended without loading ("" if it did not).
-        signature_defs: ``{name: SignatureDef}`` protos read from
-            ``saved_model.pb`` (what TF Serving's metadata returns).
-        warmup_requests: how many requests of the SavedModel's warm-up file
-            (``assets.extra/tf_serving_warmup_requests``) were replayed at
-            load, as TF Serving does before a version is ``AVAILABLE``
-            (e.g. to compile an XLA search before the first client).
-        warmup_seconds: the time they took.
-        warmed_signatures: the signatures called once at load with one
-            minimal row (those the warm-up file did not call; see ``load``).
-        restore_seconds: ``tf.saved_model.load``'s time.
-        prepare_seconds: the minimal-row calls' time.
-        load_seconds: the whole load's time.
+        state: one of ``STATES``; ``error``: why it ended without loading.
+        signature_defs: ``{name: SignatureDef}`` from ``saved_model.pb``.
+        warmup_requests: how many requests of the warm-up file
+            (``assets.extra/tf_serving_warmup_requests``) were replayed.
+        warmed_signatures: those called at load with one minimal row.
+        warmup_seconds, restore_seconds, prepare_seconds, load_seconds: the
+            time of the warm-up file's requests, of ``tf.saved_model.load``,
+            of the minimal-row calls and of the whole load.
     """
 
     def __init__(self, name, version, path):
@@ -142,56 +104,45 @@ class ServableVersion:
         self.path = pathlib.Path(path)
         self.state = "START"
         self.error = ""
-        self.signature_defs = {}
         self.warmup_requests = 0
-        self.warmup_seconds = 0.0
         self.warmed_signatures = []
-        self.restore_seconds = 0.0
-        self.prepare_seconds = 0.0
-        self.load_seconds = 0.0
-        self._signatures = {}
-        self._input_specs = {}
-        self._batchable = {}
-        self._loaded = None
-        self._batcher = None
+        self.warmup_seconds = self.restore_seconds = 0.0
+        self.prepare_seconds = self.load_seconds = 0.0
         self._called = set()  # signatures whose function ran once
-        self._first_call_locks = {}
-        self._serialize_first_calls = False
         self.in_flight = 0
+        self._drop()
 
-    # -- lifecycle --------------------------------------------------------------
+    def _drop(self):
+        """Drops the loaded objects (freed once nothing else refers to them)."""
+        self._loaded = self._batcher = None
+        self._signatures, self._input_specs, self._batchable = {}, {}, {}
+        self._first_call_locks, self.signature_defs = {}, {}
+
     def load(self, batching=None, warm_up_signatures=True, niceness=0):
         """Loads the SavedModel (state ``LOADING`` -> ``AVAILABLE``).
 
-        TensorFlow instantiates a signature's function (graph optimization:
-        ~3 s for a beam search on 2 cores) on its first call, and
-        concurrent first calls each do it: 16 clients reaching a new
-        version at once took up to 60 s and ~1 GB. So, before the version
-        is ``AVAILABLE``: the warm-up file's requests are replayed (TF
-        Serving's behaviour), then, with ``warm_up_signatures``, each
-        signature they did not call is called once with one minimal row
-        (``minimal_inputs``: zeros, empty strings; its answer or error is
-        ignored) unless it writes state (``writes_state``) or has an input
-        of unknown rank; and the first call of a signature still not
-        called runs alone (later callers wait for it).
+        TensorFlow instantiates a signature's function at its first call
+        (~3 s for a beam search), and 16 requests reaching a new version at
+        once each did it (up to 60 s, ~1.1 GB; ``bench/bench_version_swap.py``
+        at 32da1ca). So before the version is ``AVAILABLE`` the warm-up
+        file's requests are replayed (as TF Serving does) and, with
+        ``warm_up_signatures``, each signature they did not call is called
+        with one minimal row (``minimal_inputs``) unless it writes state
+        (``writes_state``) or an input's rank is unknown; a signature still
+        not called runs its first call alone.
 
         Args:
             batching: ``BatchingOptions`` to batch concurrent requests, or None.
-            warm_up_signatures: bool, as above; False: the version is
-                ``AVAILABLE`` once restored and the warm-up file replayed,
-                and first calls are not serialized (the old behaviour).
-            niceness: int >= 0; > 0 runs the warm-up calls (the file's and
-                the minimal rows) in a thread of that much lower OS priority
-                (Linux nice, per thread), so that the serving threads keep
-                their share of the cores. ``tf.saved_model.load`` runs in
-                the caller's thread at its priority: it is Python work that
-                holds the interpreter, and a low-priority thread holding it
-                would make every serving thread wait (measured: 2.6 s gaps
-                at nice 10, docs/serving.md).
+            warm_up_signatures: bool, as above (False: the old behaviour).
+            niceness: int >= 0; > 0 runs the warm-up calls in a thread of that
+                much lower OS priority (Linux nice). ``tf.saved_model.load``
+                stays at the caller's: it holds the interpreter, which a
+                low-priority thread would hold for long (2.6 s gaps at nice
+                10, docs/serving.md).
 
         Raises:
-            Exception: whatever ``tf.saved_model.load`` raised; the state is
-                then ``END`` and ``error`` says why.
+            Exception: whatever the load raised; the state is then ``END``
+                and ``error`` says why.
         """
         from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
@@ -200,79 +151,56 @@ class ServableVersion:
         try:
             proto = saved_model_pb2.SavedModel.FromString(
                 (self.path / "saved_model.pb").read_bytes())
-            # Copies: a sub-message keeps its whole parsed SavedModel alive
-            # (upb protobuf; 16 MB for the Multi30k export's 4.5 MB file),
-            # which grew the server by that much per version swapped.
-            self.signature_defs = {}
-            for key, signature in proto.meta_graphs[0].signature_def.items():
-                self.signature_defs[key] = meta_graph_pb2.SignatureDef()
-                self.signature_defs[key].CopyFrom(signature)
+            # Copies: a sub-message keeps its whole parsed SavedModel alive.
+            self.signature_defs = {
+                key: meta_graph_pb2.SignatureDef.FromString(sig.SerializeToString())
+                for key, sig in proto.meta_graphs[0].signature_def.items()}
             del proto
             self._restore(warm_up_signatures)
-            if niceness > 0:
-                self._in_low_priority_thread(niceness, warm_up_signatures)
-            else:
-                self._warm_up_all(warm_up_signatures)
+            self._prepare(warm_up_signatures, niceness)
             if batching is not None:
                 self._batcher = BatchScheduler(
                     self._call, batching, name=f"{self.name}/{self.version}")
         except Exception as err:
             self.state = "END"
             self.error = f"{type(err).__name__}: {err}"
-            self._loaded = None
-            self._signatures = {}
+            self._drop()
             raise
         self.load_seconds = time.perf_counter() - start
         self.state = "AVAILABLE"
 
-    def _in_low_priority_thread(self, niceness, warm_up_signatures):
-        from tensorflow.python.eager import context
+    def _prepare(self, warm_up_signatures, niceness):
+        if niceness > 0:
+            from tensorflow.python.eager import context
 
-        # TensorFlow's thread pools are created with its context, and a
-        # thread inherits its creator's priority: create them here first.
-        context.ensure_initialized()
-        failure = []
-
-        def run():
-            _lower_thread_priority(niceness)
-            try:
-                self._warm_up_all(warm_up_signatures)
-            except BaseException as err:  # noqa: BLE001 - re-raised by the caller
-                failure.append(err)
-
-        thread = threading.Thread(target=run, daemon=True,
-                                  name=f"load-{self.name}-{self.version}")
-        thread.start()
-        thread.join()
-        if failure:
-            raise failure[0]
+            # TensorFlow's thread pools are created with its context, and a
+            # thread inherits its creator's priority: create them here first.
+            context.ensure_initialized()
+            with concurrent.futures.ThreadPoolExecutor(
+                    1, f"load-{self.name}-{self.version}", _lower_thread_priority,
+                    (niceness,)) as pool:
+                return pool.submit(self._prepare, warm_up_signatures, 0).result()
+        self._warm_up()
+        if warm_up_signatures:
+            self._warm_up_signatures()
 
     def _restore(self, warm_up_signatures):
         import tensorflow as tf
 
-        try:
-            import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-        except ImportError:  # pragma: no cover - optional
-            pass
+        with contextlib.suppress(ImportError):  # registers the tokenizer ops
+            importlib.import_module("tensorflow_text")
         start = time.perf_counter()
         self._loaded = tf.saved_model.load(str(self.path))
         self._signatures = dict(self._loaded.signatures)
         self.restore_seconds = time.perf_counter() - start
         for key, function in self._signatures.items():
-            specs = function.structured_input_signature[1]
-            outputs = function.structured_outputs
-            self._input_specs[key] = specs
-            shapes = [_spec_shape(s) for s in list(specs.values())
-                      + list(outputs.values())]
+            specs = self._input_specs[key] = function.structured_input_signature[1]
+            shapes = [_spec_shape(s) for s in [*specs.values(),
+                                               *function.structured_outputs.values()]]
             self._batchable[key] = bool(specs) and all(
                 shape and shape[0] is None for shape in shapes)
-            self._first_call_locks[key] = threading.Lock()
-        self._serialize_first_calls = warm_up_signatures
-
-    def _warm_up_all(self, warm_up_signatures):
-        self._warm_up()
-        if warm_up_signatures:
-            self._warm_up_signatures()
+            if warm_up_signatures:
+                self._first_call_locks[key] = threading.Lock()
 
     def _warm_up(self):
         """Replays the warm-up file's requests (if any) through the loaded
@@ -285,9 +213,8 @@ class ServableVersion:
         for i, (signature_name, inputs) in enumerate(requests):
             function = self._signatures.get(signature_name)
             if function is None:
-                raise ValueError(
-                    f"warm-up request {i} of {str(path)!r} names signature "
-                    f"{signature_name!r}; the model has {self.signature_names}")
+                raise ValueError(f"warm-up request {i} of {str(path)!r} names signature "
+                                 f"{signature_name!r}; the model has {self.signature_names}")
             try:
                 function(**inputs)
             except Exception as err:
@@ -297,14 +224,10 @@ class ServableVersion:
             time.sleep(0)  # let the serving threads have the interpreter
         self.warmup_requests = len(requests)
         self.warmup_seconds = time.perf_counter() - start
-        log.info("model %r version %d: %d warm-up requests replayed in %.1f s",
-                 self.name, self.version, self.warmup_requests,
-                 self.warmup_seconds)
 
     def _warm_up_signatures(self):
         """Calls each signature not called yet once with one minimal row, so
-        that TensorFlow instantiates its function now, not on the first
-        clients' requests. Its answer, or error, does not matter."""
+        that TensorFlow instantiates its function now."""
         import tensorflow as tf
 
         start = time.perf_counter()
@@ -315,22 +238,16 @@ class ServableVersion:
                 inputs = minimal_inputs(self._input_specs[key])
                 skip = ("an input of unknown rank" if inputs is None else
                         "it writes state" if writes_state(function) else None)
-            except Exception as err:  # noqa: BLE001 - e.g. an unusual dtype
-                skip = f"{type(err).__name__}: {err}"
-            if skip:
-                log.info("model %r version %d: signature %r is not called at load "
-                         "(%s); its first request runs alone", self.name,
-                         self.version, key, skip)
-                continue
-            try:
-                function(**inputs)
+                if not skip:
+                    function(**inputs)
             except tf.errors.OpError as err:
                 # It ran (so it is instantiated) and refused the made-up row.
                 log.debug("signature %r refused the minimal row: %s", key, err)
-            except Exception as err:  # noqa: BLE001 - only a preparation
-                log.info("model %r version %d: signature %r could not be called "
-                         "with a minimal row (%s: %s); its first request runs alone",
-                         self.name, self.version, key, type(err).__name__, err)
+            except Exception as err:  # noqa: BLE001 - e.g. an unusual dtype
+                skip = f"{type(err).__name__}: {err}"
+            if skip:
+                log.info("model %r version %d: signature %r is not called at load (%s); "
+                         "its first request runs alone", self.name, self.version, key, skip)
                 continue
             self._called.add(key)
             self.warmed_signatures.append(key)
@@ -338,28 +255,18 @@ class ServableVersion:
         self.prepare_seconds = time.perf_counter() - start
 
     def unload(self):
-        """Stops batching and drops the SavedModel (state -> ``END``); its
-        memory is freed once nothing else refers to it (the manager then
-        calls ``release_freed_memory``)."""
+        """Stops batching and drops the SavedModel (state -> ``END``)."""
         self.state = "UNLOADING"
         if self._batcher is not None:
             self._batcher.stop()
             stats = self._batcher.stats
             if stats["batches"]:
                 log.info("model %r version %d batching: %d requests in %d batches "
-                         "(%.2f rows per batch)", self.name, self.version,
-                         stats["tasks"], stats["batches"],
-                         stats["rows"] / stats["batches"])
-            self._batcher = None
-        self._signatures = {}
-        self._input_specs = {}
-        self._batchable = {}
-        self._first_call_locks = {}
-        self.signature_defs = {}
-        self._loaded = None
+                         "(%.2f rows per batch)", self.name, self.version, stats["tasks"],
+                         stats["batches"], stats["rows"] / stats["batches"])
+        self._drop()
         self.state = "END"
 
-    # -- serving ----------------------------------------------------------------
     @property
     def batch_stats(self):
         """``{"batches", "tasks", "rows"}`` run by the batch scheduler so far."""
@@ -376,24 +283,18 @@ class ServableVersion:
             NotFound: no signature of that name.
         """
         if signature_name not in self._signatures:
-            raise NotFound(
-                f"Serving signature name: {signature_name!r} not found in signature "
-                f"def of model {self.name!r} version {self.version}; available: "
-                f"{self.signature_names}")
+            raise NotFound(f"Serving signature name: {signature_name!r} not found in "
+                           f"signature def of model {self.name!r} version {self.version}; "
+                           f"available: {self.signature_names}")
         return self._input_specs[signature_name]
 
     def predict(self, signature_name, inputs, output_filter=()):
         """Runs a signature on numpy inputs (batched if batching is on).
 
-        Args:
-            signature_name: str, e.g. ``"serving_default"``.
-            inputs: ``{name: np.ndarray}`` of exactly the signature's inputs,
-                each of the signature's dtype (strings as ``object`` arrays
-                of ``bytes``) and a shape compatible with its spec.
-            output_filter: names of the outputs to return (default: all).
-
-        Returns:
-            ``{output name: np.ndarray}``.
+        ``inputs`` are ``{name: np.ndarray}`` of exactly the signature's
+        inputs, of its dtypes (strings as ``object`` arrays of ``bytes``)
+        and shapes; ``output_filter`` names the outputs to return (default:
+        all). Returns ``{output name: np.ndarray}``.
 
         Raises:
             NotFound: unknown signature.
@@ -407,45 +308,37 @@ class ServableVersion:
         check_input_names(specs, inputs, signature_name)
         for key, value in inputs.items():
             spec = specs[key]
-            want = np.dtype(object) if spec.dtype.name == "string" else np.dtype(
-                spec.dtype.as_numpy_dtype)
+            want = np.dtype(object if spec.dtype.name == "string" else spec.dtype.as_numpy_dtype)
             if value.dtype != want:
                 raise InvalidArgument(
                     f"input {key!r} expects dtype {spec.dtype.name}, got {value.dtype}")
             if not spec.shape.is_compatible_with(value.shape):
-                raise InvalidArgument(
-                    f"input {key!r}: shape {list(value.shape)} does not match the "
-                    f"signature's {_spec_shape(spec)} (None = any size)")
+                raise InvalidArgument(f"input {key!r}: shape {list(value.shape)} does not match "
+                                      f"the signature's {_spec_shape(spec)} (None = any size)")
         outputs_all = self._signatures[signature_name].structured_outputs
         unknown = sorted(set(output_filter) - set(outputs_all))
         if unknown:
-            raise InvalidArgument(
-                f"output_filter names unknown outputs {unknown}; signature "
-                f"{signature_name!r} has {sorted(outputs_all)}")
+            raise InvalidArgument(f"output_filter names unknown outputs {unknown}; signature "
+                                  f"{signature_name!r} has {sorted(outputs_all)}")
         sizes = {int(v.shape[0]) for v in inputs.values()}
         if (self._batcher is not None and self._batchable[signature_name]
                 and len(sizes) == 1 and min(sizes) > 0):
             outputs = self._batcher.schedule(signature_name, inputs)
         else:
             outputs = self._call(signature_name, inputs)
-        if output_filter:
-            outputs = {k: outputs[k] for k in output_filter}
-        return outputs
+        return {k: outputs[k] for k in output_filter} if output_filter else outputs
 
     def _call(self, signature_name, inputs):
         function = self._signatures.get(signature_name)
         if function is None:
-            raise Unavailable(
-                f"model {self.name!r} version {self.version} is unloading; retry")
-        if self._serialize_first_calls and signature_name not in self._called:
-            # A signature's first call instantiates its function; concurrent
-            # first calls would each do it (seconds and ~1 GB each): the
-            # others wait for the first, then run side by side.
-            lock = self._first_call_locks.get(signature_name)
-            if lock is not None:
-                with lock:
-                    if signature_name not in self._called:
-                        return self._run(function, signature_name, inputs)
+            raise Unavailable(f"model {self.name!r} version {self.version} is unloading; retry")
+        lock = self._first_call_locks.get(signature_name)
+        if lock is not None and signature_name not in self._called:
+            # Concurrent first calls would each instantiate the function:
+            # the others wait for the first, then run side by side.
+            with lock:
+                if signature_name not in self._called:
+                    return self._run(function, signature_name, inputs)
         return self._run(function, signature_name, inputs)
 
     def _run(self, function, signature_name, inputs):
@@ -455,10 +348,7 @@ class ServableVersion:
             outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
         except tf.errors.OpError as err:
             self._called.add(signature_name)  # it ran, and refused the inputs
-            error = from_tf_error(err)
-            if error.code == "INVALID_ARGUMENT":
-                raise InvalidArgument(str(error)) from err
-            raise error from err
+            raise from_tf_error(err) from err
         self._called.add(signature_name)
         return {k: v.numpy() for k, v in outputs.items()}
 
@@ -466,12 +356,10 @@ class ServableVersion:
 def _folder_identity(folder):
     """What changes when a version folder is replaced or rewritten: the
     folder's and its saved_model.pb's inode, size and modification time."""
-    if folder is None:
-        return None
     try:
         return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in (
             os.stat(folder), os.stat(pathlib.Path(folder) / "saved_model.pb")))
-    except OSError:
+    except (OSError, TypeError):  # TypeError: no folder (None)
         return None
 
 
@@ -481,8 +369,8 @@ class _Model:
         self.name = config.name
         self.base_path = pathlib.Path(config.base_path)
         self.versions = {}  # int -> ServableVersion (END ones kept for status)
-        # int -> (failed load attempts, identity of the folder's files): a
-        # version folder replaced (a fixed copy) gets its attempts again.
+        # int -> (failed load attempts, _folder_identity): a version folder
+        # replaced (a fixed copy) gets its attempts again.
         self.attempts = {}
         self.folders = {}  # int -> its folder (the name as found: 007 too)
         self._warned = None  # the last scan problem logged (logged once)
@@ -493,12 +381,9 @@ class _Model:
             log.warning(message, *args)
 
     def found_versions(self):
-        """The versions under the base path (folders named by ASCII digits,
-        as TF Serving's integer parse takes them, holding a
-        saved_model.pb), sorted; None when the base path is missing (a
-        failed poll: its versions are kept, as TF Serving keeps them). A
-        folder that cannot be read (permissions) is logged and skipped:
-        one bad folder never stops a scan."""
+        """The versions under the base path (ASCII digit folders holding a
+        saved_model.pb), sorted; None when the base path is missing (its
+        versions are kept, as in TF Serving). Unreadable folders are skipped."""
         try:
             entries = sorted(self.base_path.iterdir())
         except (FileNotFoundError, NotADirectoryError):
@@ -517,10 +402,8 @@ class _Model:
                 self._warn_once("model %r: skipping version folder %s: %s",
                                 self.name, str(path), error)
                 continue
-            version = int(name)
-            if version in folders and name != str(version):
-                continue  # "7" wins over "007"
-            folders[version] = path
+            if int(name) not in folders or name == str(int(name)):  # "7" wins over "007"
+                folders[int(name)] = path
         if not folders:
             self._warn_once("no versions of model %r found under base path %s",
                             self.name, str(self.base_path))
@@ -557,24 +440,19 @@ class ModelManager:
     """Loads, serves and unloads the versions of every configured model.
 
     Args:
-        config: ``ModelServerConfig`` (see ``keras_trm.serving.config``).
+        config: ``ModelServerConfig`` (``keras_trm.serving.config``).
         batching: ``BatchingOptions`` to batch requests, or None.
         file_system_poll_wait_seconds: seconds between scans of the base
-            paths for new versions (TF Serving's flag: 0 scans once at
-            start, a negative value never).
-        warm_up_signatures: prepare each version before it is
-            ``AVAILABLE`` (``ServableVersion.load``): each signature called
-            once at load, and a first call that still reaches a signature
-            runs alone. False: the behaviour before issue #38 (kept for
-            ``bench/bench_version_swap.py``'s comparison at 32da1ca).
-        loader_niceness: how much lower the OS priority (Linux nice) of the
-            thread that loads a version while others serve (after
-            ``start``) is; 0: the poller's own priority.
+            paths (TF Serving's flag: 0 scans once at start, < 0 never).
+        warm_up_signatures: prepare each version before it is ``AVAILABLE``
+            (``ServableVersion.load``); False: the behaviour before #38.
+        loader_niceness: int >= 0, how much lower the OS priority (Linux
+            nice) of the thread loading a version while others serve is.
         release_memory: after unloading a version, collect garbage and
-            return the allocator's free pages to the system
-            (``release_freed_memory``).
+            return the allocator's free pages (``release_freed_memory``).
 
     Raises:
+        ValueError: ``loader_niceness`` is not an int >= 0.
         FileNotFoundError: (``start``) a base path is not a folder.
 
     Example:
@@ -588,20 +466,19 @@ class ModelManager:
                  warm_up_signatures=True, loader_niceness=10, release_memory=True):
         if isinstance(loader_niceness, bool) or not isinstance(loader_niceness, int) or (
                 loader_niceness < 0):
-            raise ValueError(f"`loader_niceness` must be an int >= 0, got "
+            raise ValueError("`loader_niceness` must be an int >= 0, got "
                              f"loader_niceness={loader_niceness!r}")
         self.batching = batching
         self.poll_wait = float(file_system_poll_wait_seconds)
         self.warm_up_signatures = bool(warm_up_signatures)
         self.loader_niceness = loader_niceness
         self.release_memory = bool(release_memory)
-        self._serving = False  # True once start()'s first loads are done
         self._models = {m.name: _Model(m) for m in config.model_config_list.config}
         self._cond = threading.Condition()
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller = None
-        self.started = False
+        self.started = False  # True once start()'s first loads are done
 
     @property
     def model_names(self):
@@ -611,28 +488,20 @@ class ModelManager:
         """First scan and load (blocking), then polling in a thread."""
         for model in self._models.values():
             if not model.base_path.is_dir():
-                raise FileNotFoundError(
-                    f"`model_base_path` {str(model.base_path)!r} of model "
-                    f"{model.name!r} is not a folder")
-        self.started = True
+                raise FileNotFoundError(f"`model_base_path` {str(model.base_path)!r} of model "
+                                        f"{model.name!r} is not a folder")
         self.refresh()
-        self._serving = True
+        self.started = True
         if self.poll_wait > 0:
-            self._poller = threading.Thread(target=self._poll, name="version-poller",
-                                            daemon=True)
+            self._poller = threading.Thread(target=self._poll, name="version-poller", daemon=True)
             self._poller.start()
 
     def _poll(self):
         while not self._stop.wait(self.poll_wait):
-            try:
-                self.refresh()
-            except Exception:  # noqa: BLE001 - keep polling
-                log.exception("scanning the model base paths failed")
+            self.refresh()
 
     def refresh(self):
-        """One scan: load aspired versions, then unload the ones they
-        replace. A model whose scan fails is logged and skipped: the
-        others are still scanned."""
+        """One scan: loads aspired versions, then unloads those they replace."""
         with self._refresh_lock:
             for model in self._models.values():
                 try:
@@ -647,17 +516,15 @@ class ModelManager:
             return  # the base path is gone: keep what is served
         aspired = model.aspired(found)
         for version in aspired:
-            current = model.versions.get(version)
-            if current is not None and current.state in ("LOADING", "AVAILABLE"):
-                continue
-            if not model.attempts_left(version):
+            state = getattr(model.versions.get(version), "state", None)
+            if state in ("LOADING", "AVAILABLE") or not model.attempts_left(version):
                 continue
             servable = ServableVersion(model.name, version, model.folders[version])
             with self._cond:
                 model.versions[version] = servable
             try:
                 servable.load(self.batching, self.warm_up_signatures,
-                              self.loader_niceness if self._serving else 0)
+                              self.loader_niceness if self.started else 0)
             except Exception:  # noqa: BLE001 - reported in the status
                 model.failed(version)
                 log.exception("model %r version %d failed to load", model.name, version)
@@ -694,7 +561,6 @@ class ModelManager:
                     if servable.state == "AVAILABLE":
                         servable.unload()
 
-    # -- lookups ----------------------------------------------------------------
     def _model(self, name):
         model = self._models.get(name)
         if model is None:
@@ -723,16 +589,28 @@ class ModelManager:
                            "version is available")
         return max(available)
 
+    @contextlib.contextmanager
     def acquire(self, name, version=None, label=None):
-        """Context manager yielding an ``AVAILABLE`` ``ServableVersion``.
-
-        While held, the version is not unloaded.
+        """Context manager yielding an ``AVAILABLE`` ``ServableVersion``,
+        not unloaded while held.
 
         Raises:
-            NotFound: unknown model, version or label, or that version not
-                available.
+            NotFound: unknown model, version or label, or it is not available.
         """
-        return _Lease(self, name, version, label)
+        with self._cond:
+            number = self.resolve_version(name, version, label)
+            servable = self._model(name).versions.get(number)
+            if servable is None or servable.state != "AVAILABLE":
+                state = "never seen" if servable is None else servable.state
+                raise NotFound(f"Servable not found for request: Specific({name}, "
+                               f"{number}) (version state: {state})")
+            servable.in_flight += 1
+        try:
+            yield servable
+        finally:
+            with self._cond:
+                servable.in_flight -= 1
+                self._cond.notify_all()
 
     def status(self, name, version=None, label=None):
         """``[(version, state, error_message)]`` newest first.
@@ -756,33 +634,6 @@ class ModelManager:
         with self._cond:
             return all(any(s.state == "AVAILABLE" for s in m.versions.values())
                        for m in self._models.values())
-
-
-class _Lease:
-    def __init__(self, manager, name, version, label):
-        self.manager = manager
-        self.args = (name, version, label)
-        self.servable = None
-
-    def __enter__(self):
-        manager = self.manager
-        name, version, label = self.args
-        with manager._cond:
-            number = manager.resolve_version(name, version, label)
-            servable = manager._model(name).versions.get(number)
-            if servable is None or servable.state != "AVAILABLE":
-                state = "never seen" if servable is None else servable.state
-                raise NotFound(f"Servable not found for request: Specific({name}, "
-                               f"{number}) (version state: {state})")
-            servable.in_flight += 1
-        self.servable = servable
-        return servable
-
-    def __exit__(self, *exc):
-        with self.manager._cond:
-            self.servable.in_flight -= 1
-            self.manager._cond.notify_all()
-        return False
 
 
 __all__ = ["ModelManager", "ServableVersion", "STATES", "ServingError",

@@ -27,10 +27,9 @@ def _json_error_channel(max_request_bytes):
     class JsonErrorTask(ErrorTask):
         def execute(self):
             err = self.request.error
-            message = f"{err.reason}: {err.body}"
-            if err.code == 413:
-                message = (f"the request body is over the limit of {max_request_bytes} "
-                           "bytes (max_request_bytes)")
+            message = f"{err.reason}: {err.body}" if err.code != 413 else (
+                f"the request body is over the limit of {max_request_bytes} bytes "
+                "(max_request_bytes)")
             body = json.dumps({"error": message}).encode("utf-8")
             self.status = f"{err.code} {err.reason}"
             self.response_headers.append(("Content-Type", "application/json"))
@@ -50,31 +49,25 @@ class ModelServer:
     Args:
         manager: a ``ModelManager`` (started by ``start()`` if not yet).
         host: interface to bind, e.g. ``"127.0.0.1"`` or ``"0.0.0.0"``.
-        rest_api_port: int; 0 picks a free port; None serves no REST.
-        grpc_port: int; 0 picks a free port; None serves no gRPC.
-        rest_api_num_threads: waitress worker threads (requests answered at
-            once; more wait in its queue).
-        grpc_max_threads: gRPC worker threads.
+        rest_api_port, grpc_port: int; 0 picks a free port; None serves none.
+        rest_api_num_threads, grpc_max_threads: worker threads (requests
+            answered at once; more wait in a queue).
         max_request_bytes: largest REST body / gRPC message accepted.
         max_request_rows: the most rows (instances) one request may hold,
-            checked before any value is expanded (a gRPC TensorProto may
-            declare a large shape with one value).
+            checked before any value is expanded.
         monitoring_path: URL path on the REST port answering TF Serving's
-            Prometheus metrics (``keras_trm.serving.monitoring``), e.g.
-            ``"/monitoring/prometheus/metrics"``; None: no metrics.
+            Prometheus metrics (``keras_trm.serving.monitoring``); None: none.
 
     Attributes:
         rest_api_port, grpc_port: the bound ports once started.
         metrics: the ``monitoring.Metrics`` recorded, or None.
 
     Raises:
-        ValueError: a thread count or ``max_request_bytes`` below 1, or a
-            ``monitoring_path`` without REST (``rest_api_port=None``).
-        OSError: from ``start()``, when a port cannot be bound (the message
-            names ``rest_api_port`` or ``grpc_port``, the address and why);
-            nothing is left listening then, and the models are unloaded
-            if ``start()`` loaded them (a manager started by the caller
-            stays started).
+        ValueError: a thread count, ``max_request_bytes`` or
+            ``max_request_rows`` below 1, or a ``monitoring_path`` without
+            REST (``rest_api_port=None``).
+        OSError: from ``start()``, when a port cannot be bound (naming
+            ``rest_api_port`` or ``grpc_port``, the address and why).
 
     Example:
         >>> server = ModelServer(manager, rest_api_port=0, grpc_port=0).start()
@@ -93,15 +86,12 @@ class ModelServer:
             if int(value) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {name}={value}")
         if monitoring_path is not None and rest_api_port is None:
-            raise ValueError(
-                f"`monitoring_path` {monitoring_path!r} is served on the REST port, "
-                "but rest_api_port=None serves no REST")
-        self.monitoring_path = monitoring_path
-        self.metrics = None
-        if monitoring_path is not None:
-            from keras_trm.serving.monitoring import Metrics
+            raise ValueError(f"`monitoring_path` {monitoring_path!r} is served on the REST "
+                             "port, but rest_api_port=None serves no REST")
+        from keras_trm.serving.monitoring import Metrics
 
-            self.metrics = Metrics()
+        self.monitoring_path = monitoring_path
+        self.metrics = Metrics() if monitoring_path is not None else None
         self.manager = manager
         self.host = host
         self.rest_api_port = rest_api_port
@@ -110,17 +100,13 @@ class ModelServer:
         self.grpc_max_threads = int(grpc_max_threads)
         self.max_request_bytes = int(max_request_bytes)
         self.max_request_rows = int(max_request_rows)
-        self.app = None
-        self._rest = None
-        self._rest_thread = None
-        self._grpc = None
+        self.app = self._rest = self._rest_thread = self._grpc = None
         self._stopped = threading.Event()
 
     def start(self):
         """Loads the models (blocking) and starts listening; returns self.
-        If a port cannot be bound, stops what it started (the models too,
-        unless the manager was started before) and raises ``OSError``
-        naming the port's argument."""
+        If a port cannot be bound, it stops what it started (the models too,
+        unless the manager was started before) and raises ``OSError``."""
         started_here = not self.manager.started
         if started_here:
             self.manager.start()
@@ -147,8 +133,7 @@ class ModelServer:
                 concurrent.futures.ThreadPoolExecutor(
                     self.grpc_max_threads, thread_name_prefix="grpc"),
                 options=options, maximum_concurrent_rpcs=4 * self.grpc_max_threads)
-            add_services(self._grpc, self.manager, self.metrics,
-                         self.max_request_rows)
+            add_services(self._grpc, self.manager, self.metrics, self.max_request_rows)
             address = f"{self.host}:{self.grpc_port}"
             try:
                 bound = self._grpc.add_insecure_port(address)
@@ -177,8 +162,7 @@ class ModelServer:
                               f"{err.strerror or err}") from err
             self._rest.channel_class = _json_error_channel(self.max_request_bytes)
             self.rest_api_port = int(self._rest.effective_port)
-            self._rest_thread = threading.Thread(target=self._run_rest, name="rest",
-                                                 daemon=True)
+            self._rest_thread = threading.Thread(target=self._run_rest, name="rest", daemon=True)
             self._rest_thread.start()
 
     def _run_rest(self):
@@ -191,18 +175,19 @@ class ModelServer:
 
     def stop(self, grace=30.0, stop_manager=True):
         """Graceful shutdown: refuse new requests (503 / ``readyz`` fails),
-        let in-flight ones finish (up to ``grace`` seconds), then close,
-        and unload the models (``manager.stop()``) unless ``stop_manager``
-        is False."""
+        let in-flight ones finish (up to ``grace`` seconds), close, and
+        unload the models unless ``stop_manager`` is False."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         grpc_done = self._grpc.stop(grace) if self._grpc is not None else None
         if self._rest is not None:
-            self.app.in_flight.draining = True
-            if not self.app.in_flight.wait_idle(grace):
-                log.warning("%d REST request(s) still running after %.0f s",
-                            self.app.in_flight.count, grace)
+            in_flight = self.app.in_flight
+            in_flight.draining = True
+            with in_flight.cond:
+                if not in_flight.cond.wait_for(lambda: in_flight.count == 0, grace):
+                    log.warning("%d REST request(s) still running after %.0f s",
+                                in_flight.count, grace)
             from waitress import wasyncore
             from waitress.channel import HTTPChannel
 
@@ -214,12 +199,10 @@ class ModelServer:
                     for channel in list(server._map.values())
                     if isinstance(channel, HTTPChannel)):
                 time.sleep(0.02)
-            try:
-                # Close every socket from waitress' own loop thread.
+            try:  # close every socket from waitress' own loop thread
                 server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
             except OSError as err:
-                # Its wake-up pipe is gone (seen once in CI after a version swap:
-                # EBADF, closed under waitress); close them from here instead.
+                # Its wake-up pipe is gone (seen once in CI: EBADF after a swap).
                 log.warning("REST loop's wake-up pipe is unusable (%s); closing its "
                             "sockets from the stopping thread", err)
                 wasyncore.close_all(server._map, ignore_all=True)
@@ -233,14 +216,12 @@ class ModelServer:
 
     def serve_forever(self, grace=30.0, info=None, exit_after_grace=False):
         """Starts, then serves until SIGTERM or SIGINT, then ``stop(grace)``.
-
         Once listening, prints one JSON line to stdout (models, host, ports,
         pid, plus the ``info`` dict) for scripts that wait for it.
 
         With ``exit_after_grace`` (``keras-trm serve``) the process then
-        exits (status 0) whatever is still computing: a request still in
-        a model after the grace period is dropped, as TF Serving does, and
-        should the shutdown itself hang, the process exits ``grace`` + 10 s
+        exits (status 0), dropping a request still in a model, as TF
+        Serving does; should the shutdown hang, it exits ``grace`` + 10 s
         after the signal."""
         stop = threading.Event()
 
@@ -261,15 +242,13 @@ class ModelServer:
                               "grpc_port": self.grpc_port, "pid": os.getpid(),
                               **(info or {})}),
                   flush=True)
-            while not stop.wait(1.0):
+            while not stop.wait(1.0):  # wakes for the signal handler
                 pass
         finally:
             self.stop(grace)
             for s, handler in previous.items():
                 signal.signal(s, handler)
-        if exit_after_grace:
-            # Reached after a signal only. Threads still in a model (their
-            # client has had its grace) would keep the interpreter alive.
+        if exit_after_grace:  # threads still in a model would keep the process alive
             _exit_now("stopped")
 
 
