@@ -1,27 +1,15 @@
-"""``keras-trm``: command line entry points, one subcommand per recipe.
-
-    keras-trm train-translation [--data_dir DIR] [--training.epochs N] ...
-    keras-trm train-imdb [--models encoder,lstm_ln,lstm] [--data.limit 0] ...
-    keras-trm train-mnist [--training.batch_sizes 128,8] [--model.norms none,batch,layer] ...
-    keras-trm train-lm [--data.corpus tinyshakespeare|ptb] [--training.steps 4500] ...
-    keras-trm translate --model export/<name>/<version> "A sentence." ...
-    keras-trm serve --model_base_path export/<name> [--rest_api_port 8501] [--port 8500]
-    keras-trm export-translation --workdir DIR   (a run trained without TensorFlow)
-    keras-trm export-lm --workdir DIR            (the same for train-lm)
-    keras-trm sample-lm export/<name>/<version> --prompt "ROMEO:" --num_tokens 200
+"""``keras-trm``: command line entry points, one subcommand per recipe
+(``COMMANDS``; ``keras-trm --help`` lists them).
 
 Every ``train-*`` subcommand has one flag per field of its job's config
-dataclass, parsed by jsonargparse (``config_parser``): the help line of a
-flag is the field's docstring, its choices come from the field's
-``typing.Literal`` annotation. ``--config FILE.yaml`` reads the same fields
-from YAML (flags override it), and every run writes its resolved config to
-``<workdir>/config.yaml``, so ``keras-trm train-translation --config
-runs/multi30k/config.yaml`` runs it again. The ``recipes/*.py`` scripts call
-the same functions.
+dataclass (``config_parser``: the field's docstring is its help, its
+``typing.Literal`` values its choices). ``--config FILE.yaml`` reads the
+same fields (flags override it), and every run writes its resolved config
+to ``<workdir>/config.yaml``, which ``--config`` runs again. The
+``recipes/*.py`` scripts call the same functions.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import importlib
 import itertools
@@ -50,39 +38,9 @@ SAMPLES = {
 
 # --- train-* flags: one per config field (jsonargparse) ------------------------
 
-FLAG_RULES = (
-    "Flags: dashes and underscores are the same (--data-dir = --data_dir); "
-    "booleans take true|false (a bare flag means true);{lists} --config "
-    "FILE.yaml reads the same keys (e.g. a run's <workdir>/config.yaml); "
-    "flags on the command line override it.")
-
-
-def flag_rules(config_cls):
-    """``FLAG_RULES`` for the command of ``config_cls``; its example of a
-    list is the class's first list field (none where it has none).
-
-    Example:
-
-    >>> import dataclasses
-    >>> @dataclasses.dataclass
-    ... class Config:
-    ...     batch_sizes: tuple[int, ...] = (128, 8)
-    ...     SECTIONS = {"training": ("batch_sizes",)}
-    >>> "lists are comma-separated (--training.batch_sizes 128,8)" in flag_rules(Config)
-    True
-    """
-    lists = [f for f in dataclasses.fields(config_cls)
-             if typing.get_origin(f.type) is tuple and f.default]
-    example = ""
-    if lists:
-        key, values = config_keys(config_cls)[lists[0].name], lists[0].default
-        example = (f" lists are comma-separated (--{key} {','.join(map(str, values))})"
-                   f" or YAML ([{', '.join(map(str, values))}]).")
-    return FLAG_RULES.format(lists=example)
-
 
 def config_parser(prog, description, config_cls, workdir, results_dir=True,
-                  report_only=False, export_dir=True):
+                  report_only=False):
     """The ``jsonargparse`` parser of a ``train-*`` command: ``--config``,
     ``--data_dir``, ``--workdir``, ``--export_dir`` (and ``--results_dir``,
     ``--report_only``), then one flag per field of the dataclass
@@ -104,9 +62,19 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
     """
     from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
 
-    # The help line of a field is its attribute docstring.
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = ArgumentParser(prog=prog, description=f"{description} {flag_rules(config_cls)}")
+    lists = [f for f in dataclasses.fields(config_cls)
+             if typing.get_origin(f.type) is tuple and f.default]
+    example = ""
+    if lists:  # the first list field is the example
+        key, values = config_keys(config_cls)[lists[0].name], lists[0].default
+        example = (f" lists are comma-separated (--{key} {','.join(map(str, values))})"
+                   f" or YAML ([{', '.join(map(str, values))}]).")
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # the help lines
+    parser = ArgumentParser(prog=prog, description=(
+        f"{description} Flags: dashes and underscores are the same (--data-dir = "
+        "--data_dir); booleans take true|false (a bare flag means true);"
+        f"{example} --config FILE.yaml reads the same keys (e.g. a run's "
+        "<workdir>/config.yaml); flags on the command line override it."))
     parser.add_argument(
         "--config", action=ActionConfigFile,
         help="YAML file of these flags (a run's <workdir>/config.yaml re-runs "
@@ -118,9 +86,8 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
     parser.add_argument(
         "--workdir", type=str, default=workdir,
         help="run folder: vocabulary, checkpoints, logs, config.yaml")
-    if export_dir:
-        parser.add_argument("--export_dir", type=str, default="export",
-                            help="SavedModels go to <export_dir>/<model>/<version>/")
+    parser.add_argument("--export_dir", type=str, default="export",
+                        help="SavedModels go to <export_dir>/<model>/<version>/")
     if results_dir:
         parser.add_argument(
             "--results_dir", type=typing.Optional[str], default=None,
@@ -134,26 +101,22 @@ def config_parser(prog, description, config_cls, workdir, results_dir=True,
                  "in --workdir")
     fields = {f.name for f in dataclasses.fields(config_cls)}
     sections = getattr(config_cls, "SECTIONS", {})
-    for section, names in sections.items():
+    others = fields - set().union(*sections.values())
+    for section, names in [*sections.items(), (None, others)]:
         parser.add_class_arguments(config_cls, nested_key=section, as_group=True,
                                    skip=fields - set(names))
-        parser.groups[section].title = (
-            f"{section} (--{section}.NAME; the old flat --NAME works too)")
-        parser.groups[section].description = None
-    sectioned = set().union(*sections.values()) if sections else set()
-    parser.add_class_arguments(config_cls, nested_key=None, as_group=True,
-                               skip=sectioned)
-    if sections and config_cls.__name__ in parser.groups:
-        parser.groups[config_cls.__name__].title = "other settings"
-        parser.groups[config_cls.__name__].description = None
+        group = parser.groups.get(section or config_cls.__name__)
+        if sections and group is not None:
+            group.title = (f"{section} (--{section}.NAME; the old flat --NAME works too)"
+                           if section else "other settings")
+            group.description = None
     return parser
 
 
 def config_keys(config_cls):
     """``{field: key}``: where each field of ``config_cls`` sits in the
-    parsed namespace and in YAML. A class's ``SECTIONS`` (``{section:
-    field names}``) puts a field in a section, ``section.field`` (``--model.d_model``,
-    ``model: {d_model: ...}`` in YAML); the others keep their own name.
+    parsed namespace and in YAML: ``section.field`` for a field in the
+    class's ``SECTIONS`` (``{section: field names}``), else its name.
 
     Raises:
         ValueError: a section names a field the class does not have, or a
@@ -181,33 +144,16 @@ def config_keys(config_cls):
     return keys
 
 
-def _field_kinds(parser, config_cls):
-    """``{option name: kind}`` for ``normalize_argv``: ``"bool"``,
-    ``"tuple"`` or ``"value"`` per field; ``"flag"`` or ``"value"`` for the
-    parser's other options."""
-    kinds = {}
-    for action in parser._actions:  # argparse's list of every option
-        for option in action.option_strings:
-            if option.startswith("--"):
-                kinds[option[2:]] = "flag" if action.nargs == 0 else "value"
-    keys = config_keys(config_cls)
-    for field in dataclasses.fields(config_cls):
-        kind = typing.get_origin(field.type) or field.type
-        kinds[keys[field.name]] = {bool: "bool", tuple: "tuple"}.get(kind, "value")
-    return kinds
-
-
 def normalize_argv(argv, kinds, aliases=None):
     """The command line ``argv`` in the spelling ``config_parser`` parses.
 
     ``kinds`` maps option names (underscores) to ``"bool"``, ``"tuple"``,
-    ``"flag"`` (no value) or ``"value"``; ``aliases`` maps an old option
-    name to the one it now is (``d_model`` -> ``model.d_model``). Dashed
-    names of known options become underscored (``--data-dir`` ->
-    ``--data_dir``); a bare boolean
-    flag gets ``true``, ``1``/``0`` become ``true``/``false``; a comma list
-    of a tuple field becomes a YAML list (``4,5,`` -> ``[4,5]``); every
-    ``--config FILE`` moves to the front, so the other flags override it.
+    ``"flag"`` (no value) or ``"value"``; ``aliases`` maps an old name to
+    its new one (``d_model`` -> ``model.d_model``). Known options lose their
+    dashes (``--data-dir`` -> ``--data_dir``), a bare boolean gets ``true``,
+    ``1``/``0`` become ``true``/``false``, a tuple's comma list a YAML list
+    (``4,5,`` -> ``[4,5]``); every ``--config FILE`` moves to the front, so
+    the other flags override it.
 
     Example:
 
@@ -217,35 +163,25 @@ def normalize_argv(argv, kinds, aliases=None):
     ...                 "config": "value"})
     ['--config=c.yaml', '--batch_sizes', '[128,8]', '--jit_compile', 'true']
     """
-    front, out, pending = [], [], None
-    for token in list(argv) + [None]:
-        if pending is not None:  # the option before takes this token
-            option, kind = pending
-            pending = None
-            if kind == "bool" and (token is None or token.startswith("--")):
-                out.append("true")  # a bare boolean flag
-            elif token is not None:
-                out.append(_value(kind, token))
-                if option == "--config":
-                    front += out[-2:]
-                    del out[-2:]
-                continue
-        if token is None:
-            break
+    argv, front, out, i = list(argv), [], [], 0
+    while i < len(argv):
+        token, i = argv[i], i + 1
         name, eq, value = token.partition("=")
         key = name[2:].replace("-", "_")
         key = (aliases or {}).get(key, key)
         if not token.startswith("--") or key not in kinds:
             out.append(token)
             continue
-        option = "--" + key
-        if kinds[key] == "flag" or eq:
-            out.append(option + (eq + _value(kinds[key], value) if eq else ""))
-            if option == "--config":
-                front.append(out.pop())
+        kind, option = kinds[key], "--" + key
+        if eq:
+            words = [f"{option}={_value(kind, value)}"]
+        elif kind == "bool" and (i == len(argv) or argv[i].startswith("--")):
+            words = [option, "true"]  # a bare boolean flag
+        elif kind == "flag" or i == len(argv):
+            words = [option]
         else:
-            out.append(option)
-            pending = (option, kinds[key])
+            words, i = [option, _value(kind, argv[i])], i + 1
+        (front if key == "config" else out).extend(words)
     return front + out
 
 
@@ -263,72 +199,66 @@ def parse_config(parser, config_cls, argv):
     (``data_dir``, ``workdir``, ... and every field, in its section where
     the class has ``SECTIONS``: ``namespace["model.d_model"]``).
 
-    A bad flag or value exits with status 2 and a usage message naming it
-    (``SystemExit``), so does a config whose ``validate()`` method raises
-    ``ValueError``/``TypeError``.
+    A bad flag or value, or a config whose ``validate()`` raises
+    ``ValueError``/``TypeError``, exits with status 2 and a usage message
+    naming it (``SystemExit``). A sectioned field also takes its flat
+    spelling (``--d_model``, a top-level ``d_model:`` key in YAML).
 
-    Sections: a field in a section is ``--model.d_model`` and ``model:
-    {d_model: ...}`` in YAML; the flat spelling of before (``--d_model``,
-    a top-level ``d_model:`` key in a ``--config`` file) works as well.
-
-    Defaults chosen by other values: a config class's ``flag_defaults``
-    (a classmethod: the fields read -> field defaults) sets the defaults
-    of a second reading (``TranslationConfig``'s ``preset``,
-    ``LanguageModelConfig``'s ``corpus``).
-
-    Renamed fields: a config class's ``RENAMED_FIELDS`` maps an old field,
-    still a flag and a YAML key, to the fields it now sets (e.g.
-    ``--max_length``, which sets ``--max_sequence_length`` and
-    ``--max_train_length``). Given, it works as before, a deprecation
-    message names the new flags on stderr, and the namespace (what
-    config.yaml records) holds the new fields instead.
+    The class's ``flag_defaults`` (a classmethod: fields read -> defaults)
+    sets the defaults of a second reading (a preset, a corpus's recipe);
+    its ``RENAMED_FIELDS`` maps an old field, still a flag and a YAML key,
+    to the fields it now sets: a deprecation message on stderr names them,
+    and the namespace (what config.yaml records) holds them instead.
     """
     keys = config_keys(config_cls)
     aliases = {name: key for name, key in keys.items() if key != name}
-    argv = normalize_argv(argv, _field_kinds(parser, config_cls), aliases)
-    with _sectioned_config_files(argv, aliases) as argv:
-        # --print_config prints (and exits) in the last parse: after the
-        # preset's values, which the first parse finds, became defaults.
-        printing = [a for a in argv if a.split("=", 1)[0] == "--print_config"]
-        namespace = parser.parse_args([a for a in argv if a not in printing])
-        fields = [f.name for f in dataclasses.fields(config_cls)]
-        # A class's ``flag_defaults(fields)``: the defaults that the values
-        # read so far choose (a translation preset, a corpus's recipe).
-        hook = getattr(config_cls, "flag_defaults", None)
-        values = {keys[k]: v for k, v in (hook(
-            {name: namespace[keys[name]] for name in fields}) if hook else {}).items()
-            if k in keys}
-        if printing and not values:
-            parser.parse_args(argv)
-        if values:
-            # They become the flags' defaults and the arguments are read
-            # again: a flag (or a --config key) always wins, even one
-            # equal to the dataclass default, and the namespace (written
-            # to config.yaml) holds what runs.
-            saved = {k: parser.get_default(k) for k in values}
-            parser.set_defaults(values)
-            try:
-                namespace = parser.parse_args(argv)
-            finally:
-                parser.set_defaults(saved)  # the parser may be used again
-    renamed = [old for old in getattr(config_cls, "RENAMED_FIELDS", {})
-               if namespace.get(keys[old]) is not None]
-    for old in renamed:
-        new = " and ".join(f"--{keys[name]}" for name in config_cls.RENAMED_FIELDS[old])
+    kinds = {option[2:]: "flag" if action.nargs == 0 else "value"
+             for action in parser._actions  # argparse's list of every option
+             for option in action.option_strings if option.startswith("--")}
+    for field in dataclasses.fields(config_cls):
+        kind = typing.get_origin(field.type) or field.type
+        kinds[keys[field.name]] = {bool: "bool", tuple: "tuple"}.get(kind, "value")
+    argv = normalize_argv(argv, kinds, aliases)
+    for i, token in enumerate(argv):
+        if token.startswith("--config="):
+            argv[i] = "--config=" + _sectioned_config(token[len("--config="):], aliases)
+        elif i and argv[i - 1] == "--config":
+            argv[i] = _sectioned_config(token, aliases)
+    # --print_config prints (and exits) in the last parse, after the values
+    # that flag_defaults chose became defaults.
+    printing = [a for a in argv if a.split("=", 1)[0] == "--print_config"]
+    namespace = parser.parse_args([a for a in argv if a not in printing])
+    hook = getattr(config_cls, "flag_defaults", None)
+    chosen = hook({name: namespace[key] for name, key in keys.items()}) if hook else {}
+    values = {keys[k]: v for k, v in chosen.items() if k in keys}
+    if printing or values:
+        # Read again with those defaults: a flag (or a --config key) still
+        # wins, even one equal to the dataclass default, and the namespace
+        # (written to config.yaml) holds what runs.
+        saved = {k: parser.get_default(k) for k in values}
+        parser.set_defaults(values)
+        try:
+            namespace = parser.parse_args(argv)
+        finally:
+            parser.set_defaults(saved)  # the parser may be used again
+    renamed = {old: new for old, new in getattr(config_cls, "RENAMED_FIELDS", {}).items()
+               if namespace.get(keys[old]) is not None}
+    for old, new in renamed.items():
+        flags = " and ".join(f"--{keys[name]}" for name in new)
         print(f"{parser.prog}: deprecated: --{keys[old]} (also as a --config key) "
-              f"is now {new}; it sets {'both' if ' and ' in new else 'it'} "
+              f"is now {flags}; it sets {'both' if len(new) > 1 else 'it'} "
               "and will go", file=sys.stderr, flush=True)
     with warnings.catch_warnings():
         # The config's own DeprecationWarning: said just above.
         warnings.simplefilter("ignore", DeprecationWarning)
-        config = config_cls(**{name: namespace[keys[name]] for name in fields})
-    for old in renamed:
+        config = config_cls(**{name: namespace[key] for name, key in keys.items()})
+    for old, new in renamed.items():
         namespace[keys[old]] = None
-        for name in config_cls.RENAMED_FIELDS[old]:
+        for name in new:
             namespace[keys[name]] = getattr(config, name)
-    if "preset" in fields:
-        # Applied above: the job's own apply_preset must not apply it again
-        # over flags that equal the dataclass defaults.
+    if "preset" in keys:
+        # Applied above: the job's apply_preset must not apply it again over
+        # flags that equal the dataclass defaults.
         config = dataclasses.replace(config, preset="")
     if hasattr(config, "validate"):
         try:
@@ -338,53 +268,27 @@ def parse_config(parser, config_cls, argv):
     return config, namespace
 
 
-@contextlib.contextmanager
-def _sectioned_config_files(argv, aliases):
-    """``argv`` with each ``--config`` YAML file that has flat keys of
-    sectioned fields (a config.yaml written before the sections) or
-    ``preset: ''`` (written before the default preset was ``cpu_small``)
-    replaced by a temporary copy with those keys in their sections and
-    ``preset: cpu_small``; the copies are removed afterwards. Other files
-    are passed as they are."""
-    import tempfile
-
+def _sectioned_config(path, aliases):
+    """The ``--config`` value ``path``, or where the file has flat keys of
+    sectioned fields or ``preset: ''`` (a config.yaml of before the sections
+    or the named default preset) its YAML text in sections with ``preset:
+    cpu_small`` (``--config`` takes a file or YAML text)."""
     import yaml
 
-    argv, made = list(argv), []
     try:
-        for i, token in enumerate(argv):
-            if token == "--config" and i + 1 < len(argv):
-                index, path = i + 1, argv[i + 1]
-            elif token.startswith("--config="):
-                index, path = i, token.partition("=")[2]
-            else:
-                continue
-            try:
-                data = yaml.safe_load(pathlib.Path(path).read_text())
-            except (OSError, yaml.YAMLError):
-                continue  # jsonargparse reports it, naming the file
-            if not isinstance(data, dict):
-                continue
-            # A config.yaml of before the default preset was named: "".
-            old_preset = data.get("preset") == ""
-            if not (set(data) & set(aliases) or old_preset):
-                continue
-            if old_preset:
-                data["preset"] = "cpu_small"
-            # A key already in its section wins over its flat spelling.
-            nested = {k: v for k, v in data.items() if k not in aliases}
-            for key in set(data) & set(aliases):
-                section, _, name = aliases[key].rpartition(".")
-                if isinstance(nested.setdefault(section, {}), dict):
-                    nested[section].setdefault(name, data[key])
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-                yaml.safe_dump(nested, f, sort_keys=False)
-            made.append(f.name)
-            argv[index] = ("--config=" if index == i else "") + f.name
-        yield argv
-    finally:
-        for name in made:
-            pathlib.Path(name).unlink(missing_ok=True)
+        data = yaml.safe_load(pathlib.Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return path  # jsonargparse reports it, naming the file
+    if not isinstance(data, dict) or not (data.get("preset") == "" or set(data) & set(aliases)):
+        return path
+    if data.get("preset") == "":
+        data["preset"] = "cpu_small"
+    nested = {k: v for k, v in data.items() if k not in aliases}
+    for key in set(data) & set(aliases):
+        section, _, name = aliases[key].rpartition(".")
+        if isinstance(nested.setdefault(section, {}), dict):
+            nested[section].setdefault(name, data[key])  # a sectioned key wins
+    return yaml.safe_dump(nested, sort_keys=False)
 
 
 def read_run_config(path, config_cls):
@@ -419,7 +323,7 @@ def read_run_config(path, config_cls):
     return config_cls(**values)
 
 
-def write_run_config(parser, namespace, workdir=None):
+def write_run_config(parser, namespace):
     """Writes the resolved ``namespace`` (every field, and ``data_dir``
     resolved to a folder) as YAML to ``<workdir>/config.yaml`` (atomically);
     returns the path. ``--config`` on that file runs the same job again."""
@@ -430,7 +334,7 @@ def write_run_config(parser, namespace, workdir=None):
     namespace.data_dir = str(resolve_data_dir(namespace.data_dir, must_exist=False))
     for key in ("config", "report_only"):
         namespace.pop(key, None)
-    path = pathlib.Path(workdir or namespace.workdir) / "config.yaml"
+    path = pathlib.Path(namespace.workdir) / "config.yaml"
     atomic_write(path, parser.dump(namespace))
     print(f"config: {path}", flush=True)
     return path
@@ -454,22 +358,20 @@ def saved_model_problem(path, flag="--model"):
     >>> print(saved_model_problem(base))   # doctest: +ELLIPSIS
     --model '...' is a model base folder, not a SavedModel: pass one of its versions [3], e.g. --model .../3
     """
-    folder = pathlib.Path(path)
+    folder, given = pathlib.Path(path), f"{flag} {str(path)!r}"
+    expected = "a SavedModel folder export/<name>/<version>"
     if not folder.exists():
-        return f"{flag} {str(path)!r} does not exist; expected a SavedModel folder export/<name>/<version>"
+        return f"{given} does not exist; expected {expected}"
     if not folder.is_dir():
-        return f"{flag} {str(path)!r} is a file; expected a SavedModel folder export/<name>/<version>"
+        return f"{given} is a file; expected {expected}"
     if (folder / "saved_model.pb").is_file():
         return None
     versions = sorted(int(d.name) for d in folder.iterdir()
-                      if d.is_dir() and d.name.isdigit()
-                      and (d / "saved_model.pb").is_file())
+                      if d.name.isdigit() and (d / "saved_model.pb").is_file())
     if versions:
-        return (f"{flag} {str(path)!r} is a model base folder, not a SavedModel: "
-                f"pass one of its versions {versions}, e.g. {flag} "
-                f"{folder / str(versions[-1])}")
-    return (f"{flag} {str(path)!r} has no saved_model.pb: not a SavedModel "
-            "folder export/<name>/<version>")
+        return (f"{given} is a model base folder, not a SavedModel: pass one of "
+                f"its versions {versions}, e.g. {flag} {folder / str(versions[-1])}")
+    return f"{given} has no saved_model.pb: not {expected}"
 
 
 def folder_problem(flag, path):
@@ -488,10 +390,9 @@ def folder_problem(flag, path):
     >>> print(folder_problem("--export_dir", root / "f"))  # doctest: +ELLIPSIS
     --export_dir '...f' is a file, not a folder
     """
-    path = pathlib.Path(path)
+    path = existing = pathlib.Path(path)
     if path.exists() and not path.is_dir():
         return f"{flag} {str(path)!r} is a file, not a folder"
-    existing = path
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
@@ -510,7 +411,7 @@ def translate_main(argv):
         "translated --batch_size at a time (a file of any length).")
     parser.add_argument("--model", required=True,
                         help="SavedModel folder export/<name>/<version>")
-    parser.add_argument("--batch_size", type=int_in(1), default=64,
+    parser.add_argument("--batch_size", type=number(int, 1), default=64,
                         help="sentences per call of the model (default 64)")
     parser.add_argument("sentences", nargs="*",
                         help="source sentences (default: read stdin lines)")
@@ -520,16 +421,15 @@ def translate_main(argv):
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
     quiet_cuda_probe()
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    importlib.import_module("tensorflow_text")  # registers the tokenizer ops
 
     serve = tf.saved_model.load(args.model).signatures.get("serving_default")
-    inputs = {} if serve is None else serve.structured_input_signature[1]
-    outputs = {} if serve is None else serve.structured_outputs
-    if (len(inputs) != 1 or len(outputs) != 1
-            or any(spec.dtype != tf.string for spec in [*inputs.values(), *outputs.values()])):
-        signature = None if serve is None else (
-            {k: s.dtype.name for k, s in inputs.items()},
-            {k: s.dtype.name for k, s in outputs.items()})
+    specs = None if serve is None else (serve.structured_input_signature[1],
+                                        serve.structured_outputs)
+    if not specs or any(len(side) != 1 or any(s.dtype != tf.string for s in side.values())
+                        for side in specs):
+        signature = specs and tuple({k: s.dtype.name for k, s in side.items()}
+                                    for side in specs)
         parser.exit(2, f"{parser.prog}: error: --model {args.model!r} is not a "
                        "translation SavedModel (serving_default: one string input, "
                        f"one string output); its serving_default (inputs, outputs): "
@@ -549,14 +449,12 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
                                          "job_minutes", "export")):
     """Train a Transformer translator, report sacreBLEU, export it.
 
-    The recipes reuse it with their own defaults: ``defaults`` maps
-    TranslationConfig fields to values (``{"dataset": "wmt14"}``; a flag
-    still wins), ``samples`` maps a source language to the sentences
-    translated at the end (default ``SAMPLES``), ``online_flag`` adds
-    ``--online`` (the same as ``--dataset wmt14_tfds``), ``summary_keys``
-    are the result's keys printed as JSON. Returns 0; a bad flag, folder or
-    corpus exits with status 2 and a usage message, before anything is
-    written.
+    For the recipes: ``defaults`` maps TranslationConfig fields to values
+    (a flag still wins), ``samples`` a source language to the sentences
+    translated at the end, ``online_flag`` adds ``--online`` (``--dataset
+    wmt14_tfds``), ``summary_keys`` are the result's keys printed. Returns
+    0; a bad flag, folder or corpus exits with status 2 and a usage
+    message, before anything is written.
     """
     from keras_trm.jobs.translation_config import TranslationConfig
 
@@ -565,17 +463,17 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
         "your own parallel files, either direction; report sacreBLEU, export "
         "a raw-text SavedModel.", TranslationConfig, workdir,
         results_dir=False)
-    keys = config_keys(TranslationConfig)  # field -> flag ("data.dataset")
+    keys = config_keys(TranslationConfig)
     if defaults:
         parser.set_defaults({keys[name]: value for name, value in defaults.items()})
     if online_flag:
         parser.add_argument("--online", action="store_true",
                             help="the full WMT14 training data from tfds: the same as "
                                  "--dataset wmt14_tfds")
-    if online_flag and "--online" in argv:
-        # Last, so it wins over a --dataset; in the parse, so that
-        # --print_config and config.yaml show it.
-        argv = list(argv) + [f"--{keys['dataset']}=wmt14_tfds"]
+        if "--online" in argv:
+            # Last, so it wins over a --dataset; parsed, so that
+            # --print_config and config.yaml show it.
+            argv = list(argv) + [f"--{keys['dataset']}=wmt14_tfds"]
     config, args = parse_config(parser, TranslationConfig, argv)
     problem = (folder_problem("--workdir", args.workdir)
                or folder_problem("--export_dir", args.export_dir))
@@ -591,8 +489,7 @@ def train_translation_main(argv, prog="keras-trm train-translation", workdir="ru
         result = run(config, args.data_dir, args.workdir, args.export_dir,
                      samples=(samples or SAMPLES).get(config.source_language, ()))
     except CorpusError as err:
-        # run's first step (check_inputs): a bad corpus file, or a setting it
-        # rules out, found before a vocabulary, prepared ids or weights exist.
+        # From run's first step (check_inputs), before anything is prepared.
         parser.error(str(err))
     print(json.dumps({k: result[k] for k in summary_keys}, indent=1))
     return 0
@@ -619,44 +516,28 @@ def parse_bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def int_in(low, high=None):
-    """An argparse ``type``: an integer in ``[low, high]`` (``high`` None:
-    no upper bound); anything else is a usage error naming the flag.
+def number(cast, low=None, high=None):
+    """An argparse ``type``: a finite ``cast`` (``int`` or ``float``) in
+    ``[low, high]`` (None: no bound); anything else (NaN and infinity
+    included) is a usage error naming the flag.
 
     Example:
 
-    >>> int_in(0, 65535)("8500")
-    8500
+    >>> number(int, 0, 65535)("8500"), number(float, 0.0)("2.5")
+    (8500, 2.5)
     """
+    kind = "an integer" if cast is int else "a finite number"
+    bound = (f" in [{low}, {high}]" if high is not None
+             else f" >= {low}" if low is not None else "")
+
     def parse(text):
         try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < low or (high is not None and value > high):
-            bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-            raise argparse.ArgumentTypeError(f"expected an integer {bound}, got {text!r}")
-        return value
-    return parse
-
-
-def finite_float(low=None):
-    """An argparse ``type``: a finite number, at least ``low`` where given
-    (NaN and infinity refused).
-
-    Example:
-
-    >>> finite_float(0.0)("2.5")
-    2.5
-    """
-    def parse(text):
-        try:
-            value = float(text)
+            value = cast(text)
         except ValueError:
             value = math.nan
-        if not math.isfinite(value) or (low is not None and value < low):
-            bound = f" >= {low}" if low is not None else ""
-            raise argparse.ArgumentTypeError(f"expected a finite number{bound}, got {text!r}")
+        if (not math.isfinite(value) or (low is not None and value < low)
+                or (high is not None and value > high)):
+            raise argparse.ArgumentTypeError(f"expected {kind}{bound}, got {text!r}")
         return value
     return parse
 
@@ -673,8 +554,8 @@ def serve_parser():
         names = dict.fromkeys(["--" + name, "--" + name.replace("_", "-")])
         parser.add_argument(*names, dest=name, **kwargs)
 
-    flag("port", type=int_in(0, 65535), default=8500, help="gRPC port (default 8500)")
-    flag("rest_api_port", type=int_in(0, 65535), default=8501,
+    flag("port", type=number(int, 0, 65535), default=8500, help="gRPC port (default 8500)")
+    flag("rest_api_port", type=number(int, 0, 65535), default=8501,
          help="REST port (default 8501; 0 serves no REST)")
     flag("model_name", action="append", default=[],
          help="model name in requests (default: the base path's folder name); "
@@ -683,23 +564,21 @@ def serve_parser():
          help="folder of <version>/ SavedModels; repeatable")
     flag("model_config_file", default=None,
          help="text ModelServerConfig (several models, version policies, labels)")
-    parser.add_argument("--enable_batching", "--enable-batching",
-                        dest="enable_batching", type=parse_bool, nargs="?",
-                        const=True, default=False, metavar="{true,false}",
-                        help="merge concurrent requests into batched calls")
+    flag("enable_batching", type=parse_bool, nargs="?", const=True, default=False,
+         metavar="{true,false}", help="merge concurrent requests into batched calls")
     flag("batching_parameters_file", default=None,
          help="text BatchingParameters (max_batch_size, batch_timeout_micros, "
          "num_batch_threads, max_enqueued_batches, allowed_batch_sizes)")
-    flag("file_system_poll_wait_seconds", type=finite_float(), default=1.0,
+    flag("file_system_poll_wait_seconds", type=number(float), default=1.0,
          help="seconds between scans for new versions (0: once, <0: never)")
-    flag("rest_api_num_threads", type=int_in(1), default=32,
+    flag("rest_api_num_threads", type=number(int, 1), default=32,
          help="REST worker threads (default 32)")
-    flag("grpc_max_threads", type=int_in(1), default=32, help="gRPC worker threads")
+    flag("grpc_max_threads", type=number(int, 1), default=32, help="gRPC worker threads")
     flag("host", default="127.0.0.1",
          help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
-    flag("max_request_bytes", type=int_in(1), default=4 * 1024 * 1024,
+    flag("max_request_bytes", type=number(int, 1), default=4 * 1024 * 1024,
          help="largest REST body / gRPC message (default 4 MiB; more gets 413)")
-    flag("max_request_rows", type=int_in(1), default=4096,
+    flag("max_request_rows", type=number(int, 1), default=4096,
          help="most rows (instances) in one request, checked before any "
          "value is expanded (default 4096; more gets INVALID_ARGUMENT / 400)")
     flag("tensorflow_intra_op_parallelism", type=int, default=0,
@@ -713,7 +592,7 @@ def serve_parser():
          help="text MonitoringConfig: prometheus_config { enable: true path: "
          "\"/monitoring/prometheus/metrics\" } serves TF Serving's metrics on "
          "the REST port")
-    flag("shutdown_grace_seconds", type=finite_float(0.0), default=30.0,
+    flag("shutdown_grace_seconds", type=number(float, 0.0), default=30.0,
          help="on SIGTERM, how long in-flight requests may take to finish")
     return parser
 
@@ -754,58 +633,52 @@ def serve_main(argv):
         return 2
     manager = ModelManager(config, batching,
                            file_system_poll_wait_seconds=args.file_system_poll_wait_seconds)
-    server = ModelServer(manager, host=args.host,
-                         rest_api_port=args.rest_api_port or None, grpc_port=args.port,
-                         rest_api_num_threads=args.rest_api_num_threads,
-                         grpc_max_threads=args.grpc_max_threads,
-                         max_request_bytes=args.max_request_bytes,
-                         max_request_rows=args.max_request_rows,
-                         monitoring_path=metrics_path)
+    server = ModelServer(
+        manager, rest_api_port=args.rest_api_port or None, grpc_port=args.port,
+        monitoring_path=metrics_path, **{k: getattr(args, k) for k in (
+            "host", "rest_api_num_threads", "grpc_max_threads", "max_request_bytes",
+            "max_request_rows")})
     try:
         server.serve_forever(grace=args.shutdown_grace_seconds, exit_after_grace=True,
                              info={"tensorflow_threads": threads})
     except (OSError, ValueError) as err:
-        # Start-up failures: a base path that is not a folder, a port in use.
-        # Nothing is left listening (ModelServer.start stops what it started).
+        # Start-up failures (a base path that is not a folder, a port in
+        # use); ModelServer.start stops what it started.
         print(f"keras-trm serve: {err}", file=sys.stderr)
         return 1
     return 0
 
 
-def _classification_main(argv, job, config_cls, name, prog, description):
-    parser = config_parser(prog, description, config_cls, f"runs/{name}",
-                           report_only=True)
-    config, args = parse_config(parser, config_cls, argv)
-    if args.report_only:
-        results_dir = args.results_dir or pathlib.Path(args.workdir) / "results"
-        job.write_report(args.workdir, results_dir, config)
+def _classifier_command(name, config_name, summary, description):
+    """``keras-trm train-<name>``: the job ``keras_trm.jobs.<name>``."""
+    def main(argv, prog=f"keras-trm train-{name}"):
+        job = importlib.import_module(f"keras_trm.jobs.{name}")
+        config_cls = getattr(job, config_name)
+        parser = config_parser(prog, description, config_cls, f"runs/{name}",
+                               report_only=True)
+        config, args = parse_config(parser, config_cls, argv)
+        if args.report_only:
+            results_dir = args.results_dir or pathlib.Path(args.workdir) / "results"
+            job.write_report(args.workdir, results_dir, config)
+            return 0
+        quiet_cuda_probe()
+        write_run_config(parser, args)
+        job.run(config, data_dir=args.data_dir, workdir=args.workdir,
+                export_dir=args.export_dir, results_dir=args.results_dir)
         return 0
-    quiet_cuda_probe()
-    write_run_config(parser, args)
-    job.run(config, data_dir=args.data_dir, workdir=args.workdir,
-            export_dir=args.export_dir, results_dir=args.results_dir)
-    return 0
+
+    main.__doc__ = summary
+    return main
 
 
-def train_imdb_main(argv, prog="keras-trm train-imdb"):
-    """IMDB sentiment: Transformer encoder, LSTM_LN and LSTM classifiers."""
-    from keras_trm.jobs import imdb
-
-    return _classification_main(
-        argv, imdb, imdb.ImdbConfig, "imdb", prog,
-        "IMDB sentiment with a Transformer encoder, LSTM_LN and LSTM: test "
-        "accuracy on the 25,000 test reviews, LSTM vs LSTM_LN curves, raw-text "
-        "SavedModels.")
-
-
-def train_mnist_main(argv, prog="keras-trm train-mnist"):
-    """MNIST LeNet without / with BatchNorm / with LayerNorm."""
-    from keras_trm.jobs import mnist
-
-    return _classification_main(
-        argv, mnist, mnist.MnistConfig, "mnist", prog,
-        "MNIST LeNet without / with BatchNorm / with LayerNorm at two batch "
-        "sizes: test accuracy, convergence plots, SavedModels.")
+train_imdb_main = _classifier_command(
+    "imdb", "ImdbConfig", "IMDB sentiment: Transformer encoder, LSTM_LN and LSTM classifiers.",
+    "IMDB sentiment with a Transformer encoder, LSTM_LN and LSTM: test accuracy on the "
+    "25,000 test reviews, LSTM vs LSTM_LN curves, raw-text SavedModels.")
+train_mnist_main = _classifier_command(
+    "mnist", "MnistConfig", "MNIST LeNet without / with BatchNorm / with LayerNorm.",
+    "MNIST LeNet without / with BatchNorm / with LayerNorm at two batch sizes: test "
+    "accuracy, convergence plots, SavedModels.")
 
 
 def train_lm_main(argv, prog="keras-trm train-lm"):
@@ -821,20 +694,17 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
 
     quiet_cuda_probe()
     write_run_config(parser, args)
-    command = ("python " if prog.endswith(".py") else "") + " ".join(
-        [prog, *argv])
+    command = ("python " if prog.endswith(".py") else "") + " ".join([prog, *argv])
     result = run(config, args.data_dir, args.workdir, args.export_dir,
                  args.results_dir, command=command.strip())
-    vanilla = result["vanilla"] or {}  # None: --training.baseline false
-    summary = {
-        "transformer_xl_test": result["transformer_xl"]["test"],
+    xl, vanilla = result["transformer_xl"], result["vanilla"] or {}  # None: no baseline
+    print(json.dumps({
+        "transformer_xl_test": xl["test"],
         "vanilla_test_sliding_window": vanilla.get("test_sliding_window"),
         "vanilla_test_disjoint": vanilla.get("test_disjoint"),
-        "parameters": [result["transformer_xl"]["parameters"],
-                       vanilla.get("parameters")],
+        "parameters": [xl["parameters"], vanilla.get("parameters")],
         "job_minutes": result["job_minutes"], "export": result["export"],
-    }
-    print(json.dumps(summary, indent=1))
+    }, indent=1))
     return 0
 
 
@@ -842,8 +712,7 @@ def train_lm_main(argv, prog="keras-trm train-lm"):
 
 
 def _export_command(job, module, default_workdir):
-    """``keras-trm export-<job>``: the SavedModel of a ``train-<job>`` run
-    that trained without TensorFlow, by ``<module>.export_main(workdir)``."""
+    """``keras-trm export-<job>``: ``<module>.export_main(workdir)``."""
     def main(argv, prog=f"keras-trm export-{job}"):
         parser = argparse.ArgumentParser(
             prog=prog, description=f"Write the SavedModel of a `keras-trm train-{job}` "
@@ -862,8 +731,7 @@ def _export_command(job, module, default_workdir):
         importlib.import_module(module).export_main(args.workdir)
         return 0
 
-    main.__doc__ = (f"Export a train-{job} run trained without TensorFlow "
-                    "(SavedModel).")
+    main.__doc__ = f"Export a train-{job} run trained without TensorFlow (SavedModel)."
     return main
 
 
@@ -887,14 +755,14 @@ def sample_lm_main(argv, prog="keras-trm sample-lm"):
     parser.add_argument("--prompt", required=True,
                         help="text to continue (characters, or words for a "
                         "word-level model; a newline is <eos>)")
-    parser.add_argument("--num_tokens", type=int_in(1), default=200,
+    parser.add_argument("--num_tokens", type=number(int, 1), default=200,
                         help="tokens to generate (default 200)")
-    parser.add_argument("--temperature", type=finite_float(0.0), default=1.0,
+    parser.add_argument("--temperature", type=number(float, 0.0), default=1.0,
                         help="divides the log-probabilities; 0 takes the most "
                         "likely token (default 1)")
-    parser.add_argument("--top_k", type=int_in(0), default=0,
+    parser.add_argument("--top_k", type=number(int, 0), default=0,
                         help="sample among the k most likely tokens (default 0: all)")
-    parser.add_argument("--seed", type=int_in(0), default=0,
+    parser.add_argument("--seed", type=number(int, 0), default=0,
                         help="random seed; the same seed gives the same text (default 0)")
     args = parser.parse_args(argv)
     problem = saved_model_problem(args.export, flag="EXPORT_VERSION_DIR")
@@ -918,15 +786,6 @@ def sample_lm_main(argv, prog="keras-trm sample-lm"):
     return 0
 
 
-def _replaced(old, new):
-    def main(argv, prog=f"keras-trm {old}"):
-        print(f"keras-trm {old} was folded into {new}", file=sys.stderr)
-        return 2
-
-    main.__doc__ = f"Replaced: {new}."
-    return main
-
-
 COMMANDS = {
     "train-translation": train_translation_main,
     "train-imdb": train_imdb_main,
@@ -938,18 +797,15 @@ COMMANDS = {
     "export-lm": export_lm_main,
     "sample-lm": sample_lm_main,
 }
-# The three-command split for machines without TensorFlow, before issue #61:
-# one train-translation command now runs on every backend.
+# Replaced command -> what replaced it: the three-command split for machines
+# without TensorFlow, before issue #61 (train-translation runs on every backend).
 REPLACED = {
-    "prepare-translation": _replaced(
-        "prepare-translation", "`keras-trm train-translation`, which prepares the "
-        "token ids once in <workdir>/prepared (numpy, any backend)"),
-    "train-portable": _replaced(
-        "train-portable", "`KERAS_BACKEND=jax keras-trm train-translation` (or "
-        "torch), which trains without TensorFlow"),
-    "export-portable": _replaced(
-        "export-portable", "`keras-trm export-translation --workdir DIR`, the "
-        "command a run without TensorFlow prints"),
+    "prepare-translation": "`keras-trm train-translation`, which prepares the "
+    "token ids once in <workdir>/prepared (numpy, any backend)",
+    "train-portable": "`KERAS_BACKEND=jax keras-trm train-translation` (or "
+    "torch), which trains without TensorFlow",
+    "export-portable": "`keras-trm export-translation --workdir DIR`, the "
+    "command a run without TensorFlow prints",
 }
 
 
@@ -968,11 +824,9 @@ def usage():
 
 def run_recipe(command_main, **kwargs):
     """A recipe script's ``__main__`` (``recipes/*.py``): the process set up
-    as ``keras-trm``'s (no TensorFlow C++ lines on its screen unless
-    ``TF_CPP_MIN_LOG_LEVEL`` is set, glibc malloc settings), then
-    ``command_main(sys.argv[1:], **kwargs)``; returns its exit status.
-    Call it before anything imports TensorFlow (``keras_trm`` leaves it to
-    a script in a ``recipes`` folder: ``_runtime.is_command_process``)."""
+    as ``keras-trm``'s (``quiet_tensorflow_start``, ``tune_allocator``),
+    then ``command_main(sys.argv[1:], **kwargs)``; returns its exit status.
+    Call it before anything imports TensorFlow."""
     quiet_tensorflow_start()
     tune_allocator()
     return command_main(sys.argv[1:], **kwargs) or 0
@@ -980,11 +834,8 @@ def run_recipe(command_main, **kwargs):
 
 def main(argv=None):
     if argv is None:
-        # The command's process, before anything imports TensorFlow
-        # (keras_trm/__init__.py leaves it to the command): no TensorFlow
-        # C++ lines unless the user set TF_CPP_MIN_LOG_LEVEL, and for
-        # training glibc malloc settings (fewer page faults, less kernel
-        # time) in this same process.
+        # The command's own process, before anything imports TensorFlow:
+        # no TensorFlow C++ log lines, and glibc malloc settings for training.
         quiet_tensorflow_start()
         if sys.argv[1:2] and sys.argv[1].startswith("train"):
             tune_allocator()
@@ -993,7 +844,8 @@ def main(argv=None):
         print(usage())
         return 0
     if argv and argv[0] in REPLACED:
-        return REPLACED[argv[0]](argv[1:])
+        print(f"keras-trm {argv[0]} was folded into {REPLACED[argv[0]]}", file=sys.stderr)
+        return 2
     if not argv or argv[0] not in COMMANDS:
         print(usage(), file=sys.stderr)
         if argv:
@@ -1007,9 +859,8 @@ def main(argv=None):
 
         if not is_no_space_error(err):
             raise
-        # A full disk is the user's to fix, not a bug: one line, no
-        # traceback. Every write is atomic (utils/files.py), so nothing
-        # half-written is left and the last checkpoint stays usable.
+        # The user's to fix, not a bug: one line, no traceback. Every write
+        # is atomic, so the last checkpoint stays usable.
         print(f"keras-trm {argv[0]}: error: {err}\nNothing half-written was "
               "kept; free some space and run the same command again (training "
               "resumes from the work directory's last backup).", file=sys.stderr)

@@ -1,6 +1,5 @@
-"""The start every job shares: resolve the data folder, create the work
-folder, pick the progress-bar style; and the SavedModel export of a run
-trained under JAX or PyTorch, in a TensorFlow process."""
+"""What the jobs share: their start (data folder, work folder, progress-bar
+style), the SavedModel export of a JAX or PyTorch run, config checks."""
 
 import collections
 import json
@@ -13,19 +12,15 @@ import time
 
 from keras_trm.data import resolve_data_dir
 
-JobStart = collections.namedtuple(
-    "JobStart", ["start_time", "workdir", "data_dir", "verbose"])
+JobStart = collections.namedtuple("JobStart", ["start_time", "workdir", "data_dir", "verbose"])
 
 
 def start_job(workdir, data_dir=None, verbose=None, note="", download=False):
-    """Returns ``JobStart(start_time, workdir, data_dir, verbose)``.
-
-    ``workdir`` is created (``pathlib.Path``); ``data_dir`` goes through
-    ``resolve_data_dir`` (``FileNotFoundError`` naming the folders tried if
-    there is none, unless ``download``: then the download cache
-    ``~/keras_trm_data`` is used); ``verbose`` None becomes 1 (progress bar) on a terminal
-    and 2 (one line per epoch) otherwise. Prints the data folder (and
-    ``note``).
+    """Returns ``JobStart(start_time, workdir, data_dir, verbose)``: the
+    ``workdir`` created; ``data_dir`` from ``resolve_data_dir`` (with
+    ``download``, the download cache where none is found); ``verbose``
+    None is 1 (progress bar) on a terminal, else 2. Prints the data folder
+    (and ``note``).
     """
     start_time = time.time()
     if verbose is None:
@@ -39,9 +34,8 @@ def start_job(workdir, data_dir=None, verbose=None, note="", download=False):
 
 def start_classifier_job(job, workdir, data_dir, export_dir, results_dir,
                          verbose, download):
-    """``start_job`` for the IMDB and MNIST jobs: sets ``job_start``,
-    ``workdir``, ``data_dir``, ``verbose``, ``export_dir`` and
-    ``results_dir`` (None: ``<workdir>/results``) on ``job``."""
+    """``start_job`` for the IMDB and MNIST jobs: sets its fields, ``export_dir``
+    and ``results_dir`` (None: ``<workdir>/results``) on ``job``."""
     job.job_start, job.workdir, job.data_dir, job.verbose = start_job(
         workdir, data_dir, verbose, download=download)
     job.results_dir = job.workdir / "results" if results_dir is None else results_dir
@@ -50,22 +44,19 @@ def start_classifier_job(job, workdir, data_dir, export_dir, results_dir,
 
 def export_in_tensorflow(command, timeout=3600):
     """Runs an export command that a job printed (``keras-trm
-    export-translation --workdir DIR`` or ``keras-trm export-lm --workdir
-    DIR``) in a child process under ``KERAS_BACKEND=tensorflow`` (a
-    SavedModel is a TensorFlow graph; the model was trained under JAX or
-    PyTorch): the same weights, so the SavedModel scores as the job did.
+    export-translation --workdir DIR``, ``keras-trm export-lm ...``) in a
+    child process under ``KERAS_BACKEND=tensorflow``.
 
     Returns:
-        ``pathlib.Path`` of the version folder (from the child's
-        ``<workdir>/export_request.done.json``).
+        ``pathlib.Path`` of the version folder (the child's
+        ``<workdir>/export_request.done.json`` names it).
 
     Raises:
-        RuntimeError: the child failed (its last output lines in the
-            message).
+        RuntimeError: the child failed (its last output lines in the message).
     """
     args = shlex.split(command)[1:]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    child = subprocess.run([sys.executable, "-m", "keras_trm.cli", *args], env=env,
+    child = subprocess.run([sys.executable, "-m", "keras_trm.cli", *args],
+                           env=dict(os.environ, KERAS_BACKEND="tensorflow"),
                            capture_output=True, text=True, timeout=timeout)
     if child.returncode != 0:
         tail = "\n".join((child.stderr or child.stdout).splitlines()[-15:])
@@ -78,11 +69,19 @@ def export_in_tensorflow(command, timeout=3600):
 # -- config checks the jobs' validate() share (each names the field) ---------
 
 
+def check_fields(config, checks):
+    """Runs ``check(name, value)`` on each field of ``config`` that
+    ``checks`` (``{check: field names}``, e.g. ``{checks.rate:
+    ("dropout_rate",)}``) names."""
+    for check, names in checks.items():
+        for name in names:
+            check(name, getattr(config, name))
+
+
 def check_choices(name, values, allowed, check=None):
-    """Checks a non-empty tuple or list of settings (``norms``,
-    ``batch_sizes``, ``models``): each one of ``allowed`` (or passing
-    ``check(name, value)``). A str or int where the tuple is expected is
-    refused, naming the field (a str would be read letter by letter).
+    """Checks a non-empty tuple or list of settings (``norms``, ``models``):
+    each one of ``allowed`` (or passing ``check(name, value)``). A str or
+    int is refused (a str would be read letter by letter).
 
     Raises:
         TypeError: not a tuple or list.
@@ -104,14 +103,13 @@ def check_choices(name, values, allowed, check=None):
 
 def check_folder_name(name, value, empty_ok=False):
     """Checks a folder name under an output folder (``model_name``): a
-    plain, non-empty name -- no path separator, not ``.`` or ``..`` --
-    so that the export stays inside ``export_dir``."""
+    plain, non-empty name (no path separator, not ``.`` or ``..``), so
+    that the export stays inside ``export_dir``."""
     if not isinstance(value, str):
         raise TypeError(f"`{name}` must be a str, got {name}={value!r}")
     if value == "" and empty_ok:
         return value
-    if (not value.strip() or value in (".", "..") or "/" in value or "\\" in value
-            or "\0" in value or value != value.strip()):
+    if value in ("", ".", "..") or value != value.strip() or any(c in value for c in "/\\\0"):
         raise ValueError(f"`{name}` must be a plain folder name (no path "
                          f"separator, not '.' or '..', not empty), got {name}={value!r}")
     return value

@@ -1,10 +1,8 @@
 """The settings of the language-model job (``keras_trm.jobs.language_model``):
 ``LanguageModelConfig``, its corpora and their recipes.
 
-A module of its own, which imports neither Keras nor TensorFlow, so that
-``keras-trm train-lm --help`` lists the flags without starting TensorFlow;
-``LanguageModelConfig.validate`` imports the checks it shares with the job
-when it runs.
+It imports neither Keras nor TensorFlow, so that ``keras-trm train-lm
+--help`` lists the flags without starting TensorFlow.
 """
 
 import dataclasses
@@ -22,10 +20,8 @@ Corpus = Literal["tinyshakespeare", "ptb", "file"]
 CORPORA = get_args(Corpus)
 
 # A corpus's recipe where it differs from the defaults (Tiny Shakespeare's).
-# PTB: a 60-minute training budget on a 2-core CPU (bfloat16 where the CPU
-# has it), the model and regularization set by hand and checked on valid
-# (docs/recipes/language-model.md; recipes/sweep_language_model.py searches
-# around it).
+# PTB: 60 minutes on a 2-core CPU, set by hand and checked on valid
+# (docs/recipes/language-model.md).
 CORPUS_RECIPES = {
     "ptb": dict(d_model=256, d_ff=1024, dropout_rate=0.3,
                 attention_dropout_rate=0.1, steps=20_000, time_budget_minutes=60.0,
@@ -35,13 +31,8 @@ CORPUS_RECIPES = {
 
 @dataclasses.dataclass
 class LanguageModelConfig:
-    """Hyper-parameters of the language-model recipe.
-
-    Defaults: the CPU run the README reports (char-level Tiny Shakespeare,
-    4 layers, d_model 128, segments of 64 characters, 64 of memory).
-    ``train_tokens`` / ``eval_tokens`` cut the splits (0 = whole split;
-    the tests use them for a tiny run).
-    """
+    """Hyper-parameters of the language-model recipe (defaults: the CPU
+    run the README reports, char-level Tiny Shakespeare)."""
 
     corpus: Corpus = "tinyshakespeare"
     """Corpus: char-level Tiny Shakespeare, word-level PTB, or ``file``:
@@ -78,16 +69,14 @@ class LanguageModelConfig:
     ``time_budget_minutes``, the most)."""
     time_budget_minutes: float = 0.0
     """> 0: Transformer-XL trains at most this long (minutes of training,
-    validation not counted). Its pace, measured from step 10 and again at
-    every validation, fits the run to the budget: ``steps`` becomes the
-    steps the budget holds and the cosine decay ends there (a whole
-    schedule, not a cut one; Li, Yumer and Ramanan, ICLR 2020). The
-    vanilla model then trains the same steps. 0: ``steps``, no budget."""
+    validation not counted): ``steps`` becomes the steps its measured pace
+    fits in the budget and the cosine decay ends there (a whole schedule;
+    Li, Yumer and Ramanan, ICLR 2020); the vanilla model trains as many.
+    0: ``steps``, no budget."""
     precision: Precision = "float32"
-    """Training precision: ``float32``, ``mixed_bfloat16``,
-    ``mixed_float16`` or ``auto`` (``keras_trm.training.apply_precision``);
-    validation during training uses it too, the test split and the export
-    a float32 copy with the same weights."""
+    """Training precision (``keras_trm.training.apply_precision``; also of
+    validation during training; the test split and the export use a float32
+    copy with the same weights)."""
     learning_rate: float = 1e-3
     """Peak learning rate (Adam)."""
     warmup_steps: int = 100
@@ -124,8 +113,7 @@ class LanguageModelConfig:
     download: bool = True
     """Fetch data missing from the data folder (online)."""
 
-    # The sections of the command line and YAML (``--model.mem_len``;
-    # ``keras_trm.cli.config_keys``); the flat ``--mem_len`` works too.
+    # The sections of the command line and YAML (``keras_trm.cli.config_keys``).
     SECTIONS = {
         "data": ("corpus", "text_file", "level", "train_tokens", "eval_tokens",
                  "download"),
@@ -141,9 +129,8 @@ class LanguageModelConfig:
 
     @classmethod
     def flag_defaults(cls, fields):
-        """The command line's defaults for ``fields["corpus"]``: its recipe
-        in ``CORPUS_RECIPES`` (a flag still wins;
-        ``keras_trm.cli.parse_config``)."""
+        """The command line's defaults for ``fields["corpus"]``: its
+        ``CORPUS_RECIPES`` entry."""
         return dict(CORPUS_RECIPES.get(fields.get("corpus"), {}))
 
     @classmethod
@@ -159,48 +146,37 @@ class LanguageModelConfig:
                       **fields})
 
     def validate(self):
-        """Raises ``ValueError``/``TypeError`` naming a bad field (before
-        any data is read): also ``d_model`` not divisible by ``num_heads``,
-        ``match_parameters`` / ``download`` that are not bools and a
-        ``model_name`` that is not a plain folder name."""
-        from keras_trm.jobs._setup import check_folder_name
+        """Raises ``ValueError``/``TypeError`` naming a bad field and its
+        value, before any data is read; returns the config."""
+        from keras_trm.jobs._setup import check_fields, check_folder_name
         from keras_trm.training.precision import CHOICES as PRECISIONS
 
         v.one_of("corpus", self.corpus, CORPORA)
         v.one_of("level", self.level, get_args(Level))
+        v.one_of("precision", self.precision, PRECISIONS)
         if (self.corpus == "file") != bool(self.text_file):
             raise ValueError("`text_file` is the corpus of `corpus: file` and only "
                              f"of it; got corpus={self.corpus!r}, "
                              f"text_file={self.text_file!r}")
-        v.boolean("baseline", self.baseline)
-        for name in ("num_layers", "d_model", "num_heads", "d_ff", "seg_len",
-                     "batch_size", "steps", "warmup_steps", "eval_every",
-                     "eval_batch_size"):
-            v.positive_int(name, getattr(self, name))
+        check_fields(self, {
+            v.boolean: ("baseline", "match_parameters", "download"),
+            v.positive_int: ("num_layers", "d_model", "num_heads", "d_ff", "seg_len",
+                             "batch_size", "steps", "warmup_steps", "eval_every",
+                             "eval_batch_size"),
+            v.non_negative_int: ("mem_len", "eval_mem_len", "train_tokens", "eval_tokens",
+                                 "seed"),
+            v.rate: ("dropout_rate", "attention_dropout_rate"),
+            v.non_negative_float: ("time_budget_minutes", "weight_decay"),
+            v.positive_float: ("learning_rate", "clip_norm"),
+        })
         v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
-        v.boolean("match_parameters", self.match_parameters)
-        v.boolean("download", self.download)
         check_folder_name("model_name", self.model_name, empty_ok=True)
-        for name in ("mem_len", "eval_mem_len", "train_tokens",
-                     "eval_tokens", "seed"):
-            v.non_negative_int(name, getattr(self, name))
-        v.rate("dropout_rate", self.dropout_rate)
-        v.rate("attention_dropout_rate", self.attention_dropout_rate)
-        v.one_of("precision", self.precision, PRECISIONS)
-        v.non_negative_float("time_budget_minutes", self.time_budget_minutes)
-        v.non_negative_float("weight_decay", self.weight_decay)
-        v.positive_float("learning_rate", self.learning_rate)
-        v.positive_float("clip_norm", self.clip_norm)
         if not 0.0 <= self.min_learning_rate_ratio <= 1.0:
-            raise ValueError(
-                "`min_learning_rate_ratio` must be in [0, 1], got "
-                f"min_learning_rate_ratio={self.min_learning_rate_ratio!r}"
-            )
+            raise ValueError("`min_learning_rate_ratio` must be in [0, 1], got "
+                             f"min_learning_rate_ratio={self.min_learning_rate_ratio!r}")
         if self.warmup_steps >= self.steps:
-            raise ValueError(
-                f"`warmup_steps`={self.warmup_steps} must be smaller than "
-                f"steps={self.steps}"
-            )
+            raise ValueError(f"`warmup_steps`={self.warmup_steps} must be smaller than "
+                             f"steps={self.steps}")
         return self
 
     @property

@@ -1,10 +1,8 @@
 """The settings of the translation job (``keras_trm.jobs.translation``):
 ``TranslationConfig``, its choices and the checks of its values.
 
-A module of its own, which imports neither Keras nor TensorFlow, so that
-``keras-trm train-translation --help`` lists the flags (one per field)
-without starting TensorFlow; ``TranslationConfig.validate`` imports the
-checks it shares with the job when it runs.
+It imports neither Keras nor TensorFlow, so that ``keras-trm
+train-translation --help`` lists the flags without starting TensorFlow.
 """
 
 import dataclasses
@@ -21,8 +19,7 @@ Vocabulary = Literal["auto", "wordpiece", "sentencepiece_bpe",
                      "sentencepiece_unigram"]
 Preset = Literal["cpu_small", "tiny", "transformer_base", "transformer_big"]
 Strategy = Literal["default", "mirrored", "multi_worker"]
-# The jobs' ``precision`` (keras_trm.training.precision.CHOICES; here, in
-# this light module, for the command line's choices).
+# keras_trm.training.precision.CHOICES, here for the command line's choices.
 Precision = Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"]
 OnOff = Literal["on", "off"]
 OnOffAuto = Literal["auto", "on", "off"]
@@ -37,11 +34,8 @@ class TranslationConfig:
     """Corpus, vocabulary and hyper-parameters of a translation job
     (defaults: the Multi30k EN->DE CPU run the README reports).
 
-    ``preset`` (``keras_trm.training.presets``: ``cpu_small``, ``tiny``,
-    ``transformer_base``, ``transformer_big``) fills the hyper-parameters
-    left at their defaults; explicit values win. ``vocabulary="auto"`` is
-    a joint SentencePiece BPE (the paper's shared BPE); ``vocabulary_sample`` sentences at most are used to learn
-    it.
+    ``preset`` (``keras_trm.training.presets``) fills the hyper-parameters
+    left at their defaults; explicit values win.
     """
 
     dataset: Dataset = "multi30k"
@@ -60,10 +54,9 @@ class TranslationConfig:
     files as ``train_source``)."""
     train_weights: str = ""
     """Sampling weights of the training corpora, comma-separated, one per
-    corpus (``1,3``: a pair comes from the second corpus three times as
-    often as from the first); empty: proportional to the corpora's sizes.
-    ``wmt14`` has two corpora when the newstest2008-2022 pool is in the data
-    folder: the Europarl slice, then the pool."""
+    corpus (``1,3``: the second corpus three times as often as the first);
+    empty: proportional to their sizes. ``wmt14`` has two corpora when the
+    newstest2008-2022 pool is in the data folder: Europarl, then the pool."""
     validation_source: str = ""
     """``dataset=files``: validation source sentences, one per line."""
     validation_target: str = ""
@@ -75,11 +68,10 @@ class TranslationConfig:
     """``dataset=files``: test target sentences, line-aligned."""
     vocabulary: Vocabulary = "auto"
     """Subword vocabulary: ``auto`` is a joint SentencePiece BPE (the
-    paper's shared BPE; for Multi30k part of the recipe chosen on val,
+    paper's shared BPE; for Multi30k chosen on val,
     ``docs/recipes/multi30k.md``)."""
     vocabulary_sample: int = 1_000_000
-    """The most training sentences the vocabulary is learned from
-    (sentences)."""
+    """The most training sentences the vocabulary is learned from."""
     validation_limit: int = 0
     """> 0: the greedy validation BLEU of each epoch uses the first n
     pairs only (pairs; 0 = all)."""
@@ -89,8 +81,7 @@ class TranslationConfig:
 
     vocabulary_size: int = 10000
     """Subword vocabulary size (tokens, shared by both languages); 10,000
-    for Multi30k, chosen on val over 8,000 and 6,000 (trials t12, t8,
-    ``docs/recipes/multi30k.md``)."""
+    for Multi30k, chosen on val (``docs/recipes/multi30k.md``)."""
     num_layers: int = 3
     """Encoder and decoder blocks (N)."""
     d_model: int = 256
@@ -117,24 +108,20 @@ class TranslationConfig:
     boundaries: str = ""
     """Bucket lengths of the token-count batches, comma-separated (tokens;
     empty: 8,12,16,20,24,32,40,48,64,96,128 below the longest training pair,
-    then that length). Each bucket is one batch shape: under JAX one
-    ``jax.jit`` compilation each, so fewer buckets compile faster and pad
-    more."""
+    then that length). Each bucket is one batch shape (one ``jax.jit``
+    compilation under JAX): fewer buckets compile faster and pad more."""
     max_length: Optional[int] = None
     """Deprecated: ``max_sequence_length`` and ``max_train_length`` in one
-    (the single setting they replace); it sets both: ``max_sequence_length``
-    to it, ``max_train_length`` to null (the same value) (tokens)."""
+    (tokens); it sets ``max_sequence_length`` to it and ``max_train_length``
+    to null (the same value)."""
     label_smoothing: float = 0.2
     """Label smoothing (epsilon_ls, fraction); 0.2 for 29,000 Multi30k
-    pairs, chosen on val over the paper's 0.1 (trial t10,
-    ``docs/recipes/multi30k.md``)."""
+    pairs, chosen on val over the paper's 0.1 (``docs/recipes/multi30k.md``)."""
     weight_decay: float = 0.0
     """Decoupled weight decay (AdamW, Loshchilov & Hutter 2019; fraction of
-    the learning rate per update, ``paper_adam(weight_decay=)``): weight
-    matrices and embeddings shrink by lr * weight_decay of themselves
-    before each update; biases and LayerNorm are exempt. 0: none, as in
-    the paper; 0.1 was tried on Multi30k's val and not adopted (trial
-    t13, ``docs/recipes/multi30k.md``)."""
+    the learning rate per update, ``paper_adam(weight_decay=)``) of weight
+    matrices and embeddings; biases and LayerNorm are exempt. 0: none, as
+    in the paper (0.1 did not help on Multi30k, ``docs/recipes/multi30k.md``)."""
     warmup_steps: int = 800
     """Noam schedule warm-up (updates)."""
     lr_scale: float = 0.6
@@ -150,55 +137,45 @@ class TranslationConfig:
     budget_schedule: BudgetSchedule = "cut"
     """What the time budget does to the learning-rate schedule when it ends
     the run before ``epochs``: ``cut`` (the schedule stops where the budget
-    stops it) or ``fit`` (after the first epochs have measured the speed,
-    the rate decays linearly to 0 at the end of the last epoch the budget
-    holds, and training stops there: ``keras_trm.training.BudgetDecay``;
-    a resumed run keeps the fitted decay). A run whose epochs all fit is
-    the same under both."""
+    stops it) or ``fit`` (measured on the first epochs, the rate decays
+    linearly to 0 at the end of the last epoch the budget holds:
+    ``keras_trm.training.BudgetDecay``; a resumed run keeps the decay)."""
     average_last: int = 5
     """The most epoch checkpoints averaged (the number chosen by
     validation BLEU)."""
     beam_size: int = 5
     """Beam width of the final test decoding (beams)."""
     length_penalty: float = 1.2
-    """Beam search length penalty (GNMT alpha); on Multi30k val, beam 5
-    was the best of {4, 5} x {0.6, 1.0}, then 1.2 the best alpha of
-    {0.6, 0.8, 1.0, 1.2, 1.4} for three trained recipes, and beams 8 and
-    10 no better (``docs/results/multi30k_sweep.json``)."""
+    """Beam search length penalty (GNMT alpha); beam 5 and 1.2 were the
+    best on Multi30k val (``docs/results/multi30k_sweep.json``)."""
     early_stopping: StopRule = "bound"
     """When beam search stops a sentence (test decoding and the export):
     ``bound`` (exact: no live hypothesis can still win), ``first_end``
-    (CTranslate2's early exit: when the best candidate ends; faster, may
+    (CTranslate2's early exit when the best candidate ends; faster, may
     differ with alpha > 0) or ``never`` (at the token limit)."""
     parallel_searches: int = 1
     """Searches each batch is dealt into and run at once (test decoding and
-    the export; ``Translator``): 2 with 2 inter-op threads decoded
-    batches of 100 at beam 4 1.6x faster on 2 cores at intra-op 1, with
-    the same outputs; behind a loaded server (concurrent requests already
-    use the cores) 2 was slower (0.80x with batching), so 1 suits serving
+    the export; ``Translator``): 2 decoded 1.6x faster on 2 idle cores, but
+    was slower behind a loaded server, so 1 suits serving
     (docs/serving.md)."""
     export_jit_compile_max_batch_size: int = 0
     """0: the export runs the graph search at every batch size. n >= 1:
-    requests of at most n sentences run the search compiled whole by XLA
-    (``Translator(jit_compile=True, jit_compile_max_batch_size=n)``, the
-    same ids): one sentence decoded in about half the graph search's time
-    on 2 cores, after a compilation (~2 s) per batch size and 8 source
-    lengths. The export's warm-up requests make the server compile those
-    at load for every length the validation set has (n x buckets
-    compilations); larger requests keep the graph search. It pays with
-    intra-op threads > 1 (XLA runs on that pool; docs/serving.md). TF
-    Serving needs ``--xla_cpu_compilation_enabled=true`` for it
-    (sentences)."""
+    requests of at most n sentences run the search compiled by XLA
+    (``Translator(jit_compile_max_batch_size=n)``, the same ids; about half
+    the time for one sentence on 2 cores), compiled at load by the export's
+    warm-up requests; it pays with intra-op threads > 1, and TF Serving
+    needs ``--xla_cpu_compilation_enabled=true`` (docs/serving.md;
+    sentences)."""
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
     """Distribution: ``default`` (one device), ``mirrored`` (local GPUs, or
     2 logical CPU devices), ``multi_worker`` (cluster from TF_CONFIG)."""
     jit_compile: OnOffAuto = "off"
-    """Compile the training step: ``on``, ``off`` or ``auto``: XLA under
-    TensorFlow (``auto``: off for several CPU replicas, on otherwise),
-    ``torch.compile`` under PyTorch (``auto``: off); under JAX always
-    (``jax.jit``). See ``keras_trm.jobs.translation.job_jit_compile``."""
+    """Compile the training step: XLA under TensorFlow (``auto``: off for
+    several CPU replicas, on otherwise), ``torch.compile`` under PyTorch
+    (``auto``: off); under JAX always (``jax.jit``). See
+    ``keras_trm.jobs.translation.job_jit_compile``."""
     precision: Precision = "auto"
     """Dtype policy: ``auto`` picks mixed_bfloat16 only on CPUs where it was
     measured faster (native bfloat16, under TensorFlow), else float32."""
@@ -233,10 +210,8 @@ class TranslationConfig:
     (MiB; ``keras_trm.data.prepare_translation_data``): a folder of such
     files moves easily between machines."""
 
-    # The sections of the command line and YAML (``--model.d_model``,
-    # ``model: {d_model: ...}``; ``keras_trm.cli.config_keys``); the flat
-    # ``--d_model`` of before works too. The others (preset, seed, the
-    # deprecated max_length) stay at the top.
+    # The sections of the command line and YAML (``keras_trm.cli.config_keys``);
+    # preset, seed and the deprecated max_length stay at the top.
     SECTIONS = {
         "data": ("dataset", "source_language", "target_language",
                  "train_source", "train_target", "train_weights",
@@ -257,14 +232,12 @@ class TranslationConfig:
         "export": ("model_name", "export_jit_compile_max_batch_size"),
     }
 
-    # Old field -> the fields it now sets (``keras_trm.cli.parse_config``
-    # says so on the command line and records the new ones).
+    # Old field -> the fields it now sets (``keras_trm.cli.parse_config``).
     RENAMED_FIELDS = {"max_length": ("max_sequence_length", "max_train_length")}
 
     @classmethod
     def flag_defaults(cls, fields):
-        """The command line's defaults that ``fields`` choose: the values of
-        ``preset`` (``keras_trm.cli.parse_config``; a flag still wins)."""
+        """The command line's defaults that ``fields`` choose: ``preset``'s."""
         from keras_trm.training.presets import preset
 
         return preset(fields["preset"]) if fields.get("preset") else {}
@@ -283,9 +256,7 @@ class TranslationConfig:
             self.max_length = None
 
     def search(self):
-        """The search strategy of the ``decoding`` settings (the test
-        decoding and the export): ``GreedySearch`` for ``beam_size`` 1,
-        else ``BeamSearch(beam_size, length_penalty, early_stopping)``
+        """The ``decoding`` settings' search strategy
         (``keras_trm.decoding.search_strategy``, which raises on a bad
         setting)."""
         from keras_trm.decoding.search import search_strategy
@@ -295,25 +266,27 @@ class TranslationConfig:
 
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
-        value (``keras-trm train-translation`` turns it into a usage error,
-        exit 2, before anything is written; ``run`` checks too): among
-        others a setting that is not one of its choices (``jit_compile``,
-        ``tensorboard``: the strings ``on``/``off``/``auto``), a
-        ``download`` that is not a bool, equal source and target
-        languages, a ``model_name`` that is not a plain folder name, an
-        infinite ``length_penalty`` or ``checkpoint_every_minutes``, and
-        ``train_weights`` that are not comma-separated numbers >= 0."""
-        from keras_trm.jobs._setup import check_folder_name
+        value (``keras-trm train-translation`` makes it a usage error, exit
+        2, before anything is written; ``run`` checks too)."""
         from keras_trm.data.loader import parse_boundaries
+        from keras_trm.jobs._setup import check_fields, check_folder_name
 
-        for name in ("vocabulary_size", "num_layers", "d_model", "num_heads",
-                     "d_ff", "max_sequence_length", "warmup_steps", "tokens_per_batch",
-                     "epochs", "average_last", "beam_size", "parallel_searches",
-                     "eval_every_epochs", "save_freq", "tensorboard_every_steps"):
-            v.positive_int(name, getattr(self, name))
-        for name in ("seed", "limit", "tokens_per_step", "checkpoint_every_steps",
-                     "validation_limit", "export_jit_compile_max_batch_size"):
-            v.non_negative_int(name, getattr(self, name))
+        check_fields(self, {
+            v.positive_int: (
+                "vocabulary_size", "num_layers", "d_model", "num_heads", "d_ff",
+                "max_sequence_length", "warmup_steps", "tokens_per_batch", "epochs",
+                "average_last", "beam_size", "parallel_searches", "eval_every_epochs",
+                "save_freq", "tensorboard_every_steps"),
+            v.non_negative_int: ("seed", "limit", "tokens_per_step", "checkpoint_every_steps",
+                                 "validation_limit", "export_jit_compile_max_batch_size"),
+            v.rate: ("dropout_rate", "attention_dropout_rate", "label_smoothing"),
+            v.non_negative_float: ("weight_decay", "checkpoint_every_minutes"),
+            v.positive_float: ("time_budget_minutes", "lr_scale", "max_file_mib"),
+            v.boolean: ("download",),
+        })
+        for name, choices in (("dataset", Dataset), ("jit_compile", OnOffAuto),
+                              ("tensorboard", OnOff), ("budget_schedule", BudgetSchedule)):
+            v.one_of(name, getattr(self, name), get_args(choices))
         v.divisible("d_model", self.d_model, "num_heads", self.num_heads)
         if self.max_train_length is not None:
             v.positive_int("max_train_length", self.max_train_length)
@@ -334,21 +307,8 @@ class TranslationConfig:
                 "(`max_train_length`, default `max_sequence_length`: "
                 f"{train_length(self)} tokens), got tokens_per_batch="
                 f"{self.tokens_per_batch}")
-        v.rate("dropout_rate", self.dropout_rate)
-        v.rate("attention_dropout_rate", self.attention_dropout_rate)
-        v.rate("label_smoothing", self.label_smoothing)
-        v.non_negative_float("weight_decay", self.weight_decay)
-        v.positive_float("time_budget_minutes", self.time_budget_minutes)
-        v.positive_float("lr_scale", self.lr_scale)
         self.search()
-        v.non_negative_float("checkpoint_every_minutes", self.checkpoint_every_minutes)
-        v.positive_float("max_file_mib", self.max_file_mib)
         parse_boundaries(self.boundaries)
-        v.one_of("dataset", self.dataset, get_args(Dataset))
-        v.one_of("jit_compile", self.jit_compile, get_args(OnOffAuto))
-        v.one_of("tensorboard", self.tensorboard, get_args(OnOff))
-        v.one_of("budget_schedule", self.budget_schedule, get_args(BudgetSchedule))
-        v.boolean("download", self.download)
         for name in ("source_language", "target_language"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _LANGUAGE.fullmatch(value):
@@ -366,22 +326,16 @@ class TranslationConfig:
 
 def train_length(config):
     """The longest training pair a config keeps (tokens, START/END
-    included): ``max_train_length``, or ``max_sequence_length`` where it is
-    None."""
+    included): ``max_train_length``, else ``max_sequence_length``."""
     if config.max_train_length is None:
         return config.max_sequence_length
     return config.max_train_length
 
 
-
 def _parse_weights(text):
-    """``train_weights`` as a list of floats (None when empty).
-
-    Raises:
-        TypeError: not a str.
-        ValueError: not comma-separated finite numbers >= 0 with a
-            positive sum (the value named).
-    """
+    """``train_weights`` as a list of floats (None when empty); raises
+    ``TypeError`` (not a str) or ``ValueError`` (not comma-separated finite
+    numbers >= 0 with a positive sum)."""
     if not isinstance(text, str):
         raise TypeError(f"`train_weights` must be a str of comma-separated numbers, "
                         f"got train_weights={text!r}")
@@ -391,8 +345,7 @@ def _parse_weights(text):
         weights = [float(w) for w in text.split(",")]
     except ValueError:
         weights = []
-    if (not weights or not all(0 <= w < float("inf") for w in weights)
-            or sum(weights) <= 0):
+    if not weights or not all(0 <= w < float("inf") for w in weights) or sum(weights) <= 0:
         raise ValueError(
             "`train_weights` must be comma-separated finite numbers >= 0 with a "
             f"positive sum, one per training corpus, got train_weights={text!r}")
