@@ -6,29 +6,6 @@ token-count batches are ``keras_trm.data.TokenBatches``.
 import numpy as np
 import tensorflow as tf
 
-def bucket_index(lengths, boundaries):
-    """The bucket of each length: the index of the smallest boundary that
-    holds it (``boundaries`` sorted ascending).
-
-    Raises:
-        ValueError: a length above the last boundary.
-
-    Example:
-
-    >>> bucket_index([3, 8, 9], (8, 16)).tolist()
-    [0, 0, 1]
-    """
-    lengths = np.asarray(lengths)
-    if lengths.size and lengths.max() > boundaries[-1]:
-        raise ValueError(
-            f"a sequence of length {int(lengths.max())} exceeds the last "
-            f"bucket boundary {boundaries[-1]}; filter or truncate first"
-        )
-    return np.searchsorted(boundaries, lengths, side="left")
-
-
-# -- fixed-size batches of labelled sequences (the classification recipes) --
-
 
 def bucket_widths(max_length, step=64):
     """Padded widths of the length buckets: ``step``, ``2 step``, ...,
@@ -39,22 +16,19 @@ def bucket_widths(max_length, step=64):
     >>> bucket_widths(320), bucket_widths(100)
     ((64, 128, 192, 256, 320), (64, 100))
     """
-    widths = list(range(step, max_length, step))
-    return tuple(widths) + (max_length,)
+    return tuple(range(step, max_length, step)) + (max_length,)
 
 
 def labelled_bucket_batches(ids, labels, batch_size, max_length,
                             shuffle=False, drop_remainder=False, seed=0):
     """Length-bucketed batches of ``batch_size`` labelled sequences.
 
-    Each sequence goes to the smallest bucket width (``bucket_widths``)
-    that holds it and is right-padded with 0 to that width, so a batch has
-    one of a few static shapes (cheap XLA) and little padding. With
-    ``drop_remainder`` every batch has ``batch_size`` rows (the last partial
-    batch of each bucket is dropped, a different one each shuffled epoch).
+    Each sequence is right-padded with 0 to the smallest bucket width
+    (``bucket_widths``) that holds it: a few static shapes (cheap XLA),
+    little padding. ``drop_remainder`` drops each bucket's partial batch.
 
     Args:
-        ids: ragged int ``tf.RaggedTensor (N, None)``, rows of at most
+        ids: ``tf.RaggedTensor (N, None)`` of int, rows of at most
             ``max_length`` ids.
         labels: int ``(N,)``.
         batch_size: int > 0; max_length: int > 0.
@@ -97,12 +71,18 @@ def labelled_bucket_steps(lengths, batch_size, max_length,
     """Batches per epoch of ``labelled_bucket_batches`` for sequences of
     ``lengths``.
 
+    Raises:
+        ValueError: a length above ``max_length``.
+
     Example:
 
     >>> labelled_bucket_steps([2, 1, 3, 70], 2, 128, drop_remainder=False)
     3
     """
-    counts = np.bincount(bucket_index(lengths, bucket_widths(max_length)))
-    if drop_remainder:
-        return int(sum(c // batch_size for c in counts))
-    return int(sum(-(-c // batch_size) for c in counts))
+    lengths = np.asarray(lengths)
+    if lengths.size and lengths.max() > max_length:
+        raise ValueError(f"a sequence of length {int(lengths.max())} exceeds the last "
+                         f"bucket boundary {max_length}; filter or truncate first")
+    counts = np.bincount(np.searchsorted(bucket_widths(max_length), lengths))
+    full = counts // batch_size if drop_remainder else -(-counts // batch_size)
+    return int(full.sum())

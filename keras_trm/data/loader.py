@@ -1,18 +1,16 @@
 """The one loader of translation training: token-count batches in length
 buckets over prepared folders (``keras_trm.data.prepared``), as a
-``keras.utils.PyDataset``: JAX's and PyTorch's ``fit`` take it as it is;
-TensorFlow's through ``keras_trm.jobs.translation.tf_dataset`` (a thin
-``tf.data`` wrapper: Keras' own PyDataset adapter fixes the batch shape
-from the first two batches, which refuses a second bucket width).
+``keras.utils.PyDataset``: JAX's and PyTorch's ``fit`` take it as it is,
+TensorFlow's through ``keras_trm.jobs.translation.tf_dataset`` (Keras' own
+PyDataset adapter fixes the batch shape from the first two batches).
 
 Vaswani et al. (2017, §5.1): "Sentence pairs were batched together by
-approximate sequence length. Each training batch contained a set of
-sentence pairs containing approximately 25000 source tokens and 25000
-target tokens." A pair goes to the smallest boundary ``L >= max(len(source
-ids), len(target ids) - 1)``; a batch of bucket ``L`` holds
-``tokens_per_batch // L`` pairs padded to exactly ``(batch, L)``, so each
-bucket is one step shape (one XLA compilation); a bucket's last batch of an
-epoch is filled with all-padding rows (the loss ignores them).
+approximate sequence length. Each training batch contained [...]
+approximately 25000 source tokens and 25000 target tokens." A pair goes to
+the smallest boundary ``L >= max(len(source ids), len(target ids) - 1)``; a
+batch of bucket ``L`` holds ``tokens_per_batch // L`` pairs padded to
+exactly ``(batch, L)`` (one XLA compilation per bucket), its last batch of
+an epoch filled with all-padding rows (the loss ignores them).
 """
 
 import keras
@@ -82,8 +80,7 @@ def _check_weights(weights, count):
 
 
 def _position(position):
-    """``(epoch, skip)`` of a ``position`` (None: the start), each an int
-    >= 0 (a negative one read as an epoch before the first)."""
+    """``(epoch, skip)`` of a ``position`` (None: the start), checked."""
     if position is None:
         return 0, 0
     return (v.non_negative_int("position.epoch", position.epoch),
@@ -94,53 +91,37 @@ class TokenBatches(keras.utils.PyDataset):
     """Token-count batches over prepared splits, seeded, resumable,
     sharded per process, optionally mixing several corpora by weight.
 
-    Order: epoch ``e`` is a pure function of ``(seed, e)``
-    (``numpy.random.default_rng([seed, e])``): the pairs of each bucket
-    are permuted, cut into batches, and the epoch's batches permuted; so a
-    restarted process reproduces it, and ``position`` resumes mid-epoch.
-    Every pair is in one batch of an epoch (without ``weights``).
-
-    Mixing (``weights``): an epoch holds ``pairs_per_epoch`` pairs
-    (default: all pairs of all splits), ``weights[i] / sum(weights)`` of
-    them from split ``i``, drawn within each length bucket in proportion
-    to the split's own bucket counts (stratified, so every epoch has the
-    same batch count); a split smaller than its share is repeated.
-
-    Processes: each global batch has ``num_processes`` times
-    ``tokens_per_batch // L`` rows; process ``k`` gets the ``k``-th block
-    of them, so every process steps through the same shapes at once (a
-    data-parallel step over processes sees one global batch).
-
-    Memory: the one per-pair array is each split's ``pair_lengths`` (4
-    bytes a pair) and an epoch's plan (the pairs' row numbers, 8 bytes a
-    pair); the ids stay memory-mapped.
+    Epoch ``e`` is a pure function of ``(seed, e)`` (``default_rng([seed,
+    e])`` permutes each bucket's pairs, then the batches), so a restarted
+    process reproduces it and ``position`` resumes mid-epoch. With
+    ``weights``, an epoch holds ``pairs_per_epoch`` pairs (default: all),
+    ``weights[i] / sum(weights)`` of them from split ``i``, drawn per length
+    bucket in proportion to the split's bucket counts (a split smaller than
+    its share is repeated). A global batch has ``num_processes`` blocks of
+    ``tokens_per_batch // L`` rows, process ``k`` taking the ``k``-th, so all
+    processes step through the same shapes. Memory: 4 bytes a pair
+    (``pair_lengths``) and 8 an epoch's plan; the ids stay memory-mapped.
 
     Args:
-        splits: a ``PreparedSplit`` or a list of them
-            (``read_prepared(...).splits.values()``).
+        splits: a ``PreparedSplit`` or a list of them.
         tokens_per_batch: int, padded tokens per side of one process's
             batch; at least the last boundary.
-        boundaries: sorted bucket lengths (tokens); the last must hold the
+        boundaries: bucket lengths (tokens); the last must hold the
             longest pair (``bucket_boundaries``).
         weights: None, or one number >= 0 per split (mixing).
         pairs_per_epoch: int >= 1 or None, with ``weights`` only.
         seed: int >= 0.
-        shuffle: permute pairs and batches (else corpus order, buckets in
-            order).
-        repeat: endless (``fit(steps_per_epoch=batches_per_epoch)``;
-            ``len()`` is then undefined and ``num_batches`` None),
-            starting at ``position``; else one epoch, ``position.epoch``
-            (advanced by ``on_epoch_end``).
+        shuffle: permute pairs and batches (else corpus order).
+        repeat: endless (``fit(steps_per_epoch=batches_per_epoch)``; no
+            ``len()``), from ``position``; else one epoch,
+            ``position.epoch`` (advanced by ``on_epoch_end``).
         process_index, num_processes: this process's share of each batch.
         position: an object with int ``epoch`` and ``skip`` (e.g.
-            ``keras_trm.training.DataPosition``), read when the stream
-            starts (index 0): how a resumed run re-enters the stream at
-            the batch an uninterrupted run would train on next.
+            ``keras_trm.training.DataPosition``), read at index 0.
 
     Yields (``self[i]``): ``({"encoder_tokens": int32 (B, L),
     "decoder_tokens": int32 (B, L)}, labels int32 (B, L))``, 0 = padding;
-    decoder tokens are the target ids without the last (START first),
-    labels without the first.
+    decoder tokens are the target ids but the last, labels but the first.
 
     Raises:
         TypeError / ValueError: a bad argument (named); a pair longer than
@@ -220,7 +201,6 @@ class TokenBatches(keras.utils.PyDataset):
             share = total * w / w.sum()
             self.take = np.rint(share[:, None] * counts / counts.sum(1, keepdims=True)
                                 ).astype(np.int64)
-        self.weights = None if weights is None else [float(x) for x in weights]
         rows = self.batch_sizes * self.num_processes
         per_bucket = self.take.sum(0)
         self.batches_per_epoch = int(np.sum(-(-per_bucket // rows)))
@@ -232,8 +212,6 @@ class TokenBatches(keras.utils.PyDataset):
         self.epoch = _position(position)[0]
         self._plan_epoch, self._plan = None, None
         self._start = 0
-
-    # -- Keras' PyDataset protocol ------------------------------------------------
 
     def __len__(self):
         if self.repeat:
@@ -258,8 +236,7 @@ class TokenBatches(keras.utils.PyDataset):
         return self.batch(epoch, at)
 
     def shape_at(self, index):
-        """The ``(batch, L)`` shape of stream batch ``index`` (as
-        ``self[index]`` would give it, without assembling it)."""
+        """The ``(batch, L)`` shape of stream batch ``index``, unassembled."""
         epoch, at = divmod(self._start + index, self.batches_per_epoch)
         b = int(self.plan(epoch)[0][at])
         return int(self.batch_sizes[b]), int(self.boundaries[b])
@@ -267,8 +244,6 @@ class TokenBatches(keras.utils.PyDataset):
     def on_epoch_end(self):
         if not self.repeat:
             self.epoch += 1
-
-    # -- the batches -------------------------------------------------------------
 
     def plan(self, epoch):
         """Epoch ``epoch``'s batches: ``(buckets, starts, rows)``, batch
@@ -314,9 +289,7 @@ class TokenBatches(keras.utils.PyDataset):
         return self._assemble(rows[first:first + size], int(self.boundaries[b]))
 
     def _assemble(self, rows, width):
-        encoder = np.zeros((len(rows), width), np.int32)
-        decoder = np.zeros_like(encoder)
-        labels = np.zeros_like(encoder)
+        encoder, decoder, labels = np.zeros((3, len(rows), width), np.int32)
         real = np.flatnonzero(rows >= 0)
         split_of = np.searchsorted(self.bases, rows[real], side="right") - 1
         cols = np.arange(width)
@@ -331,14 +304,11 @@ class TokenBatches(keras.utils.PyDataset):
                 start = np.asarray(arrays["offsets"][r])
                 end = np.asarray(arrays["offsets"][r + 1])
                 middle = start + np.asarray(arrays["source_lengths"][r])
-                ids = arrays["ids"]
                 for target, first, last in ((encoder, start, middle),
                                             (decoder, middle, end - 1),
                                             (labels, middle + 1, end)):
-                    keep = cols[None, :] < (last - first)[:, None]
-                    index = np.where(keep, first[:, None] + cols[None, :], 0)
-                    target[out] = np.where(keep, ids[index], 0)
-                # Random rows fault in whole pages (and their read-ahead):
-                # let go of them, so the RSS stays flat in the corpus size.
-                split.release(c)
+                    keep = cols < (last - first)[:, None]
+                    index = np.where(keep, first[:, None] + cols, 0)
+                    target[out] = np.where(keep, arrays["ids"][index], 0)
+                split.release(c)  # random rows faulted in whole pages: let go
         return {"encoder_tokens": encoder, "decoder_tokens": decoder}, labels

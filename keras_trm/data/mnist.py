@@ -1,16 +1,11 @@
 """MNIST handwritten digits (LeCun et al. 1998) from the original IDX files.
 
-Local files (see ``keras_trm.data.paths`` for where ``data_dir`` is looked
-up, and ``shared/data/README.md`` for their provenance) are, in
-``<data_dir>/mnist/``:
-
-* ``train-images-idx3-ubyte.gz``, ``train-labels-idx1-ubyte.gz`` (60,000)
-* ``t10k-images-idx3-ubyte.gz``, ``t10k-labels-idx1-ubyte.gz`` (10,000)
-
-IDX format: a big-endian header of int32 values -- the magic number (2051
-for images, 2049 for labels), the number of items, then (images only) the
-numbers of rows and columns -- followed by the raw ``uint8`` data, row
-major. Online, the same data come from tfds ``mnist`` (``download=True``).
+Local files (``keras_trm.data.paths``; provenance in
+``shared/data/README.md``): ``<data_dir>/mnist/{train,t10k}-images-idx3-ubyte.gz``
+and ``...-labels-idx1-ubyte.gz`` (60,000 and 10,000 digits). IDX format: a
+big-endian int32 header -- magic number (2051 images, 2049 labels), item
+count, then (images only) rows and columns -- and the raw ``uint8`` data,
+row major. Online, the same data come from tfds ``mnist``.
 """
 
 import gzip
@@ -19,7 +14,7 @@ import zlib
 import numpy as np
 
 from keras_trm.data.paths import resolve_data_dir
-from keras_trm.data.translation import CorpusError
+from keras_trm.data.translation import CorpusError, _split_arg
 
 MNIST_SPLITS = {"train": "train", "test": "t10k"}
 IMAGES_MAGIC = 2051
@@ -29,36 +24,29 @@ IMAGE_SIZE = 28
 
 def _read_idx(path, magic, ndim):
     """Reads an IDX file with ``ndim`` dimensions, checking magic and size."""
-    opener = gzip.open if str(path).endswith(".gz") else open
     try:
-        with opener(path, "rb") as f:
+        with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as f:
             data = f.read()
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise CorpusError(f"{path} is not a readable gzip file (cut short or "
                           f"not gzip: copy it again): {err}") from None
     header_size = 4 * (1 + ndim)
+    what = "images" if magic == IMAGES_MAGIC else "labels"
     if len(data) < header_size:
-        raise ValueError(
-            f"{path}: {len(data)} bytes, too short for an IDX header of "
-            f"{header_size} bytes"
-        )
+        raise ValueError(f"{path}: {len(data)} bytes, too short for an IDX header of "
+                         f"{header_size} bytes")
     header = np.frombuffer(data, dtype=">i4", count=1 + ndim)
     if int(header[0]) != magic:
-        raise ValueError(
-            f"{path}: IDX magic number {int(header[0])}, expected {magic} "
-            f"({'images' if magic == IMAGES_MAGIC else 'labels'})"
-        )
+        raise ValueError(f"{path}: IDX magic number {int(header[0])}, expected {magic} "
+                         f"({what})")
     shape = tuple(int(d) for d in header[1:])
     expected = int(np.prod(shape))
     if len(data) - header_size != expected:
-        raise ValueError(
-            f"{path}: header says shape {shape} ({expected} bytes of data) "
-            f"but the file has {len(data) - header_size} bytes after the "
-            "header"
-        )
+        raise ValueError(f"{path}: header says shape {shape} ({expected} bytes of data) "
+                         f"but the file has {len(data) - header_size} bytes after the "
+                         "header")
     if not shape[0]:
-        raise CorpusError(f"{path}: the IDX header says it holds no "
-                          f"{'images' if magic == IMAGES_MAGIC else 'labels'}")
+        raise CorpusError(f"{path}: the IDX header says it holds no {what}")
     array = np.frombuffer(data, dtype=np.uint8, offset=header_size)
     return array.reshape(shape).copy()  # writable, independent of `data`
 
@@ -66,45 +54,35 @@ def _read_idx(path, magic, ndim):
 def _load_tfds(split, root):
     import tensorflow_datasets as tfds
 
-    ds = tfds.load(
-        "mnist", split=split, batch_size=-1,
-        data_dir=str(root / "tensorflow_datasets"),
-    )
-    ds = tfds.as_numpy(ds)
-    images = ds["image"].reshape(-1, IMAGE_SIZE, IMAGE_SIZE).astype(np.uint8)
-    return images, ds["label"].astype(np.uint8)
+    ds = tfds.as_numpy(tfds.load("mnist", split=split, batch_size=-1,
+                                 data_dir=str(root / "tensorflow_datasets")))
+    return (ds["image"].reshape(-1, IMAGE_SIZE, IMAGE_SIZE).astype(np.uint8),
+            ds["label"].astype(np.uint8))
 
 
 def load_mnist(split="train", data_dir=None, download=False):
     """Loads one split of MNIST as ``(images, labels)``.
 
     Args:
-        split: ``"train"`` (60,000 digits) or ``"test"`` (10,000, the
-            ``t10k`` files).
-        data_dir: data directory (see ``resolve_data_dir``); files are read
-            from ``<data_dir>/mnist/{train,t10k}-images-idx3-ubyte.gz`` and
-            ``...-labels-idx1-ubyte.gz``.
+        split: ``"train"`` (60,000 digits) or ``"test"`` (10,000, ``t10k``).
+        data_dir: data directory (see ``resolve_data_dir``).
         download: if a local file is missing, load the split from tfds
-            ``mnist`` instead (needs internet; cached under
-            ``<data_dir>/tensorflow_datasets``).
+            ``mnist`` (cached under ``<data_dir>/tensorflow_datasets``).
 
     Returns:
         ``(images, labels)``: ``np.uint8`` arrays ``(N, 28, 28)`` with pixel
         values 0-255 (0 = background) and ``(N,)`` with digits 0-9.
 
     Raises:
-        ValueError: unknown ``split``; a file with a wrong magic number, a
-            size that disagrees with its header, images that are not 28x28,
-            or image and label counts that differ (each names the file).
-        CorpusError: (a ``ValueError``) a file that is not a readable gzip
-            file (cut short, or not gzip) or holds no digit (named).
-        FileNotFoundError: a file is missing and ``download`` is False; the
-            message names the expected files and folder.
+        ValueError: unknown ``split``; a wrong magic number, a size that
+            disagrees with the header, images not 28x28, or image and label
+            counts that differ (the file named).
+        CorpusError: (a ``ValueError``) not a readable gzip file, or no
+            digit (named).
+        FileNotFoundError: a file is missing and not downloaded (the
+            expected files and folder named).
     """
-    if split not in MNIST_SPLITS:
-        raise ValueError(
-            f"`split` must be one of {tuple(MNIST_SPLITS)}, got split={split!r}"
-        )
+    _split_arg(split, tuple(MNIST_SPLITS))
     root = resolve_data_dir(data_dir, must_exist=not download)
     directory = root / "mnist"
     prefix = MNIST_SPLITS[split]
@@ -117,19 +95,14 @@ def load_mnist(split="train", data_dir=None, download=False):
             f"MNIST split {split!r} not found: expected {names[0]} and "
             f"{names[1]} in {directory} (missing: {', '.join(missing)}; "
             "pass download=True, or --download true to keras-trm train-mnist, to "
-            "use tfds 'mnist' when online)"
-        )
+            "use tfds 'mnist' when online)")
     images_path, labels_path = (directory / n for n in names)
     images = _read_idx(images_path, IMAGES_MAGIC, 3)
     labels = _read_idx(labels_path, LABELS_MAGIC, 1)
     if images.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
-        raise ValueError(
-            f"{images_path}: images are {images.shape[1]}x{images.shape[2]}, "
-            f"expected {IMAGE_SIZE}x{IMAGE_SIZE}"
-        )
+        raise ValueError(f"{images_path}: images are {images.shape[1]}x"
+                         f"{images.shape[2]}, expected {IMAGE_SIZE}x{IMAGE_SIZE}")
     if images.shape[0] != labels.shape[0]:
-        raise ValueError(
-            f"MNIST {split}: {images_path} has {images.shape[0]} images but "
-            f"{labels_path} has {labels.shape[0]} labels"
-        )
+        raise ValueError(f"MNIST {split}: {images_path} has {images.shape[0]} images "
+                         f"but {labels_path} has {labels.shape[0]} labels")
     return images, labels

@@ -1,14 +1,11 @@
 """The one prepared format of translation training: token ids written
 once, memory-mapped by every trainer on every backend (fairseq's
-``MMapIndexedDataset`` shape: preprocess once, train anywhere).
+``MMapIndexedDataset`` shape). A *prepared folder* holds
+``manifest.json`` and, per split (one per training corpus), chunk files
+of at most ``max_file_mib`` each (easy to move between machines):
 
-A *prepared folder* holds ``manifest.json`` and, for each named split
-(one per training corpus), chunk files of at most ``max_file_mib`` each,
-so that a folder moves easily between machines:
-
-- ``<split>-NNNNN.ids.npy``: int32 ``(tokens,)``, the pairs' ids one
-  after the other: for each pair its source ids (END last), then its
-  target ids (START first, END last);
+- ``<split>-NNNNN.ids.npy``: int32 ``(tokens,)``, for each pair its source
+  ids (END last), then its target ids (START first, END last);
 - ``<split>-NNNNN.offsets.npy``: int64 ``(pairs + 1,)``, pair ``i``'s ids
   being ``ids[offsets[i]:offsets[i + 1]]``;
 - ``<split>-NNNNN.source_lengths.npy``: int32 ``(pairs,)``, how many of
@@ -16,18 +13,13 @@ so that a folder moves easily between machines:
 
 ``manifest.json`` records the format, the *key* (what the ids depend on:
 the corpus files' paths, sizes and modification times, the vocabulary's
-SHA-256, ``max_train_length``, ``limit``), the vocabulary size, each
-split's counts (lines read, pairs kept, blank and too-long pairs dropped,
-tokens, the longest pair) and every file's size and SHA-256.
+SHA-256 and size, ``max_train_length``, ``limit``), each split's counts
+(lines, pairs kept, blank and too-long pairs dropped, tokens, the longest
+pair) and every file's size and SHA-256.
 
-``prepare_translation_data`` writes a folder streaming (one chunk of
-lines in memory at a time) into a staging folder beside it and swaps it
-in only when complete, so an interrupted or failed preparation leaves the
-previous folder as it was; called again with the same key it reuses the
-folder. ``read_prepared`` checks a folder (manifest, file sizes, SHA-256,
-the key the caller expects, ids within the vocabulary) and opens its
-splits memory-mapped (``PreparedSplit``); ``keras_trm.data.TokenBatches``
-batches them. numpy only: no TensorFlow, any Keras backend.
+``prepare_translation_data`` writes a staging folder and swaps it in only
+when complete; ``read_prepared`` checks a folder and opens its splits
+memory-mapped (``PreparedSplit``). numpy only: any Keras backend.
 """
 
 import contextlib
@@ -52,8 +44,8 @@ ARRAYS = ("ids", "offsets", "source_lengths")
 _CHUNK_LINES = 8192
 
 
-def sha256_file(path, chunk=MIB):
-    """SHA-256 of a file's bytes (64 hex digits), read ``chunk`` at a time.
+def sha256_file(path):
+    """SHA-256 of a file's bytes (64 hex digits), read a MiB at a time.
 
     Example:
 
@@ -65,18 +57,15 @@ def sha256_file(path, chunk=MIB):
     """
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
+        for block in iter(lambda: f.read(MIB), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
 def file_identity(path):
-    """``{"path", "size", "mtime_ns"}`` of a corpus file: what a prepared
-    folder's key records, so that a changed file is prepared again.
-
-    Raises:
-        FileNotFoundError: ``path`` is not a file (named).
-    """
+    """``{"path", "size", "mtime_ns"}`` of a corpus file (in a prepared
+    folder's key: a changed file is prepared again); FileNotFoundError
+    (named) if ``path`` is not a file."""
     path = pathlib.Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
@@ -105,20 +94,16 @@ class _SplitWriter:
         if cost.size and cost.max() > self._room:
             raise ValueError(f"one pair takes {int(cost.max())} bytes, more than a "
                              f"file of max_file_mib={self.max_bytes / MIB:g} holds")
-        ends = np.cumsum(n_pair)
-        first = 0
+        ends, first = np.concatenate([[0], np.cumsum(n_pair)]), 0
         while first < len(cost):
             spent = np.cumsum(cost[first:])
             take = int(np.searchsorted(spent, self._room - self._bytes, side="right"))
-            if take == 0:
-                self.flush()
-                continue
-            last = first + take
-            start = int(ends[first - 1]) if first else 0
-            self._pending.append((ids[start:int(ends[last - 1])], n_source[first:last],
-                                  n_pair[first:last]))
-            self._bytes += int(spent[take - 1])
-            first = last
+            if take:  # the pairs that fit in this chunk
+                last = first + take
+                self._pending.append((ids[ends[first]:ends[last]], n_source[first:last],
+                                      n_pair[first:last]))
+                self._bytes += int(spent[take - 1])
+                first = last
             if first < len(cost):
                 self.flush()
 
@@ -140,9 +125,9 @@ class _SplitWriter:
 
 
 def _pairs(source_path, target_path, limit):
-    from keras_trm.data.translation import CorpusError, decoded_lines
+    from keras_trm.data.translation import CorpusError, iter_lines
 
-    sources, targets = decoded_lines(source_path), decoded_lines(target_path)
+    sources, targets = iter_lines(source_path), iter_lines(target_path)
     for n, (s, t) in enumerate(itertools.zip_longest(sources, targets), 1):
         if limit and n > limit:
             return
@@ -152,6 +137,15 @@ def _pairs(source_path, target_path, limit):
                               f"{str(target_path)!r} differ in length: "
                               f"{str(short)!r} ends at line {n - 1}")
         yield s, t
+
+
+def _outside(ids, vocabulary_size):
+    """An id of ``ids`` outside ``[0, vocabulary_size)`` (the largest
+    first), or None."""
+    if not len(ids):
+        return None
+    low, high = int(ids.min()), int(ids.max())
+    return high if high >= vocabulary_size else (low if low < 0 else None)
 
 
 def _prepare_split(writer, source_path, target_path, encode, vocabulary_size,
@@ -171,7 +165,7 @@ def _prepare_split(writer, source_path, target_path, encode, vocabulary_size,
         n_target = np.fromiter(map(len, targets), np.int64, len(kept)) + 2  # START, END
         keep = (n_source <= max_train_length) & (n_target <= max_train_length)
         counts["too_long"] += int(len(kept) - keep.sum())
-        rows = np.flatnonzero(keep)
+        rows, n_source, n_target = np.flatnonzero(keep), n_source[keep], n_target[keep]
         if not len(rows):
             continue
         end, start = np.array([END_ID], np.int32), np.array([START_ID], np.int32)
@@ -179,17 +173,16 @@ def _prepare_split(writer, source_path, target_path, encode, vocabulary_size,
         for r in rows:  # source, END, START, target, END: one concatenation
             parts += (sources[r], end, start, targets[r], end)
         ids = np.concatenate(parts).astype(np.int32)
-        if ids.min() < 0 or ids.max() >= vocabulary_size:
-            bad = int(ids.max()) if ids.max() >= vocabulary_size else int(ids.min())
+        bad = _outside(ids, vocabulary_size)
+        if bad is not None:
             raise ValueError(f"`encode` gave id {bad} outside the vocabulary of "
                              f"{vocabulary_size} ids")
-        writer.add(ids, n_source[rows], n_target[rows])
+        writer.add(ids, n_source, n_target)
         counts["pairs"] += len(rows)
-        counts["source_tokens"] += int(n_source[rows].sum())
-        counts["target_tokens"] += int(n_target[rows].sum()) - len(rows)  # labels
-        counts["max_pair_length"] = max(counts["max_pair_length"],
-                                        int(n_source[rows].max()),
-                                        int(n_target[rows].max()) - 1)
+        counts["source_tokens"] += int(n_source.sum())
+        counts["target_tokens"] += int(n_target.sum()) - len(rows)  # labels
+        counts["max_pair_length"] = max(counts["max_pair_length"], int(n_source.max()),
+                                        int(n_target.max()) - 1)
     writer.flush()
     return counts
 
@@ -202,23 +195,19 @@ def prepare_translation_data(directory, corpora, encode, vocabulary_size,
 
     Pairs blank on either side are dropped, and pairs whose source ids +
     END or START + target ids + END exceed ``max_train_length`` tokens;
-    the kept pairs keep the corpus order. One chunk of 8,192 lines is in
-    memory at a time.
+    the rest keep the corpus order. 8,192 lines are in memory at a time.
 
     Args:
-        directory: the prepared folder (written into a staging folder
-            beside it, then swapped in).
+        directory: the prepared folder.
         corpora: ``(split, source_path, target_path)`` tuples: line-aligned
-            UTF-8 files, plain or ``.gz``; each becomes split ``split``.
-        encode: callable, a list of str -> a list of int sequences (the
-            content ids of each line, no START/END): e.g. the
-            ``sentencepiece`` package's ``encode``.
+            UTF-8 files, plain or ``.gz``.
+        encode: callable, a list of str -> a list of int sequences (content
+            ids, no START/END), e.g. ``sentencepiece``'s ``encode``.
         vocabulary_size: int, ids must be below it.
-        vocabulary_sha256: str, the hash of the vocabulary file (part of
-            the key: another vocabulary is prepared again, never mixed).
+        vocabulary_sha256: str, the vocabulary file's hash (in the key: another
+            vocabulary is prepared again, never mixed).
         max_train_length: int >= 2, the longest kept sequence (tokens).
-        limit: int >= 0, the first ``limit`` lines of each corpus only (0:
-            all).
+        limit: int >= 0, the first ``limit`` lines of each corpus (0: all).
         max_file_mib: float > 0, the largest chunk file (MiB).
         reuse: reuse a folder whose manifest has the same key.
 
@@ -229,8 +218,7 @@ def prepare_translation_data(directory, corpora, encode, vocabulary_size,
         ValueError: a bad argument (named), an id outside the vocabulary,
             no pair kept in a corpus, a pair larger than a file.
         FileNotFoundError / CorpusError: a corpus file missing, not UTF-8,
-            a damaged gzip file, or line counts that differ (the file and
-            line named).
+            damaged gzip, or line counts that differ (file and line named).
 
     Example:
 
@@ -303,10 +291,9 @@ def prepare_translation_data(directory, corpora, encode, vocabulary_size,
 
 
 def _swap_in(staging, directory):
-    """Replaces ``directory`` by the complete ``staging`` folder: the old
-    one is renamed aside first and removed last, so a kill leaves either
-    the old or the new folder under a name ``read_prepared`` refuses or
-    accepts whole, never a mix."""
+    """Replaces ``directory`` by the complete ``staging`` folder; the old
+    one is renamed aside first and removed last, so a kill never leaves a
+    mix of both."""
     for p in staging.iterdir():
         usual_permissions(p)
     usual_permissions(staging)
@@ -331,6 +318,7 @@ def _read_manifest_or_none(directory):
 
 
 _DTYPES = {"ids": np.int32, "offsets": np.int64, "source_lengths": np.int32}
+_MISFIT = "does not fit its ids and source lengths"
 
 
 def _open_array(directory, file, kind):
@@ -346,50 +334,42 @@ def _open_array(directory, file, kind):
     return array
 
 
-def _drop_pages(arrays):
-    """``madvise(MADV_DONTNEED)`` on each memory-mapped array of
-    ``arrays`` (a dict): their pages leave this process's resident set."""
-    import mmap
-
-    for array in arrays.values():
-        handle = getattr(array, "_mmap", None)
-        if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
-            handle.madvise(mmap.MADV_DONTNEED)
-
-
 class PreparedSplit:
-    """One split of a prepared folder, memory-mapped: nothing is read
-    until asked for, and what is read stays in the page cache, not in
-    Python objects.
+    """One split of a prepared folder, memory-mapped: what is read stays
+    in the page cache, not in Python objects.
 
     Attributes:
         pairs: int, the number of pairs.
         pair_lengths: int32 ``(pairs,)``, ``max(len(source), len(target)
-            - 1)`` of each pair: the length it is bucketed by (tokens);
-            the one per-pair array held in memory (4 bytes a pair).
+            - 1)`` of each pair (tokens, what it is bucketed by); the one
+            per-pair array held in memory.
 
     Methods: ``source_ids(i)``, ``target_ids(i)``: int32 ids of pair ``i``;
-    ``chunk_of(rows)``: the chunk index and the row within it of each
-    global row.
+    ``chunk_of(rows)``: the chunk and the row within it of global rows.
+    ``vocabulary_size``, ``check_ids``: as in ``read_prepared``.
     """
 
-    def __init__(self, directory, name, chunks):
+    def __init__(self, directory, name, chunks, vocabulary_size=None, check_ids=False):
         self.name = name
         self.chunks = [{k: _open_array(directory, c[k], k) for k in ARRAYS}
                        for c in chunks]
         self.bases = np.cumsum([0] + [len(c["source_lengths"]) for c in self.chunks])
         self.pairs = int(self.bases[-1])
         parts = []
-        for names, c in zip(chunks, self.chunks):
-            # cheap (two values read): the shapes the lengths below need
-            if (len(c["offsets"]) != len(c["source_lengths"]) + 1 or c["offsets"][0] != 0
-                    or c["offsets"][-1] != len(c["ids"])):
-                raise _refuse(names["offsets"], "does not fit its ids and source "
-                              "lengths", directory)
-            n_source = np.asarray(c["source_lengths"], np.int32)
-            n_target = np.diff(np.asarray(c["offsets"])).astype(np.int32) - n_source
-            parts.append(np.maximum(n_source, n_target - 1))
-            _drop_pages(c)
+        for i, (names, c) in enumerate(zip(chunks, self.chunks)):
+            offsets, n_source = c["offsets"], np.asarray(c["source_lengths"], np.int32)
+            n_pair = np.diff(np.asarray(offsets)).astype(np.int32)
+            if (len(offsets) != len(n_source) + 1 or offsets[0] != 0
+                    or offsets[-1] != len(c["ids"]) or check_ids and (
+                        np.any(n_pair < n_source) or np.any(n_source < 1))):
+                raise _refuse(names["offsets"], _MISFIT, directory)
+            bad = None if not check_ids or vocabulary_size is None else _outside(
+                c["ids"], vocabulary_size)
+            if bad is not None:
+                raise _refuse(names["ids"], f"holds id {bad}, outside the vocabulary of "
+                              f"{vocabulary_size} ids", directory)
+            parts.append(np.maximum(n_source, n_pair - n_source - 1))
+            self.release(i)  # one chunk's pages resident at a time
         self.pair_lengths = (np.concatenate(parts) if parts
                              else np.zeros(0, np.int32))
 
@@ -398,13 +378,17 @@ class PreparedSplit:
 
     def release(self, chunk=None):
         """Drops the pages of the mapped files (of one ``chunk``, default
-        all) from this process's resident memory (``madvise(MADV_DONTNEED)``;
-        read-only mappings, so nothing is lost: the next read maps them
-        again from the page cache). The loader calls it after each batch,
-        so the process's RSS stays flat in the corpus size instead of
-        growing by the pages its random rows touched."""
+        all) from this process's resident memory (``madvise(MADV_DONTNEED)``
+        on read-only mappings: the next read maps them again from the page
+        cache). The loader calls it after each batch, so the RSS stays flat
+        in the corpus size."""
+        import mmap
+
         for arrays in self.chunks if chunk is None else [self.chunks[chunk]]:
-            _drop_pages(arrays)
+            for array in arrays.values():
+                handle = getattr(array, "_mmap", None)
+                if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+                    handle.madvise(mmap.MADV_DONTNEED)
 
     def chunk_of(self, rows):
         rows = np.asarray(rows, np.int64)
@@ -447,11 +431,11 @@ def read_prepared(directory, vocabulary_size=None, key=None, verify=True,
     Args:
         directory: the folder.
         vocabulary_size: int or None: every id must be below it.
-        key: dict or None: the key the caller expects (its vocabulary,
-            filters, corpora); a folder made under another is refused.
+        key: dict or None: the key the caller expects; a folder made under
+            another is refused.
         verify: check every file's size and SHA-256 against the manifest.
-        check_ids: read every split's ids once to check their range
-            (``vocabulary_size``) and offsets.
+        check_ids: read every split's ids once to check their range and
+            offsets.
 
     Returns:
         ``Prepared``.
@@ -461,7 +445,7 @@ def read_prepared(directory, vocabulary_size=None, key=None, verify=True,
         NotADirectoryError: ``directory`` is a file.
         ValueError: a damaged or foreign manifest, a file whose size or
             SHA-256 differs, another key or vocabulary, an id outside the
-            vocabulary (the file named in each case).
+            vocabulary (the file named).
     """
     directory = pathlib.Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -505,25 +489,5 @@ def read_prepared(directory, vocabulary_size=None, key=None, verify=True,
                 isinstance(c, dict) and all(c.get(k) in manifest["files"] for k in ARRAYS)
                 for c in chunks):
             raise _refuse(MANIFEST, f"lists damaged chunks for split {name!r}", directory)
-        split = PreparedSplit(directory, name, chunks)
-        if check_ids:
-            _check_chunks(directory, split, chunks, vocabulary_size)
-        split.release()  # what the checks read stays in the page cache only
-        splits[name] = split
+        splits[name] = PreparedSplit(directory, name, chunks, vocabulary_size, check_ids)
     return Prepared(directory, manifest, splits)
-
-
-def _check_chunks(directory, split, chunks, vocabulary_size):
-    for names, c in zip(chunks, split.chunks):
-        ids, offsets, n_source = c["ids"], c["offsets"], c["source_lengths"]
-        if (offsets.ndim != 1 or len(offsets) != len(n_source) + 1 or offsets[0] != 0
-                or offsets[-1] != len(ids) or np.any(np.diff(offsets) < n_source)
-                or np.any(n_source < 1)):
-            raise _refuse(names["offsets"], "does not fit its ids and source lengths",
-                          directory)
-        if vocabulary_size is not None and len(ids) and (
-                int(ids.min()) < 0 or int(ids.max()) >= vocabulary_size):
-            bad = int(ids.max()) if int(ids.max()) >= vocabulary_size else int(ids.min())
-            raise _refuse(names["ids"], f"holds id {bad}, outside the vocabulary of "
-                          f"{vocabulary_size} ids", directory)
-        _drop_pages(c)  # one chunk's pages resident at a time

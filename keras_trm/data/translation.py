@@ -1,19 +1,22 @@
-"""Parallel corpora: Multi30k (task 1), WMT14 EN-DE, and the user's own
-files, in either direction.
-
-Local files are read from ``<data_dir>/multi30k`` and
-``<data_dir>/wmt14_en_de`` (see ``keras_trm.data.paths``); online, Multi30k
-is downloaded from its official repository (``download=True``: the six
-gzip files, 1.3 MB, checked against ``MULTI30K_SHA256``, into
-``<data_dir>/multi30k``, by default ``~/keras_trm_data``) and WMT14 read
-from tfds (``wmt14_translate/de-en``). ``load_translation_splits`` resolves a dataset
-name, split files and a direction into (train, validation, test) pairs.
+"""Parallel corpora: Multi30k (task 1), WMT14 EN-DE and the user's own
+files, in either direction, from ``<data_dir>/multi30k`` and
+``<data_dir>/wmt14_en_de`` (``keras_trm.data.paths``). Online, Multi30k is
+downloaded from its official repository (six gzip files, 1.3 MB, checked
+against ``MULTI30K_SHA256``) and WMT14 read from tfds
+(``wmt14_translate/de-en``). ``load_translation_splits`` resolves a
+dataset name, split files and a direction into (train, validation, test).
 """
 
+import collections
 import dataclasses
 import gzip
+import itertools
 import os
 import pathlib
+import random
+import zlib
+
+import numpy as np
 
 from keras_trm.data.download import fetch
 from keras_trm.data.paths import resolve_data_dir
@@ -45,20 +48,70 @@ WMT14_ROLES = {"train": "train", "validation": "newstest2013",
 DATASETS = ("multi30k", "wmt14", "wmt14_tfds", "files")
 
 
-def read_lines(path):
-    """All lines of a UTF-8 text file, plain or gzip (``.gz``), without
-    their trailing newline.
+class CorpusError(ValueError):
+    """A corpus that cannot be learned from, found before anything is
+    written: invalid UTF-8, an unreadable gzip file, no text, line counts
+    that differ, or a setting it rules out (a ``vocabulary_size`` too small
+    for its characters). The CLI reports it as a usage error (exit 2)."""
 
-    Args:
-        path: str or ``pathlib.Path``.
 
-    Returns:
-        list of str, one per line.
+def _existing(*paths):
+    """``paths`` as ``pathlib.Path``; the first that is not a file raises
+    ``FileNotFoundError`` naming it."""
+    for path in paths:
+        if not pathlib.Path(path).is_file():
+            raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
+    return [pathlib.Path(p) for p in paths]
+
+
+def _decoded(path):
+    """The lines of ``path`` (plain or ``.gz``), line ends kept; invalid
+    UTF-8 or a damaged gzip file raises ``CorpusError`` naming the file and
+    the line, not a bare ``UnicodeDecodeError`` / ``EOFError``."""
+    gz = path.name.endswith(".gz")
+    n = offset = 0
+    with (gzip.open if gz else open)(path, "rb") as f:
+        try:
+            for n, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise CorpusError(
+                        f"corpus file {str(path)!r} is not valid UTF-8: line {n}, byte "
+                        f"{err.start + 1} of the line (byte offset {offset + err.start} "
+                        f"in the {'decompressed ' if gz else ''}file): {err.reason} "
+                        f"(0x{raw[err.start:err.start + 1].hex()})") from None
+                offset += len(raw)
+                yield line
+        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            raise CorpusError(f"corpus file {str(path)!r} is not a readable gzip "
+                              f"file (after line {n}): {err}") from None
+
+
+def iter_lines(path):
+    """Yields the lines of a UTF-8 text file (plain or ``.gz``) one at a
+    time, without their trailing newline.
 
     Raises:
         FileNotFoundError: ``path`` is not a file (the message names it).
         CorpusError: (a ``ValueError``) the file is not valid UTF-8 or not
             a readable gzip file (the message names it and the line).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = p.write_text("Hallo\\nWelt\\n")
+        >>> list(iter_lines(p))
+        ['Hallo', 'Welt']
+    """
+    (path,) = _existing(path)
+    for line in _decoded(path):
+        yield line.rstrip("\r\n")
+
+
+def read_lines(path):
+    """``list(iter_lines(path))``: the lines of a UTF-8 text file (plain or
+    ``.gz``) without their newline; raises as ``iter_lines``.
 
     Example:
         >>> import tempfile, pathlib
@@ -79,16 +132,14 @@ def load_parallel(source_path, target_path):
             sentence per line.
 
     Returns:
-        ``(sources, targets)``: two lists of str of equal length (raw text,
-        as in the files; blank lines are kept, so line numbers match).
+        ``(sources, targets)``: two equal-length lists of raw str (blank
+        lines kept).
 
     Raises:
         FileNotFoundError: a file is missing (the message names it).
-        ValueError: the two files have different line counts (the message
-            names both files and both counts), or the corpus is empty (no
-            line with text on both sides; the message names both files).
-        CorpusError: (a ``ValueError``) a file is not valid UTF-8 or not a
-            readable gzip file (the message names it and the line).
+        CorpusError: (a ``ValueError``) the line counts differ (both files
+            and counts named), no line has text on both sides (both files
+            named), or as ``iter_lines``.
 
     Example:
         >>> import tempfile, pathlib
@@ -99,26 +150,34 @@ def load_parallel(source_path, target_path):
         (['A dog.', 'Two cats.'], ['Ein Hund.', 'Zwei Katzen.'])
     """
     sources, targets = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"parallel corpus line counts differ: {str(source_path)!r} has "
-            f"{len(sources)} lines but {str(target_path)!r} has "
-            f"{len(targets)} lines"
-        )
-    if not any(s.strip() and t.strip() for s, t in zip(sources, targets)):
-        raise ValueError(
-            f"parallel corpus is empty: {str(source_path)!r} ({len(sources)} "
-            f"lines) and {str(target_path)!r} ({len(targets)} lines) have no "
-            "line with text on both sides"
-        )
+    _check_alignment(source_path, target_path, len(sources), len(targets),
+                     any(s.strip() and t.strip() for s, t in zip(sources, targets)))
     return sources, targets
 
 
-def _find(directory, stem):
-    for name in (stem, stem + ".gz"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
+def _check_alignment(source_path, target_path, n_source, n_target, pairs):
+    """Refuses files of different line counts, or without a pair with text
+    on both sides (``pairs`` falsy), naming both files."""
+    source, target = str(source_path), str(target_path)
+    if n_source != n_target:
+        raise CorpusError(f"parallel corpus line counts differ: {source!r} has "
+                          f"{n_source} lines but {target!r} has {n_target} lines")
+    if not pairs:
+        raise CorpusError(f"parallel corpus is empty: {source!r} ({n_source} lines) "
+                          f"and {target!r} ({n_target} lines) have no line with text "
+                          "on both sides")
+
+
+def _split_arg(split, allowed):
+    if split not in allowed:
+        raise ValueError(f"`split` must be one of {allowed}, got split={split!r}")
+    return split
+
+
+def _find(directory, *stems):
+    """``directory / stem`` or ``stem.gz`` for each stem (None: neither)."""
+    return [next((p for p in (directory / s, directory / f"{s}.gz") if p.is_file()), None)
+            for s in stems]
 
 
 def multi30k_url():
@@ -128,10 +187,34 @@ def multi30k_url():
     return url if url.endswith("/") else url + "/"
 
 
-def _download_multi30k(directory, files, url=None):
-    for name in files:
-        fetch((url or multi30k_url()) + name, directory / name,
-              sha256=MULTI30K_SHA256.get(name))
+def _multi30k_files(split, data_dir, source, target, download, url=None):
+    """The two files of a Multi30k split (checked arguments), downloading
+    the missing ones if ``download``."""
+    _split_arg(split, MULTI30K_SPLITS)
+    for name, lang in (("source", source), ("target", target)):
+        if lang not in ("en", "de", "fr", "cs"):
+            raise ValueError(f"`{name}` must be a Multi30k language, got {lang!r}")
+    if source == target:
+        raise ValueError(f"`source` and `target` must differ, got source={source!r} "
+                         f"and target={target!r}")
+    directory = resolve_data_dir(data_dir, must_exist=not download) / "multi30k"
+    stems = (f"{split}.{source}", f"{split}.{target}")
+    paths = _find(directory, *stems)
+    if None in paths and download:
+        for stem, path in zip(stems, paths):
+            if path is None:
+                name = stem + ".gz"
+                fetch((url or multi30k_url()) + name, directory / name,
+                      sha256=MULTI30K_SHA256.get(name))
+        paths = _find(directory, *stems)
+    if None in paths:
+        raise FileNotFoundError(
+            f"Multi30k split {split!r} not found: expected "
+            f"{split}.{source}[.gz] and {split}.{target}[.gz] in "
+            f"{directory} (when online, load_multi30k(download=True) or "
+            f"`keras-trm train-translation --download true` fetches it from "
+            f"{multi30k_url()})")
+    return paths
 
 
 def load_multi30k(split="train", data_dir=None, source="en", target="de",
@@ -143,13 +226,9 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
             ``"test_2016_flickr"`` (1,000).
         data_dir: data directory (see ``resolve_data_dir``); files are read
             from ``<data_dir>/multi30k/{split}.{lang}[.gz]``.
-        source, target: language codes (``"en"``, ``"de"``; ``"de"``,
-            ``"en"`` for the reverse direction).
-        download: if the files are missing, fetch them from the official
-            repository (needs internet) into ``<data_dir>/multi30k``
-            (``~/keras_trm_data/multi30k`` when no data folder exists),
-            checking each file's SHA-256 (``MULTI30K_SHA256``); a file is
-            written only once complete and verified.
+        source, target: language codes (``"en"``/``"de"``, or reversed).
+        download: fetch missing files into ``<data_dir>/multi30k``
+            (``~/keras_trm_data`` if no data folder exists).
         url: base URL to download from (default ``multi30k_url()``).
 
     Returns:
@@ -157,59 +236,55 @@ def load_multi30k(split="train", data_dir=None, source="en", target="de",
 
     Raises:
         ValueError: unknown ``split`` or language; ``source`` equal to
-            ``target``; line counts differ.
-        FileNotFoundError: files missing (and not downloaded); the message
-            names the files expected and the directory searched; a
-            ``data_dir`` that is a file.
-        OSError, ValueError: the download failed or a file's checksum did
-            not match (see ``keras_trm.data.download.fetch``).
+            ``target``; line counts differ; a checksum that did not match.
+        FileNotFoundError: files missing and not downloaded (the files
+            expected and the directory named); a ``data_dir`` that is a file.
+        OSError: the download failed (``keras_trm.data.download.fetch``).
 
     Example:
         >>> src, tgt = load_multi30k("val", source="de", target="en")  # doctest: +SKIP
         >>> len(src), src[0][:20]  # doctest: +SKIP
         (1014, 'Eine Gruppe von Männ')
     """
-    if split not in MULTI30K_SPLITS:
+    return load_parallel(*_multi30k_files(split, data_dir, source, target,
+                                          download, url))
+
+
+def _wmt14_stem(split, source, target):
+    """The file stem of a WMT14 split (checked arguments); ``"train"`` for
+    the training role."""
+    if {source, target} != {"en", "de"}:
         raise ValueError(
-            f"`split` must be one of {MULTI30K_SPLITS}, got split={split!r}"
-        )
-    for name, lang in (("source", source), ("target", target)):
-        if lang not in ("en", "de", "fr", "cs"):
-            raise ValueError(f"`{name}` must be a Multi30k language, got {lang!r}")
-    if source == target:
-        raise ValueError(f"`source` and `target` must differ, got source={source!r} "
-                         f"and target={target!r}")
-    root = resolve_data_dir(data_dir, must_exist=not download)
-    directory = root / "multi30k"
-    paths = [_find(directory, f"{split}.{lang}") for lang in (source, target)]
-    if None in paths and download:
-        missing = [f"{split}.{lang}.gz" for lang, p in
-                   zip((source, target), paths) if p is None]
-        _download_multi30k(directory, missing, url)
-        paths = [_find(directory, f"{split}.{lang}") for lang in (source, target)]
+            f"WMT14 EN-DE languages must be 'en' and 'de' (either direction), "
+            f"got source={source!r}, target={target!r}")
+    _split_arg(split, tuple(WMT14_ROLES) + tuple(WMT14_SPLITS))
+    return WMT14_ROLES.get(split, split)
+
+
+def _wmt14_files(split, data_dir, source, target):
+    """The two local files of a WMT14 split."""
+    stem = _wmt14_stem(split, source, target)
+    stem = WMT14_TRAIN_STEM if stem == "train" else stem
+    directory = resolve_data_dir(data_dir) / "wmt14_en_de"
+    paths = _find(directory, f"{stem}.{source}", f"{stem}.{target}")
     if None in paths:
         raise FileNotFoundError(
-            f"Multi30k split {split!r} not found: expected "
-            f"{split}.{source}[.gz] and {split}.{target}[.gz] in "
-            f"{directory} (when online, load_multi30k(download=True) or "
-            f"`keras-trm train-translation --download true` fetches it from "
-            f"{multi30k_url()})"
-        )
-    return load_parallel(*paths)
+            f"WMT14 {split!r} not found: expected {stem}.{source}[.gz] and "
+            f"{stem}.{target}[.gz] in {directory} (online: online=True, or "
+            "`keras-trm train-translation --dataset wmt14_tfds`, reads tfds "
+            "wmt14_translate/de-en)")
+    return paths
 
 
 def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de",
                online=False):
     """Loads a WMT14 English-German split, in either direction.
 
-    Offline (default) it reads ``<data_dir>/wmt14_en_de``: ``"train"`` is
-    the first 20,000 pairs of Europarl v7
-    (``europarl-v7.de-en.first20000.{lang}.gz``, 0.4% of the full training
-    data), ``"validation"`` is newstest2013 (3,000 pairs) and ``"test"`` is
-    newstest2014 (3,003 pairs); ``"newstest2013"``/``"newstest2014"`` name
-    them directly. Online (``online=True``) the same roles come from tfds
-    ``wmt14_translate/de-en`` (train: about 4.5M pairs, downloads ~1.4 GB;
-    validation: newstest2013; test: newstest2014).
+    Offline it reads ``<data_dir>/wmt14_en_de``: ``"train"`` is the first
+    20,000 pairs of Europarl v7 (``europarl-v7.de-en.first20000.{lang}.gz``,
+    0.4% of the full training data), ``"validation"`` newstest2013 (3,000
+    pairs), ``"test"`` newstest2014 (3,003). Online the same roles come
+    from tfds ``wmt14_translate/de-en`` (train: ~4.5M pairs, ~1.4 GB).
 
     Args:
         split: ``"train"``, ``"validation"``, ``"test"``, ``"newstest2013"``
@@ -223,159 +298,54 @@ def load_wmt14(split="newstest2014", data_dir=None, source="en", target="de",
 
     Raises:
         ValueError: unknown split or language.
-        FileNotFoundError: missing local files (the message names the
-            folder and the files expected).
+        FileNotFoundError: missing local files (folder and files named).
 
     Example:
         >>> src, tgt = load_wmt14("test", source="de", target="en")  # doctest: +SKIP
         >>> len(src)  # doctest: +SKIP
         3003
     """
-    if {source, target} != {"en", "de"}:
-        raise ValueError(
-            f"WMT14 EN-DE languages must be 'en' and 'de' (either direction), "
-            f"got source={source!r}, target={target!r}"
-        )
-    names = tuple(WMT14_ROLES) + tuple(WMT14_SPLITS)
-    if split not in names:
-        raise ValueError(f"`split` must be one of {names}, got split={split!r}")
-    stem = WMT14_ROLES.get(split, split)
-    if online:
-        import tensorflow_datasets as tfds
+    if not online:
+        return load_parallel(*_wmt14_files(split, data_dir, source, target))
+    import tensorflow_datasets as tfds
 
-        tfds_split = {"train": "train", "newstest2013": "validation",
-                      "newstest2014": "test"}[stem]
-        ds = tfds.load("wmt14_translate/de-en", split=tfds_split)
-        src, tgt = [], []
-        for ex in tfds.as_numpy(ds):
-            src.append(ex[source].decode("utf-8"))
-            tgt.append(ex[target].decode("utf-8"))
-        return src, tgt
-    if stem == "train":
-        stem = WMT14_TRAIN_STEM
-    directory = resolve_data_dir(data_dir) / "wmt14_en_de"
-    paths = [_find(directory, f"{stem}.{lang}") for lang in (source, target)]
-    if None in paths:
-        raise FileNotFoundError(
-            f"WMT14 {split!r} not found: expected {stem}.{source}[.gz] and "
-            f"{stem}.{target}[.gz] in {directory} (online: online=True, or "
-            "`keras-trm train-translation --dataset wmt14_tfds`, reads tfds "
-            "wmt14_translate/de-en)"
-        )
-    return load_parallel(*paths)
-
-
-def iter_lines(path):
-    """Yields the lines of a UTF-8 text file (plain or ``.gz``) one at a
-    time, without their trailing newline (``read_lines`` streaming).
-
-    Raises:
-        FileNotFoundError: ``path`` is not a file (the message names it).
-        CorpusError: (a ``ValueError``) the file is not valid UTF-8 or not
-            a readable gzip file (the message names it and the line).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
-        >>> _ = p.write_text("Hallo\\nWelt\\n")
-        >>> list(iter_lines(p))
-        ['Hallo', 'Welt']
-    """
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
-    yield from decoded_lines(path)
-
-
-
-class CorpusError(ValueError):
-    """A corpus the translation job cannot learn from, found before anything
-    is learned or written: invalid UTF-8, an unreadable gzip file, no text,
-    line counts that differ (``check_parallel_corpus``), or a setting the
-    corpus rules out (a ``vocabulary_size`` too small for its characters).
-    A ``ValueError``; ``keras-trm train-translation`` reports it as a usage
-    error (exit 2, one line)."""
-
-
-def _raw_lines(path):
-    """The lines of ``path`` as bytes, newline included; a damaged gzip
-    file raises ``CorpusError`` naming it and the line reached."""
-    import zlib
-
-    gz = path.name.endswith(".gz")
-    with (gzip.open if gz else open)(path, "rb") as f:
-        n = 0
-        try:
-            for n, raw in enumerate(f, 1):
-                yield raw
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-            raise CorpusError(
-                f"corpus file {str(path)!r} is not a readable gzip file "
-                f"(after line {n}): {err}") from None
-
-
-def _not_utf8(path, line, offset, raw, err):
-    """The ``CorpusError`` of an undecodable line: the file, the 1-based
-    line, the byte within the line and the file (decompressed for .gz)."""
-    bad = raw[err.start:err.start + 1].hex()
-    return CorpusError(
-        f"corpus file {str(path)!r} is not valid UTF-8: line {line}, byte "
-        f"{err.start + 1} of the line (byte offset {offset + err.start} in "
-        f"the {'decompressed ' if path.name.endswith('.gz') else ''}file): "
-        f"{err.reason} (0x{bad})")
-
-
-def decoded_lines(path):
-    """The lines of a UTF-8 file (plain or ``.gz``) without their line
-    end, one at a time; invalid UTF-8 or a damaged gzip file raises
-    ``CorpusError`` (a ``ValueError``) naming the file and the line, not a
-    bare ``UnicodeDecodeError`` / ``EOFError`` / ``BadGzipFile``."""
-    path = pathlib.Path(path)
-    offset = 0
-    for n, raw in enumerate(_raw_lines(path), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise _not_utf8(path, n, offset, raw, err) from None
-        offset += len(raw)
-        yield line.rstrip("\r\n")
+    tfds_split = {"train": "train", "newstest2013": "validation",
+                  "newstest2014": "test"}[_wmt14_stem(split, source, target)]
+    src, tgt = [], []
+    for ex in tfds.as_numpy(tfds.load("wmt14_translate/de-en", split=tfds_split)):
+        src.append(ex[source].decode("utf-8"))
+        tgt.append(ex[target].decode("utf-8"))
+    return src, tgt
 
 
 def check_parallel_corpus(source_path, target_path, characters=True,
                           character_lines=0):
     """Checks a parallel corpus in one streaming pass, before anything is
     learned or written from it: both files decode as UTF-8, have the same
-    number of lines and hold text.
-
-    Both files (plain or ``.gz``) are read once, together, a line at a time;
-    only counts are kept (memory: a line of each file, plus about 1 MB of
-    text at a time when counting characters). Multi30k's training pair
-    (2 x 29,000 lines) takes about 0.15 s.
+    number of lines and hold text. Only counts are kept (plus about 1 MB of
+    text at a time when counting characters); Multi30k's training pair
+    takes about 0.15 s.
 
     Args:
-        source_path, target_path: str or ``pathlib.Path``; UTF-8 text, one
-            sentence per line, line *i* of one translating line *i* of the
-            other.
+        source_path, target_path: str or ``pathlib.Path``, line-aligned
+            UTF-8 text (plain or ``.gz``).
         characters: also count the characters of both files (what a
             vocabulary learned from them must hold).
         character_lines: > 0: count the characters of the first n lines of
-            each file only (lines; the lines a ``limit`` smoke run learns
-            from); 0: of all lines. The other checks read every line.
+            each file only (what a ``limit`` run learns from); 0: all.
 
     Returns:
-        dict: ``lines`` (int, the lines of each file), ``pairs`` (int,
-        lines with text on both sides) and ``characters``
-        (``collections.Counter``, character -> occurrences in both files,
-        newlines excepted; empty when ``characters`` is False).
+        dict: ``lines`` (int, of each file), ``pairs`` (int, lines with
+        text on both sides) and ``characters`` (``collections.Counter`` of
+        both files, newlines excepted; empty if ``characters`` is False).
 
     Raises:
         FileNotFoundError: a file is missing (the message names it).
-        CorpusError: (a ``ValueError``) a file is not valid UTF-8 (the
-            message names it, the 1-based line and the byte offset, within
-            the line and the file -- the decompressed file for ``.gz``), is
-            not a readable gzip file, or has no line with text (it names
-            the file and its line count); the line counts differ (both
-            files, both counts); no line has text on both sides.
+        CorpusError: (a ``ValueError``) a file is not valid UTF-8 (named
+            with the line and byte offset, in the decompressed file for
+            ``.gz``), not a readable gzip file, or without text (named with
+            its line count); line counts that differ (both files and
+            counts); no line with text on both sides.
 
     Example:
         >>> import tempfile, pathlib
@@ -391,73 +361,46 @@ def check_parallel_corpus(source_path, target_path, characters=True,
         >>> r["lines"], r["pairs"], r["characters"]["a"]
         (2, 2, 2)
     """
-    import collections
-    import itertools
+    paths = _existing(source_path, target_path)
+    lines, text, pairs = [0, 0], [0, 0], 0
+    counts, pending = collections.Counter(), []
 
-    import numpy as np
-
-    paths = (pathlib.Path(source_path), pathlib.Path(target_path))
-    for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
-    lines, text, offset = [0, 0], [0, 0], [0, 0]
-    pairs = 0
-    counts = collections.Counter()
-    pending, pending_chars = [], 0
-
-    def count_pending():
+    def count_pending():  # numpy counts a MB of text ~3x faster than Counter
         codes = np.frombuffer("".join(pending).encode("utf-32-le"), np.uint32)
         found, times = np.unique(codes, return_counts=True)
         counts.update(dict(zip(map(chr, found.tolist()), times.tolist())))
         pending.clear()
 
-    for raws in itertools.zip_longest(*map(_raw_lines, paths)):
-        has_text = []
-        for i, raw in enumerate(raws):
-            if raw is None:
-                has_text.append(False)
+    size = 0
+    for pair in itertools.zip_longest(*map(_decoded, paths)):
+        for i, line in enumerate(pair):
+            if line is None:
                 continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise _not_utf8(paths[i], lines[i] + 1, offset[i], raw,
-                                err) from None
             lines[i] += 1
-            offset[i] += len(raw)
-            has_text.append(bool(line.strip()))
-            text[i] += has_text[-1]
+            text[i] += bool(line.strip())
             if characters and (not character_lines or lines[i] <= character_lines):
                 pending.append(line)
-                pending_chars += len(line)
-                if pending_chars > 1 << 20:
-                    count_pending()
-                    pending_chars = 0
-        pairs += all(has_text)
-    if pending:
-        count_pending()
+                size += len(line)
+        pairs += all(line and line.strip() for line in pair)
+        if size > 1 << 20:
+            count_pending()
+            size = 0
+    count_pending()
     counts.pop("\n", None)
     for path, n, with_text in zip(paths, lines, text):
         if not with_text:
             raise CorpusError(
                 f"corpus file {str(path)!r} has no text: "
                 + (f"its {n} lines are all blank" if n else "it is empty (0 lines)"))
-    if lines[0] != lines[1]:
-        raise CorpusError(
-            f"parallel corpus line counts differ: {str(paths[0])!r} has "
-            f"{lines[0]} lines but {str(paths[1])!r} has {lines[1]} lines")
-    if not pairs:
-        raise CorpusError(
-            f"parallel corpus is empty: {str(paths[0])!r} ({lines[0]} lines) "
-            f"and {str(paths[1])!r} ({lines[1]} lines) have no line with text "
-            "on both sides")
+    _check_alignment(*paths, *lines, pairs)
     return {"lines": lines[0], "pairs": pairs, "characters": counts}
 
+
 def sample_lines(paths, sample_size, seed=0):
-    """At most ``sample_size`` non-blank lines drawn uniformly at random
-    (seeded reservoir sampling, Vitter's algorithm R) from the files
-    ``paths`` read one after another, returned in file order; memory is
-    bounded by the sample, not the files (what a vocabulary is learned
-    from).
+    """At most ``sample_size`` non-blank lines of the files ``paths``,
+    drawn uniformly (seeded reservoir sampling, Vitter's algorithm R) and
+    returned in file order; memory is bounded by the sample (what a
+    vocabulary is learned from).
 
     Args:
         paths: list of text files (plain or ``.gz``).
@@ -465,12 +408,10 @@ def sample_lines(paths, sample_size, seed=0):
         seed: int, the sampling seed.
 
     Returns:
-        list of str; all non-blank lines, in order, when there are no more
-        than ``sample_size``.
+        list of str.
 
     Raises:
-        FileNotFoundError: a missing file.
-        ValueError: ``sample_size`` < 0.
+        FileNotFoundError: a missing file. ValueError: ``sample_size`` < 0.
 
     Example:
         >>> import tempfile, pathlib
@@ -479,26 +420,47 @@ def sample_lines(paths, sample_size, seed=0):
         >>> sample_lines([p], 5), len(sample_lines([p, p], 4))
         (['a', 'b', 'c'], 4)
     """
-    import random
-
     sample_size = int(sample_size)
     if sample_size < 0:
         raise ValueError(f"`sample_size` must be >= 0, got sample_size={sample_size}")
     rng = random.Random(seed)
-    kept = []  # (index, line)
-    seen = 0
-    for path in paths:
-        for line in iter_lines(path):
-            if not line.strip():
-                continue
-            if not sample_size or len(kept) < sample_size:
-                kept.append((seen, line))
-            else:
-                j = rng.randrange(seen + 1)
-                if j < sample_size:
-                    kept[j] = (seen, line)
-            seen += 1
+    kept, seen = [], 0  # kept: (index, line)
+    for line in itertools.chain.from_iterable(map(iter_lines, paths)):
+        if not line.strip():
+            continue
+        if not sample_size or len(kept) < sample_size:
+            kept.append((seen, line))
+        else:
+            j = rng.randrange(seen + 1)
+            if j < sample_size:
+                kept[j] = (seen, line)
+        seen += 1
     return [line for _, line in sorted(kept)]
+
+
+def _split_name(path, language):
+    """``dir/newstest2014.de.gz`` -> ``newstest2014`` (the name reported)."""
+    name = pathlib.Path(path).name
+    name = name[:-3] if name.endswith(".gz") else name
+    return name[: -len(language) - 1] if name.endswith("." + language) else name
+
+
+def _files_role(files, role):
+    """The ``(source, target)`` paths (str) of ``role`` in a ``files`` dict;
+    ``("", "")`` for an absent test split (there is none then)."""
+    source = str(files.get(f"{role}_source") or "")
+    target = str(files.get(f"{role}_target") or "")
+    if (source or target or role != "test") and not (source and target):
+        raise ValueError(
+            f"dataset='files' needs both --{role}-source and "
+            f"--{role}-target, got {role}_source={source!r}, "
+            f"{role}_target={target!r}")
+    return source, target
+
+
+def _file_dataset_error(dataset, what):
+    return ValueError(f"`dataset` must be 'multi30k', 'wmt14' or 'files' for "
+                      f"file-based {what}, got dataset={dataset!r}")
 
 
 def translation_train_files(dataset="multi30k", data_dir=None,
@@ -511,20 +473,16 @@ def translation_train_files(dataset="multi30k", data_dir=None,
         dataset: ``"multi30k"`` (train), ``"wmt14"`` (the local Europarl
             slice and, if present, the newstest2008-2022 pool) or
             ``"files"`` (``files["train_source"]`` / ``["train_target"]``,
-            comma-separated lists for several corpora). ``"wmt14_tfds"``
-            is not file-based (see the translation job).
-        data_dir, download: as for ``load_translation_splits``.
-        source_language, target_language: the direction.
-        files: for ``"files"``, a dict with ``train_source`` and
-            ``train_target``.
+            comma-separated lists for several corpora).
+        data_dir, source_language, target_language, files, download: as
+            for ``load_translation_splits``.
 
     Returns:
         list of ``(name, source_path, target_path)``, one per corpus.
 
     Raises:
         ValueError: unknown dataset, or source and target lists of
-            different lengths.
-        FileNotFoundError: a missing file.
+            different lengths. FileNotFoundError: a missing file.
 
     Example:
         >>> [n for n, _, _ in translation_train_files("wmt14")]  # doctest: +SKIP
@@ -532,29 +490,14 @@ def translation_train_files(dataset="multi30k", data_dir=None,
     """
     src, tgt = source_language, target_language
     if dataset == "multi30k":
-        root = resolve_data_dir(data_dir, must_exist=not download)
-        directory = root / "multi30k"
-        paths = [_find(directory, f"train.{lang}") for lang in (src, tgt)]
-        if None in paths:
-            load_multi30k("train", data_dir, src, tgt, download=download)
-            paths = [_find(directory, f"train.{lang}") for lang in (src, tgt)]
-        return [("train", *paths)]
+        return [("train", *_multi30k_files("train", data_dir, src, tgt, download))]
     if dataset == "wmt14":
-        if {src, tgt} != {"en", "de"}:
-            load_wmt14("train", data_dir, src, tgt)  # raises the language error
-        directory = resolve_data_dir(data_dir) / "wmt14_en_de"
-        out = []
-        for name, stem in (("europarl_v7_first20000", WMT14_TRAIN_STEM),
-                           (WMT14_POOL_STEM, WMT14_POOL_STEM)):
-            paths = [_find(directory, f"{stem}.{lang}") for lang in (src, tgt)]
-            if None not in paths:
-                out.append((name, *paths))
-            elif stem == WMT14_TRAIN_STEM:
-                load_wmt14("train", data_dir, src, tgt)  # raises FileNotFoundError
-        return out
+        train = _wmt14_files("train", data_dir, src, tgt)
+        pool = _find(train[0].parent, f"{WMT14_POOL_STEM}.{src}", f"{WMT14_POOL_STEM}.{tgt}")
+        return [("europarl_v7_first20000", *train)] + (
+            [(WMT14_POOL_STEM, *pool)] if None not in pool else [])
     if dataset != "files":
-        raise ValueError(f"`dataset` must be 'multi30k', 'wmt14' or 'files' for "
-                         f"file-based training data, got dataset={dataset!r}")
+        raise _file_dataset_error(dataset, "training data")
     files = files or {}
     sources = [x for x in str(files.get("train_source") or "").split(",") if x]
     targets = [x for x in str(files.get("train_target") or "").split(",") if x]
@@ -563,28 +506,20 @@ def translation_train_files(dataset="multi30k", data_dir=None,
             f"dataset='files' needs as many --train-source as --train-target "
             f"files (comma-separated), got train_source={files.get('train_source')!r}, "
             f"train_target={files.get('train_target')!r}")
-    out = []
-    for s, t in zip(sources, targets):
-        for path in (s, t):
-            if not pathlib.Path(path).is_file():
-                raise FileNotFoundError(f"corpus file {path!r} does not exist")
-        out.append((_split_name(s, src), pathlib.Path(s), pathlib.Path(t)))
-    return out
+    return [(_split_name(s, src), *_existing(s, t)) for s, t in zip(sources, targets)]
 
 
 def translation_eval_files(dataset="multi30k", data_dir=None,
                            source_language="en", target_language="de",
                            files=None, download=False):
     """The validation and test files of a translation corpus, without
-    reading them (``translation_train_files``' counterpart; what a job
-    checks before it starts, ``keras_trm.jobs.translation.check_inputs``).
+    reading them (what ``keras_trm.jobs.translation.check_inputs`` checks).
 
     Args:
         dataset: ``"multi30k"`` (val, test_2016_flickr), ``"wmt14"`` (local
-            newstest2013, newstest2014) or ``"files"``
-            (``files["validation_source"]`` ... ``["test_target"]``; no
-            test files: no test split).
-        data_dir, source_language, target_language, download: as in
+            newstest2013, newstest2014) or ``"files"`` (no test files: no
+            test split).
+        data_dir, source_language, target_language, files, download: as in
             ``load_translation_splits``.
 
     Returns:
@@ -593,69 +528,34 @@ def translation_eval_files(dataset="multi30k", data_dir=None,
 
     Raises:
         ValueError: ``dataset="files"`` with one file of a pair missing;
-            ``"wmt14_tfds"`` (read through tfds: no files); an unknown one.
-        FileNotFoundError: a missing file (the message names the files
-            expected and the folder).
+            ``"wmt14_tfds"`` (no files); an unknown one.
+        FileNotFoundError: a missing file (files expected and folder named).
 
     Example:
         >>> [(r, n) for r, n, _, _ in translation_eval_files("multi30k")]  # doctest: +SKIP
         [('validation', 'val'), ('test', 'test_2016_flickr')]
     """
     src, tgt = source_language, target_language
-    out = []
     if dataset == "multi30k":
-        directory = resolve_data_dir(data_dir, must_exist=not download) / "multi30k"
-        for role, split in (("validation", "val"), ("test", "test_2016_flickr")):
-            paths = [_find(directory, f"{split}.{lang}") for lang in (src, tgt)]
-            if None in paths:  # downloads it, or names what is missing
-                load_multi30k(split, data_dir, src, tgt, download=download)
-                paths = [_find(directory, f"{split}.{lang}") for lang in (src, tgt)]
-            out.append((role, split, *paths))
-        return out
+        return [(role, split, *_multi30k_files(split, data_dir, src, tgt, download))
+                for role, split in (("validation", "val"), ("test", "test_2016_flickr"))]
     if dataset == "wmt14":
-        directory = resolve_data_dir(data_dir) / "wmt14_en_de"
-        for role in ("validation", "test"):
-            stem = WMT14_ROLES[role]
-            paths = [_find(directory, f"{stem}.{lang}") for lang in (src, tgt)]
-            if None in paths:
-                load_wmt14(role, data_dir, src, tgt)  # raises, naming the files
-            out.append((role, stem, *paths))
-        return out
+        return [(role, WMT14_ROLES[role], *_wmt14_files(role, data_dir, src, tgt))
+                for role in ("validation", "test")]
     if dataset != "files":
-        raise ValueError(f"`dataset` must be 'multi30k', 'wmt14' or 'files' for "
-                         f"file-based validation and test data, got dataset={dataset!r}")
-    files = files or {}
+        raise _file_dataset_error(dataset, "validation and test data")
+    out = []
     for role in ("validation", "test"):
-        source = str(files.get(f"{role}_source") or "")
-        target = str(files.get(f"{role}_target") or "")
-        if role == "test" and not source and not target:
-            continue  # no test split
-        if not source or not target:
-            raise ValueError(
-                f"dataset='files' needs both --{role}-source and "
-                f"--{role}-target, got {role}_source={source!r}, "
-                f"{role}_target={target!r}")
-        for path in (source, target):
-            if not pathlib.Path(path).is_file():
-                raise FileNotFoundError(f"corpus file {path!r} does not exist")
-        out.append((role, _split_name(source, src), pathlib.Path(source),
-                    pathlib.Path(target)))
+        source, target = _files_role(files or {}, role)
+        if source:
+            out.append((role, _split_name(source, src), *_existing(source, target)))
     return out
-
-def _split_name(path, language):
-    """``dir/newstest2014.de.gz`` -> ``newstest2014`` (the name reported)."""
-    name = pathlib.Path(path).name
-    name = name[:-3] if name.endswith(".gz") else name
-    return name[: -len(language) - 1] if name.endswith("." + language) else name
 
 
 @dataclasses.dataclass
 class TranslationSplits:
-    """Train / validation / test pairs of one corpus and direction.
-
-    Each field is a ``(sources, targets)`` pair of equal-length str lists;
-    ``names`` gives each split's name as reported (e.g. ``"newstest2014"``).
-    """
+    """Train / validation / test ``(sources, targets)`` pairs of str lists
+    of one corpus and direction; ``names``: each split's reported name."""
 
     train: tuple
     validation: tuple
@@ -672,33 +572,27 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
     Args:
         dataset: ``"multi30k"`` (train / val / test_2016_flickr),
             ``"wmt14"`` (local: the Europarl slice / newstest2013 /
-            newstest2014), ``"wmt14_tfds"`` (online: tfds
-            ``wmt14_translate/de-en``, the full ~4.5M training pairs /
-            newstest2013 / newstest2014) or ``"files"`` (the user's own).
+            newstest2014), ``"wmt14_tfds"`` (the same roles from tfds, with
+            the full ~4.5M training pairs) or ``"files"`` (the user's own).
         data_dir: data directory for ``multi30k``/``wmt14``.
-        source_language, target_language: language codes; the corpus is
-            read in that direction.
-        files: for ``dataset="files"``, a dict with keys ``train_source``,
-            ``train_target``, ``validation_source``, ``validation_target``,
-            ``test_source``, ``test_target`` (paths; plain or ``.gz``).
-            ``test_*`` may be empty: then there is no test split
-            (``test == ([], [])``).
+        source_language, target_language: language codes (the direction).
+        files: for ``dataset="files"``, a dict of paths (plain or ``.gz``):
+            ``{train,validation,test}_{source,target}``; no ``test_*``: no
+            test split (``test == ([], [])``).
         online: ``wmt14`` reads tfds, as ``"wmt14_tfds"`` does (and
             ``multi30k`` is downloaded if missing).
-        include_train: False: ``train`` is ``([], [])`` and nothing of it
-            is read (a job streaming it, ``translation_train_files``).
-        download: ``multi30k`` files that are missing are downloaded (see
-            ``load_multi30k``). Local ``wmt14`` is never replaced by the
-            4.5M-pair tfds corpus behind the user's back: that is
-            ``"wmt14_tfds"``.
+        include_train: False: ``train`` is ``([], [])``, not read (a job
+            streaming it, ``translation_train_files``).
+        download: missing ``multi30k`` files are downloaded. Local
+            ``wmt14`` is never silently replaced by the 4.5M-pair tfds
+            corpus: that is ``"wmt14_tfds"``.
 
     Returns:
         ``TranslationSplits``.
 
     Raises:
         ValueError: unknown ``dataset``, a missing path for ``files``, a
-            same-language direction, or the reader's errors (mismatched
-            line counts, empty corpus).
+            same-language direction, mismatched line counts, empty corpus.
         FileNotFoundError: a missing file.
 
     Example:
@@ -719,8 +613,7 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
         raise ValueError(
             f"source and target languages must differ, got "
             f"source_language={source_language!r}, "
-            f"target_language={target_language!r}"
-        )
+            f"target_language={target_language!r}")
     pair = dict(source=source_language, target=target_language)
     if dataset == "multi30k":
         roles = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
@@ -738,23 +631,14 @@ def load_translation_splits(dataset="multi30k", data_dir=None,
                   if include_train or role != "train" else ([], [])
                   for role in names}
         return TranslationSplits(**loaded, names=names)
-    files = {k: str(v) if v else "" for k, v in (files or {}).items()}
+    files = files or {}
     loaded, names = {}, {}
     for role in ("train", "validation", "test"):
-        src, tgt = files.get(f"{role}_source", ""), files.get(f"{role}_target", "")
-        if role == "test" and not src and not tgt:
-            loaded[role], names[role] = ([], []), ""
-            continue
         if role == "train" and not include_train:
-            loaded[role], names[role] = ([], []), _split_name(src.split(",")[0],
-                                                               source_language)
+            first = str(files.get("train_source") or "").split(",")[0]
+            loaded[role], names[role] = ([], []), _split_name(first, source_language)
             continue
-        if not src or not tgt:
-            raise ValueError(
-                f"dataset='files' needs both --{role}-source and "
-                f"--{role}-target, got {role}_source={src!r}, "
-                f"{role}_target={tgt!r}"
-            )
-        loaded[role] = load_parallel(src, tgt)
+        src, tgt = _files_role(files, role)
+        loaded[role] = load_parallel(src, tgt) if src else ([], [])
         names[role] = _split_name(src, source_language)
     return TranslationSplits(**loaded, names=names)
