@@ -17,7 +17,12 @@ from keras_trm.training.precision import (
 )
 from keras_trm.training.presets import PRESETS, apply_preset, preset
 from keras_trm.training.optimizers import FusedAdam
-from keras_trm.training.schedules import BudgetDecay, NoamSchedule, paper_adam
+from keras_trm.training.schedules import (
+    BudgetDecay,
+    NoamSchedule,
+    paper_adam,
+    warmup_cosine_decay,
+)
 
 # Per-step logs (keras_trm.jobs use them).
 from keras_trm.training.classification import compile_classifier
@@ -28,7 +33,6 @@ from keras_trm.training.history import (
     fit_summary,
     restore_best_epoch,
 )
-from keras_trm.training.schedules import warmup_cosine_decay
 # Long runs: accumulation, resume (issue #11).
 from keras_trm.training.accumulation import PerUpdateSchedule, accumulation_steps
 from keras_trm.training.progress import StepTimes, TimeBudget, TokenCount
@@ -68,50 +72,19 @@ def __getattr__(name):
     return _lazy(name)
 
 __all__ = [
-    "EpochCheckpoints",
-    "LabelSmoothedCrossEntropy",
-    "MaskedAccuracy",
-    "BudgetDecay",
-    "NoamSchedule",
-    "apply_precision",
-    "float32_copy",
-    "PRESETS",
-    "apply_preset",
-    "average_checkpoints",
-    "cpu_has_native_bf16",
-    "select_checkpoint_average",
-    "make_strategy",
-    "paper_adam",
-    "FusedAdam",
-    "preset",
-    "resolve_jit_compile",
-    "resolve_precision",
-    "save_weights_atomic",
-    "split_cpu",
+    "EpochCheckpoints", "LabelSmoothedCrossEntropy", "MaskedAccuracy",
+    "BudgetDecay", "NoamSchedule", "apply_precision", "float32_copy",
+    "PRESETS", "apply_preset", "average_checkpoints", "cpu_has_native_bf16",
+    "select_checkpoint_average", "make_strategy", "paper_adam", "FusedAdam",
+    "preset", "resolve_jit_compile", "resolve_precision",
+    "save_weights_atomic", "split_cpu",
     # Per-step logs, language-model steps.
-    "BatchLoss",
-    "compile_classifier",
-    "StepLog",
-    "describe_fit",
-    "fit_summary",
-    "lm_loss",
-    "make_train_step",
-    "restore_best_epoch",
-    "train_segments",
-    "warmup_cosine_decay",
+    "BatchLoss", "compile_classifier", "StepLog", "describe_fit",
+    "fit_summary", "lm_loss", "make_train_step", "restore_best_epoch",
+    "train_segments", "warmup_cosine_decay",
     # Long runs (issue #11)
-    "BleuLog",
-    "DataPosition",
-    "PerUpdateSchedule",
-    "TensorBoardScalars",
-    "StepTimes",
-    "TimeBudget",
-    "TokenCount",
-    "TrainingBackup",
-    "accumulation_steps",
-    "build_for_distributed_fit",
-    "shard_batches",
-    "tensorboard_writer",
-    "tf_config",
-    "worker_info",
+    "BleuLog", "DataPosition", "PerUpdateSchedule", "TensorBoardScalars",
+    "StepTimes", "TimeBudget", "TokenCount", "TrainingBackup",
+    "accumulation_steps", "build_for_distributed_fit", "shard_batches",
+    "tensorboard_writer", "tf_config", "worker_info",
 ]

@@ -1,18 +1,10 @@
-"""Token-count steps of a given size on any number of devices: gradient
+"""Steps of a given token count on any number of devices: gradient
 accumulation (Keras optimizers' ``gradient_accumulation_steps``).
 
-The paper's step holds ~25,000 source + 25,000 target tokens (§5.1). When
-the devices hold ``tokens_per_batch`` tokens each, one optimizer update
-averages the gradients of ``accumulation_steps(tokens_per_step,
-tokens_per_batch, num_replicas)`` micro-batches per replica.
-
-Keras 3.15 (``keras/src/optimizers/base_optimizer.py``): with
-``gradient_accumulation_steps=k`` the counter ``optimizer._iterations``
-counts micro-batches, ``optimizer.iterations`` is ``_iterations // k`` (what
-Adam's bias correction uses), and a learning-rate schedule is called with
-``_iterations`` -- the micro-batch count. ``PerUpdateSchedule`` divides it
-by k so that a warmup of ``warmup_steps`` means optimizer updates, as in the
-paper; every micro-batch of one update sees the same rate.
+The paper's step holds ~25,000 source + 25,000 target tokens (§5.1). With
+``gradient_accumulation_steps=k`` Keras 3.15 calls a learning-rate schedule
+with the micro-batch count; ``PerUpdateSchedule`` divides it by k so that
+a warmup counts optimizer updates, as in the paper.
 """
 
 import math
@@ -24,9 +16,8 @@ from keras_trm.utils import checks as v
 
 
 def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
-    """Micro-batches per replica in one update:
-    ``ceil(tokens_per_step / (tokens_per_batch * num_replicas))``, 1 when
-    ``tokens_per_step`` is 0 (no accumulation).
+    """Micro-batches per replica in one update: ``ceil(tokens_per_step /
+    (tokens_per_batch * num_replicas))``, 1 when ``tokens_per_step`` is 0.
 
     Args:
         tokens_per_step: int >= 0, tokens (per side) one update should see.
@@ -34,8 +25,7 @@ def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
         num_replicas: int > 0, devices training in sync.
 
     Raises:
-        TypeError: an argument not an int (25000.5 is not rounded; bool
-            refused), naming it.
+        TypeError: an argument not an int (bool refused), naming it.
         ValueError: negative ``tokens_per_step``; ``tokens_per_batch`` or
             ``num_replicas`` < 1.
 
@@ -48,23 +38,20 @@ def accumulation_steps(tokens_per_step, tokens_per_batch, num_replicas=1):
     tokens_per_step = v.non_negative_int("tokens_per_step", tokens_per_step)
     tokens_per_batch = v.positive_int("tokens_per_batch", tokens_per_batch)
     num_replicas = v.positive_int("num_replicas", num_replicas)
-    if not tokens_per_step:
-        return 1
     return max(1, math.ceil(tokens_per_step / (tokens_per_batch * num_replicas)))
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
 class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """``schedule(micro_step // gradient_accumulation_steps)``: a schedule
-    in optimizer updates for an optimizer that accumulates gradients.
+    in optimizer updates.
 
     Args:
         schedule: a ``LearningRateSchedule`` (e.g. ``NoamSchedule``).
         gradient_accumulation_steps: int >= 1.
 
     Raises:
-        TypeError: ``gradient_accumulation_steps`` not an int (2.5 is not
-            rounded; bool refused).
+        TypeError: ``gradient_accumulation_steps`` not an int.
         ValueError: ``gradient_accumulation_steps`` < 1.
 
     Example:
@@ -88,7 +75,5 @@ class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["schedule"] = keras.saving.deserialize_keras_object(
-            config["schedule"])
-        return cls(**config)
+        schedule = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**{**config, "schedule": schedule})

@@ -12,55 +12,18 @@ import keras
 import numpy as np
 
 from keras_trm.utils import checks as v
-from keras_trm.utils.files import atomic_file, atomic_write, check_free_space
-
-
-def _weights_image(model):
-    """The ``.weights.h5`` file of ``model`` as bytes (a memoryview), built
-    in memory with the same Keras code ``model.save_weights`` uses; None
-    where this Keras has no such internals (then the caller writes a file).
-    """
-    try:
-        from keras.src.saving import saving_lib
-        store_class, save_state = saving_lib.H5IOStore, saving_lib._save_state
-    except (ImportError, AttributeError):
-        return None
-    if not model.built:
-        raise ValueError("You are saving a model that has not yet been built. "
-                         "Try building the model first by calling it on some "
-                         "data or by using `build()`.")
-    buffer = io.BytesIO()
-    store = store_class(buffer, mode="w")
-    try:
-        save_state(model, store, None, "", set())
-    finally:
-        store.close()
-    return buffer.getbuffer()
-
-
-def _weights_bytes_estimate(model):
-    """Expected ``.weights.h5`` size: the bytes of every variable (the
-    optimizer's too) plus HDF5's overhead (~1 kB a variable, 1 MB)."""
-    variables = list(model.variables)
-    if getattr(model, "optimizer", None) is not None:
-        variables += list(model.optimizer.variables)
-    data = sum(int(np.prod(v.shape)) * np.dtype(keras.backend.standardize_dtype(
-        v.dtype)).itemsize for v in variables)
-    return int(data * 1.01) + 1024 * len(variables) + 10**6
+from keras_trm.utils.files import atomic_write
 
 
 def save_weights_atomic(model, path):
     """Saves ``model``'s weights (and its optimizer's) to ``path``
     (``*.weights.h5``, the file ``model.load_weights`` reads) atomically.
 
-    The HDF5 file is built in memory (the same Keras code as
-    ``model.save_weights``) and then written under a temporary name in the
-    same folder and renamed into place: a crash never leaves a half-written
-    checkpoint, and a full file system is an ordinary ``OSError`` -- HDF5
-    never sees it. (HDF5 writing a file itself on a full disk, as
-    ``model.save_weights`` does, raises, leaves the file open, and the
-    process dies with a segmentation fault when it exits; h5py 3.14 /
-    HDF5 1.14.6.) Memory: one extra copy of the file while it is written.
+    The HDF5 file is built in memory (one extra copy of it) with Keras'
+    own code, written under a temporary name and renamed into place: a
+    crash never leaves a half-written checkpoint, and a full disk is an
+    ordinary ``OSError`` (HDF5 writing a file on a full disk leaves it
+    open, and the process segfaults at exit; h5py 3.14 / HDF5 1.14.6).
 
     Args:
         model: a built Keras model.
@@ -88,23 +51,26 @@ def save_weights_atomic(model, path):
         >>> bool(np.array_equal(m2.get_weights()[0], m.get_weights()[0]))
         True
     """
+    from keras.src.saving import saving_lib
+
     path = pathlib.Path(path)
     if not path.name.endswith(".weights.h5"):
         raise ValueError(f"`path` must end with '.weights.h5', got {str(path)!r}")
-    image = _weights_image(model)
-    if image is not None:
-        try:
-            atomic_write(path, image)
-        finally:
-            image.release()
-        return path
-    # Fallback (a Keras without the internals): HDF5 writes the file, so
-    # refuse early when the expected size does not fit.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    expected = _weights_bytes_estimate(model)
-    check_free_space(path, expected)
-    with atomic_file(path, suffix=".weights.h5", expected_size=expected) as tmp:
-        model.save_weights(tmp, overwrite=True)
+    if not model.built:
+        raise ValueError("You are saving a model that has not yet been built. "
+                         "Try building the model first by calling it on some "
+                         "data or by using `build()`.")
+    buffer = io.BytesIO()
+    store = saving_lib.H5IOStore(buffer, mode="w")
+    try:
+        saving_lib._save_state(model, store, None, "", set())
+    finally:
+        store.close()
+    image = buffer.getbuffer()
+    try:
+        atomic_write(path, image)
+    finally:
+        image.release()
     return path
 
 
@@ -116,8 +82,7 @@ def average_checkpoints(model, paths):
 
     Args:
         model: a built model whose architecture matches the checkpoints.
-        paths: non-empty list (or other sequence) of ``*.weights.h5``
-            files; a single path is refused, not read as its characters.
+        paths: non-empty sequence of ``*.weights.h5`` files.
 
     Returns:
         ``model``, with averaged weights.
@@ -134,25 +99,18 @@ def average_checkpoints(model, paths):
     On any error ``model`` (and its optimizer's variables) keep the
     weights they had before the call.
     """
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        raise TypeError(
-            "`paths` must be a list of checkpoint files, got one path: "
-            f"paths={paths!r} (pass [paths] to use a single checkpoint)")
-    paths = [pathlib.Path(p) for p in paths]
-    if not paths:
-        raise ValueError("`paths` is empty: no checkpoint to average")
+    paths = [pathlib.Path(p) for p in _checkpoint_list(
+        paths, " (pass [paths] to use a single checkpoint)")]
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"checkpoint {str(p)!r} does not exist")
     with _restored_on_error(model):
         # One float64 sum, added to in place: the sum and one checkpoint's
         # weights are all that is held, whatever the number of checkpoints.
-        total = None
-        for i, p in enumerate(paths):
+        _load_checkpoint(model, paths[0], "paths[0]")
+        total = [np.array(w, np.float64) for w in model.get_weights()]
+        for i, p in enumerate(paths[1:], 1):
             _load_checkpoint(model, p, f"paths[{i}]")
-            if total is None:
-                total = [np.array(w, np.float64) for w in model.get_weights()]
-                continue
             for t, w in zip(total, model.get_weights()):
                 t += w
         for t in total:
@@ -161,10 +119,20 @@ def average_checkpoints(model, paths):
     return model
 
 
+def _checkpoint_list(paths, hint=""):
+    """``paths`` as a non-empty list; a single path is refused."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError("`paths` must be a list of checkpoint files, got one "
+                        f"path: paths={paths!r}{hint}")
+    paths = list(paths)
+    if not paths:
+        raise ValueError("`paths` is empty: no checkpoint to average")
+    return paths
+
+
 def _load_checkpoint(model, path, name):
-    """``model.load_weights(path)``; an error names ``name`` and ``path``
-    (Keras' "A total of 1 objects could not be loaded" and h5py's "file
-    signature not found" name neither)."""
+    """``model.load_weights(path)``, its errors naming ``name`` and ``path``
+    (Keras' and h5py's name neither)."""
     try:
         model.load_weights(str(path))
     except OSError as error:
@@ -188,10 +156,9 @@ _HOLDING_COPY = contextvars.ContextVar("keras_trm_holding_copy", default=False)
 
 @contextlib.contextmanager
 def _restored_on_error(model):
-    """Puts back ``model``'s weights (and its optimizer's variables, which
-    ``load_weights`` also sets) when the block raises. One host copy of
-    them is held meanwhile (about 3x the float32 weights with Adam's two
-    slots), by the outermost block only."""
+    """Puts back ``model``'s and its optimizer's variables (``load_weights``
+    sets both) when the block raises; the outermost block holds one host
+    copy of them (about 3x the float32 weights with Adam)."""
     if _HOLDING_COPY.get():
         yield
         return
@@ -214,13 +181,11 @@ def _restored_on_error(model):
 def select_checkpoint_average(model, paths, score, max_count=5):
     """Averages the last k checkpoints for the k that scores best.
 
-    §6.1 averages a fixed number of checkpoints (5 for base, 20 for big);
-    with few epochs the early ones can hurt, so this tries k = 1, ...,
-    ``max_count`` (the newest k of ``paths``) and keeps the best by
-    ``score`` -- which must be computed on validation data, never on the
-    test set. Ties go to the smaller k. A NaN score (a diverged average,
-    or a metric of no tokens) is recorded in ``scores`` but never chosen:
-    the best of the other k is.
+    §6.1 averages a fixed number (5 for base, 20 for big); with few epochs
+    the early ones can hurt, so this tries k = 1, ..., ``max_count`` (the
+    newest k of ``paths``) and keeps the best by ``score``, computed on
+    validation data, never the test set. Ties go to the smaller k; a NaN
+    score is recorded in ``scores`` but never chosen.
 
     Args:
         model: a built model matching the checkpoints.
@@ -234,22 +199,14 @@ def select_checkpoint_average(model, paths, score, max_count=5):
         ``model`` holds the chosen average.
 
     Raises:
-        TypeError: ``max_count`` not an int (bool refused), ``paths`` a
-            single path, ``score`` returning something that is not a
-            number.
-        ValueError: empty ``paths``, ``max_count < 1``, every score NaN
-            (naming the scores), or a checkpoint that does not load (see
-            ``average_checkpoints``).
+        TypeError: ``max_count`` not an int, ``paths`` a single path,
+            ``score`` returning something that is not a number.
+        ValueError: empty ``paths``, ``max_count < 1``, every score NaN,
+            or a checkpoint that does not load (``average_checkpoints``).
 
     On any error ``model`` keeps the weights it had before the call.
     """
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        raise TypeError(
-            "`paths` must be a list of checkpoint files, got one path: "
-            f"paths={paths!r}")
-    paths = list(paths)
-    if not paths:
-        raise ValueError("`paths` is empty: no checkpoint to average")
+    paths = _checkpoint_list(paths)
     max_count = v.positive_int("max_count", max_count)
     scores = {}
     with _restored_on_error(model):
@@ -275,15 +232,12 @@ class EpochCheckpoints(keras.callbacks.Callback):
     """Saves weight checkpoints atomically and keeps the newest ``keep``
     (the ones ``average_checkpoints`` uses).
 
-    When: after every epoch (``epoch_{n:03d}.weights.h5``, the default), or
-    every ``every_steps`` training steps, or every ``every_minutes`` of
-    wall time (checked after each step; both give
-    ``step_{t:09d}.weights.h5``, t = global step). §6.1 of the paper writes
-    one every 10 minutes and averages the last 5 (base) or 20 (big).
-
-    The list of kept files is part of ``get_state()``, so that
-    ``TrainingBackup`` restores it after a restart; files from after the
-    restored backup are deleted then (they will be written again).
+    When: after every epoch (``epoch_{n:03d}.weights.h5``, the default),
+    every ``every_steps`` training steps or every ``every_minutes`` of wall
+    time (checked after each step; both ``step_{t:09d}.weights.h5``, t =
+    global step; §6.1 writes one every 10 minutes). The kept list is part
+    of ``get_state()`` for ``TrainingBackup``; files from after a restored
+    backup are deleted then (they will be written again).
 
     Args:
         directory: where the files go (created).
@@ -293,14 +247,12 @@ class EpochCheckpoints(keras.callbacks.Callback):
         write: False on non-chief workers (nothing is written).
 
     Raises:
-        TypeError: ``keep`` or ``every_steps`` not an int (2.5 is not
-            rounded; bool refused), ``every_minutes`` not a number.
+        TypeError: ``keep`` or ``every_steps`` not an int (bool refused),
+            ``every_minutes`` not a number.
         ValueError: ``keep`` < 1, negative ``every_steps``, ``every_minutes``
-            negative, NaN or inf (no checkpoint would ever be written), or
-            both set.
-        OSError: ``errno.ENOSPC`` out of ``fit`` when ``directory``'s file
-            system is full (see ``save_weights_atomic``); the files kept so
-            far are complete and unchanged.
+            negative, NaN or inf, or both set.
+        OSError: ``errno.ENOSPC`` out of ``fit`` when the file system is
+            full (``save_weights_atomic``); the files kept are unchanged.
 
     Example:
         >>> import tempfile, numpy as np, keras
@@ -318,8 +270,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
         super().__init__()
         keep = v.positive_int("keep", keep)
         every_steps = v.non_negative_int("every_steps", every_steps)
-        # NaN would compare False with every elapsed time (no checkpoint,
-        # ever), and so would inf.
+        # NaN or inf would never be due.
         every_minutes = v.non_negative_float("every_minutes", every_minutes)
         if every_steps and every_minutes:
             raise ValueError(
@@ -356,9 +307,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
         if path not in self.paths:
             self.paths.append(path)
         while len(self.paths) > self.keep:
-            old = self.paths.pop(0)
-            if old.exists():
-                old.unlink()
+            self.paths.pop(0).unlink(missing_ok=True)
 
     def get_state(self):
         return {"paths": [p.name for p in self.paths], "step": self._step}

@@ -9,18 +9,15 @@ from keras_trm.training.schedules import warmup_cosine_decay
 
 def compile_classifier(model, learning_rate, total_steps, warmup_steps=0,
                        clipnorm=1.0, jit_compile=True):
-    """Compiles a probability-output classifier for ``fit``: Adam with
-    gradient clipping by norm, a linear warm-up then cosine decay to 0
-    (``warmup_cosine_decay``), sparse categorical cross-entropy, and the
-    metrics ``accuracy`` and ``batch_loss`` (``BatchLoss``: the loss of the
-    step just taken, for per-step curves).
+    """Compiles a probability-output classifier: Adam clipped by norm, a
+    linear warm-up then cosine decay to 0 (``warmup_cosine_decay``), sparse
+    categorical cross-entropy, metrics ``accuracy`` and ``batch_loss``.
 
     Args:
         model: a ``keras.Model`` mapping its inputs to probabilities
             ``(batch, num_classes)``; labels are int class ids ``(batch,)``.
         learning_rate: float > 0, the peak learning rate.
-        total_steps: int > 0, optimizer updates in the whole run (the decay
-            reaches 0 there).
+        total_steps: int > 0, optimizer updates in the run (the decay's end).
         warmup_steps: int >= 0, updates of linear warm-up from 0.
         clipnorm: float > 0, Adam's per-variable gradient norm clip.
         jit_compile: bool, XLA for the train / test steps.
@@ -30,10 +27,9 @@ def compile_classifier(model, learning_rate, total_steps, warmup_steps=0,
 
     Raises:
         ValueError/TypeError: a bad ``learning_rate``, ``total_steps``,
-            ``warmup_steps`` or ``clipnorm`` (the message names it).
+            ``warmup_steps`` or ``clipnorm``, naming it.
 
     Example:
-
     >>> import keras, numpy as np
     >>> model = keras.Sequential([keras.Input((3,)),
     ...                           keras.layers.Dense(2, activation="softmax")])

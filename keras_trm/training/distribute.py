@@ -1,28 +1,20 @@
-"""Distribution strategy and XLA choices.
+"""Distribution strategy and XLA choices (TensorFlow).
 
-- ``"default"``: one device (``tf.distribute.get_strategy()``).
-- ``"mirrored"``: ``tf.distribute.MirroredStrategy`` over the local GPUs, or
-  over ``num_cpu_devices`` logical CPU devices when there is no GPU (this is
-  how the tests exercise it on a 2-core machine).
-- ``"multi_worker"``: ``tf.distribute.MultiWorkerMirroredStrategy``, the
-  cluster taken from ``TF_CONFIG``.
+Strategies: ``"default"`` (one device), ``"mirrored"`` (the local GPUs, or
+``num_cpu_devices`` logical CPU devices without one: how the tests run it
+on 2 cores), ``"multi_worker"`` (the cluster of ``TF_CONFIG``).
 
-XLA: Keras' ``jit_compile=True`` under ``MirroredStrategy`` over *logical CPU
-devices* fails ("Trying to access resource ... located in device CPU:1 from
-device CPU:0"): XLA's CPU client sees one device and cannot place the
-replica's variables. ``resolve_jit_compile("auto", strategy)`` therefore turns
-XLA off when a strategy has several replicas on CPUs and on otherwise (one
-device, or GPUs).
+XLA under ``MirroredStrategy`` over logical CPU devices fails ("Trying to
+access resource ... located in device CPU:1 from device CPU:0": XLA's CPU
+client sees one device), so ``resolve_jit_compile("auto")`` turns it off
+there and on otherwise.
 
-Multi-worker data: every worker builds the same seeded stream of
-token-count batches and keeps every ``num_workers``-th one
-(``shard_batches``: tf.data's ``AutoShardPolicy.DATA``), so one global step
-trains on ``num_workers`` consecutive batches of the stream, one per worker,
-and the gradients are summed over workers; each worker's loss is its tokens'
-share of the mean over all workers' real tokens (``LabelSmoothedCrossEntropy``
-all-reduces the token count), so the update is that of one device on the
-global batch. Only the chief (``task.type == "chief"``, or
-worker 0 when there is no chief) writes checkpoints, logs and exports.
+Multi-worker data: every worker builds the same seeded stream and keeps
+every ``num_workers``-th batch (``shard_batches``), so one global step
+trains on ``num_workers`` consecutive batches; with the loss's global
+token count (``LabelSmoothedCrossEntropy``) the update is that of one
+device on the global batch. Only the chief (``"chief"``, or worker 0
+without one) writes checkpoints, logs and exports.
 """
 
 import json
@@ -34,10 +26,8 @@ from keras_trm.utils import checks as v
 
 
 def make_strategy(kind="default", num_cpu_devices=2):
-    """Returns a ``tf.distribute.Strategy``.
-
-    Must be called before TensorFlow initializes its devices when it creates
-    logical CPU devices.
+    """Returns a ``tf.distribute.Strategy``; call it before TensorFlow
+    initializes its devices (it may create logical CPU devices).
 
     Args:
         kind: ``"default"``, ``"mirrored"`` or ``"multi_worker"``.
@@ -50,28 +40,24 @@ def make_strategy(kind="default", num_cpu_devices=2):
             ``"mirrored"``, checked before TensorFlow is touched); logical
             devices requested after the runtime was initialized.
     """
-    if kind == "mirrored":
-        num_cpu_devices = v.positive_int("num_cpu_devices", num_cpu_devices)
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "mirrored":
+        num_cpu_devices = v.positive_int("num_cpu_devices", num_cpu_devices)
         if tf.config.list_physical_devices("GPU"):
             return tf.distribute.MirroredStrategy()
         split_cpu(num_cpu_devices)
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices[:num_cpu_devices])
     if kind == "multi_worker":
-        cluster_spec = tf_config()
-        if cluster_spec is None:
+        if tf_config() is None:
             raise ValueError(
                 "strategy 'multi_worker' needs the cluster in the TF_CONFIG "
                 "environment variable, which is not set")
         _patch_keras_multi_worker_logs()
         return tf.distribute.MultiWorkerMirroredStrategy()
-    raise ValueError(
-        "`kind` must be 'default', 'mirrored' or 'multi_worker', got "
-        f"kind={kind!r}"
-    )
+    raise ValueError("`kind` must be 'default', 'mirrored' or 'multi_worker', "
+                     f"got kind={kind!r}")
 
 
 def split_cpu(num_devices):
@@ -88,17 +74,12 @@ def split_cpu(num_devices):
         return
     try:
         tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices
-        )
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)
     except RuntimeError as e:
         raise ValueError(
             f"cannot create num_cpu_devices={num_devices} logical CPU devices "
             "after TensorFlow initialized its devices; call make_strategy() "
-            "first"
-        ) from e
-
-
-_JIT_CHOICES = {"on": True, "off": False, "auto": None}
+            "first") from e
 
 
 def resolve_jit_compile(jit_compile, strategy=None):
@@ -108,8 +89,8 @@ def resolve_jit_compile(jit_compile, strategy=None):
 
     Args:
         jit_compile: True, False, ``"on"``, ``"off"`` or ``"auto"``.
-        strategy: the ``tf.distribute.Strategy`` the model is built under;
-            None: the current one (``tf.distribute.get_strategy()``).
+        strategy: the ``tf.distribute.Strategy`` of the model (None: the
+            current one).
 
     Raises:
         ValueError: any other ``jit_compile`` (e.g. ``"false"``, which
@@ -121,35 +102,28 @@ def resolve_jit_compile(jit_compile, strategy=None):
     """
     if isinstance(jit_compile, bool):
         return jit_compile
-    if not isinstance(jit_compile, str) or jit_compile not in _JIT_CHOICES:
+    if not isinstance(jit_compile, str) or jit_compile not in ("on", "off", "auto"):
         raise ValueError(
             "`jit_compile` must be True, False, 'on', 'off' or 'auto', got "
             f"jit_compile={jit_compile!r}")
     if jit_compile != "auto":
-        return _JIT_CHOICES[jit_compile]
+        return jit_compile == "on"
     if strategy is None:
         strategy = tf.distribute.get_strategy()
-    if strategy.num_replicas_in_sync > 1 and not tf.config.list_physical_devices(
-        "GPU"
-    ):
-        return False
-    return True
+    return (strategy.num_replicas_in_sync == 1
+            or bool(tf.config.list_physical_devices("GPU")))
 
 
 def tf_config(value=None):
     """Parses and checks ``TF_CONFIG`` (the environment variable, or
     ``value``): ``{"cluster": {"worker": ["host:port", ...], "chief": [...]},
-    "task": {"type": "worker", "index": 0}}`` (TensorFlow's multi-worker
-    format, https://www.tensorflow.org/guide/distributed_training).
-
-    Returns:
-        the parsed dict, or None when TF_CONFIG is unset or empty.
+    "task": {"type": "worker", "index": 0}}``, TensorFlow's multi-worker
+    format; None when it is unset or empty.
 
     Raises:
         ValueError: naming TF_CONFIG and the bad part: not JSON, no
-            ``cluster``, a job that is not a non-empty list of
-            ``"host:port"``, no ``task``, a task type not in the cluster, an
-            index out of range.
+            ``cluster``, a job not a non-empty list of ``"host:port"``, no
+            ``task``, a task type not in the cluster, an index out of range.
 
     Example:
         >>> cfg = tf_config('{"cluster": {"worker": ["127.0.0.1:2222"]}, '
@@ -162,7 +136,7 @@ def tf_config(value=None):
         ValueError: TF_CONFIG has no "cluster": '{"task": {}}'
     """
     raw = os.environ.get("TF_CONFIG", "") if value is None else value
-    if not raw or not raw.strip():
+    if not (raw or "").strip():
         return None
     try:
         config = json.loads(raw)
@@ -216,16 +190,12 @@ def worker_info(strategy=None):
 
 
 def shard_batches(dataset, strategy=None):
-    """Shards an already batched dataset by batch index for
+    """Shards a batched dataset by batch index for
     ``MultiWorkerMirroredStrategy``: worker i of n keeps batches i, i + n,
-    i + 2n, ... of the same stream, whole (each batch is that worker's
-    part of the global step; nothing is re-batched).
-
-    With a multi-worker ``strategy`` this returns
-    ``strategy.distribute_datasets_from_function(...)`` (a distributed
-    dataset ``fit`` takes as is); otherwise ``dataset`` with tf.data's
-    auto-shard policy set to ``DATA`` (FILE sharding cannot split a
-    Python-generator dataset).
+    ..., whole. With a multi-worker ``strategy`` this returns
+    ``strategy.distribute_datasets_from_function(...)`` (``fit`` takes it
+    as is); otherwise ``dataset`` with tf.data's auto-shard policy ``DATA``
+    (FILE sharding cannot split a Python-generator dataset).
 
     Raises:
         TypeError: ``dataset`` not a ``tf.data.Dataset``.
@@ -251,15 +221,12 @@ def shard_batches(dataset, strategy=None):
 
 def build_for_distributed_fit(model, strategy, dataset):
     """Works around Keras 3.15's ``_maybe_symbolic_build``, which fails on a
-    distributed dataset whose elements are nested (``({"encoder_tokens":
-    ..., "decoder_tokens": ...}, labels)``): it tries
-    ``strategy.reduce("MEAN", <dict>)`` ("Attempt to convert a value
-    ({'encoder_tokens': PerReplica ...}) ... to a Tensor"). This builds the
+    distributed dataset of nested elements (``({"encoder_tokens": ...},
+    labels)``: "Attempt to convert a value ... to a Tensor"): builds the
     compiled loss, metrics and optimizer once under ``strategy.scope()``
-    from one local batch of ``dataset`` (the undistributed one), and makes
-    later calls of that method no-ops for this model. Needed only when
-    ``fit`` gets a dataset from ``shard_batches(..., strategy)`` with
-    several workers.
+    from one batch of the undistributed ``dataset`` and makes that method a
+    no-op for this model. Needed when ``fit`` gets a dataset from
+    ``shard_batches(..., strategy)`` with several workers.
 
     Example:
         >>> import keras, numpy as np
@@ -278,11 +245,10 @@ def build_for_distributed_fit(model, strategy, dataset):
 
 def _patch_keras_multi_worker_logs():
     """Keras 3.15 averages a step's logs over workers with
-    ``strategy.reduce("MEAN", v, axis=0)``, which fails on the scalar
-    metric results ("Invalid reduction dimension 0 for input with 0
-    dimensions"); this wraps its ``reduce_per_replica`` so that under
-    ``MultiWorkerMirroredStrategy`` the mean is taken over replicas only
-    (``axis=None``). Other strategies are untouched."""
+    ``strategy.reduce("MEAN", v, axis=0)``, which fails on scalar metric
+    results ("Invalid reduction dimension 0"); under
+    ``MultiWorkerMirroredStrategy`` this takes the mean over replicas only
+    (``axis=None``)."""
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src import tree
 

@@ -1,9 +1,6 @@
 """Per-step training records for ``model.fit``: the last batch's loss as a
-metric, a callback that logs it, and best-epoch selection.
-
-Keras' own ``loss`` log is the running mean over the epoch; the recipes
-plot the loss of every step, so ``BatchLoss`` exposes the last batch's loss
-and ``StepLog`` records it after each step.
+metric (Keras' ``loss`` is the epoch's running mean; the recipes plot every
+step's), a callback that logs it, and best-epoch selection.
 """
 
 import time
@@ -18,11 +15,9 @@ class BatchLoss(keras.metrics.Metric):
     """Sparse categorical cross-entropy of the last batch seen.
 
     ``y_pred``: probabilities ``(batch, num_classes)``; ``y_true``: class
-    ids ``(batch,)``. In ``fit`` the value is the training loss of the step
-    just taken (computed on the same forward pass, dropout included).
+    ids ``(batch,)``. In ``fit``, the loss of the step just taken.
 
     Example:
-
     >>> import numpy as np
     >>> metric = BatchLoss()
     >>> metric.update_state(np.array([0, 1]), np.full((2, 2), 0.5))
@@ -46,12 +41,9 @@ class BatchLoss(keras.metrics.Metric):
 
 
 class StepLog(keras.callbacks.Callback):
-    """Collects the per-step training loss and per-epoch logs of ``fit``
-    (the model must be compiled with the ``BatchLoss`` metric).
-
-    ``steps``: list of float, the ``batch_loss`` of every training step.
-    ``epochs``: list of dicts ``{"epoch", "step", "train_seconds", ...}``
-    with every epoch-end log (e.g. ``val_accuracy``), rounded.
+    """Collects the per-step loss (``steps``, from the ``BatchLoss``
+    metric) and per-epoch logs (``epochs``: dicts ``{"epoch", "step",
+    "train_seconds", ...}`` with every epoch-end log, rounded) of ``fit``.
 
     Args:
         print_every: print the mean loss of the last ``print_every`` steps
@@ -59,7 +51,6 @@ class StepLog(keras.callbacks.Callback):
         total: optional number of steps, shown in those lines.
 
     Example:
-
     >>> log = StepLog()
     >>> log.on_train_begin()
     >>> log.on_train_batch_end(0, {"batch_loss": 0.5})
@@ -87,21 +78,19 @@ class StepLog(keras.callbacks.Callback):
                   f", {time.time() - self._start:.0f} s", flush=True)
 
     def on_epoch_end(self, epoch, logs=None):
-        entry = {"epoch": epoch + 1, "step": len(self.steps),
-                 "train_seconds": round(time.time() - self._start, 1)}
-        for key, value in (logs or {}).items():
-            if key != "batch_loss":
-                entry[key] = round(float(value), 5)
-        self.epochs.append(entry)
+        self.epochs.append({
+            "epoch": epoch + 1, "step": len(self.steps),
+            "train_seconds": round(time.time() - self._start, 1),
+            **{k: round(float(x), 5) for k, x in (logs or {}).items()
+               if k != "batch_loss"}})
 
 
 def restore_best_epoch(monitor="val_accuracy", mode="max"):
-    """Keeps the weights of the epoch with the best ``monitor`` value and
-    restores them when ``fit`` ends (never stops early); its
-    ``best_epoch`` (0-based) and ``best`` tell which epoch won.
+    """Restores the weights of the epoch with the best ``monitor`` value
+    when ``fit`` ends (never stops early); ``best_epoch`` (0-based) and
+    ``best`` tell which won.
 
     Example:
-
     >>> restore_best_epoch().monitor
     'val_accuracy'
     """
@@ -121,11 +110,9 @@ def fit_summary(log, best, scores):
 
     Returns:
         dict with ``steps``, ``best_epoch`` (1-based), ``validation_accuracy``,
-        ``test_accuracy``, ``test_loss``, ``epoch_log`` (per-epoch logs
-        without the ``val_batch_loss`` of ``BatchLoss``) and ``step_loss``.
+        ``test_accuracy``, ``test_loss``, ``epoch_log`` and ``step_loss``.
 
     Example:
-
     >>> class Best:
     ...     best_epoch, best = 0, 0.9
     >>> log = StepLog()
@@ -146,11 +133,9 @@ def fit_summary(log, best, scores):
 
 
 def describe_fit(name, result, epochs):
-    """One line for the console: best validation accuracy and its epoch,
-    test accuracy (``result`` from ``fit_summary``).
+    """One console line of a ``fit_summary`` ``result``.
 
     Example:
-
     >>> describe_fit("lstm", {"validation_accuracy": 0.9, "best_epoch": 2,
     ...                       "test_accuracy": 0.88}, 3)
     'lstm: best validation accuracy 90.00% at epoch 2/3; test accuracy 88.00%'

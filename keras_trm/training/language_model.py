@@ -1,13 +1,8 @@
-"""Training of language models on ordered segments (Dai et al. 2019 §3.2).
-
-``make_train_step`` builds one compiled optimizer step for a
-``TransformerXLLM`` (carrying memories from segment to segment) or for a
-memory-less model such as ``vanilla_transformer_lm``; ``train_segments``
-runs such a step over ``batchify``-ed streams, ``seg_len`` tokens at a time,
-resetting memories when a pass over the streams ends, with periodic
-validation; with a ``SegmentCheckpoint`` a run killed (``kill -9``) goes on
-from its last validation with the same weights, optimizer, dropout seeds,
-memories, data position and fitted step count.
+"""Training of language models on ordered segments (Dai et al. 2019 §3.2):
+``make_train_step`` (one compiled optimizer step, memories carried from
+segment to segment), ``train_segments`` (the loop over ``batchify``-ed
+streams, with validation) and ``SegmentCheckpoint`` (resume after
+``kill -9`` with the same weights, seeds, memories and data position).
 """
 
 import io
@@ -29,17 +24,13 @@ def lm_loss(targets, logits):
     int ``targets (batch, T)``; computed in float32.
 
     Example:
-
     >>> import numpy as np
     >>> logits = np.zeros((1, 2, 4), "float32")
     >>> round(float(lm_loss(np.array([[0, 3]]), logits)), 4)  # ln 4
     1.3863
     """
-    return ops.mean(
-        ops.sparse_categorical_crossentropy(
-            targets, ops.cast(logits, "float32"), from_logits=True
-        )
-    )
+    return ops.mean(ops.sparse_categorical_crossentropy(
+        targets, ops.cast(logits, "float32"), from_logits=True))
 
 
 def make_train_step(model, optimizer, clip_norm=0.25, schedule=None):
@@ -49,35 +40,30 @@ def make_train_step(model, optimizer, clip_norm=0.25, schedule=None):
     optimizer update on the mean NLL of a segment (int32 ``(batch, T)``
     inputs and targets) plus the model's own losses (regularizers),
     gradients clipped to global norm ``clip_norm`` (0.25 in the reference
-    PTB/WT103 setups; None = no clipping). Compiled as the backend compiles
-    a step: a ``tf.function`` with ``tf.GradientTape``, a ``jax.jit`` of
-    ``stateless_call`` and ``stateless_apply`` (the variables are written
-    back after each step), PyTorch's autograd eagerly.
+    PTB/WT103 setups; None = no clipping). Compiled as a ``tf.function``,
+    a ``jax.jit`` of ``stateless_call``/``stateless_apply``, or PyTorch's
+    eager autograd.
 
-    For a model with memories (``TransformerXLLM``, which has
-    ``init_memories``) start with ``memories = model.init_memories(batch)``
-    and pass each step's ``new_memories`` to the next segment of the same
-    streams (``keras_trm.data.language_modeling.segments``). For a
-    memory-less model (called as ``model(inputs)``, returning logits) leave
-    ``memories`` None; ``new_memories`` is then None.
+    For a model with ``init_memories`` (``TransformerXLLM``) start with
+    ``memories = model.init_memories(batch)`` and pass each step's
+    ``new_memories`` to the next segment of the same streams; for a
+    memory-less model (``model(inputs)`` -> logits) leave ``memories``
+    None (``new_memories`` is then None).
 
     Args:
         schedule: None (the optimizer's learning rate as it is) or a
-            callable step -> rate (a ``LearningRateSchedule``), evaluated on
-            the host before each step at the optimizer's ``iterations`` and
-            written to its learning-rate variable (the optimizer is made
-            with a float rate). A compiled step reads that variable, so a
-            schedule changed during training (``fit_schedule`` of the LM
-            job) takes effect at the next step on every backend, where a
-            schedule inside the optimizer would keep, under ``jax.jit``,
-            the values it was traced with.
+            callable step -> rate, evaluated on the host before each step
+            at the optimizer's ``iterations`` and written to its float
+            learning-rate variable, so that a schedule changed during
+            training takes effect at the next step on every backend (one
+            inside the optimizer would keep, under ``jax.jit``, the values
+            it was traced with).
 
     Raises:
         ValueError: ``schedule`` given while the optimizer's own
-            learning rate is a schedule (one of them would be ignored).
+            learning rate is a schedule.
 
     Example:
-
     >>> import keras, numpy as np
     >>> from keras_trm.models import TransformerXLLM
     >>> model = TransformerXLLM(11, num_layers=1, d_model=8, num_heads=2,
@@ -111,8 +97,8 @@ def make_train_step(model, optimizer, clip_norm=0.25, schedule=None):
 
 
 def _forward(model):
-    """``forward(call, inputs, targets, memories) -> (loss, new_memories)``
-    where ``call(*args)`` runs the model in training mode."""
+    """``forward(call, inputs, targets, memories) -> (loss, new_memories)``,
+    ``call(*args)`` running the model in training mode."""
     carries_memory = hasattr(model, "init_memories")
 
     def forward(call, inputs, targets, memories):
@@ -126,8 +112,7 @@ def _forward(model):
 
 
 def _clip_by_global_norm(grads, clip_norm):
-    """``grads`` scaled by ``clip_norm / max(global norm, clip_norm)``
-    (Pascanu et al. 2013; ``tf.clip_by_global_norm``'s rule)."""
+    """``tf.clip_by_global_norm``'s rule (Pascanu et al. 2013)."""
     norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads))
     scale = clip_norm / ops.maximum(norm, clip_norm)
     return [g * ops.cast(scale, g.dtype) for g in grads]
@@ -219,10 +204,9 @@ def _torch_update(model, optimizer, forward, clip_norm):
 
 def train_batches(streams, seg_len):
     """Endless ``(inputs, targets, new_pass)`` over the full-length segments
-    of ``streams`` (``new_pass`` True on the first segment of each pass).
+    of ``streams``, ``new_pass`` True on the first of each pass.
 
     Example:
-
     >>> import numpy as np
     >>> batches = train_batches(np.arange(14).reshape(2, 7), 3)
     >>> [next(batches)[2] for _ in range(3)]
@@ -230,36 +214,30 @@ def train_batches(streams, seg_len):
     """
     while True:
         for k, (inputs, targets) in enumerate(
-            segments(streams, seg_len, drop_remainder=True)
-        ):
+                segments(streams, seg_len, drop_remainder=True)):
             yield inputs, targets, k == 0
 
 
 class SegmentCheckpoint:
-    """``train_segments``' state at its last validation, in one file
-    (``<directory>/checkpoint.npz``, replaced atomically, so a kill while
-    writing leaves the previous one): the model's variables (dropout's
-    seed-generator states included), the optimizer's, the memories, and
-    the loop's counters (step, fitted steps, seconds, history); under
-    PyTorch also its random generators' states, which Keras' unseeded
-    dropout draws from (the other backends draw from the seed generators).
+    """``train_segments``' state at its last validation in one file,
+    ``<directory>/checkpoint.npz``, replaced atomically: the model's and
+    optimizer's variables (dropout seed states included), the memories, the
+    loop's counters and, under PyTorch, its generators' states (Keras'
+    unseeded dropout draws from them there).
 
     Args:
         directory: folder of the file (created on the first save).
-        model, optimizer: the model trained and its optimizer (built, as
-            ``make_train_step`` leaves it).
+        model, optimizer: the model and its built optimizer.
         run_key: dict of the settings that must match to resume (e.g. the
-            job's config); a file written under other settings is refused.
+            job's config).
 
     ``restore()`` -> None (no file) or ``(state dict, memories)``.
 
     Raises:
-        ValueError: from ``restore``, a file of another run (names the
-            file and the first setting that differs) or with other
-            variables (another model or optimizer).
+        ValueError: from ``restore``, a file of another run (naming the
+            file and the first setting that differs) or of other variables.
 
     Example:
-
     >>> import tempfile
     >>> from keras_trm.models import vanilla_transformer_lm
     >>> model = vanilla_transformer_lm(10, num_layers=1, d_model=8, num_heads=2,
@@ -284,9 +262,8 @@ class SegmentCheckpoint:
         arrays = {f"variable_{i}": ops.convert_to_numpy(v)
                   for i, v in enumerate(self.variables)}
         for i, memory in enumerate(memories or []):
-            # float32 on file (NumPy has no bfloat16; the cast back is exact).
-            arrays[f"memory_{i}"] = ops.convert_to_numpy(
-                ops.cast(memory, "float32"))
+            # float32 on file: NumPy has no bfloat16; the cast back is exact.
+            arrays[f"memory_{i}"] = ops.convert_to_numpy(ops.cast(memory, "float32"))
         arrays.update(_torch_generator_states())
         state = dict(state, run_key=self.run_key, memory_dtype=(
             keras.backend.standardize_dtype(memories[0].dtype)
@@ -311,8 +288,8 @@ class SegmentCheckpoint:
                     f"({name}={stored.get(name)!r} there, {name}="
                     f"{self.run_key.get(name)!r} now): delete it or use "
                     "another workdir")
-            names = [k for k in data.files if k.startswith("variable_")]
-            if len(names) != len(self.variables) or any(
+            count = sum(k.startswith("variable_") for k in data.files)
+            if count != len(self.variables) or any(
                     data[f"variable_{i}"].shape != tuple(v.shape)
                     for i, v in enumerate(self.variables)):
                 raise ValueError(f"{str(self.path)!r} holds other variables "
@@ -328,8 +305,7 @@ class SegmentCheckpoint:
 
 
 def _torch_generator_states():
-    """PyTorch's CPU and CUDA generator states as uint8 arrays ({} under
-    the other backends)."""
+    """PyTorch's CPU and CUDA generator states as arrays ({} elsewhere)."""
     if keras.backend.backend() != "torch":
         return {}
     import torch
@@ -348,11 +324,10 @@ def _set_torch_generator_states(data):
     import torch
 
     torch.set_rng_state(torch.from_numpy(data["torch_rng_cpu"]))
-    cuda = sorted((k for k in data.files if k.startswith("torch_rng_cuda_")),
-                  key=lambda name: int(name.rsplit("_", 1)[1]))
+    cuda = [torch.from_numpy(data[f"torch_rng_cuda_{i}"]) for i in range(
+        sum(k.startswith("torch_rng_cuda_") for k in data.files))]
     if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(
-            [torch.from_numpy(data[name]) for name in cuda])
+        torch.cuda.set_rng_state_all(cuda)
 
 
 # Steps timed for the pace under a time budget: from the end of step
@@ -365,23 +340,16 @@ def train_segments(name, step, model, streams, seg_len, steps, eval_every,
                    checkpoint=None):
     """Runs ``steps`` training steps of ``step`` (``make_train_step``) over
     ``streams`` and validates every ``eval_every`` steps and at the end.
-
-    Memories (for a model with ``init_memories``) restart at every pass
-    over the streams. ``evaluate()`` returns the validation NLL (nats per
-    token).
+    Memories restart at every pass over the streams; ``evaluate()`` returns
+    the validation NLL (nats per token).
 
     With ``budget_seconds`` (training seconds, validation not counted) the
-    run is fitted to the budget: the pace from step ``PACE_FROM`` to
-    ``PACE_TO``, and again at every validation, gives the steps the budget
-    holds (at most ``steps``); ``on_fit(total_steps)`` is called when that
-    count changes (e.g. to end a schedule's decay there), and training
-    stops once the budget is spent.
-
-    With ``checkpoint`` (a ``SegmentCheckpoint``) the state is saved after
-    every validation and a run that finds one goes on from it: the same
-    batches, weights and history as a run never stopped (tested), its
-    training seconds carried over (``on_fit`` is called again with a
-    fitted count).
+    pace from step ``PACE_FROM`` to ``PACE_TO``, and again at every
+    validation, gives the steps the budget holds (at most ``steps``);
+    ``on_fit(total_steps)`` is called when that count changes, and training
+    stops once the budget is spent. With ``checkpoint`` (a
+    ``SegmentCheckpoint``) the state is saved after every validation and a
+    run that finds one goes on from it as if never stopped.
 
     Returns:
         ``(history, train_seconds, eval_seconds)``; ``history`` holds lists

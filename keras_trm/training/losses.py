@@ -17,27 +17,20 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
         loss_t = -(1 - ε) log p[y_t] - (ε / V) Σ_k log p[k]
 
-    and the batch loss is Σ_t m_t loss_t / Σ_t m_t with m_t = [y_t != pad].
-    It is computed as loss_t = logsumexp(z) - (1 - ε) z[y_t] - ε mean_k z_k,
-    the same value without a (batch, T, V) tensor of log-probabilities, and
-    its gradient softmax(z) - q (q the smoothed targets) is written by hand,
-    one pass over the logits.
-    (Keras' sparse cross-entropy has no label smoothing, and its categorical
-    one needs dense one-hot labels of shape (batch, T, V).)
+    and the batch loss is Σ_t m_t loss_t / Σ_t m_t with m_t = [y_t != pad],
+    computed as loss_t = logsumexp(z) - (1 - ε) z[y_t] - ε mean_k z_k (no
+    (batch, T, V) tensor of log-probabilities, nor Keras' dense one-hot
+    labels), its gradient softmax(z) - q written by hand.
 
-    Data parallelism: the mean is over the real tokens of the *global* batch,
-    so a replica whose batch is mostly padding weighs by its tokens, not as
-    much as a full one. Under ``keras.distribution.DataParallel`` (JAX) the
-    loss already sees the whole batch. Under ``tf.distribute`` (Mirrored,
-    MultiWorkerMirrored) each replica returns Σ_replica m_t loss_t / Σ_all
-    m_t, the denominator summed over replicas (one scalar all-reduce), so
-    the replicas' gradients, which Keras sums, are the gradient of the global
-    token mean; the loss Keras reports is that mean as well.
+    Data parallelism: the mean is over the real tokens of the *global*
+    batch. Under ``tf.distribute`` each replica returns Σ_replica m_t loss_t
+    / Σ_all m_t (one scalar all-reduce), so the replicas' summed gradients
+    are those of the global token mean; under JAX's ``DataParallel`` the
+    loss already sees the whole batch.
 
     Args:
         label_smoothing: ε in [0, 1).
-        pad_id: int >= 0, label id that is ignored (0). (A negative one,
-            say -100, would be outside [0, V): NaN, see below.)
+        pad_id: int >= 0, label id that is ignored (0).
 
     Call arguments:
         y_true: integer ``(batch, T)`` labels: a tensor, NumPy array or
@@ -45,24 +38,21 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         y_pred: float ``(batch, T, V)`` logits.
 
     Returns:
-        float32 scalar; 0 for a batch with no real token. NaN when a label
-        given as a tensor lies outside [0, V) (say -100, PyTorch's "ignore"
-        label), on every backend, whatever the logits.
+        float32 scalar; 0 for a batch with no real token; NaN on every
+        backend when a label given as a tensor lies outside [0, V) (say
+        -100, PyTorch's "ignore" label).
 
     Raises:
-        TypeError: ``pad_id`` not an int (1.7 is not truncated; bool
-            refused); ``y_true`` of a float, bool or string dtype (float
-            labels were truncated to ids), naming the dtype.
+        TypeError: ``pad_id`` not an int (bool refused); ``y_true`` of a
+            float, bool or string dtype, naming the dtype.
         ValueError: label_smoothing outside [0, 1); ``pad_id`` negative; a
-            ``sample_weight`` (the padding mask is the weighting); shapes
-            that are not ``(batch, T)`` and ``(batch, T, V)`` with the same
-            batch and T, naming both (checked on static shapes: a
-            dimension unknown when traced is not compared); labels given
-            as a NumPy array or a list with an id outside [0, V) (tensors
-            are not read back from the device: they give the NaN above).
+            ``sample_weight`` (the padding mask is the weighting); static
+            shapes that are not ``(batch, T)`` and ``(batch, T, V)`` with
+            the same batch and T, naming both; labels given as a NumPy
+            array or a list with an id outside [0, V) (tensors are not read
+            back from the device).
 
     Example:
-
     >>> import numpy as np
     >>> loss = LabelSmoothedCrossEntropy(label_smoothing=0.1)
     >>> labels = np.array([[1, 2, 0]])   # the last position is padding
@@ -82,16 +72,15 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.pad_id = v.non_negative_int("pad_id", pad_id)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        # Keras' Loss.__call__ would weigh the scalar by the output's mask
-        # and divide it by the number of replicas; the token mean needs
-        # neither (see the class docstring).
+        # Keras' Loss.__call__ would weigh by the output's mask and divide by
+        # the number of replicas; the token mean needs neither.
         if sample_weight is not None:
             raise ValueError(
                 "LabelSmoothedCrossEntropy weighs tokens by the padding mask "
                 f"(label pad_id={self.pad_id}) and takes no sample_weight, got "
                 f"sample_weight of shape {ops.shape(sample_weight)}")
-        # Host values are checked as NumPy arrays (a list's ids too); for
-        # tensors only the static dtype and shapes: nothing is copied back.
+        # Host values are checked whole; tensors on their static dtype and
+        # shapes only (nothing is copied back).
         if isinstance(y_true, (list, tuple)):
             y_true = np.asarray(y_true)
         if isinstance(y_pred, (list, tuple)):
@@ -117,9 +106,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         return ops.sum(per_token * mask) / ops.maximum(count, 1.0)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
-        return config
+        return {**super().get_config(), "label_smoothing": self.label_smoothing,
+                "pad_id": self.pad_id}
 
 
 def _static_shape(x):
@@ -131,11 +119,17 @@ def _static_shape(x):
         return None
 
 
+def _check_label_dtype(y_true):
+    """The static dtype (no device read), once Keras is past its shape
+    inference."""
+    if hasattr(y_true, "dtype") and not v.in_symbolic_scope():
+        v.integer_ids("y_true", y_true, what="integer labels (token ids)")
+
+
 def _check_labels_and_logits(y_true, y_pred):
     """Integer ``(batch, T)`` labels for ``(batch, T, V)`` logits, checked
     on the dtype and the static shapes only (no device read)."""
-    if hasattr(y_true, "dtype") and not v.in_symbolic_scope():
-        v.integer_ids("y_true", y_true, what="integer labels (token ids)")
+    _check_label_dtype(y_true)
     labels, logits = _static_shape(y_true), _static_shape(y_pred)
     if labels is None or logits is None:
         return
@@ -149,31 +143,13 @@ def _check_labels_and_logits(y_true, y_pred):
 
 def _smoothed_cross_entropy(labels, logits, label_smoothing):
     """Per-token label-smoothed cross-entropy, float32 ``(batch, T)``, with
-    its gradient written by hand (``keras.ops.custom_gradient``).
-
-    With lse = logsumexp(z), log p[k] = z_k - lse, so
-
-        loss_t = lse - (1 - ε) z[y_t] - ε mean_k z_k
-        d loss_t / d z = softmax(z) - q,   q = (1 - ε) one_hot(y_t) + ε / V.
-
-    Memory: the forward keeps no ``(batch, T, V)`` tensor of its own (the
-    backward casts the logits it was given again), and the backward builds
-    no one-hot: it writes (softmax(z) - ε / V) x upstream in the logits'
-    dtype, then the batch x T values at the labels in place (a scatter of
-    values computed from the saved z[y_t] and lse). On TensorFlow (CPU, bf16
-    logits, 16 x 128 tokens x 10,000 ids) the training step's peak of live
-    tensors fell from 693.1 to 608.5 MiB against the one-hot form, at the
-    same speed (docs/measurements.md, "The loss's memory"); the gradient is
-    the same to the bit. Autodiff of the forward instead took more passes over
-    the logits: value and gradient of the loss alone on 128 x 32 x 8,000
-    logits, 2-core Xeon, TensorFlow (bf16) 237.7 against 189.7 ms, JAX
-    (CPU, float32) 128.6 against 102.8 ms ("The loss's gradient by hand").
-    On a GPU this form is not yet timed (under XLA the one-hot was fused
-    away, so the gain there is not memory; the scatter should be in place).
-
-    A label outside [0, V) gives a NaN loss on every backend (a gather
-    would raise on one, read zeros or wrap around on others); its gradient
-    row is softmax(z) - ε / V (no label term).
+    the gradient d loss_t / d z = softmax(z) - q, q = (1 - ε) one_hot(y_t)
+    + ε / V, written by hand: no one-hot and no saved ``(batch, T, V)``
+    tensor, (softmax(z) - ε / V) x upstream then a scatter at the labels.
+    That cut the TensorFlow step's peak memory from 693 to 609 MiB and the
+    loss's value-and-gradient time by ~20% against autodiff
+    (docs/measurements.md, "The loss's memory", "The loss's gradient by
+    hand"). A label outside [0, V) gives a NaN loss on every backend.
     """
     num_classes = ops.shape(logits)[-1]
     eps = label_smoothing
@@ -217,9 +193,8 @@ def _smoothed_cross_entropy(labels, logits, label_smoothing):
 
 
 def _global_sum(value):
-    """``value`` summed over the replicas of a ``tf.distribute`` strategy
-    (in a replica context with more than one replica); ``value`` itself
-    otherwise, and on every other backend."""
+    """``value`` summed over the replicas of a ``tf.distribute`` strategy;
+    ``value`` itself elsewhere."""
     if keras.backend.backend() != "tensorflow":
         return value
     import tensorflow as tf
@@ -238,13 +213,11 @@ class MaskedAccuracy(keras.metrics.Mean):
         pad_id: int >= 0, the label id that is not counted (0).
 
     Raises:
-        TypeError: ``pad_id`` not an int (1.7 is not truncated; bool
-            refused); in ``update_state``, ``y_true`` of a float, bool or
-            string dtype (float labels were truncated to ids).
+        TypeError: ``pad_id`` not an int (bool refused); in
+            ``update_state``, ``y_true`` of a float, bool or string dtype.
         ValueError: ``pad_id`` negative.
 
     Example:
-
     >>> import numpy as np
     >>> metric = MaskedAccuracy()
     >>> labels = np.array([[1, 2, 0]])
@@ -261,10 +234,7 @@ class MaskedAccuracy(keras.metrics.Mean):
     def update_state(self, y_true, y_pred, sample_weight=None):
         if isinstance(y_true, (list, tuple)):
             y_true = np.asarray(y_true)
-        # The static dtype (no device read), once Keras is past its shape
-        # inference (v.in_symbolic_scope).
-        if hasattr(y_true, "dtype") and not v.in_symbolic_scope():
-            v.integer_ids("y_true", y_true, what="integer labels (token ids)")
+        _check_label_dtype(y_true)
         y_true = ops.cast(y_true, "int32")
         correct = ops.cast(
             ops.equal(ops.cast(ops.argmax(y_pred, -1), "int32"), y_true),

@@ -1,14 +1,8 @@
-"""Callbacks that watch a training run: the time budget, a validation score
-log (any ``score(model)`` function; the translation job's greedy BLEU is
-``keras_trm.decoding.GreedyBleu``), TensorBoard scalars and a token count
-metric for tokens/s. Nothing here imports the decoding package, nor
-TensorFlow until a TensorBoard writer is asked for (``tensorboard_writer``:
-TensorBoard's event files are written by ``tf.summary``).
-
-Each keeps what it must carry across a restart in ``get_state()`` /
-``set_state()``, which ``keras_trm.training.TrainingBackup`` saves and
-restores (the time already trained counts against the budget after a
-resume; the score history is not lost).
+"""Callbacks that watch a training run: a validation score log (any
+``score(model)``, e.g. ``keras_trm.decoding.GreedyBleu``) and TensorBoard
+scalars. TensorFlow is imported only when a TensorBoard writer is asked
+for. What a callback carries across a restart is in its ``get_state()`` /
+``set_state()`` (``TrainingBackup``).
 """
 
 import json
@@ -18,27 +12,27 @@ import time
 import keras
 from keras import ops
 
-# TF-free (keras_trm.training.progress), re-exported here.
-from keras_trm.training.progress import TimeBudget, TokenCount  # noqa: F401
+from keras_trm.training.progress import TimeBudget, TokenCount
 from keras_trm._optional import require_tensorflow
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
+# TimeBudget and TokenCount (TF-free, in progress.py) are re-exported here.
+__all__ = ["BleuLog", "TensorBoardScalars", "TimeBudget", "TokenCount",
+           "tensorboard_writer"]
+
 
 class BleuLog(keras.callbacks.Callback):
-    """After every ``every`` epochs: ``score(model)`` (greedy sacreBLEU on
-    the validation split in the translation job) with the training time so
-    far, appended to a JSON log written atomically.
+    """After every ``every`` epochs: ``score(model)`` with the training time
+    so far, appended to a JSON log written atomically.
 
     Args:
         score: callable ``score(model) -> float``, on validation data.
         path: the JSON log (a list of per-epoch dicts).
         every: int >= 1: score every ``every``-th epoch.
-        clock: callable returning training seconds so far (e.g.
+        clock: callable -> training seconds so far (e.g.
             ``TimeBudget.elapsed``); default: seconds since fit started.
-        key: the entry's name for the score.
-        writer: a ``tf.summary`` writer, or None; the score goes there too
-            (tag ``key``, step = epoch).
+        writer: None, or a ``tf.summary`` writer that gets the score too.
         write: False on non-chief workers (no file written).
 
     Raises:
@@ -55,8 +49,7 @@ class BleuLog(keras.callbacks.Callback):
         12.5
     """
 
-    def __init__(self, score, path, every=1, clock=None, key="val_greedy_bleu",
-                 writer=None, write=True):
+    def __init__(self, score, path, every=1, clock=None, writer=None, write=True):
         super().__init__()
         if not callable(score):
             raise TypeError(f"`score` must be callable, got score={score!r}")
@@ -64,7 +57,8 @@ class BleuLog(keras.callbacks.Callback):
             raise TypeError(f"`clock` must be callable or None, got clock={clock!r}")
         every = v.positive_int("every", every)
         self.score, self.path, self.every = score, pathlib.Path(path), every
-        self.clock, self.key, self.writer, self.write = clock, key, writer, write
+        self.clock, self.writer, self.write = clock, writer, write
+        self.key = "val_greedy_bleu"
         self.history = []
         self._start = time.time()
 
@@ -101,12 +95,11 @@ class BleuLog(keras.callbacks.Callback):
 
 
 class TensorBoardScalars(keras.callbacks.Callback):
-    """Every ``every`` steps: training loss, learning rate and tokens/s as
-    TensorBoard scalars (tags ``loss``, ``learning_rate``,
-    ``tokens_per_second``), step = the optimizer's micro-step count, which
-    a resumed run restores (Keras' own ``TensorBoard`` callback restarts its
-    step at 0 after a restart). Needs the ``TokenCount`` metric for
-    tokens/s.
+    """Every ``every`` steps: training loss, learning rate and tokens/s
+    (with the ``TokenCount`` metric) as TensorBoard scalars ``loss``,
+    ``learning_rate``, ``tokens_per_second`` at the optimizer's micro-step
+    count, which a resumed run restores (Keras' ``TensorBoard`` restarts
+    at 0).
 
     Args:
         writer: a ``tf.summary`` file writer (``tensorboard_writer``).
@@ -138,9 +131,8 @@ class TensorBoardScalars(keras.callbacks.Callback):
         with self.writer.as_default():
             if "loss" in logs:
                 _scalar("loss", float(logs["loss"]), step=step)
-            lr = optimizer.learning_rate
-            _scalar("learning_rate", float(ops.convert_to_numpy(lr)),
-                              step=step)
+            _scalar("learning_rate", float(ops.convert_to_numpy(
+                optimizer.learning_rate)), step=step)
             if "tokens" in logs and self._last_time is not None:
                 tokens = float(logs["tokens"])
                 rate = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
@@ -157,8 +149,7 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
 def _scalar(tag, value, step):
     """``tf.summary.scalar`` without the tensorboard package: the same
-    event (a float32 tensor with the "scalars" plugin's metadata), written
-    with the core ``tf.summary.write`` op."""
+    event, written with the core ``tf.summary.write`` op."""
     import tensorflow as tf
 
     metadata = tf.compat.v1.SummaryMetadata()
@@ -171,11 +162,9 @@ def tensorboard_writer(log_dir):
     """A ``tf.summary`` file writer for ``log_dir`` (created).
 
     Raises:
-        ImportError: TensorFlow is not installed (the message says what to
-            install; a job without it runs with TensorBoard off).
+        ImportError: TensorFlow is not installed (saying what to install).
 
     Example:
-
     >>> import tempfile, pathlib
     >>> log_dir = pathlib.Path(tempfile.mkdtemp()) / "tensorboard"
     >>> writer = tensorboard_writer(log_dir)

@@ -1,22 +1,14 @@
 """Adam with one fused kernel per variable under TensorFlow.
 
-Keras 3's ``Adam.update_step`` is written in ``keras.ops``: on TensorFlow
-each variable's update runs as about a dozen element-wise ops (subtract,
-multiply, ``assign_add`` for ``m``; square, subtract, multiply,
-``assign_add`` for ``v``; multiply, sqrt, add, divide, ``assign_sub`` for
-the variable), each reading and writing whole tensors, and each large one
-handing its range to the intra-op thread pool and waiting on a barrier for
-it. On a 2-core CPU those hand-offs are most of the training step's
-``futex`` calls, hence of its kernel time. ``FusedAdam`` runs the same
-update as TensorFlow's ``ResourceApplyAdam`` kernel: one pass over the
-variable, its gradient and both moments.
+Keras 3's ``Adam.update_step`` runs, on TensorFlow, as about a dozen
+element-wise ops per variable, each large one a hand-off to the intra-op
+thread pool (most of the step's ``futex`` calls on a 2-core CPU).
+``FusedAdam`` runs the same update as TensorFlow's ``ResourceApplyAdam``
+kernel: one pass over the variable, its gradient and both moments.
 """
 
 import keras
 from keras import ops
-
-# dtypes for which TensorFlow registers ResourceApplyAdam on CPU and GPU.
-_FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 @keras.saving.register_keras_serializable(package="keras_trm")
@@ -30,41 +22,25 @@ class FusedAdam(keras.optimizers.Adam):
         alpha_t = lr sqrt(1 - beta_2^t) / (1 - beta_1^t)
         variable -= alpha_t m_t / (sqrt(v_t) + epsilon)
 
-    Same arguments, slots (``m``, ``v``), checkpoints and serialization as
-    ``keras.optimizers.Adam``, plus ``weight_decay_exclude_names``: the
-    variables whose name contains one of these strings (Keras'
-    ``exclude_from_weight_decay(var_names=)``, kept in ``get_config`` so
-    that a reloaded optimizer excludes the same ones) take no weight decay.
-    Keras applies ``weight_decay`` before the update, decoupled from the
-    gradient (Loshchilov & Hutter 2019, AdamW):
-    ``variable -= lr * weight_decay * variable``. The update agrees with
-    Keras' Adam to float rounding (the kernel evaluates the same expression
-    in one fused loop). It falls
-    back to Keras' own update for ``amsgrad=True``, on backends other than
-    TensorFlow, for variable dtypes the kernel lacks (see ``_FUSED_DTYPES``)
-    and for sparse (``tf.IndexedSlices``) gradients, which Keras' Adam
-    applies to the moments' gathered rows only (the Transformer's tied
-    embedding gets a dense gradient: its output projection is a matmul).
-    Works under ``tf.distribute`` strategies (the update runs per replica
-    inside ``Strategy.extended.update``, where a distributed variable's
-    ``handle`` is that of the replica being updated) and with
-    ``jit_compile=True`` (XLA has the kernel).
+    Same arguments, slots, checkpoints and serialization as Keras' Adam,
+    whose update it matches to float rounding, plus
+    ``weight_decay_exclude_names``: variables whose name contains one of
+    these strings take no (decoupled, AdamW) weight decay; kept in
+    ``get_config``. Keras' own update runs instead for ``amsgrad=True``,
+    other backends, other variable dtypes and sparse
+    (``tf.IndexedSlices``) gradients. Works under ``tf.distribute`` (the
+    update runs per replica) and with ``jit_compile=True``.
 
-    Shapes and dtypes: each gradient has its variable's shape; variables of
-    float16, bfloat16, float32 or float64 take the fused kernel (mixed
-    precision keeps float32 variables), the gradient is cast to the
-    variable's dtype. Units: ``learning_rate`` per step, as in Keras.
+    Shapes and dtypes: each gradient has its variable's shape and is cast
+    to its dtype; float16, bfloat16, float32 and float64 variables take the
+    fused kernel. Units: ``learning_rate`` per step, as in Keras.
 
-    Raises: nothing of its own; arguments are checked by
-    ``keras.optimizers.Adam``.
+    Raises: nothing of its own; arguments are checked by Keras' Adam.
 
-    Why: on the Multi30k model's bf16 training epoch on a 2-core AVX-512
-    CPU (``bench/bench_translation.py`` at 32da1ca), it took 4-7% off the epoch's wall
-    time and 9% of its voluntary context switches (each large element-wise
-    op is a thread-pool hand-off), in alternating runs of both.
+    Why: 4-7% off the Multi30k bf16 epoch on a 2-core AVX-512 CPU
+    (``bench/bench_translation.py`` at 32da1ca), in alternating runs.
 
     Example:
-
     >>> import numpy as np
     >>> opt = FusedAdam(1e-3, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     >>> w = keras.Variable(np.ones((2, 3), "float32"))
@@ -114,5 +90,4 @@ class FusedAdam(keras.optimizers.Adam):
 
         return (not isinstance(gradient, tf.IndexedSlices)
                 and keras.backend.standardize_dtype(variable.dtype)
-                in _FUSED_DTYPES)
-
+                in ("float16", "bfloat16", "float32", "float64"))

@@ -1,10 +1,9 @@
 """Plots of training runs (matplotlib, Agg backend) and the curve
-summaries written beside them.
-
-The only module of the package that imports matplotlib, and only inside
-the functions that draw.
+summaries written beside them; the package's only importer of matplotlib,
+inside the functions that draw.
 """
 
+import importlib
 import math
 import pathlib
 
@@ -12,10 +11,9 @@ import numpy as np
 
 
 def available():
-    """True when matplotlib (the ``plots`` extra) is installed; the jobs
-    skip their figures, saying so, when it is not."""
+    """True when matplotlib (the ``plots`` extra) is installed."""
     try:
-        import matplotlib  # noqa: F401
+        importlib.import_module("matplotlib")
     except ImportError:
         return False
     return True
@@ -38,23 +36,18 @@ def binned(values, size):
     shorter): ``[{"step": last step of the window, "loss": mean}]``.
 
     Example:
-
     >>> binned([1.0, 3.0, 5.0], 2)
     [{'step': 2, 'loss': 2.0}, {'step': 3, 'loss': 5.0}]
     """
-    out = []
-    for start in range(0, len(values), size):
-        window = values[start:start + size]
-        out.append({"step": start + len(window),
-                    "loss": round(float(np.mean(window)), 5)})
-    return out
+    return [{"step": min(start + size, len(values)),
+             "loss": round(float(np.mean(values[start:start + size])), 5)}
+            for start in range(0, len(values), size)]
 
 
 def smooth(values, window):
     """Trailing moving average (same length; early points average fewer).
 
     Example:
-
     >>> smooth([1.0, 3.0, 5.0], 2).tolist()
     [1.0, 2.0, 4.0]
     """
@@ -95,13 +88,12 @@ def plot_runs(path, runs, title, x_label, accuracy_key, accuracy_label,
     ax_loss.set_ylabel(f"training loss (faint: per step;\nbold: mean of "
                        f"{smooth_window} steps)")
     ax_loss.set_yscale("log")
-    ax_loss.grid(alpha=0.3)
-    ax_loss.legend()
     ax_acc.set_xlabel("epoch")
     ax_acc.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax_acc.set_ylabel(accuracy_label)
-    ax_acc.grid(alpha=0.3)
-    ax_acc.legend()
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
     path = pathlib.Path(path)
@@ -112,10 +104,8 @@ def plot_runs(path, runs, title, x_label, accuracy_key, accuracy_label,
 
 
 def plot_lm_curves(path, result):
-    """Training and validation bits per token of the language-model job's
-    two models against the step (``result``: the job's result dict with
-    ``transformer_xl`` / ``vanilla`` histories and ``config``); writes a
-    PNG to ``path`` and returns it."""
+    """Writes to ``path`` (returned) the training and validation bits per
+    token against the step of the LM job's models (``result``: its dict)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     unit = math.log(2)

@@ -1,31 +1,21 @@
 """Mixed precision: which compute dtype a training job uses.
 
-Keras mixed precision (``keras.mixed_precision``, Micikevicius et al. 2018)
-keeps the variables in float32 and computes the layers in a 16-bit type.
-On CPUs, bfloat16 only pays where the CPU has native bfloat16 dot products
-(x86 ``avx512_bf16`` or ``amx_bf16``): oneDNN then runs bfloat16 matmuls
-faster than float32, and ``"auto"`` picks ``"mixed_bfloat16"``.
-Elsewhere bfloat16 is emulated and slower, so ``"auto"`` stays in float32.
-That holds under TensorFlow only: under JAX, XLA's CPU backend trained no
-faster in bfloat16 on such a CPU (0.97x float32's tokens/s,
-``bench/results/train_step_jax_cpu_bf16_vs_float32.json``), so ``"auto"`` is
-float32 under every other backend.
-``"mixed_float16"`` is meant for GPUs and is only ever used when asked for
-explicitly.
+Keras mixed precision (Micikevicius et al. 2018) keeps float32 variables
+and computes in a 16-bit type. On CPUs bfloat16 only pays with native
+bfloat16 dot products (x86 ``avx512_bf16`` or ``amx_bf16``, where oneDNN
+beats float32), and only under TensorFlow (under JAX, XLA's CPU backend
+ran at 0.97x float32's tokens/s,
+``bench/results/train_step_jax_cpu_bf16_vs_float32.json``): there
+``"auto"`` picks ``"mixed_bfloat16"``, elsewhere float32.
+``"mixed_float16"`` (GPUs) is only used when asked for.
 
-Numerics under a 16-bit policy (checked by ``tests/test_precision.py``):
-attention softmax, the output logits of the tied embedding, the loss and the
-LayerNormalization statistics are computed in float32.
-
-Whether ``"auto"`` picks bfloat16 on a bfloat16 CPU is a measured decision
-(``bench/bench_translation.py`` at 32da1ca and the Multi30k job):
-``AUTO_BF16_ON_NATIVE_CPU`` below; it does. A model trained so computes in
-bfloat16 when it decodes and in its exports too: fast where the CPU has
-native bfloat16, emulated (slow) elsewhere, so train with
-``--precision float32`` for a model that will be served on other CPUs.
+Under a 16-bit policy, attention softmax, the tied output logits, the loss
+and LayerNormalization statistics are computed in float32
+(``tests/test_precision.py``). A model trained in bfloat16 also decodes
+and exports in it (emulated, slow, on other CPUs): train with
+``--precision float32`` for a model served on other CPUs.
 """
 
-import logging
 import os
 import platform
 
@@ -34,22 +24,15 @@ import keras
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 CHOICES = ("auto",) + POLICIES
 
-# "auto" turns bfloat16 on only where it was measured to pay: >= 1.3x the
-# float32 real target tokens/s AND Multi30k BLEU within 0.5 of float32, on
-# a CPU with native bfloat16 (the measurements, their host and command:
-# docs/measurements.md, bench/results/multi30k_bf16_vs_float32.json and
-# translation_cpu_epoch.json).
+# "auto" turns bfloat16 on where it was measured to pay: >= 1.3x float32's
+# tokens/s AND Multi30k BLEU within 0.5 of float32 on a native bfloat16 CPU
+# (docs/measurements.md, bench/results/multi30k_bf16_vs_float32.json).
 AUTO_BF16_ON_NATIVE_CPU = True
-
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-logger = logging.getLogger(__name__)
 
 
 def cpu_flags(cpuinfo="/proc/cpuinfo"):
-    """The CPU feature flags the Linux kernel reports (a set of str).
-
-    Empty on other systems, non-x86 CPUs or when ``cpuinfo`` cannot be read.
+    """The CPU feature flags the Linux kernel reports (a set of str); empty
+    on other systems, non-x86 CPUs or when ``cpuinfo`` cannot be read.
 
     Example:
     >>> isinstance(cpu_flags(), set)
@@ -66,11 +49,9 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 
 
 def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
-    """True when the CPU computes bfloat16 dot products natively.
-
-    Linux x86 only: ``avx512_bf16`` (Cooper Lake, Zen 4 and later) or
-    ``amx_bf16`` (Sapphire Rapids and later) in ``/proc/cpuinfo``. False on
-    every other system (no guessing).
+    """True when the CPU computes bfloat16 dot products natively: on Linux
+    x86, ``avx512_bf16`` (Cooper Lake, Zen 4 and later) or ``amx_bf16``
+    (Sapphire Rapids and later) in ``/proc/cpuinfo``; False elsewhere.
 
     Example:
     >>> cpu_has_native_bf16() in (True, False)
@@ -79,7 +60,7 @@ def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
     if platform.system() != "Linux" or platform.machine().lower() not in (
             "x86_64", "amd64"):
         return False
-    return bool(cpu_flags(cpuinfo) & set(_BF16_FLAGS))
+    return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
 
 
 def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
@@ -89,11 +70,9 @@ def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
     Args:
         precision: ``"auto"``, ``"float32"``, ``"mixed_bfloat16"`` or
             ``"mixed_float16"``. Anything but ``"auto"`` is returned as is.
-        native_bf16: bool, whether the CPU has native bfloat16 (default:
-            :func:`cpu_has_native_bf16`).
-        has_gpu: bool, whether TensorFlow sees a GPU (default: asks it).
-            ``"auto"`` never picks a 16-bit policy on a GPU; mixed_float16
-            there is an explicit choice.
+        native_bf16: bool (default: :func:`cpu_has_native_bf16`).
+        has_gpu: bool, whether TensorFlow sees a GPU (default: asks it);
+            ``"auto"`` never picks a 16-bit policy on a GPU.
         auto_bf16: bool, whether ``"auto"`` may pick bfloat16 on a native
             bfloat16 CPU (default: ``AUTO_BF16_ON_NATIVE_CPU``).
         backend: the Keras backend (default: ``keras.backend.backend()``);
@@ -145,11 +124,9 @@ def resolve_precision(precision="auto", native_bf16=None, has_gpu=None,
 
 
 def apply_precision(precision="auto", log=print):
-    """Resolves ``precision`` and sets it as the global Keras dtype policy.
-
-    Call before building the model (layers read the policy when they are
-    created). ``KERAS_TRM_PRECISION`` in the environment, when set,
-    overrides ``"auto"`` (never an explicit choice).
+    """Resolves ``precision`` and sets it as the global Keras dtype policy
+    (call it before building the model). ``KERAS_TRM_PRECISION`` in the
+    environment overrides ``"auto"`` (never an explicit choice).
 
     Args:
         precision: see :func:`resolve_precision`.
@@ -180,20 +157,17 @@ def apply_precision(precision="auto", log=print):
 def float32_copy(model):
     """The same functional model computing in float32, with the same weights.
 
-    A model trained under ``mixed_bfloat16`` keeps float32 variables but
-    casts them to bfloat16 at every use; for decoding that means casting
-    every weight at every step, and on a CPU without native bfloat16
-    emulated matmuls. Jobs therefore decode their test set and export with
-    this copy: same float32 variables, float32 compute (portable and fast
-    at any batch size). A model already all float32 is returned as is.
+    A ``mixed_bfloat16`` model casts its float32 variables at every use
+    (emulated matmuls on CPUs without native bfloat16); jobs decode and
+    export with this copy instead. A model already all float32 is returned
+    as is.
 
     Args:
-        model: a functional ``keras.Model`` (e.g. from
-            ``keras_trm.models.transformer``).
+        model: a functional ``keras.Model`` (e.g. a ``transformer``).
 
     Returns:
-        A ``keras.Model``: a new one whose layers all use the ``"float32"``
-        policy (input layers keep their dtypes), or ``model`` itself.
+        A new ``keras.Model`` whose layers (not inputs) use the
+        ``"float32"`` policy, or ``model`` itself.
 
     Example:
     >>> import numpy as np
@@ -209,20 +183,10 @@ def float32_copy(model):
     ...                                          plain.get_weights()))
     True
     """
-    def is_input(layer):
-        return isinstance(layer, keras.layers.InputLayer)
-
-    if all(is_input(layer) or layer.dtype_policy.name == "float32"
-           for layer in model.layers):
-        return model
-
     from keras_trm.models.transformer import Transformer
 
-    if isinstance(model, Transformer):  # rebuilt as the class (it decodes)
-        copy = Transformer.from_config({**model.get_config(),
-                                        "dtype": "float32"})
-        copy.set_weights(model.get_weights())
-        return copy
+    def is_input(layer):
+        return isinstance(layer, keras.layers.InputLayer)
 
     def clone(layer):
         config = layer.get_config()
@@ -230,6 +194,12 @@ def float32_copy(model):
             config["dtype"] = "float32"
         return layer.__class__.from_config(config)
 
-    copy = keras.models.clone_model(model, clone_function=clone)
+    if all(is_input(layer) or layer.dtype_policy.name == "float32"
+           for layer in model.layers):
+        return model
+    if isinstance(model, Transformer):  # rebuilt as the class (it decodes)
+        copy = Transformer.from_config({**model.get_config(), "dtype": "float32"})
+    else:
+        copy = keras.models.clone_model(model, clone_function=clone)
     copy.set_weights(model.get_weights())
     return copy

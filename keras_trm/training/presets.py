@@ -1,18 +1,10 @@
 """Named hyper-parameter presets for translation, in one table.
 
-``transformer_base`` and ``transformer_big`` are the paper's configurations
-(Vaswani et al., 2017, Table 3 and §5.1-5.4, §6.1): the same architecture
-numbers as ``keras_trm.models.transformer_base()`` / ``transformer_big()``,
-with warmup 4,000 steps, label smoothing 0.1, a shared ~37,000-token BPE
-vocabulary, batches of ~25,000 source and ~25,000 target tokens, beam 4 and
-α = 0.6 (the decoding length limit, input length + 50, is the default of
-``keras_trm.decoding``'s searches). ``cpu_small`` is the 2-core CPU
-configuration the Multi30k recipe reports (``TranslationConfig``'s
-defaults); ``tiny`` is for smoke runs and tests.
-
-Rule (``apply_preset``): a preset's values replace the fields a config
-leaves at their defaults; a field set to any other value (an explicit flag)
-wins.
+``transformer_base`` and ``transformer_big`` are the paper's (Vaswani et
+al., 2017, Table 3, §5.1-5.4, §6.1): warmup 4,000 steps, label smoothing
+0.1, a shared ~37,000-token vocabulary, ~25,000 tokens a side per batch,
+beam 4, α = 0.6. ``cpu_small`` is the Multi30k recipe's 2-core CPU run
+(``TranslationConfig``'s defaults); ``tiny`` is for smoke runs and tests.
 """
 
 import dataclasses
@@ -51,9 +43,8 @@ def preset(name):
             ``"transformer_base"``, ``"transformer_big"``).
 
     Returns:
-        a new dict field name -> value (``d_model``, ``num_heads``, ``d_ff``,
-        ``dropout_rate``, ``warmup_steps``, ``tokens_per_batch`` (padded
-        tokens per side per batch), ...).
+        a new dict field name -> value (``d_model``, ``tokens_per_batch``:
+        padded tokens per side per batch, ...).
 
     Raises:
         ValueError: unknown ``name``.
@@ -68,12 +59,9 @@ def preset(name):
 
 
 def apply_preset(config, name=None):
-    """Fills a dataclass config from a preset; explicit values win.
-
-    Every field of ``config`` named in the preset and still equal to the
-    dataclass default is replaced by the preset's value; fields the user
-    changed are kept. (A flag set to exactly its default value therefore
-    reads as "not set".)
+    """Fills a dataclass config from a preset; explicit values win: a field
+    still equal to its default takes the preset's value (so a flag set to
+    exactly its default reads as "not set").
 
     Args:
         config: a dataclass instance (e.g. ``TranslationConfig``).
@@ -98,8 +86,6 @@ def apply_preset(config, name=None):
     if not name:
         return config
     values = preset(name)
-    changes = {}
-    for field in dataclasses.fields(config):
-        if field.name in values and getattr(config, field.name) == field.default:
-            changes[field.name] = values[field.name]
-    return dataclasses.replace(config, **changes)
+    return dataclasses.replace(config, **{
+        f.name: values[f.name] for f in dataclasses.fields(config)
+        if f.name in values and getattr(config, f.name) == f.default})

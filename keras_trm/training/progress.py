@@ -1,10 +1,7 @@
 """Progress callbacks and metrics that need no TensorFlow: the training
-time budget and the count of real target tokens (tokens/s). The translation
-job uses them through ``keras_trm.training`` on every backend, with
-``StepTimes``, which tells compile time apart from training time.
-
-Each callback keeps what it must carry across a restart in
-``get_state()`` / ``set_state()`` (``keras_trm.training.TrainingBackup``).
+time budget, the count of real target tokens (tokens/s) and ``StepTimes``
+(compile time apart from training time). What a callback carries across a
+restart is in its ``get_state()`` / ``set_state()`` (``TrainingBackup``).
 """
 
 import math
@@ -19,8 +16,8 @@ from keras_trm.utils import checks as v
 
 @keras.saving.register_keras_serializable(package="keras_trm")
 class TokenCount(keras.metrics.Sum):
-    """Number of non-padding labels seen in the epoch (a ``Sum``); the
-    callbacks divide its growth by wall time for tokens/s.
+    """Number of non-padding labels seen in the epoch (a ``Sum``), for
+    tokens/s.
 
     Example:
         >>> import numpy as np
@@ -46,42 +43,33 @@ class TokenCount(keras.metrics.Sum):
 class TimeBudget(keras.callbacks.Callback):
     """Stops training so that it ends within ``seconds`` of training time:
     after an epoch, when one more epoch as long as the longest so far would
-    cross the budget. (Stopping only after crossing it overshot by most of
-    an epoch on slow CPUs.)
-
-    The first epoch of each ``fit`` also traces and compiles the step for
-    every batch shape (under XLA on a GPU: 98 s for a Multi30k epoch whose
-    later epochs take seconds), so it is the estimate only until a later
-    epoch has run; from then on the longest later epoch is.
+    cross the budget (stopping only after crossing it overshot by most of
+    an epoch on slow CPUs). The first epoch of each ``fit`` also compiles
+    the step (98 s for a Multi30k epoch under XLA on a GPU, later ones
+    seconds), so it is the estimate only until a later epoch has run.
 
     With ``schedule`` (a ``BudgetDecay`` in the optimizer's learning rate),
-    the run stays a whole schedule when the budget cuts it: after an epoch,
-    when the epochs the budget still holds at that estimate end before
-    ``epochs``, the schedule is fitted to decay linearly to 0 at the end of
-    the last epoch that fits (from the first fit's step on), the train
-    function is made again so that compiled steps use it, and training
-    stops there. The fit is refitted when the estimate moves that end.
+    when the epochs the budget still holds end before ``epochs``, the
+    schedule is fitted to decay linearly to 0 at the end of the last epoch
+    that fits (refitted when the estimate moves that end), the train
+    function is made again, and training stops there.
 
-    Training time is wall time inside ``fit``, summed over restarts: the
-    elapsed seconds, the longest epoch and the fitted decay are part of
-    ``get_state()``, so a resumed run keeps its fitted schedule.
+    Training time is wall time inside ``fit``, summed over restarts through
+    ``get_state()`` (with the longest epoch and the fitted decay).
 
     Args:
-        seconds: float > 0, the training-time budget (s); ``inf``: no
-            budget.
+        seconds: float > 0, the training-time budget (s); ``inf``: none.
         schedule: None, or the ``BudgetDecay`` to fit.
         steps_per_epoch: int > 0 (fit steps); needed with ``schedule``.
-        epochs: int > 0, the planned epochs; needed with ``schedule``.
-            Given, the first epoch of each ``fit`` prints how long the
-            rest would take at its pace.
+        epochs: int > 0, the planned epochs; needed with ``schedule``
+            (given, the first epoch prints how long the rest would take).
 
     Raises:
         TypeError: ``seconds`` not a number; ``schedule`` not a
             ``BudgetDecay``; ``steps_per_epoch`` or ``epochs`` not an int.
         ValueError: ``seconds`` <= 0 or NaN; ``steps_per_epoch`` or
-            ``epochs`` < 1; ``set_state`` given a state without
-            non-negative ``elapsed_seconds`` and ``longest_epoch`` (a
-            damaged backup).
+            ``epochs`` < 1; ``set_state`` given a state without finite
+            ``elapsed_seconds`` and ``longest_epoch`` >= 0.
 
     Example:
         >>> b = TimeBudget(60.0)
@@ -197,22 +185,19 @@ class TimeBudget(keras.callbacks.Callback):
 
 
 class StepTimes(keras.callbacks.Callback):
-    """Training time apart from compile time: each step is timed, and a
-    step shape's first step, which traces and compiles the step function
-    for that shape (one ``jax.jit`` / XLA compilation per bucket), counts
-    as compile time beyond that shape's median step.
+    """Training time apart from compile time: the first step of each step
+    shape (which compiles the step for that shape) counts as compile time
+    beyond that shape's median step.
 
     Args:
         shape_at: callable, the training step's index (counted from the
             start of ``fit``) -> a hashable shape, e.g.
             ``keras_trm.data.TokenBatches.shape_at``.
 
-    Attributes (after training): ``compile_seconds`` (sum over shapes of
-    the first step's excess over the median of that shape's later
-    steps), ``shapes`` (how many shapes were compiled), ``steps``.
+    Attributes (after training): ``compile_seconds``, ``shapes`` (how
+    many were compiled), ``steps``.
 
     Example:
-
     >>> times = StepTimes(lambda i: i % 2)
     >>> times.record([(0, 5.0), (1, 3.0), (0, 1.0), (1, 1.0), (0, 1.0)])
     >>> times.compile_seconds, times.shapes
@@ -243,6 +228,6 @@ class StepTimes(keras.callbacks.Callback):
         for shape, seconds in times:
             by_shape.setdefault(shape, []).append(seconds)
         self.compile_seconds = round(sum(
-            max(0.0, t[0] - (sorted(t[1:])[len(t[1:]) // 2] if len(t) > 1 else 0.0))
+            max(0.0, t[0] - sorted(t[1:] or [0.0])[len(t[1:]) // 2])
             for t in by_shape.values()), 2)
         self.shapes, self.steps = len(by_shape), len(times)

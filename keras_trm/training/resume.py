@@ -1,26 +1,15 @@
 """Resume after preemption: a killed run continues when run again.
 
-Keras 3's ``keras.callbacks.BackupAndRestore`` (3.15) saves the weights, the
-optimizer's variables and the epoch, but on restore it restarts the
-interrupted epoch from its first batch (the ``batch`` it records is never
-read back), it writes its files in place (a kill during the write leaves a
-torn file), and it does not save the dropout RNG state (Keras'
-``SeedGenerator`` state variables are not part of ``save_weights``).
-``TrainingBackup`` builds on it and closes those gaps:
-
-- weights + optimizer (``model.save_weights``), the dropout seed states, the
-  epoch, the batches done in that epoch and the states of other callbacks
-  (time budget, BLEU log, checkpoint list, ...) are saved every
-  ``save_freq`` training steps and at every epoch end;
-- every write goes to a temporary file renamed into place, and the weights
-  file named in ``state.json`` is written before ``state.json`` itself, so
-  a kill at any moment leaves the previous complete backup;
-- on restore the run re-enters the interrupted epoch at the next unseen
-  batch through a ``DataPosition`` that the data pipeline reads
-  (``keras_trm.data.TokenBatches(position=...)``), so a resumed run
-  trains on the same batches
-  in the same order as an uninterrupted one and repeats at most
-  ``save_freq`` steps.
+Keras 3's ``BackupAndRestore`` (3.15) restarts an interrupted epoch from its
+first batch, writes its files in place (a kill leaves a torn file) and does
+not save the dropout RNG state. ``TrainingBackup`` closes those gaps:
+weights + optimizer, dropout seed states, epoch, batches done and other
+callbacks' states are saved every ``save_freq`` steps and at every epoch
+end, each file written atomically and the weights before the
+``state.json`` that names them; on restore the run re-enters the
+interrupted epoch at the next unseen batch through a ``DataPosition`` the
+data pipeline reads, so it trains on the same batches in the same order as
+an uninterrupted run.
 """
 
 import json
@@ -73,7 +62,6 @@ def _fix(directory):
 
 
 def _damaged(path, reason):
-    """The one error of a backup that cannot be read back."""
     return ValueError(
         f"TrainingBackup: the backup file {str(path)!r} is damaged ({reason}); "
         f"{_fix(pathlib.Path(path).parent)}")
@@ -103,8 +91,7 @@ def _check_state(state, path):
             raise _damaged(path, f"{key}={state[key]!r} is not an int >= 0")
     name = state["weights"]
     if not (isinstance(name, str) and name.endswith(".weights.h5")
-            and pathlib.PurePath(name).name == name and "/" not in name
-            and "\\" not in name):
+            and "/" not in name and "\\" not in name):
         raise _damaged(path, f"weights={name!r} is not a *.weights.h5 file "
                              "name inside the backup folder")
     try:
@@ -130,72 +117,42 @@ def _check_state(state, path):
                       f"steps_per_epoch={spe}")
 
 
-def _differences(stored, new):
-    """``["key: old -> new", ...]`` for the keys whose values differ."""
-    out = []
-    for key in sorted(set(stored) | set(new), key=str):
-        old_value = stored.get(key, "(absent)")
-        new_value = new.get(key, "(absent)")
-        if old_value != new_value:
-            out.append(f"{key}: {old_value!r} -> {new_value!r}")
-    return out
-
-
 class TrainingBackup(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` with mid-epoch resume, atomic writes, dropout
-    RNG and callback states (see the module docstring).
-
-    Put it FIRST in the callback list: it restores before the others start,
-    and it writes an epoch's backup at the next epoch's start (or when fit
-    ends), after every callback has finished that epoch (BLEU log,
-    checkpoints, time budget).
+    RNG and callback states (see the module docstring). Put it FIRST in the
+    callback list: it restores before the others start, and writes an
+    epoch's backup once every callback has finished that epoch.
 
     The data must be one continuous stream (``repeat=True``) fed to
     ``fit(..., steps_per_epoch=steps_per_epoch)``: global step t (from 0)
-    trains on stream batches ``t * num_workers + worker`` (each worker of a
-    multi-worker run takes every ``num_workers``-th batch). On restore at
-    step t the stream restarts at batch ``t * num_workers`` (epoch
-    ``// batches_per_epoch``, skip ``% batches_per_epoch``) and the
-    interrupted epoch ends after its remaining steps, so the resumed run
-    trains on exactly the batches the uninterrupted run would have.
+    trains on stream batches ``t * num_workers + worker``, so on restore at
+    step t the stream restarts at batch ``t * num_workers`` and the
+    interrupted epoch ends after its remaining steps. Files in
+    ``backup_dir``: ``state.json`` and the weights file it names
+    (``step_{t}.weights.h5``), kept when fit ends (running the finished
+    command again trains no further).
 
-    Files in ``backup_dir``: ``state.json`` and the one weights file it
-    names (``step_{t}.weights.h5``).
-
-    Same run only: ``state.json`` records the optimizer's class name,
-    ``steps_per_epoch``, ``batches_per_epoch``, ``num_workers`` and the
-    caller's ``fingerprint``; a backup whose recorded values differ from
-    this run's is refused (``ValueError``) before anything is loaded or
-    written, so a run with other settings never resumes from, nor
-    overwrites, another run's backup. A backup written before these were
-    recorded resumes as before; if this run passes a ``fingerprint`` and
-    the backup has none, it resumes with a ``UserWarning`` and its next
-    save records the fingerprint. A run that passes no ``fingerprint``
-    does not compare one.
+    Same run only: a backup whose recorded optimizer class,
+    ``steps_per_epoch``, ``batches_per_epoch``, ``num_workers`` or
+    ``fingerprint`` differ from this run's is refused before anything is
+    loaded or written. A backup without them (older) resumes; one without
+    a fingerprint, when this run passes one, resumes with a ``UserWarning``.
 
     Args:
         backup_dir: directory (created); used by this run only.
         save_freq: int >= 1 (training steps between backups) or
             ``"epoch"``. A backup is also written after every epoch.
         position: the ``DataPosition`` the data pipeline reads, or None
-            (then an interrupted epoch restarts from its first batch, as
-            with plain Keras, and ``steps_per_epoch`` may be None).
-        steps_per_epoch: int >= 1 or None, the ``steps_per_epoch`` given
-            to fit.
+            (an interrupted epoch restarts from its first batch, and
+            ``steps_per_epoch`` may be None).
+        steps_per_epoch: int >= 1 or None, the ``steps_per_epoch`` of fit.
         batches_per_epoch: int >= 1 or None, batches in one epoch of the
             data stream (default ``steps_per_epoch * num_workers``).
-        num_workers: int >= 1, workers sharing the stream (1).
+        num_workers: int >= 1, workers sharing the stream.
         stateful: dict ``{name: callback}``; each has ``get_state() ->
             dict`` (JSON-able) and ``set_state(dict)``.
-        delete_checkpoint: remove ``backup_dir`` when fit ends normally
-            (default False: running the finished command again trains no
-            further and goes straight to what follows fit).
-        write: False on workers that must not write here (non-chief).
-        fingerprint: None, or a JSON-serialisable dict describing the run
-            (e.g. its model and data settings: languages, dataset, vocabulary,
-            model size, optimizer settings). Stored in ``state.json``; on
-            restore every key is compared (as JSON gives it back: tuples
-            are lists) with the stored one.
+        fingerprint: None, or a JSON-serialisable dict describing the run,
+            compared key by key (as JSON gives it back) on restore.
 
     Attributes:
         restored: None, or the ``state.json`` dict restored at the start.
@@ -209,19 +166,14 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
             ``steps_per_epoch``, ``batches_per_epoch`` or ``num_workers``
             < 1; ``position`` without ``steps_per_epoch``; ``backup_dir``
             (or a folder above it) is a file. Out of ``fit``, before a step
-            is trained: a backup of another run (a different fingerprint,
-            optimizer, epoch length, RNG states or weight shapes), naming
-            the folder, what differs (``key: old -> new``) and the fix
-            (delete the folder, or use another work directory); a damaged
-            backup (``state.json`` that is not JSON, lacks a key, has a
-            value of the wrong type or range, names a weights file outside
-            the folder or one that is missing, damaged or truncated, or a
-            callback state that ``set_state`` refuses), naming the file.
+            is trained: a backup of another run, naming the folder, what
+            differs (``key: old -> new``) and the fix (delete the folder,
+            or use another work directory); a damaged backup (bad JSON or
+            values, a missing or damaged weights file, a callback state
+            ``set_state`` refuses), naming the file.
         OSError: ``errno.ENOSPC`` out of ``fit`` when ``backup_dir``'s file
-            system is full, naming the file and the space needed and free
-            (see ``save_weights_atomic``). The previous backup stays
-            complete and no temporary or orphan file remains: run again
-            once there is space and training resumes from it.
+            system is full (see ``save_weights_atomic``); the previous
+            backup stays complete.
 
     Example:
         >>> import tempfile, numpy as np, keras
@@ -236,8 +188,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, save_freq="epoch", position=None,
                  steps_per_epoch=None, batches_per_epoch=None, num_workers=1,
-                 stateful=None, delete_checkpoint=False, write=True,
-                 fingerprint=None):
+                 stateful=None, fingerprint=None):
         if save_freq != "epoch" and not (_is_int(save_freq) and save_freq >= 1):
             raise ValueError(
                 "`save_freq` must be 'epoch' or an int >= 1 (steps), got "
@@ -271,23 +222,21 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         if not backup_dir:
             raise ValueError(f"`backup_dir` is empty: backup_dir={backup_dir!r}")
         directory = pathlib.Path(backup_dir)
-        for folder in (directory, *directory.parents):
-            if folder.exists():
-                if not folder.is_dir():
-                    raise ValueError(
-                        f"`backup_dir` must be a directory, but {str(folder)!r} "
-                        f"is a file: backup_dir={str(backup_dir)!r}")
-                break
+        folder = next((f for f in (directory, *directory.parents) if f.exists()),
+                      None)
+        if folder is not None and not folder.is_dir():
+            raise ValueError(
+                f"`backup_dir` must be a directory, but {str(folder)!r} "
+                f"is a file: backup_dir={str(backup_dir)!r}")
         super().__init__(str(backup_dir), save_freq=save_freq,
-                         delete_checkpoint=delete_checkpoint)
+                         delete_checkpoint=False)
         self.directory = directory
         self.position = position
         self.steps_per_epoch = steps_per_epoch
         self.num_workers = num_workers
         self.batches_per_epoch = (
-            batches_per_epoch or (steps_per_epoch or 0) * self.num_workers)
+            batches_per_epoch or (steps_per_epoch or 0) * num_workers)
         self.stateful = stateful
-        self.write = bool(write)
         self.fingerprint = fingerprint
         self.restored = None
         self._resume_epoch, self._resume_batch = None, 0
@@ -299,7 +248,11 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         state_path = self.directory / "state.json"
         if not state_path.exists():
             return
-        state = self._read_state(state_path)
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise _damaged(state_path, f"{type(e).__name__}: {e}") from None
+        _check_state(state, state_path)
         weights = self.directory / state["weights"]
         if not weights.is_file():
             raise _damaged(state_path, f"the weights file it names, "
@@ -343,44 +296,36 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
               f"{state['batch']} of its steps done, global step "
               f"{state['step']}", flush=True)
 
-    def _read_state(self, state_path):
-        """``state.json`` parsed and checked, or ``_damaged``."""
-        try:
-            state = json.loads(state_path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise _damaged(state_path, f"{type(e).__name__}: {e}") from None
-        _check_state(state, state_path)
-        return state
-
     def _check_same_run(self, state):
         """Refuses a backup of another run before anything is loaded."""
-        differences = []
-        optimizer = _optimizer_name(self.model)
-        if "optimizer" in state and state["optimizer"] != optimizer:
-            differences.append(f"optimizer: {state['optimizer']!r} -> {optimizer!r}")
-        for key in ("steps_per_epoch", "batches_per_epoch", "num_workers"):
-            new = getattr(self, key) or None
-            if key in state and state[key] != new:
-                differences.append(f"{key}: {state[key]!r} -> {new!r}")
+        run = {"optimizer": _optimizer_name(self.model),
+               **{key: getattr(self, key) or None for key in (
+                   "steps_per_epoch", "batches_per_epoch", "num_workers")}}
+        differences = [f"{key}: {state[key]!r} -> {new!r}"
+                       for key, new in run.items()
+                       if key in state and state[key] != new]
         stored = state.get("fingerprint")
-        if self.fingerprint is not None:
-            if stored is None:
-                warnings.warn(
-                    f"TrainingBackup: the backup in {str(self.directory)!r} "
-                    "has no fingerprint (written before fingerprints, or "
-                    "without one), so it cannot be checked against this "
-                    "run's; resuming from it, and its next save records this "
-                    "run's fingerprint", stacklevel=2)
-            else:
-                differences += _differences(stored, self.fingerprint)
+        if self.fingerprint is not None and stored is None:
+            warnings.warn(
+                f"TrainingBackup: the backup in {str(self.directory)!r} "
+                "has no fingerprint (written before fingerprints, or "
+                "without one), so it cannot be checked against this "
+                "run's; resuming from it, and its next save records this "
+                "run's fingerprint", stacklevel=2)
+        elif self.fingerprint is not None:
+            for key in sorted(set(stored) | set(self.fingerprint), key=str):
+                old = stored.get(key, "(absent)")
+                new = self.fingerprint.get(key, "(absent)")
+                if old != new:
+                    differences.append(f"{key}: {old!r} -> {new!r}")
         if differences:
             raise _mismatch(self.directory, differences)
 
     def _load_weights(self, path):
-        """``model.load_weights``, its errors named: a file that does not
-        open is damaged; weights of other shapes, or an optimizer's
-        variables that Keras would skip (another optimizer, in a backup that
-        did not record its class), are another run's."""
+        """``model.load_weights``: a file that does not open is damaged;
+        weights of other shapes, or optimizer variables Keras would skip
+        (another optimizer, in a backup that did not record its class), are
+        another run's."""
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -401,8 +346,8 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         skip = self._resume_batch if epoch == self._resume_epoch else 0
         if self.position is not None:
             start = (epoch * self.steps_per_epoch + skip) * self.num_workers
-            self.position.epoch = start // self.batches_per_epoch
-            self.position.skip = start % self.batches_per_epoch
+            self.position.epoch, self.position.skip = divmod(
+                start, self.batches_per_epoch)
         else:
             skip = 0  # the data restarts the epoch from its first batch
         self._epoch, self._batch_in_epoch = epoch, skip
@@ -440,8 +385,6 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
 
     def _save(self, epoch, batch):
         self._since_save = 0
-        if not self.write:
-            return
         self.directory.mkdir(parents=True, exist_ok=True)
         step = epoch * (self.steps_per_epoch or 0) + batch
         name = f"step_{step:09d}.weights.h5"
@@ -462,16 +405,14 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         except BaseException:
             # state.json still names the previous backup: drop the new
             # weights file (its space is what the next try needs).
-            if name != self._backup_weights_name():
+            try:
+                current = json.loads(
+                    (self.directory / "state.json").read_text())["weights"]
+            except (OSError, ValueError, KeyError):
+                current = None
+            if name != current:
                 (self.directory / name).unlink(missing_ok=True)
             raise
         for old in self.directory.glob("step_*.weights.h5"):
             if old.name != name:
                 old.unlink()
-
-    def _backup_weights_name(self):
-        """The weights file the current ``state.json`` names, or None."""
-        try:
-            return json.loads((self.directory / "state.json").read_text())["weights"]
-        except (OSError, ValueError, KeyError):
-            return None

@@ -1,5 +1,7 @@
 """Learning-rate schedules."""
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -13,9 +15,9 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
         lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
 
-    with ``step`` counted from 1 (the optimizer's iteration 0 uses step 1).
-    The peak, reached at ``step = warmup_steps``, is
-    ``scale * (d_model * warmup_steps)^-0.5``.
+    with ``step`` counted from 1 (the optimizer's iteration 0 is step 1);
+    the peak, at ``step = warmup_steps``, is ``scale * (d_model *
+    warmup_steps)^-0.5``.
 
     Args:
         d_model: int > 0.
@@ -24,11 +26,10 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     Raises:
         TypeError: ``d_model`` or ``warmup_steps`` not an int, ``scale``
-            not a number (e.g. None or a string), naming the argument.
+            not a number, naming the argument.
         ValueError: non-positive arguments; ``scale`` NaN or inf.
 
     Example:
-
     >>> schedule = NoamSchedule(d_model=512, warmup_steps=4000)
     >>> peak = float(schedule(3999))   # optimizer iteration 3999 is step 4000
     >>> round(peak * (512 * 4000) ** 0.5, 6)
@@ -44,9 +45,8 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
-        arg1 = ops.rsqrt(step)
-        arg2 = step * (self.warmup_steps**-1.5)
-        return self.scale * (self.d_model**-0.5) * ops.minimum(arg1, arg2)
+        return self.scale * (self.d_model**-0.5) * ops.minimum(
+            ops.rsqrt(step), step * (self.warmup_steps**-1.5))
 
     def get_config(self):
         return dict(d_model=self.d_model, warmup_steps=self.warmup_steps,
@@ -56,19 +56,16 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 @keras.saving.register_keras_serializable(package="keras_trm")
 class BudgetDecay(keras.optimizers.schedules.LearningRateSchedule):
     """``schedule`` fitted to a time budget: once ``TimeBudget`` has
-    measured that the budget ends the run before its planned epochs, a
-    linear decay to 0 at the last step the budget holds (budget-aware
-    training: Li, Yumer and Ramanan, ICLR 2020, Sec. 3-4, where linear
+    measured that the budget ends the run early, a linear decay to 0 at the
+    last step it holds (Li, Yumer and Ramanan, ICLR 2020, Sec. 3-4: linear
     decay to the budget's end was best across tasks):
 
         lr(step) = schedule(step) * clip((end - step) / (end - start), 0, 1)
 
-    and ``schedule(step)`` unchanged while ``end`` is 0 (nothing fitted: the
-    planned run fits, or its speed is not measured yet). ``start`` and
-    ``end`` count the optimizer's iterations (fit steps, micro-batches
-    under gradient accumulation); ``fit`` sets them, after which the train
-    function must be made again (``TimeBudget`` does: compiled steps read
-    them when they are traced).
+    and ``schedule(step)`` unchanged while ``end`` is 0. ``start`` and
+    ``end`` count optimizer iterations; after ``fit`` the train function
+    must be made again (``TimeBudget`` does: compiled steps read them when
+    traced).
 
     Args:
         schedule: a ``LearningRateSchedule`` or callable step -> rate.
@@ -80,7 +77,6 @@ class BudgetDecay(keras.optimizers.schedules.LearningRateSchedule):
         ValueError: ``start`` < 0, or ``end`` neither 0 nor > ``start``.
 
     Example:
-
     >>> s = BudgetDecay(lambda step: 1.0)
     >>> float(s(50))
     1.0
@@ -115,9 +111,8 @@ class BudgetDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
-        return cls(**config)
+        schedule = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**{**config, "schedule": schedule})
 
 
 # Variables that take no weight decay: biases (attention, feed-forward,
@@ -128,28 +123,24 @@ NO_WEIGHT_DECAY_NAMES = ("bias", "gamma", "beta")
 
 def paper_adam(learning_rate, weight_decay=0.0, **kwargs):
     """Adam with the paper's β1=0.9, β2=0.98, ε=1e-9 (§5.3): a
-    ``keras_trm.training.FusedAdam`` (Keras' Adam, one fused kernel per
-    variable under TensorFlow); ``kwargs`` go to it.
+    ``FusedAdam``; ``kwargs`` go to it.
 
     Args:
         learning_rate: finite float > 0, or a schedule (e.g.
             ``NoamSchedule``) or other callable of the step.
         weight_decay: float >= 0; 0 (the paper) adds none. Otherwise
             decoupled weight decay (Loshchilov & Hutter 2019, AdamW): before
-            each update every weight matrix and embedding shrinks by
-            ``learning_rate * weight_decay`` of itself (the schedule's rate
-            of that step; 0.01 is AdamW's usual value). Biases and
-            LayerNormalization's gamma and beta are exempt (their names
-            contain one of ``NO_WEIGHT_DECAY_NAMES``).
+            each update every matrix and embedding shrinks by
+            ``learning_rate * weight_decay`` of itself (0.01 is usual);
+            names containing one of ``NO_WEIGHT_DECAY_NAMES`` are exempt.
 
     Raises:
         TypeError: ``learning_rate`` neither a number nor a schedule (a
             string, a bool, None); ``weight_decay`` not a number.
-        ValueError: ``learning_rate`` a number <= 0, NaN or inf (trains to
-            NaN or not at all); ``weight_decay`` negative, NaN or inf.
+        ValueError: ``learning_rate`` a number <= 0, NaN or inf;
+            ``weight_decay`` negative, NaN or inf.
 
     Example:
-
     >>> optimizer = paper_adam(NoamSchedule(d_model=512))
     >>> optimizer.beta_1, optimizer.beta_2, optimizer.epsilon
     (0.9, 0.98, 1e-09)
@@ -170,10 +161,9 @@ def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
     """Linear warm-up from 0 to ``learning_rate`` over ``warmup_steps``,
     then cosine decay to ``alpha * learning_rate`` at ``total_steps``
     (Loshchilov & Hutter 2017, SGDR without restarts; the reference
-    Transformer-XL code's ``scheduler='cosine'`` with ``warmup_step``).
-
-    Keras' ``CosineDecay`` with ``warmup_target``; the decay spans
-    ``max(total_steps - warmup_steps, 1)`` steps.
+    Transformer-XL code's ``scheduler='cosine'``): Keras' ``CosineDecay``
+    with ``warmup_target``, decaying over ``max(total_steps - warmup_steps,
+    1)`` steps.
 
     Args:
         learning_rate: finite float > 0, the peak.
@@ -182,15 +172,12 @@ def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
         alpha: float in [0, 1], the final rate as a fraction of the peak.
 
     Raises:
-        TypeError: an argument of the wrong type (``total_steps`` 2.5,
-            ``alpha`` None), naming it.
+        TypeError: an argument of the wrong type, naming it.
         ValueError: ``learning_rate`` not a finite float > 0,
             ``total_steps`` < 1, ``warmup_steps`` < 0, ``alpha`` outside
-            [0, 1] or NaN (NaN gave NaN rates, a negative one negative
-            rates).
+            [0, 1] or NaN.
 
     Example:
-
     >>> schedule = warmup_cosine_decay(1e-3, total_steps=100, warmup_steps=10)
     >>> round(float(schedule(10)), 6), round(float(schedule(100)), 6)
     (0.001, 0.0)
@@ -213,9 +200,7 @@ def warmup_cosine_decay(learning_rate, total_steps, warmup_steps, alpha=0.0):
 
 def _learning_rate(value):
     """A number is checked (finite, > 0); a schedule, callable or tensor
-    (Keras' optimizers take all three) passes as it is."""
-    import numbers
-
+    passes as it is."""
     if isinstance(value, (numbers.Real, str, bytes)) or value is None:
         return v.positive_float("learning_rate", value)
     return value
