@@ -1,13 +1,7 @@
-"""SavedModel wrappers of the classifiers: raw input in, probabilities out.
-
-* ``ReviewClassifier``: review strings -> WordPiece ids (in the graph) ->
-  a token-id classifier -> ``{"probabilities": float32 (batch, classes)}``
-  (the IMDB recipe's export).
-* ``DigitClassifier``: uint8 images ``(batch, 28, 28)`` -> a LeNet ->
-  ``{"probabilities": float32 (batch, 10)}`` (the MNIST recipe's export).
-
-Export either with ``keras_trm.export.export_module(wrapper, export_dir,
-name, signatures={"serving_default": wrapper.classify})``.
+"""SavedModel wrappers of the IMDB and MNIST classifiers (raw reviews or
+uint8 images in, probabilities out). Export either with
+``export_module(wrapper, export_dir, name, signatures={"serving_default":
+wrapper.classify})``.
 """
 
 import tensorflow as tf
@@ -53,13 +47,9 @@ class ReviewClassifier(tf.Module):
         self.max_length = v.positive_int("max_length", max_length)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def encode_ragged(self, strings):
-        ids = self.tokenizer.tokenize(tf.strings.lower(strings, encoding="utf-8"))
-        return truncate_head_tail(ids, self.max_length)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def encode(self, strings):
-        ids = self.encode_ragged(strings)
+        ids = truncate_head_tail(self.tokenizer.tokenize(
+            tf.strings.lower(strings, encoding="utf-8")), self.max_length)
         width = tf.maximum(tf.reduce_max(tf.concat(
             [ids.row_lengths(), tf.zeros([1], tf.int64)], 0)), 1)
         return ids.to_tensor(default_value=0, shape=tf.stack(
@@ -72,11 +62,7 @@ class ReviewClassifier(tf.Module):
 
     def classify_texts(self, texts):
         """Python convenience: list of str -> ``np.float32 (N, classes)``.
-
-        Raises:
-            TypeError: ``texts`` is a single str or holds a non-str item
-                (the message names ``texts`` and the index).
-        """
+        TypeError for a single str or a non-str item (naming ``texts[i]``)."""
         if isinstance(texts, (str, bytes)):
             raise TypeError("`texts` must be a list of str, got one str; "
                             "wrap it in a list")
@@ -85,8 +71,7 @@ class ReviewClassifier(tf.Module):
             if not isinstance(text, str):
                 raise TypeError(f"`texts[{i}]` must be a str, got "
                                 f"{type(text).__name__}")
-        out = self.classify(tf.constant(texts, dtype=tf.string))
-        return out["probabilities"].numpy()
+        return self.classify(tf.constant(texts, dtype=tf.string))["probabilities"].numpy()
 
 
 class DigitClassifier(tf.Module):
@@ -117,5 +102,4 @@ class DigitClassifier(tf.Module):
 
     def predict(self, images):
         """NumPy convenience: checked like ``check_images``."""
-        images = check_images(images)
-        return self.classify(tf.constant(images))["probabilities"].numpy()
+        return self.classify(tf.constant(check_images(images)))["probabilities"].numpy()

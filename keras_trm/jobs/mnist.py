@@ -2,57 +2,37 @@
 batch sizes, the same number of examples seen.
 
 Used by ``recipes/mnist.py``. For every batch size in ``batch_sizes`` and
-every ``norm`` in ``norms`` the job trains ``lenet_cnn(norm)`` for
-``epochs`` epochs over the 54,000 training digits left after holding out a
-seeded 10% validation split of the 60,000 (so every run sees the same
-number of examples, in the same order for a given batch size), scores the
-validation split after every epoch, keeps the weights of the epoch with the
-best validation accuracy, scores the full 10,000-digit test set once with
-them, and writes
+``norm`` in ``norms`` the job trains ``lenet_cnn(norm)`` for ``epochs``
+epochs on the 54,000 training digits left after a seeded 10% validation
+split, scores the 10,000 test digits once with the best validation epoch,
+writes ``<workdir>/<run>.json`` (``run`` = ``lenet_<norm>_b<batch>``) and
+the report, and exports ``<export_dir>/mnist_<run>/<v>/``, whose
+``serving_default`` takes ``uint8 (batch, 28, 28)`` images and returns
+``{"probabilities": float32 (batch, 10)}``.
 
-* ``<workdir>/<run>.json`` (``run`` = ``lenet_<norm>_b<batch>``): the loss
-  of every training step, per-epoch validation accuracy, the chosen epoch,
-  the test accuracy, wall time;
-* to ``results_dir``: the same JSON with the per-step loss averaged over
-  windows of 1,024 examples (small files), one plot per batch size
-  (``mnist_batch_<b>.png``, one curve per normalization) and ``report.md``;
-* one SavedModel per run, ``<export_dir>/mnist_lenet_<norm>_b<batch>/<v>/``,
-  whose ``serving_default`` takes ``uint8 (batch, 28, 28)`` images and
-  returns ``{"probabilities": float32 (batch, 10)}``.
-
-This is the classic normalization comparison of Ba, Kiros and Hinton (2016,
-"Layer Normalization", §6.7 and Fig. 6 discuss small mini-batches), with the
-LeNet of LeCun et al. (1998): batch normalization's statistics come from the
-mini-batch, so they get noisy at batch 8; layer normalization's do not
-depend on the batch.
+This is the normalization comparison of Ba, Kiros and Hinton (2016, "Layer
+Normalization", §6.7 and Fig. 6 discuss small mini-batches), with the LeNet
+of LeCun et al. (1998): batch normalization's statistics come from the
+mini-batch, so they get noisy at batch 8; layer normalization's do not.
 """
 
 import dataclasses
 import json
-import os
 import pathlib
-import time
 from typing import Literal, get_args
 
 import keras
 import numpy as np
 
 from keras_trm.data import check_labels, load_mnist, validation_split
-from keras_trm.export import DigitClassifier, export_module
-from keras_trm.jobs._setup import check_choices, start_classifier_job
-from keras_trm.jobs.stages import StagedJob
-from keras_trm.utils import checks as v
+from keras_trm.export import DigitClassifier
+from keras_trm.jobs._setup import check_choices
+from keras_trm.jobs.imdb import (ClassifierJob, first_and_last_epoch, fit_and_test,
+                                 markdown_table, plot_curves)
 from keras_trm.models import check_images, lenet_cnn
-from keras_trm.training import (
-    BatchLoss,
-    StepLog,
-    describe_fit,
-    fit_summary,
-    restore_best_epoch,
-)
-from keras_trm.training import plots
-from keras_trm.training.plots import binned, plot_runs
-from keras_trm.utils import atomic_write, write_json
+from keras_trm.training import BatchLoss, StepLog, describe_fit
+from keras_trm.training.plots import binned
+from keras_trm.utils import atomic_write, checks as v, write_json
 
 Norm = Literal["none", "batch", "layer"]
 NORMS = get_args(Norm)
@@ -69,28 +49,24 @@ class MnistConfig:
     """Normalizations to compare (comma-separated list): ``none``,
     ``batch`` (BatchNorm), ``layer`` (LayerNorm)."""
     batch_sizes: tuple[int, ...] = (128, 8)
-    """Batch sizes to train each normalization at (comma-separated list of
-    images per batch)."""
+    """Batch sizes to train each normalization at (comma-separated list of images per batch)."""
     epochs: int = 8
-    """Training epochs per run (the same examples seen at every batch
-    size)."""
+    """Training epochs per run (the same examples seen at every batch size)."""
     learning_rate: float = 1e-3
     """Peak learning rate (Adam), cosine decay to 0 over the run."""
     validation_fraction: float = 0.1
-    """Share of the 60,000 training digits held out for validation
-    (fraction, seeded)."""
+    """Share of the 60,000 training digits held out for validation (fraction, seeded)."""
     seed: int = 0
     """Random seed (split, initialization, data order)."""
     jit_compile: bool = True
     """XLA for the training step."""
     bin_examples: int = 1024
-    """The reported per-step loss is averaged over windows of this many
-    examples (examples)."""
+    """The reported per-step loss is averaged over windows of this many examples (examples)."""
     download: bool = True
     """Fetch data missing from the data folder (online)."""
 
-    # The sections of the command line and YAML (``--training.epochs``;
-    # ``keras_trm.cli.config_keys``); the flat ``--epochs`` works too.
+    # The sections of the command line and YAML (``--training.epochs``);
+    # the flat ``--epochs`` works too.
     SECTIONS = {
         "data": ("validation_fraction", "download"),
         "model": ("norms",),
@@ -100,11 +76,9 @@ class MnistConfig:
 
     def validate(self):
         """Raises ``ValueError``/``TypeError`` naming a bad field and its
-        value (``keras-trm train-mnist`` turns it into a usage error, exit
-        2, before anything is read or written; the job checks too): also
-        ``norms`` / ``batch_sizes`` that are empty or not a tuple or list
-        (``norms="batch"`` is ``("batch",)``), and ``jit_compile`` /
-        ``download`` that are not bools (``"off"`` is truthy)."""
+        value (``keras-trm train-mnist`` makes it a usage error, exit 2):
+        also empty ``norms`` / ``batch_sizes`` or ones that are not a tuple
+        or list, and ``jit_compile`` / ``download`` that are not bools."""
         check_choices("norms", self.norms, set(NORMS))
         check_choices("batch_sizes", self.batch_sizes, (), check=v.positive_int)
         v.boolean("jit_compile", self.jit_compile)
@@ -120,9 +94,8 @@ class MnistConfig:
 def check_dataset(images, labels, images_name="images", labels_name="labels"):
     """``check_images`` and ``check_labels`` (digits 0-9, one per image)."""
     images = check_images(images, images_name)
-    labels = check_labels(labels, NUM_CLASSES, labels_name,
-                          count=images.shape[0])
-    return images, labels
+    return images, check_labels(labels, NUM_CLASSES, labels_name,
+                                count=images.shape[0])
 
 
 def run_name(norm, batch_size):
@@ -132,92 +105,51 @@ def run_name(norm, batch_size):
 def train_one(norm, batch_size, config, train, validation, test, verbose=2):
     """Trains ``lenet_cnn(norm)`` on ``train``, keeps the epoch with the best
     accuracy on ``validation`` and scores ``test`` once with it; returns
-    ``(model, result dict)``.
-
-    ``train`` / ``validation`` / ``test``: ``(uint8 images (N, 28, 28),
-    labels (N,))``, checked with ``check_dataset``.
-    """
+    ``(model, result dict)``. Each split: ``(uint8 images (N, 28, 28), labels
+    (N,))``, checked with ``check_dataset``."""
     v.one_of("norm", norm, set(NORMS))
     v.positive_int("batch_size", batch_size)
-    train_images, train_labels = check_dataset(*train, "train_images",
-                                               "train_labels")
-    val_images, val_labels = check_dataset(*validation, "validation_images",
-                                           "validation_labels")
-    test_images, test_labels = check_dataset(*test, "test_images",
-                                             "test_labels")
+    train, validation, test = (
+        check_dataset(*data, f"{name}_images", f"{name}_labels") for name, data in
+        (("train", train), ("validation", validation), ("test", test)))
     keras.utils.set_random_seed(config.seed)
     model = lenet_cnn(norm, name=run_name(norm, batch_size))
-    total_steps = config.epochs * -(-len(train_labels) // batch_size)
     schedule = keras.optimizers.schedules.CosineDecay(
-        config.learning_rate, decay_steps=total_steps)
-    model.compile(
-        optimizer=keras.optimizers.Adam(schedule),
-        loss=keras.losses.SparseCategoricalCrossentropy(),
-        metrics=["accuracy", BatchLoss()],
-        jit_compile=config.jit_compile,
-    )
-    log, best = StepLog(), restore_best_epoch()
-    start = time.time()
-    model.fit(
-        train_images.astype(np.float32), train_labels, batch_size=batch_size,
-        epochs=config.epochs, shuffle=True,
-        validation_data=(val_images.astype(np.float32), val_labels),
-        validation_batch_size=500, callbacks=[log, best], verbose=verbose,
-    )
-    seconds = time.time() - start
-    # The test set, once, with the weights of the best validation epoch.
-    scores = model.evaluate(test_images.astype(np.float32), test_labels,
-                            batch_size=500, return_dict=True, verbose=0)
+        config.learning_rate, decay_steps=config.epochs * -(-len(train[1]) // batch_size))
+    model.compile(optimizer=keras.optimizers.Adam(schedule),
+                  loss=keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=["accuracy", BatchLoss()], jit_compile=config.jit_compile)
+    summary, seconds, _ = fit_and_test(
+        model, *[(images.astype(np.float32), labels)
+                 for images, labels in (train, validation, test)],
+        config.epochs, StepLog(), verbose,
+        fit_options=dict(batch_size=batch_size, shuffle=True,
+                         validation_batch_size=500),
+        test_options=dict(batch_size=500))
     result = {
-        "run": run_name(norm, batch_size),
-        "norm": norm,
-        "label": NORM_LABELS[norm],
-        "batch_size": batch_size,
-        "epochs": config.epochs,
-        "examples_seen": config.epochs * len(train_labels),
-        "parameters": int(model.count_params()),
-        "train_minutes": round(seconds / 60, 2),
-        "train_examples": int(len(train_labels)),
-        "validation_examples": int(len(val_labels)),
-        "test_examples": int(len(test_labels)),
-        **fit_summary(log, best, scores),
-    }
+        "run": run_name(norm, batch_size), "norm": norm, "label": NORM_LABELS[norm],
+        "batch_size": batch_size, "epochs": config.epochs,
+        "examples_seen": config.epochs * len(train[1]),
+        "parameters": int(model.count_params()), "train_minutes": round(seconds / 60, 2),
+        "train_examples": int(len(train[1])), "validation_examples": int(len(validation[1])),
+        "test_examples": int(len(test[1])), **summary}
     print(describe_fit(result["run"], result, config.epochs)
           + f" ({result['train_minutes']:.1f} min)", flush=True)
     return model, result
 
 
-def _compact(result, bin_examples):
-    """The result with the per-step loss averaged over ``bin_examples``."""
-    out = dict(result)
-    steps = max(bin_examples // result["batch_size"], 1)
-    out.pop("step_loss")
-    out["loss_bin_steps"] = steps
-    out["binned_step_loss"] = binned(result["step_loss"], steps)
-    return out
-
-
 def _comparison(results, batch_size):
-    rows = [r for r in results.values() if r["batch_size"] == batch_size]
-    if not rows:
-        return []
     lines = []
-    for r in sorted(rows, key=lambda r: NORMS.index(r["norm"])):
-        loss = np.asarray(r["step_loss"])
-        per_epoch = len(loss) // r["epochs"]
+    for r in _runs_of(results, batch_size):
+        first, last = first_and_last_epoch(r)
         lines.append(
             f"- {r['label']}: mean training loss in epoch 1 "
-            f"{loss[:per_epoch].mean():.4f}, in the last epoch "
-            f"{loss[-per_epoch:].mean():.4f}; validation accuracy by epoch "
+            f"{first.mean():.4f}, in the last epoch "
+            f"{last.mean():.4f}; validation accuracy by epoch "
             + ", ".join(f"{100 * e['val_accuracy']:.2f}%" for e in r["epoch_log"])
             + f" (epoch {r['best_epoch']} kept)"
         )
     return lines
-
-
-def _last_epoch_loss(r):
-    loss = np.asarray(r["step_loss"])
-    return float(loss[-(len(loss) // r["epochs"]):].mean())
 
 
 def _findings(results):
@@ -226,6 +158,9 @@ def _findings(results):
     little). Only pairs that were both run are stated."""
     def get(norm, b):
         return results.get(run_name(norm, b))
+
+    def loss(r):
+        return float(first_and_last_epoch(r)[1].mean())
 
     def acc(r):
         return 100 * r["test_accuracy"]
@@ -238,23 +173,20 @@ def _findings(results):
     if bn and ln:
         lines.append(
             f"- Batch 128, BatchNorm vs LayerNorm: last-epoch training loss "
-            f"{_last_epoch_loss(bn):.4f} vs {_last_epoch_loss(ln):.4f}, test "
-            f"accuracy {acc(bn):.2f}% vs {acc(ln):.2f}%. On training loss this "
-            f"{verdict(_last_epoch_loss(bn) <= _last_epoch_loss(ln))} "
-            "\"BN >= LN at batch 128\"; on test accuracy it "
-            f"{verdict(acc(bn) >= acc(ln))} it.")
-    for norm in ("batch", "layer"):
+            f"{loss(bn):.4f} vs {loss(ln):.4f}, test accuracy {acc(bn):.2f}% "
+            f"vs {acc(ln):.2f}%. On training loss this "
+            f"{verdict(loss(bn) <= loss(ln))} \"BN >= LN at batch 128\"; on "
+            f"test accuracy it {verdict(acc(bn) >= acc(ln))} it.")
+    for norm, expected in (("batch", "hurts"), ("layer", "helps a little")):
         small, base = get(norm, 8), get("none", 8)
         if small and base:
-            better = _last_epoch_loss(small) < _last_epoch_loss(base)
-            expected = "helps a little" if norm == "layer" else "hurts"
-            holds = better if norm == "layer" else not better
+            # LN should lower the last-epoch loss; BN should not.
+            holds = (loss(small) < loss(base)) == (norm == "layer")
             lines.append(
                 f"- Batch 8, {small['label']} vs no norm: last-epoch training "
-                f"loss {_last_epoch_loss(small):.4f} vs "
-                f"{_last_epoch_loss(base):.4f}, test accuracy {acc(small):.2f}% "
-                f"vs {acc(base):.2f}%. On training loss this {verdict(holds)} "
-                f"\"{small['label']} {expected} at batch 8\".")
+                f"loss {loss(small):.4f} vs {loss(base):.4f}, test accuracy "
+                f"{acc(small):.2f}% vs {acc(base):.2f}%. On training loss this "
+                f"{verdict(holds)} \"{small['label']} {expected} at batch 8\".")
     if lines:
         spread = [acc(r) for r in results.values()]
         lines.append(
@@ -265,59 +197,32 @@ def _findings(results):
     return lines
 
 
-def _load_compact(workdir, results_dir, bin_examples):
-    """The runs in ``workdir`` by name; each also written to
-    ``results_dir`` with its loss averaged (``_compact``)."""
-    results = {}
-    for path in sorted(pathlib.Path(workdir).glob("lenet_*_b*.json")):
-        r = json.loads(path.read_text())
-        results[r["run"]] = r
-        write_json(results_dir / path.name, _compact(r, bin_examples))
-    return results
+def _runs_of(results, b):
+    """The runs at batch size ``b``, in ``NORMS`` order."""
+    return [r for r in (results.get(run_name(norm, b)) for norm in NORMS) if r]
 
 
 def _results_table(results, batch_sizes):
     """The report's table: one row per run, by batch size then norm."""
-    rows = [
-        "| batch size | normalization | epochs | steps | train min | "
-        "best validation accuracy [epoch] | test accuracy (10,000) | "
-        "test loss |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for b in batch_sizes:
-        for norm in NORMS:
-            r = results.get(run_name(norm, b))
-            if r:
-                rows.append(
-                    f"| {b} | {r['label']} | {r['epochs']} | {r['steps']:,} | "
-                    f"{r['train_minutes']:.1f} | "
-                    f"{100 * r['validation_accuracy']:.2f}% [{r['best_epoch']}] | "
-                    f"**{100 * r['test_accuracy']:.2f}%** | {r['test_loss']:.4f} |")
-    return rows
+    return markdown_table(
+        ["batch size", "normalization", "epochs", "steps", "train min",
+         "best validation accuracy [epoch]", "test accuracy (10,000)", "test loss"],
+        [[b, r["label"], r["epochs"], f"{r['steps']:,}", f"{r['train_minutes']:.1f}",
+          f"{100 * r['validation_accuracy']:.2f}% [{r['best_epoch']}]",
+          f"**{100 * r['test_accuracy']:.2f}%**", f"{r['test_loss']:.4f}"]
+         for b in batch_sizes for r in _runs_of(results, b)])
 
 
 def _batch_section(results, results_dir, b):
     """The report's section for batch size ``b``: its plot (one curve per
     norm, written to ``results_dir`` if matplotlib is installed) and the
     per-norm comparison."""
-    runs = []
-    for norm in NORMS:
-        r = results.get(run_name(norm, b))
-        if r:
-            runs.append({"label": r["label"], "loss": r["step_loss"],
-                         "loss_x": np.arange(1, len(r["step_loss"]) + 1) * b,
-                         "epochs": r["epoch_log"]})
     window = max(2560 // b, 1)
     figure = []
-    if plots.available():
-        plot_runs(results_dir / f"mnist_batch_{b}.png", runs,
-                  f"MNIST LeNet, batch size {b}", "training examples seen",
-                  "val_accuracy", "validation accuracy (%)",
-                  smooth_window=window)
+    if plot_curves(results_dir / f"mnist_batch_{b}.png", _runs_of(results, b),
+                   f"MNIST LeNet, batch size {b}", "training examples seen",
+                   window, examples_per_step=b):
         figure = [f"![batch {b}](mnist_batch_{b}.png)", ""]
-    else:
-        print('no plot: matplotlib is not installed '
-              '(pip install "keras_trm[plots]")')
     return [f"## Batch size {b}", "", *figure,
             f"(Loss curves: moving average over {window} steps = "
             f"{window * b:,} examples.)", "",
@@ -325,11 +230,20 @@ def _batch_section(results, results_dir, b):
 
 
 def write_report(workdir, results_dir, config, extra=None):
-    """Writes the compact JSON files, one plot per batch size and
-    ``report.md`` to ``results_dir`` from the runs found in ``workdir``."""
+    """Writes the compact JSON files (the per-step loss averaged over
+    ``config.bin_examples``), one plot per batch size and ``report.md`` to
+    ``results_dir`` from the runs found in ``workdir``; returns the path of
+    ``report.md``."""
     results_dir = pathlib.Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    results = _load_compact(workdir, results_dir, config.bin_examples)
+    results = {}
+    for path in sorted(pathlib.Path(workdir).glob("lenet_*_b*.json")):
+        r = results[path.stem] = json.loads(path.read_text())
+        steps = max(config.bin_examples // r["batch_size"], 1)
+        compact = {k: value for k, value in r.items() if k != "step_loss"}
+        write_json(results_dir / path.name, {
+            **compact, "loss_bin_steps": steps,
+            "binned_step_loss": binned(r["step_loss"], steps)})
     batch_sizes = sorted({r["batch_size"] for r in results.values()},
                          reverse=True)
     text = [
@@ -363,8 +277,9 @@ def write_report(workdir, results_dir, config, extra=None):
     for b in batch_sizes:
         text += _batch_section(results, results_dir, b)
     text += ["Files: `lenet_<norm>_b<batch>.json` (per-epoch validation "
-             "accuracy `epoch_log`, the kept epoch `best_epoch`; training loss averaged over windows of "
-             f"{config.bin_examples:,} examples `binned_step_loss` -- the "
+             "accuracy `epoch_log`, the kept epoch `best_epoch`; training loss "
+             f"averaged over windows of {config.bin_examples:,} examples "
+             "`binned_step_loss` -- the "
              "per-step values are in `runs/mnist/`), configuration.", ""]
     atomic_write(results_dir / "report.md", "\n".join(text))
     return results_dir / "report.md"
@@ -375,23 +290,18 @@ def run(config=None, data_dir=None, workdir="runs/mnist", export_dir="export",
     """Runs the whole job; returns ``{run name: result dict}`` plus
     ``"stage_seconds"`` (wall seconds per stage of ``MnistRun``). The report
     goes to ``results_dir`` (None: ``<workdir>/results``; ``""``: none)."""
-    return MnistRun(config, data_dir, workdir, export_dir, results_dir,
-                    verbose).run()
+    return MnistRun(config, data_dir, workdir, export_dir, results_dir, verbose).run()
 
 
-class MnistRun(StagedJob):
+class MnistRun(ClassifierJob):
     """The MNIST job's stages (``keras_trm.jobs.stages``): ``prepare_data``
     (load, validation split) -> ``fit_evaluate_export`` (each batch size and
     norm in turn: ``train_one``, its SavedModel, ``<run>.json``) ->
     ``report``."""
 
     STAGES = ("prepare_data", "fit_evaluate_export", "report")
-
-    def __init__(self, config, data_dir, workdir, export_dir, results_dir,
-                 verbose):
-        self.config = config = (config or MnistConfig()).validate()
-        start_classifier_job(self, workdir, data_dir, export_dir, results_dir,
-                             verbose, config.download)
+    CONFIG, NAME, RECIPE = MnistConfig, "MNIST", "mnist"
+    write_report = staticmethod(write_report)
 
     def prepare_data(self):
         """The training digits less a seeded validation split, and the
@@ -410,44 +320,21 @@ class MnistRun(StagedJob):
 
     def fit_evaluate_export(self):
         """Every batch size, every norm in turn: trained, scored
-        (``train_one``), exported and written to ``<workdir>/<run>.json``
-        before the next one starts."""
-        self.results = {}
+        (``train_one``), exported as a uint8-image SavedModel
+        (``DigitClassifier``) and written to ``<workdir>/<run>.json`` before
+        the next one starts."""
         for b in self.config.batch_sizes:
             for norm in self.config.norms:
                 model, result = train_one(norm, b, self.config, self.train,
                                           self.validation, self.test,
                                           self.verbose)
-                result["config"] = dataclasses.asdict(self.config)
-                result["export"] = str(self._export(model, result["config"]))
-                write_json(self.workdir / f"{result['run']}.json", result)
-                self.results[result["run"]] = result
-
-    def _export(self, model, config_dict):
-        """``model`` as a uint8-image SavedModel (``DigitClassifier``)."""
-        classifier = DigitClassifier(model)
-        path = export_module(
-            classifier, self.export_dir, f"mnist_{model.name}",
-            signatures={"serving_default": classifier.classify},
-            assets={"config.json": json.dumps(config_dict, indent=1)},
-        )
-        print(f"exported SavedModel to {path}", flush=True)
-        return path
+                self._keep(result["run"], result, DigitClassifier(model),
+                           f"mnist_{model.name}")
 
     def report(self):
-        """The job's wall time and best run; the compact JSON files, plots
-        and ``report.md`` in ``results_dir`` (unless it is ``""``)."""
-        job_minutes = (time.time() - self.job_start) / 60
-        print(f"MNIST job: {job_minutes:.1f} min", flush=True)
+        """The best run, then ``ClassifierJob.report``."""
         if self.results:
             best = max(self.results.values(), key=lambda r: r["test_accuracy"])
             print(f"best: {best['run']} {100 * best['test_accuracy']:.2f}%",
                   flush=True)
-        if self.results_dir:
-            report = write_report(
-                self.workdir, self.results_dir, self.config,
-                extra=f"Wall time of the last `recipes/mnist.py` call: "
-                      f"{job_minutes:.1f} min on {len(os.sched_getaffinity(0))} CPU "
-                      "core(s) available to the process.")
-            print(f"report: {report}", flush=True)
-        self.result = dict(self.results)
+        super().report()

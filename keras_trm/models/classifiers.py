@@ -1,18 +1,13 @@
 """Small classifiers: LSTM / LN-LSTM, BERT-style encoder, LeNet CNN.
 
-Functional builders used by the classification recipes (IMDB sentiment with
-``lstm_classifier`` / ``encoder_classifier``, MNIST digits with
-``lenet_cnn``). Each returns a ``keras.Model`` whose output is float32 class
-*probabilities* (a softmax), so compile them with
-``SparseCategoricalCrossentropy()`` (``from_logits=False``).
-
-The models are instances of ``ClassifierModel``, an
-``IntegerInputsModel``: a functional ``keras.Model`` that also checks the
-dtype of its integer inputs (a plain functional model silently casts float
-token ids to int32, 1.7 -> 1; this one raises a ``TypeError`` instead).
+Functional builders of the IMDB and MNIST recipes. Each returns a
+``ClassifierModel`` whose output is float32 class *probabilities* (a
+softmax): compile with ``SparseCategoricalCrossentropy()``
+(``from_logits=False``).
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_trm.utils import checks as v
@@ -21,15 +16,11 @@ from keras_trm.layers.lstm_ln import LSTM_LN
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
 
-POOLING_MODES = {"mean", "cls"}
-NORM_MODES = {"none", "batch", "layer"}
-
-
 @keras.saving.register_keras_serializable(package="keras_trm")
 class ClassifierModel(IntegerInputsModel):
     """The classifiers' model: an ``IntegerInputsModel`` (a functional
-    ``keras.Model`` that refuses non-integer ids), a class of its own so
-    that files saved with it load.
+    ``keras.Model`` that refuses float ids, which a plain one silently
+    casts, 1.7 -> 1), a class of its own so that files saved with it load.
 
     Raises (when called):
         TypeError: a float/bool value for an integer input; the message
@@ -51,41 +42,25 @@ class ClassifierModel(IntegerInputsModel):
 def _num_classes(num_classes):
     v.positive_int("num_classes", num_classes)
     if num_classes < 2:
-        raise ValueError(
-            f"`num_classes` must be >= 2 for a softmax classifier, got "
-            f"num_classes={num_classes}"
-        )
-    return num_classes
+        raise ValueError(f"`num_classes` must be >= 2 for a softmax classifier, "
+                         f"got num_classes={num_classes}")
 
 
 def _probabilities(x, num_classes):
-    return keras.layers.Dense(
-        num_classes, activation="softmax", dtype="float32", name="classifier"
-    )(x)
+    return keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
+                              name="classifier")(x)
 
 
-def lstm_classifier(
-    vocabulary_size,
-    embedding_dim=128,
-    units=128,
-    num_classes=2,
-    layer_norm=False,
-    bidirectional=False,
-    dropout_rate=0.2,
-    name="lstm_classifier",
-):
+def lstm_classifier(vocabulary_size, embedding_dim=128, units=128, num_classes=2,
+                    layer_norm=False, bidirectional=False, dropout_rate=0.2,
+                    name="lstm_classifier"):
     """Builds an (LN-)LSTM sequence classifier.
 
     Architecture: ``Embedding(mask_zero=True)`` -> one LSTM layer returning
     its last (masked) state -> ``Dropout`` -> ``Dense(num_classes,
-    softmax)``. The LSTM is ``keras.layers.LSTM``, or with
-    ``layer_norm=True`` the layer-normalized LSTM of Ba, Kiros and Hinton
-    (2016, "Layer Normalization", §3.1), ``keras_trm.layers.LSTM_LN``; with
-    ``bidirectional=True`` it is wrapped in ``keras.layers.Bidirectional``
-    (forward and backward final states concatenated, ``2 * units``).
-    Padding (id 0) is masked: a padded step keeps the previous state, so
-    padding does not change the prediction (for the forward direction
-    wherever it is; the usual layout is right padding).
+    softmax)``. Padding (id 0) is masked: a padded step keeps the previous
+    state, so padding does not change the prediction (for the forward
+    direction wherever it is; the usual layout is right padding).
 
     Args:
         vocabulary_size: int > 0; ids are in ``[0, vocabulary_size)`` and
@@ -93,21 +68,22 @@ def lstm_classifier(
         embedding_dim: int > 0, size of the token embeddings.
         units: int > 0, LSTM state size.
         num_classes: int >= 2.
-        layer_norm: bool, use ``LSTM_LN`` instead of ``keras.layers.LSTM``.
-        bidirectional: bool, wrap the LSTM in ``Bidirectional``.
+        layer_norm: bool, ``keras_trm.layers.LSTM_LN`` (Ba, Kiros and
+            Hinton 2016, "Layer Normalization", §3.1) instead of
+            ``keras.layers.LSTM``.
+        bidirectional: bool, wrap the LSTM in ``Bidirectional`` (the final
+            states of both directions concatenated, ``2 * units``).
         dropout_rate: float in [0, 1), dropout on the final state.
         name: model name.
 
     Returns:
         ``ClassifierModel`` with input ``"token_ids"``: int32 ``(batch, T)``
-        (any T), and output float32 probabilities ``(batch, num_classes)``
-        (rows sum to 1).
+        (any T), and output float32 probabilities ``(batch, num_classes)``.
 
     Raises:
         TypeError/ValueError: a bad argument (non-positive sizes,
-            ``num_classes < 2``, ``dropout_rate`` outside [0, 1)); the
-            message names the argument and value. When called: TypeError
-            for non-integer ids (names ``token_ids`` and the dtype).
+            ``num_classes < 2``, ``dropout_rate`` outside [0, 1)), naming
+            it and the value. When called: TypeError for non-integer ids.
 
     Example:
 
@@ -120,26 +96,22 @@ def lstm_classifier(
     >>> bool(np.allclose(model(np.array([[4, 5, 6]], "int32")), probs, atol=1e-6))
     True
     """
-    v.positive_int("vocabulary_size", vocabulary_size)
-    v.positive_int("embedding_dim", embedding_dim)
-    v.positive_int("units", units)
+    for arg, value in (("vocabulary_size", vocabulary_size),
+                       ("embedding_dim", embedding_dim), ("units", units)):
+        v.positive_int(arg, value)
     _num_classes(num_classes)
     v.rate("dropout_rate", dropout_rate)
 
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    x = keras.layers.Embedding(
-        vocabulary_size, embedding_dim, mask_zero=True, name="embedding"
-    )(token_ids)
-    if layer_norm:
-        rnn = LSTM_LN(units, name="lstm_ln")
-    else:
-        rnn = keras.layers.LSTM(units, name="lstm")
+    x = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
+                               name="embedding")(token_ids)
+    rnn = (LSTM_LN(units, name="lstm_ln") if layer_norm
+           else keras.layers.LSTM(units, name="lstm"))
     if bidirectional:
         rnn = keras.layers.Bidirectional(rnn, name="bidirectional")
     x = rnn(x)
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
-    outputs = _probabilities(x, num_classes)
-    return ClassifierModel(token_ids, outputs, name=name)
+    return ClassifierModel(token_ids, _probabilities(x, num_classes), name=name)
 
 
 def encoder_classifier(
@@ -155,15 +127,11 @@ def encoder_classifier(
     the paper's sinusoids) -> dropout -> ``num_layers`` post-LN
     ``TransformerEncoderBlock`` s, attending only to non-padding keys
     (padding mask ``token_ids != 0``) -> pooling -> dropout ->
-    ``Dense(num_classes, softmax)``. Pooling:
-
-    * ``"cls"``: the output at position 0. The caller puts a classification
-      token (e.g. a ``[CLS]`` id) first in every sequence, as BERT does.
-    * ``"mean"``: the mean of the outputs at non-padding positions only,
-      ``sum_t m_t h_t / max(sum_t m_t, 1)`` with ``m_t = [id_t != 0]``.
-      Padded positions are excluded from both sums and no real position
-      attends to them, so appending padding leaves the output unchanged
-      (an all-padding row pools to zeros).
+    ``Dense(num_classes, softmax)``. Pooling ``"cls"``: the output at
+    position 0 (the caller puts a ``[CLS]`` id first, as BERT does);
+    ``"mean"``: ``sum_t m_t h_t / max(sum_t m_t, 1)`` with ``m_t = [id_t !=
+    0]``, so appending padding leaves the output unchanged (an all-padding
+    row pools to zeros).
 
     Args:
         vocabulary_size: int > 0; id 0 is padding.
@@ -188,9 +156,9 @@ def encoder_classifier(
     Raises:
         TypeError/ValueError: bad arguments (non-positive sizes, ``d_model``
             not divisible by ``num_heads``, unknown ``pooling`` or
-            ``position``, rates outside [0, 1)); the message names the
-            argument. When called: TypeError for non-integer ids (names the
-            dtype), ValueError for ``T > max_sequence_length``.
+            ``position``, rates outside [0, 1)), naming the argument. When
+            called: TypeError for non-integer ids, ValueError for ``T >
+            max_sequence_length``.
 
     Example:
 
@@ -203,43 +171,35 @@ def encoder_classifier(
     """
     max_sequence_length = v.renamed("max_length", max_length,
                                     "max_sequence_length", max_sequence_length)
-    v.positive_int("vocabulary_size", vocabulary_size)
-    v.positive_int("num_layers", num_layers)
-    v.positive_int("d_model", d_model)
-    v.positive_int("num_heads", num_heads)
-    v.positive_int("d_ff", d_ff)
+    for arg, value in (("vocabulary_size", vocabulary_size),
+                       ("num_layers", num_layers), ("d_model", d_model),
+                       ("num_heads", num_heads), ("d_ff", d_ff),
+                       ("max_sequence_length", max_sequence_length)):
+        v.positive_int(arg, value)
     v.divisible("d_model", d_model, "num_heads", num_heads)
-    v.positive_int("max_sequence_length", max_sequence_length)
     v.rate("dropout_rate", dropout_rate)
-    v.one_of("pooling", pooling, POOLING_MODES)
+    v.one_of("pooling", pooling, {"mean", "cls"})
     v.one_of("position", position, {"learned", "sinusoidal"})
     _num_classes(num_classes)
 
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     padding_mask = ops.not_equal(token_ids, 0)
-    x = PositionalEmbedding(
-        vocabulary_size, d_model, max_sequence_length, position=position,
-        name="embedding",
-    )(token_ids)
+    x = PositionalEmbedding(vocabulary_size, d_model, max_sequence_length,
+                            position=position, name="embedding")(token_ids)
     x = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(x)
     for i in range(num_layers):
-        x = TransformerEncoderBlock(
-            num_heads=num_heads, d_ff=d_ff, dropout_rate=dropout_rate,
-            name=f"encoder_layer_{i}",
-        )(x, padding_mask=padding_mask)
+        block = TransformerEncoderBlock(num_heads=num_heads, d_ff=d_ff,
+                                        dropout_rate=dropout_rate,
+                                        name=f"encoder_layer_{i}")
+        x = block(x, padding_mask=padding_mask)
     if pooling == "cls":
         pooled = x[:, 0, :]
     else:
         weights = ops.expand_dims(ops.cast(padding_mask, x.dtype), -1)
-        total = ops.sum(x * weights, axis=1)
-        count = ops.maximum(ops.sum(weights, axis=1), 1.0)
-        pooled = total / count
+        pooled = (ops.sum(x * weights, axis=1)
+                  / ops.maximum(ops.sum(weights, axis=1), 1.0))
     pooled = keras.layers.Dropout(dropout_rate, name="pooled_dropout")(pooled)
-    outputs = _probabilities(pooled, num_classes)
-    return ClassifierModel(token_ids, outputs, name=name)
-
-
-MNIST_IMAGE_SHAPE = (28, 28)
+    return ClassifierModel(token_ids, _probabilities(pooled, num_classes), name=name)
 
 
 TEXT_CLASSIFIER_KINDS = ("encoder", "lstm_ln", "lstm")
@@ -249,16 +209,13 @@ def text_classifier(kind, vocabulary_size, max_sequence_length=512,
                     num_layers=1, d_model=128, num_heads=4, d_ff=256,
                     embedding_dim=64, units=128, dropout_rate=0.2,
                     num_classes=2, name=None, max_length=None):
-    """One of three token-id text classifiers, by name, so that a recipe
-    can train them on the same data and compare them.
-
-    * ``"encoder"``: ``encoder_classifier`` (``num_layers``, ``d_model``,
-      ``num_heads``, ``d_ff``, ``max_sequence_length``; mean pooling);
-    * ``"lstm_ln"``: ``lstm_classifier`` with ``LSTM_LN`` (Ba et al. 2016,
-      §3.1; ``embedding_dim``, ``units``);
-    * ``"lstm"``: the same with ``keras.layers.LSTM``.
-
-    The arguments of the other kinds are ignored.
+    """One of three token-id text classifiers, by name (for a recipe that
+    compares them on the same data): ``"encoder"``, ``encoder_classifier``
+    with mean pooling (``num_layers``, ``d_model``, ``num_heads``, ``d_ff``,
+    ``max_sequence_length``); ``"lstm_ln"``, ``lstm_classifier`` with
+    ``LSTM_LN`` (Ba et al. 2016, §3.1; ``embedding_dim``, ``units``);
+    ``"lstm"``, the same with ``keras.layers.LSTM``. The arguments of the
+    other kinds are ignored.
 
     Args:
         kind: ``"encoder"``, ``"lstm_ln"`` or ``"lstm"``.
@@ -291,15 +248,12 @@ def text_classifier(kind, vocabulary_size, max_sequence_length=512,
     name = name or f"{kind}_classifier"
     if kind == "encoder":
         return encoder_classifier(
-            vocabulary_size, num_layers=num_layers, d_model=d_model,
-            num_heads=num_heads, d_ff=d_ff,
-            max_sequence_length=max_sequence_length,
-            dropout_rate=dropout_rate, pooling="mean", num_classes=num_classes,
-            name=name)
+            vocabulary_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads,
+            d_ff=d_ff, max_sequence_length=max_sequence_length, pooling="mean",
+            dropout_rate=dropout_rate, num_classes=num_classes, name=name)
     return lstm_classifier(
-        vocabulary_size, embedding_dim=embedding_dim, units=units,
-        num_classes=num_classes, layer_norm=kind == "lstm_ln",
-        dropout_rate=dropout_rate, name=name)
+        vocabulary_size, embedding_dim=embedding_dim, units=units, num_classes=num_classes,
+        layer_norm=kind == "lstm_ln", dropout_rate=dropout_rate, name=name)
 
 
 def check_images(images, name="images"):
@@ -307,9 +261,8 @@ def check_images(images, name="images"):
     returns them as ``np.uint8 (N, 28, 28)``.
 
     Raises:
-        TypeError: a dtype other than uint8 (the message names the argument
-            and the dtype; convert with ``np.uint8`` only if values are
-            0-255 pixel intensities).
+        TypeError: a dtype other than uint8, naming the argument and the
+            dtype (convert only 0-255 pixel values with ``np.uint8``).
         ValueError: a shape other than ``(N, 28, 28)``.
 
     Example:
@@ -318,19 +271,13 @@ def check_images(images, name="images"):
     >>> check_images(np.zeros((2, 28, 28), np.uint8)).shape
     (2, 28, 28)
     """
-    import numpy as np
-
     array = np.asarray(images)
     if array.dtype != np.uint8:
-        raise TypeError(
-            f"`{name}` must be uint8 pixel values 0-255, got dtype "
-            f"{array.dtype}"
-        )
-    if array.ndim != 3 or array.shape[1:] != MNIST_IMAGE_SHAPE:
-        raise ValueError(
-            f"`{name}` must have shape (N, 28, 28), got {name}.shape="
-            f"{array.shape}"
-        )
+        raise TypeError(f"`{name}` must be uint8 pixel values 0-255, got dtype "
+                        f"{array.dtype}")
+    if array.ndim != 3 or array.shape[1:] != (28, 28):
+        raise ValueError(f"`{name}` must have shape (N, 28, 28), got "
+                         f"{name}.shape={array.shape}")
     return array
 
 
@@ -344,15 +291,12 @@ def lenet_cnn(norm=None, num_classes=10, name="lenet_cnn"):
     -> ``Dense(120)`` -> [norm] -> tanh -> ``Dense(84)`` -> [norm] -> tanh ->
     ``Dense(num_classes, softmax)``.
 
-    The optional normalization of the two hidden fully connected layers sits
-    between the affine map and the non-linearity, ``tanh(N(W x))``, as
-    layer normalization is applied to the summed inputs in Ba, Kiros and
-    Hinton (2016, "Layer Normalization", §3) and batch normalization in
-    Ioffe and Szegedy (2015, §3.2). ``"layer"`` normalizes over the units of
-    one example (``keras.layers.LayerNormalization``); ``"batch"`` over the
-    batch (``keras.layers.BatchNormalization``, moving statistics at
-    inference). With a norm, those two Dense layers have no bias (the
-    norm's beta replaces it).
+    The optional norm sits between the affine map and the non-linearity,
+    ``tanh(N(W x))``, as in Ba, Kiros and Hinton (2016, "Layer
+    Normalization", §3) and Ioffe and Szegedy (2015, §3.2): ``"layer"``
+    over the units of one example (``LayerNormalization``), ``"batch"`` over
+    the batch (``BatchNormalization``, moving statistics at inference).
+    With a norm the two Dense layers have no bias (the norm's beta).
 
     Args:
         norm: ``None`` (or ``"none"``), ``"batch"`` or ``"layer"``.
@@ -365,9 +309,8 @@ def lenet_cnn(norm=None, num_classes=10, name="lenet_cnn"):
         output float32 probabilities ``(batch, num_classes)``.
 
     Raises:
-        ValueError: unknown ``norm`` (the message names ``norm`` and the
-            value), ``num_classes < 2``. When called: ValueError from the
-            model for images of another shape (e.g. ``(batch, 32, 32)``).
+        ValueError: unknown ``norm`` (naming it and the value),
+            ``num_classes < 2``; when called, images of another shape.
 
     Example:
 
@@ -377,27 +320,22 @@ def lenet_cnn(norm=None, num_classes=10, name="lenet_cnn"):
     >>> tuple(model(images).shape)
     (2, 10)
     """
-    norm_mode = v.one_of("norm", "none" if norm is None else norm, NORM_MODES)
+    norm_mode = v.one_of("norm", "none" if norm is None else norm, {"none", "batch", "layer"})
     _num_classes(num_classes)
 
     images = keras.Input((28, 28), dtype="float32", name="images")
     x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
     x = keras.layers.Reshape((28, 28, 1), name="reshape")(x)
-    x = keras.layers.Conv2D(
-        6, 5, padding="same", activation="tanh", name="conv_1"
-    )(x)
+    x = keras.layers.Conv2D(6, 5, padding="same", activation="tanh", name="conv_1")(x)
     x = keras.layers.MaxPool2D(2, name="pool_1")(x)
     x = keras.layers.Conv2D(16, 5, activation="tanh", name="conv_2")(x)
     x = keras.layers.MaxPool2D(2, name="pool_2")(x)
     x = keras.layers.Flatten(name="flatten")(x)
     for i, size in enumerate((120, 84), start=1):
-        x = keras.layers.Dense(
-            size, use_bias=norm_mode == "none", name=f"dense_{i}"
-        )(x)
+        x = keras.layers.Dense(size, use_bias=norm_mode == "none", name=f"dense_{i}")(x)
         if norm_mode == "layer":
             x = keras.layers.LayerNormalization(name=f"layer_norm_{i}")(x)
         elif norm_mode == "batch":
             x = keras.layers.BatchNormalization(name=f"batch_norm_{i}")(x)
         x = keras.layers.Activation("tanh", name=f"tanh_{i}")(x)
-    outputs = _probabilities(x, num_classes)
-    return ClassifierModel(images, outputs, name=name)
+    return ClassifierModel(images, _probabilities(x, num_classes), name=name)
