@@ -14,6 +14,7 @@ int ``(batch_size, n)`` arrays from
 ``keras_trm.data.language_modeling.batchify``.
 """
 
+import itertools
 import weakref
 
 import keras
@@ -23,20 +24,17 @@ from keras import ops
 from keras_trm.data.language_modeling import segments
 from keras_trm.utils import checks as v
 
-# Compiled evaluation steps per model, keyed by kind and trace settings:
-# repeated evaluations (e.g. on the validation split during training) reuse
-# the trace. mem_len is part of the key because it is a Python int baked
-# into the trace.
+# Compiled evaluation steps per model and key, so that repeated evaluations
+# (the validation split during training) reuse the trace; mem_len is part of
+# the key, a Python int baked into the trace.
 _EVAL_STEPS = weakref.WeakKeyDictionary()
 
 
 def _compiled(model, key, fn, static=True):
-    """``fn(call, *arrays)`` compiled as the backend compiles inference,
-    cached per ``(model, key)``; ``call(*args)`` runs ``model(*args,
-    training=False)`` with the model's weights at the time of the call: a
-    ``tf.function`` (one trace per shape when ``static``, else a
-    generalized one), a ``jax.jit`` taking the variables' current values
-    (one trace per shape), PyTorch eagerly without autograd."""
+    """``fn(call, *arrays)`` compiled for inference, cached per ``(model,
+    key)``; ``call(*args)`` runs ``model(*args, training=False)`` with the
+    model's current weights: a ``tf.function`` (a generalized trace unless
+    ``static``), a ``jax.jit``, or PyTorch eagerly without autograd."""
     steps = _EVAL_STEPS.setdefault(model, {})
     if key in steps:
         return steps[key]
@@ -88,9 +86,8 @@ def _vocabulary_size(model):
 def _check_streams(model, streams):
     """``streams`` as a 2-D integer NumPy array of at least one stream, its
     ids in the model's vocabulary, checked on the host once per evaluation
-    (never in the segment loop): float streams were cut to ints silently,
-    and an id past the vocabulary failed inside the graph's embedding
-    lookup (or read a row of NaN, under JAX).
+    (in the graph, an id past the vocabulary failed in the embedding
+    lookup, or read a row of NaN under JAX).
 
     Raises:
         ValueError: not 2-D, no stream, ids outside the vocabulary.
@@ -113,18 +110,32 @@ def _check_streams(model, streams):
 
 
 def _summed_nll(targets, logits):
-    # In float32, as lm_loss: a bfloat16 model's segment sum was a bfloat16
-    # (8 bits of mantissa: about 0.4% per segment; PTB's valid perplexity of
-    # the 60-minute recipe moved by 0.001 only, as the roundings averaged).
+    # In float32, as lm_loss: a bfloat16 sum loses about 0.4% per segment.
     return ops.sum(ops.sparse_categorical_crossentropy(
         targets, ops.cast(logits, "float32"), from_logits=True))
 
 
-# Memories grow by seg_len per segment up to mem_len, so an evaluation sees
-# about mem_len / seg_len + 2 shapes. Up to this many segments to fill the
-# memory, each shape gets its own (static-shape) trace: static shapes let
-# RelativeMultiHeadAttention use its banded same_length path. Beyond it one
-# generalized (dynamic-shape) trace serves all.
+def _all_positions(call, inputs, targets):
+    return _summed_nll(targets, call(inputs))
+
+
+def _mean_nll(streams, seg_len, score, max_segments=None):
+    """Mean of ``score(inputs, targets)`` (summed NLL) per target over the
+    first ``max_segments`` (default all) of ``segments(streams, seg_len)``."""
+    total, count = 0.0, 0
+    for inputs, targets in itertools.islice(segments(streams, seg_len), max_segments):
+        total += float(score(inputs, targets))
+        count += targets.size
+    if count == 0:
+        raise ValueError(
+            f"`streams` of shape {streams.shape} hold no (input, target) pair")
+    return total / count
+
+
+# Memories grow by seg_len per segment up to mem_len: up to this many
+# segments to fill them, each shape gets its own static trace (which lets
+# RelativeMultiHeadAttention use its banded path); beyond, one generalized
+# trace serves all.
 _MAX_STATIC_FILL = 4
 
 
@@ -177,26 +188,19 @@ def evaluate_with_memory(model, streams, seg_len, max_segments=None):
     if seg_len > model.max_segment_len:
         raise ValueError(
             f"`seg_len`={seg_len} is longer than max_segment_len="
-            f"{model.max_segment_len} of model '{model.name}'"
-        )
-    if max_segments is not None:
-        # 0 or less blamed the data ("hold no (input, target) pair").
+            f"{model.max_segment_len} of model '{model.name}'")
+    if max_segments is not None:  # not blaming the data for 0
         max_segments = v.positive_int("max_segments", max_segments)
     streams = _check_streams(model, streams)
     forward = _memory_eval_step(model, seg_len)
     memories = model.init_memories(streams.shape[0])
-    total, count = 0.0, 0
-    for k, (inputs, targets) in enumerate(segments(streams, seg_len)):
-        if max_segments is not None and k >= max_segments:
-            break
+
+    def score(inputs, targets):
+        nonlocal memories
         nll, memories = forward(inputs, targets, memories)
-        total += float(nll)
-        count += targets.size
-    if count == 0:
-        raise ValueError(
-            f"`streams` of shape {streams.shape} hold no (input, target) pair"
-        )
-    return total / count
+        return nll
+
+    return _mean_nll(streams, seg_len, score, max_segments)
 
 
 def evaluate_disjoint_segments(model, streams, seg_len):
@@ -226,18 +230,8 @@ def evaluate_disjoint_segments(model, streams, seg_len):
     """
     seg_len = v.positive_int("seg_len", seg_len)
     streams = _check_streams(model, streams)
-    forward = _compiled(model, "all_positions", lambda call, inputs, targets:
-                        _summed_nll(targets, call(inputs)), static=False)
-    total, count = 0.0, 0
-    for inputs, targets in segments(streams, seg_len):
-        total += float(forward(inputs, targets))
-        count += targets.size
-    if count == 0:
-        raise ValueError(
-            f"`streams` of shape {np.shape(streams)} hold no (input, target) "
-            "pair"
-        )
-    return total / count
+    return _mean_nll(streams, seg_len,
+                     _compiled(model, "all_positions", _all_positions, static=False))
 
 
 def evaluate_sliding_window(vanilla_model, streams, context_len,
@@ -245,13 +239,10 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
     """Mean NLL per token of a fixed-context model, one token per step.
 
     The vanilla Transformer evaluation of Dai et al. (2019) §3.1 / Al-Rfou
-    et al. (2018): to predict token t + 1 of each stream the model is run on
-    the last ``context_len`` tokens ``[t - context_len + 1, t]`` and only
-    the last position's prediction is kept; the window then moves by one
-    token, so every step recomputes the whole context. The first
-    ``context_len`` predictions of a stream (which have less context) come
-    from one causal pass over its first ``context_len`` tokens, identical
-    to what shorter windows would give.
+    et al. (2018): token t + 1 is predicted from the last position of the
+    model run on tokens ``[t - context_len + 1, t]``, so every step
+    recomputes the whole context. The first ``context_len`` predictions
+    come from one causal pass (what shorter windows would give).
 
     Args:
         vanilla_model: a model mapping int ``(batch, T)`` ids to logits
@@ -294,22 +285,17 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
     if positions is not None and context_len > positions:
         raise ValueError(
             f"`context_len`={context_len} is longer than max_sequence_length="
-            f"{positions} of model '{vanilla_model.name}'"
-        )
+            f"{positions} of model '{vanilla_model.name}'")
     streams = _check_streams(vanilla_model, streams)
     if streams.shape[1] < 2:
-        raise ValueError(
-            "`streams` must be (batch_size, n) with n >= 2, got "
-            f"streams.shape={streams.shape}"
-        )
+        raise ValueError("`streams` must be (batch_size, n) with n >= 2, got "
+                         f"streams.shape={streams.shape}")
     limit = streams.shape[1] - 1
     if max_tokens is not None:
         limit = min(limit, v.positive_int("max_tokens", max_tokens))
     streams = streams.astype(np.int32)
 
-    all_positions = _compiled(
-        vanilla_model, "all_positions", lambda call, inputs, targets:
-        _summed_nll(targets, call(inputs)), static=False)
+    all_positions = _compiled(vanilla_model, "all_positions", _all_positions, static=False)
     last_position = _compiled(
         vanilla_model, "last_position", lambda call, window, target:
         _summed_nll(target, call(window)[:, -1]))
@@ -317,7 +303,5 @@ def evaluate_sliding_window(vanilla_model, streams, context_len,
     first = min(context_len, limit)
     total = float(all_positions(streams[:, :first], streams[:, 1:first + 1]))
     for t in range(context_len, limit):
-        total += float(last_position(
-            streams[:, t - context_len + 1:t + 1], streams[:, t + 1]
-        ))
+        total += float(last_position(streams[:, t - context_len + 1:t + 1], streams[:, t + 1]))
     return total / (streams.shape[0] * limit)

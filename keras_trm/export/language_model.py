@@ -1,11 +1,7 @@
-"""SavedModel export of the Transformer-XL language model.
-
-``TransformerXLServing`` is the ``tf.Module`` whose ``serve`` signature the
-export holds (token ids and memories in, log-probabilities and new memories
-out); ``export_language_model`` writes it in TF Serving's
-``<export_dir>/<model_name>/<version>/`` layout with the vocabulary and the
-config in ``assets.extra/``; ``sample_text`` generates text from such an
-export with its memories (``keras-trm sample-lm``).
+"""SavedModel export of the Transformer-XL language model:
+``TransformerXLServing`` (the exported ``tf.Module``), ``export_language_model``
+(TF Serving's layout, vocabulary and config in ``assets.extra/``) and
+``sample_text`` (generation from an export, ``keras-trm sample-lm``).
 """
 
 import json
@@ -28,21 +24,16 @@ class TransformerXLServing(tf.Module):
     * ``token_ids``: int32 ``(batch, seg_len)``, ``1 <= seg_len <=
       max_segment_len``;
     * ``memories``: float32 ``(num_layers, batch, M, d_model)``, the
-      ``new_memories`` of the previous segment of the same streams, or
-      ``zeros((num_layers, batch, 0, d_model))`` at the start of a stream
-      (any M >= 0);
+      previous segment's ``new_memories``, or M = 0 at a stream's start;
 
     returns ``{"log_probs": float32 (batch, seg_len, vocabulary_size)``
     (natural-log next-token probabilities: row t predicts token t + 1),
     ``"new_memories": float32 (num_layers, batch, min(mem_len, M +
     seg_len), d_model)}``.
 
-    Bad input raises ``tf.errors.InvalidArgumentError`` whose message names
-    the argument and both shapes, checked in the graph before the model
-    runs (a loaded signature does not enforce its static shapes): a
-    segment longer than ``max_segment_len`` or empty, ``token_ids`` not of
-    rank 2, ``memories`` not of rank 4, or with another ``num_layers``,
-    ``d_model`` or batch size than ``token_ids``.
+    Shapes other than these raise ``tf.errors.InvalidArgumentError``
+    naming the argument and both shapes (checked in the graph: a loaded
+    signature does not enforce its static shapes).
 
     Example:
 
@@ -71,15 +62,12 @@ class TransformerXLServing(tf.Module):
 
     def _serve(self, token_ids, memories):
         model = self.model
-        # Shapes padded with -1 so that a wrong rank fails the check below
-        # instead of an index error.
-        t_shape = tf.shape(token_ids)
-        m_shape = tf.shape(memories)
+        # Padded with -1: a wrong rank fails the check, not an index.
+        t_shape, m_shape = tf.shape(token_ids), tf.shape(memories)
         t = tf.concat([t_shape, [-1, -1]], 0)
         m = tf.concat([m_shape, [-1, -1, -1, -1]], 0)
-        token_ok = tf.logical_and(
-            tf.equal(tf.size(t_shape), 2),
-            tf.logical_and(t[1] >= 1, t[1] <= model.max_segment_len))
+        token_ok = tf.reduce_all(tf.stack([
+            tf.equal(tf.size(t_shape), 2), t[1] >= 1, t[1] <= model.max_segment_len]))
         memory_ok = tf.reduce_all(tf.stack([
             tf.equal(tf.size(m_shape), 4),
             tf.equal(m[0], model.num_layers),
@@ -98,8 +86,7 @@ class TransformerXLServing(tf.Module):
                 "token_ids; got memories.shape=", m_shape,
                 "and token_ids.shape=", t_shape], summarize=8)
         with tf.control_dependencies([token_check, memory_check]):
-            token_ids = tf.identity(token_ids)
-            memories = tf.identity(memories)
+            token_ids, memories = tf.identity(token_ids), tf.identity(memories)
         logits, new_memories = model(
             token_ids, tf.unstack(memories, num=model.num_layers),
             training=False)
@@ -111,10 +98,9 @@ def export_language_model(model, vocabulary, export_dir, model_name,
                           extra_config=None, version=None):
     """Exports ``model`` (a ``TransformerXLLM``) with ``TransformerXLServing``.
 
-    The signature ``serving_default`` is ``TransformerXLServing.serve``; the
-    new memories keep ``model.mem_len`` positions. ``assets.extra/`` holds
-    ``vocab.json`` (the id -> token list; JSON so that newline and space
-    characters survive) and ``config.json`` (model sizes, ``mem_len``,
+    The signature ``serving_default`` is ``TransformerXLServing.serve``.
+    ``assets.extra/`` holds ``vocab.json`` (the id -> token list; JSON keeps
+    newline and space tokens) and ``config.json`` (model sizes, ``mem_len``,
     ``max_segment_len`` and ``extra_config``).
 
     Returns:
@@ -172,8 +158,7 @@ def _token_level(config, tokens):
     character."""
     if config.get("level") in ("char", "word"):
         return config["level"]
-    return ("char" if all(len(t) == 1 for t in tokens if t not in (UNK, EOS))
-            else "word")
+    return "char" if all(len(t) == 1 for t in tokens if t not in (UNK, EOS)) else "word"
 
 
 def _encode(prompt, tokens, level):
@@ -190,15 +175,13 @@ def _encode(prompt, tokens, level):
         raise ValueError("`prompt` must hold at least one token, got "
                          f"prompt={prompt!r}")
     index = {t: i for i, t in enumerate(tokens)}
-    ids = []
-    for position, token in enumerate(pieces):
-        if token not in index and UNK not in index:
-            raise ValueError(
-                f"`prompt` token {token!r} (token {position}) is not in the "
-                f"export's vocabulary of {len(tokens)} tokens, which has no "
-                f"{UNK!r}")
-        ids.append(index.get(token, index.get(UNK)))
-    return ids, pieces[-1] == EOS
+    missing = [(i, t) for i, t in enumerate(pieces) if t not in index]
+    if missing and UNK not in index:
+        position, token = missing[0]
+        raise ValueError(
+            f"`prompt` token {token!r} (token {position}) is not in the "
+            f"export's vocabulary of {len(tokens)} tokens, which has no {UNK!r}")
+    return [index.get(t, index.get(UNK)) for t in pieces], pieces[-1] == EOS
 
 
 def _decode(ids, tokens, level, after_eos):
@@ -236,33 +219,27 @@ def sample_text(export_path, prompt, num_tokens, temperature=1.0, top_k=0,
 
     Generation with segment memory (Dai et al. 2019, §3.2): the prompt is
     fed in segments of at most ``max_segment_len`` tokens, each with the
-    ``new_memories`` of the one before (starting from
-    ``(num_layers, 1, 0, d_model)`` zeros); then each new token is fed
-    alone, as a segment of length 1 with the memories, so no step
-    recomputes the past. Token t + 1 is drawn from ``log_probs[:, -1]`` of
-    the segment that ends at token t.
+    ``new_memories`` of the one before; then each new token is fed alone
+    with the memories, so no step recomputes the past. Token t + 1 is drawn
+    from ``log_probs[:, -1]`` of the segment that ends at token t.
 
-    Only the export is read: the signature ``serving_default`` and
-    ``assets.extra/vocab.json`` and ``config.json`` (what
-    ``export_language_model`` writes). The prompt is encoded with the
-    export's vocabulary: one token per character for a character-level
-    model, whitespace-separated words with each newline as ``<eos>`` for
-    a word-level one (config.json's ``level``; where it is missing, a
-    vocabulary whose tokens are all single characters, ``<unk>`` and
-    ``<eos>`` aside, is character-level). A token not in the vocabulary
-    becomes ``<unk>`` where the vocabulary has it.
+    Only the export is read (``serving_default``, ``assets.extra/vocab.json``
+    and ``config.json``). The prompt is encoded with its vocabulary: one
+    token per character (character level), or whitespace-separated words
+    with each newline as ``<eos>`` (config.json's ``level``; without it, a
+    vocabulary of single characters besides ``<unk>`` and ``<eos>`` is
+    character-level). Unknown tokens become ``<unk>`` where it exists.
 
     Args:
         export_path: str or path-like, the version folder
             ``<export_dir>/<model_name>/<version>``.
         prompt: str, the text to continue (at least one token).
         num_tokens: int >= 1, tokens to generate.
-        temperature: float >= 0: the log-probabilities are divided by it
-            before sampling; 0 picks the most likely token (greedy).
+        temperature: float >= 0 dividing the log-probabilities before
+            sampling; 0 picks the most likely token (greedy).
         top_k: int >= 0: sample among the ``top_k`` most likely tokens
-            (all of them where 0 or more than the vocabulary).
-        seed: int >= 0, the seed of ``numpy.random.default_rng``; the same
-            seed gives the same sample.
+            (all where 0).
+        seed: int >= 0, the seed of ``numpy.random.default_rng``.
 
     Returns:
         ``(text, ids)``: ``text`` the generated text, prompt excluded (a
@@ -319,12 +296,9 @@ def sample_text(export_path, prompt, num_tokens, temperature=1.0, top_k=0,
         out = serve(token_ids=tf.constant([prompt_ids[start:start + seg_len]],
                                           tf.int32), memories=memories)
         memories = out["new_memories"]
-    ids = []
-    while True:
-        ids.append(_pick(out["log_probs"][0, -1].numpy(), temperature, top_k, rng))
-        if len(ids) == num_tokens:
-            break
-        out = serve(token_ids=tf.constant([[ids[-1]]], tf.int32),
-                    memories=memories)
+    ids = [_pick(out["log_probs"][0, -1].numpy(), temperature, top_k, rng)]
+    while len(ids) < num_tokens:
+        out = serve(token_ids=tf.constant([[ids[-1]]], tf.int32), memories=memories)
         memories = out["new_memories"]
+        ids.append(_pick(out["log_probs"][0, -1].numpy(), temperature, top_k, rng))
     return _decode(ids, tokens, level, after_eos), np.array(ids, np.int32)

@@ -1,11 +1,9 @@
 """End-to-end jobs behind the recipes and the CLI.
 
-The translation job (``translation``), the language-model job
-(``language_model``) and the pure-Python ``stages`` they are built on run
-on TensorFlow, JAX and PyTorch, also where TensorFlow is not installed
-(the usual GPU machine; only their SavedModel exports need TensorFlow).
-Without TensorFlow the other jobs (IMDB and MNIST through tfds) raise ``require_tensorflow``'s ``ImportError`` (what to
-install) when they are imported.
+The translation and language-model jobs run on TensorFlow, JAX and
+PyTorch, also where TensorFlow is not installed (only their SavedModel
+exports need it). There, importing the others (IMDB and MNIST, through
+tfds) raises ``require_tensorflow``'s ``ImportError`` (what to install).
 """
 
 import importlib.util
@@ -13,16 +11,13 @@ import sys
 
 from keras_trm._optional import require_tensorflow
 
-# The jobs that need TensorFlow (module names in this package); the others
-# (the translation and LM jobs, their configs, the stages) run without it.
-TENSORFLOW_JOBS = frozenset({"imdb", "mnist"})
+TENSORFLOW_JOBS = frozenset({"imdb", "mnist"})  # the modules that need TensorFlow
 
 
 class _TensorFlowJobs:
-    """``sys.meta_path`` finder, installed only where TensorFlow is missing:
-    importing one of ``TENSORFLOW_JOBS`` raises
-    ``require_tensorflow``'s error instead of a bare ``No module named
-    'tensorflow'`` from deep inside it."""
+    """``sys.meta_path`` finder, installed where TensorFlow is missing:
+    importing one of ``TENSORFLOW_JOBS`` raises ``require_tensorflow``'s
+    error, not a bare ``No module named 'tensorflow'``."""
 
     def find_spec(self, name, path=None, target=None):
         head, dot, rest = name.partition(__name__ + ".")
@@ -38,6 +33,19 @@ def tensorflow_installed():
         return importlib.util.find_spec("tensorflow") is not None
     except (ImportError, ValueError):
         return False
+
+
+def export_elsewhere(command):
+    """``(path, None)``: the SavedModel export ``command`` of a JAX or
+    PyTorch run, done in a TensorFlow child process; ``(None, command)``
+    where TensorFlow is not installed (the command is printed)."""
+    if tensorflow_installed():
+        from keras_trm.jobs._setup import export_in_tensorflow
+
+        return export_in_tensorflow(command), None
+    print("no TensorFlow here, so no SavedModel: on a machine with "
+          f"TensorFlow and this workdir, run\n  {command}", flush=True)
+    return None, command
 
 
 if not tensorflow_installed():

@@ -4,25 +4,19 @@ Used by ``recipes/language_model.py``. On one corpus (char-level Tiny
 Shakespeare by default, word-level PTB with ``--corpus ptb``) it
 
 1. cuts the training split into ``batch_size`` contiguous streams
-   (``batchify``) and walks them ``seg_len`` tokens at a time, as the
-   reference ``LMOrderedIterator`` of Dai et al. (2019);
+   (``batchify``) walked ``seg_len`` tokens at a time, as the reference
+   ``LMOrderedIterator`` of Dai et al. (2019);
 2. trains a ``TransformerXLLM`` for ``steps`` segments, carrying each
-   segment's memories into the next segment of the same streams (Dai et al.
-   2019 §3.2; memories are reset when a pass over the streams ends);
+   segment's memories into the next (Dai et al. 2019 §3.2; reset when a
+   pass over the streams ends);
 3. trains ``vanilla_transformer_lm`` (absolute sinusoids, no memory) on the
-   same segments, in the same order, for the same number of steps, with the
-   same optimizer and schedule; its FFN width is raised so that both models
-   have the same number of parameters (Transformer-XL's extra W_{k,R}, u, v
-   per layer and output bias, against the attention-projection biases of
-   the Keras attention);
-4. scores the test split: Transformer-XL segment by segment with memory
-   (``evaluate_with_memory``); the vanilla model both on disjoint segments
-   (as it was trained) and with a sliding window of ``seg_len`` tokens (one
-   new token per step, its best evaluation, Dai et al. §3.1);
-5. exports the Transformer-XL LM as a SavedModel
-   (``export/<model_name>/<version>/``) whose signature takes token ids and
-   memories and returns log-probabilities and new memories, with the
-   vocabulary and config in ``assets.extra/``;
+   same segments in the same order with the same optimizer and schedule,
+   its FFN width raised to match Transformer-XL's parameter count;
+4. scores the test split: Transformer-XL with memory; the vanilla model on
+   disjoint segments (as trained) and with a sliding window of ``seg_len``
+   tokens (its best evaluation, Dai et al. §3.1);
+5. exports Transformer-XL as a SavedModel (``export/<model_name>/<version>/``:
+   token ids and memories in, log-probabilities and new memories out);
 6. writes ``result.json``, ``report.md`` and ``curves.png`` into
    ``results_dir``.
 
@@ -48,33 +42,28 @@ from keras_trm.decoding import (
     evaluate_sliding_window,
     evaluate_with_memory,
 )
-from keras_trm.jobs import tensorflow_installed
-from keras_trm.jobs._setup import export_in_tensorflow, start_job
-from keras_trm.jobs.language_model_config import (  # noqa: F401 (the job's API)
-    CORPORA, CORPUS_RECIPES, LanguageModelConfig)
+from keras_trm.jobs import export_elsewhere
+from keras_trm.jobs._setup import start_job
+from keras_trm.jobs.language_model_config import CORPUS_RECIPES, LanguageModelConfig
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
-from keras_trm.training import (
-    make_train_step,
-    train_segments,
-    warmup_cosine_decay,
-)
+from keras_trm.training import make_train_step, plots, train_segments, warmup_cosine_decay
 from keras_trm.training.language_model import SegmentCheckpoint
-from keras_trm.training import plots
 from keras_trm.training.precision import apply_precision, float32_copy
 from keras_trm.training.schedules import NO_WEIGHT_DECAY_NAMES
-from keras_trm.training.plots import plot_lm_curves
 from keras_trm.utils import atomic_write, write_json
 from keras_trm.utils.files import atomic_file
 
-# -- schedule -------------------------------------------------------------------
+__all__ = ["CORPUS_RECIPES", "LanguageModelConfig", "LanguageModelRun", "cosine_warmup_schedule",
+           "export_main", "fit_schedule", "float32_lm", "run"]
+
+
 def cosine_warmup_schedule(config, steps=None):
     """Linear warmup to ``learning_rate`` over ``warmup_steps``, then cosine
     decay to ``min_learning_rate_ratio * learning_rate`` at ``steps``
-    (default ``config.steps``; the reference code's ``scheduler='cosine'``
-    with ``warmup_step``). ``make_train_step`` evaluates it on the host
-    before each step, so ``fit_schedule`` can move the decay's end while
-    training, under any backend."""
+    (default ``config.steps``; the reference code's ``scheduler='cosine'``).
+    Evaluated on the host before each step, so ``fit_schedule`` can move
+    the decay's end while training."""
     return warmup_cosine_decay(config.learning_rate, steps or config.steps,
                                config.warmup_steps,
                                alpha=config.min_learning_rate_ratio)
@@ -96,13 +85,11 @@ def fit_schedule(schedule, total_steps):
 
 
 def _optimizer(config):
-    """Adam with a float learning rate (``make_train_step`` writes the
-    schedule's rate into it before each step); AdamW-style decoupled decay
-    with ``weight_decay``."""
-    if not config.weight_decay:
-        return keras.optimizers.Adam(0.0)
-    optimizer = keras.optimizers.Adam(0.0, weight_decay=config.weight_decay)
-    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY_NAMES))
+    """Adam whose rate ``make_train_step`` sets before each step; AdamW-style
+    decoupled decay with ``weight_decay``."""
+    optimizer = keras.optimizers.Adam(0.0, weight_decay=config.weight_decay or None)
+    if config.weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY_NAMES))
     return optimizer
 
 
@@ -123,17 +110,13 @@ def _figures(nll):
             "perplexity": round(math.exp(nll), 3)}
 
 
-# -- report ------------------------------------------------------------------------
 def _matched_d_ff(config, vocabulary_size, target):
     """The vanilla FFN width whose parameter count is closest to ``target``
     (the count is linear in d_ff: num_layers * (2 d_model + 1) per unit)."""
-    def count(d_ff):
-        return vanilla_transformer_lm(
-            vocabulary_size, num_layers=config.num_layers,
-            d_model=config.d_model, num_heads=config.num_heads, d_ff=d_ff,
-            max_sequence_length=config.seg_len).count_params()
-
-    base = count(config.d_ff)
+    base = vanilla_transformer_lm(
+        vocabulary_size, num_layers=config.num_layers, d_model=config.d_model,
+        num_heads=config.num_heads, d_ff=config.d_ff,
+        max_sequence_length=config.seg_len).count_params()
     per_unit = config.num_layers * (2 * config.d_model + 1)
     return max(1, config.d_ff + int(round((target - base) / per_unit)))
 
@@ -250,7 +233,6 @@ def export_main(workdir):
     return path
 
 
-# -- the job ---------------------------------------------------------------------
 def run(config=None, data_dir=None, workdir="runs/language_model",
         export_dir="export", results_dir=None,
         verbose=None, command=None):
@@ -280,25 +262,24 @@ class LanguageModelRun(StagedJob):
     def prepare_data(self):
         """The training and validation splits as id streams, one row per
         batch element (the test split is read by ``evaluate`` only)."""
-        config, data_dir = self.config, self.data_dir
+        config = self.config
         if config.corpus == "file":
             splits, vocab = lm.load_text_file(config.text_file, config.level)
             train_ids, valid_ids = splits["train"], splits["valid"]
             self._test_ids = lambda: splits["test"]
         else:
-            train_ids, vocab = lm.load_lm_corpus(config.corpus, "train", data_dir=data_dir,
-                                                 download=config.download)
-            valid_ids, _ = lm.load_lm_corpus(config.corpus, "valid", vocab, data_dir,
-                                             download=config.download)
-            self._test_ids = lambda: lm.load_lm_corpus(
-                config.corpus, "test", vocab, data_dir, download=config.download)[0]
-        if config.train_tokens:
-            train_ids = train_ids[:config.train_tokens]
-        if config.eval_tokens:
-            valid_ids = valid_ids[:config.eval_tokens]
+            def load(split, vocab=None):
+                return lm.load_lm_corpus(config.corpus, split, vocab, self.data_dir,
+                                         download=config.download)
+
+            train_ids, vocab = load("train")
+            valid_ids = load("valid", vocab)[0]
+            self._test_ids = lambda: load("test", vocab)[0]
         self.vocab = vocab
-        self.train = train = lm.batchify(train_ids, config.batch_size)
-        self.valid = valid = lm.batchify(valid_ids, config.eval_batch_size)
+        self.train = train = lm.batchify(train_ids[:config.train_tokens or None],
+                                         config.batch_size)
+        self.valid = valid = lm.batchify(valid_ids[:config.eval_tokens or None],
+                                         config.eval_batch_size)
         if train.shape[1] <= config.seg_len:
             raise ValueError(
                 f"training streams of {train.shape[1]} tokens are too short for "
@@ -321,14 +302,12 @@ class LanguageModelRun(StagedJob):
 
     def _build_models(self):
         config, vocab = self.config, self.vocab
+        shared = dict(num_layers=config.num_layers, d_model=config.d_model,
+                      num_heads=config.num_heads, dropout_rate=config.dropout_rate,
+                      attention_dropout_rate=config.attention_dropout_rate)
         keras.utils.set_random_seed(config.seed)
-        self.xl = TransformerXLLM(
-            len(vocab), num_layers=config.num_layers, d_model=config.d_model,
-            num_heads=config.num_heads, d_ff=config.d_ff, mem_len=config.mem_len,
-            max_segment_len=config.seg_len, dropout_rate=config.dropout_rate,
-            attention_dropout_rate=config.attention_dropout_rate,
-            name=config.name,
-        )
+        self.xl = TransformerXLLM(len(vocab), d_ff=config.d_ff, mem_len=config.mem_len,
+                                  max_segment_len=config.seg_len, name=config.name, **shared)
         self.xl_params = int(self.xl.count_params())
         self.vanilla = None
         if not config.baseline:
@@ -339,12 +318,8 @@ class LanguageModelRun(StagedJob):
                              if config.match_parameters else config.d_ff)
         keras.utils.set_random_seed(config.seed)
         self.vanilla = vanilla_transformer_lm(
-            len(vocab), num_layers=config.num_layers, d_model=config.d_model,
-            num_heads=config.num_heads, d_ff=self.vanilla_d_ff,
-            max_sequence_length=config.seg_len, dropout_rate=config.dropout_rate,
-            attention_dropout_rate=config.attention_dropout_rate,
-            name=f"vanilla_{config.corpus}",
-        )
+            len(vocab), d_ff=self.vanilla_d_ff, max_sequence_length=config.seg_len,
+            name=f"vanilla_{config.corpus}", **shared)
         self.vanilla_params = int(self.vanilla.count_params())
         print(f"Transformer-XL: {self.xl_params:,} parameters; vanilla: "
               f"{self.vanilla_params:,} (d_ff {self.vanilla_d_ff})", flush=True)
@@ -402,43 +377,32 @@ class LanguageModelRun(StagedJob):
         """The test split, once, in float32: Transformer-XL with memory,
         the vanilla model on disjoint segments and with a sliding window."""
         config = self.config
-        test_ids = self._test_ids()
-        if config.eval_tokens:
-            test_ids = test_ids[:config.eval_tokens]
-        self.test = test = lm.batchify(test_ids, config.eval_batch_size)
+        self.test = test = lm.batchify(self._test_ids()[:config.eval_tokens or None],
+                                       config.eval_batch_size)
         print(f"scoring the test split {test.shape}", flush=True)
-        self.xl = xl = float32_lm(self.xl)
-        xl.set_mem_len(self.eval_mem_len)
-        seconds = {}
-
-        def timed(name, fn):
+        self.xl = float32_lm(self.xl)
+        self.xl.set_mem_len(self.eval_mem_len)
+        evaluations = {"xl": (evaluate_with_memory, self.xl)}
+        if self.vanilla is not None:
+            self.vanilla = float32_lm(self.vanilla)
+            evaluations.update(disjoint=(evaluate_disjoint_segments, self.vanilla),
+                               sliding=(evaluate_sliding_window, self.vanilla))
+        nll, self.test_seconds = {}, {}
+        for name, (evaluate, model) in evaluations.items():
             t0 = time.time()
-            value = fn()
-            seconds[name] = time.time() - t0
-            return value
-
-        self.xl_test = timed("xl", lambda: evaluate_with_memory(xl, test, config.seg_len))
-        self.test_seconds = seconds
-        if self.vanilla is None:
-            print(f"test bits/token: Transformer-XL {self.xl_test / math.log(2):.4f}",
-                  flush=True)
-            return
-        self.vanilla = vanilla = float32_lm(self.vanilla)
-        self.van_disjoint = timed("disjoint", lambda: evaluate_disjoint_segments(
-            vanilla, test, config.seg_len))
-        self.van_sliding = timed("sliding", lambda: evaluate_sliding_window(
-            vanilla, test, config.seg_len))
-        self.test_seconds = seconds
-        print(f"test bits/token: Transformer-XL {self.xl_test / math.log(2):.4f}; "
-              f"vanilla sliding window {self.van_sliding / math.log(2):.4f}, disjoint "
-              f"{self.van_disjoint / math.log(2):.4f}", flush=True)
+            nll[name] = evaluate(model, test, config.seg_len)
+            self.test_seconds[name] = time.time() - t0
+        self.xl_test = nll["xl"]
+        line = f"test bits/token: Transformer-XL {self.xl_test / math.log(2):.4f}"
+        if self.vanilla is not None:
+            self.van_disjoint, self.van_sliding = nll["disjoint"], nll["sliding"]
+            line += (f"; vanilla sliding window {self.van_sliding / math.log(2):.4f}, "
+                     f"disjoint {self.van_disjoint / math.log(2):.4f}")
+        print(line, flush=True)
 
     def export(self):
-        """Both models as ``.keras``; Transformer-XL as a SavedModel: in
-        this process under TensorFlow, else in a TensorFlow child process
-        where TensorFlow is installed, else not (the command that writes
-        it from ``transformer_xl.keras`` on a machine with TensorFlow is
-        printed and recorded)."""
+        """Both models as ``.keras``; Transformer-XL as a SavedModel, here
+        under TensorFlow, else through ``export_elsewhere``."""
         config = self.config
         self.export_command = None
         xl_path = self.workdir / "transformer_xl.keras"
@@ -456,15 +420,10 @@ class LanguageModelRun(StagedJob):
             self.export_path = _export(self.xl, request)
         else:
             write_json(self.workdir / "export_request.json", request)
-            command = f"keras-trm export-lm --workdir {self.workdir}"
-            if tensorflow_installed():
-                self.export_path = export_in_tensorflow(command)
-            else:
-                self.export_path, self.export_command = None, command
-                print("no TensorFlow here, so no SavedModel: on a machine with "
-                      f"TensorFlow and this workdir, run\n  {command}", flush=True)
-                return
-        print(f"exported SavedModel to {self.export_path}", flush=True)
+            self.export_path, self.export_command = export_elsewhere(
+                f"keras-trm export-lm --workdir {self.workdir}")
+        if self.export_path is not None:
+            print(f"exported SavedModel to {self.export_path}", flush=True)
 
     def report(self):
         """``result.json``, ``report.md`` and the curves' plot."""
@@ -506,7 +465,7 @@ class LanguageModelRun(StagedJob):
         }
         result["plot"] = None
         if plots.available():
-            result["plot"] = str(plot_lm_curves(self.results_dir / "curves.png", result))
+            result["plot"] = str(plots.plot_lm_curves(self.results_dir / "curves.png", result))
         else:
             print('no plot: matplotlib is not installed (pip install "keras_trm[plots]")')
         result["job_minutes"] = round((time.time() - self.job_start) / 60, 1)

@@ -2,23 +2,18 @@
 either direction, score it with sacreBLEU, export a raw-text SavedModel and
 translate a sample.
 
-Corpora (``dataset``): Multi30k (the default, EN->DE), WMT14 EN-DE (local
-Europarl slice + newstest2013/2014, or tfds online) and the user's own
-parallel files (``train_source``/``train_target``, ...). Splits: train for
-training; validation for everything that watches or chooses -- the greedy
-BLEU after every epoch and the number of epoch checkpoints averaged; test
-is decoded once, at the end, with beam search, and used for nothing else.
-
-Long runs: ``tokens_per_step`` accumulates gradients to a paper-sized step,
-checkpoints can be written every N steps or minutes, and a killed run
-continues where its last backup (``workdir/backup``, every ``save_freq``
-steps and every epoch) left off when the same command is run again --
-delete ``workdir/backup`` to train from scratch.
+Corpora (``dataset``): Multi30k (default, EN->DE), WMT14 EN-DE (local
+Europarl slice + newstest2013/2014, or tfds) and the user's own parallel
+files. Validation watches and chooses (greedy BLEU every epoch, the number
+of checkpoints averaged); test is decoded once, at the end, with beam
+search. A killed run resumes from ``workdir/backup`` (written every
+``save_freq`` steps and every epoch) when the same command runs again.
 
 Used by ``recipes/translate_multi30k.py``, ``recipes/translate_wmt14.py``
 and ``keras-trm train-translation``.
 """
 
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -43,54 +38,40 @@ from keras_trm.data import (
     translation_eval_files,
     translation_train_files,
 )
-from keras_trm.data.prepared import file_identity, sha256_file
+from keras_trm.data.prepared import file_identity
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
-from keras_trm.jobs import tensorflow_installed
-from keras_trm.jobs._setup import export_in_tensorflow
+from keras_trm.jobs import export_elsewhere, tensorflow_installed
 from keras_trm.jobs.stages import StagedJob
-from keras_trm.jobs.translation_config import (  # noqa: F401  (its home before)
+from keras_trm.jobs.translation_config import (
     DEFAULT_MODEL_NAME,
     VOCABULARIES,
-    Dataset,
-    OnOff,
-    OnOffAuto,
-    Precision,
-    Preset,
-    StopRule,
-    Strategy,
     TranslationConfig,
-    Vocabulary,
     _parse_weights,
     train_length,
 )
 from keras_trm.utils.memory import release_freed_memory
 from keras_trm.models import transformer
-from keras_trm.text import (
-    HostSentencePieceTokenizer,
-    learn_sentencepiece,
-)
+from keras_trm.text import HostSentencePieceTokenizer, learn_sentencepiece
 from keras_trm.training import (
+    BleuLog,
+    BudgetDecay,
+    DataPosition,
     EpochCheckpoints,
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
     NoamSchedule,
-    apply_precision,
-    apply_preset,
-    paper_adam,
-    select_checkpoint_average,
-)
-from keras_trm.training import (  # long runs (issue #11)
-    BleuLog,
-    DataPosition,
-    BudgetDecay,
     PerUpdateSchedule,
-    TensorBoardScalars,
     StepTimes,
+    TensorBoardScalars,
     TimeBudget,
     TokenCount,
     TrainingBackup,
     accumulation_steps,
+    apply_precision,
+    apply_preset,
+    paper_adam,
+    select_checkpoint_average,
     tensorboard_writer,
 )
 from keras_trm.utils import atomic_write, write_json
@@ -102,9 +83,7 @@ def vocabulary_kind(config):
     if config.vocabulary not in VOCABULARIES:
         raise ValueError(f"`vocabulary` must be one of {VOCABULARIES}, got "
                          f"vocabulary={config.vocabulary!r}")
-    if config.vocabulary == "auto":
-        return "sentencepiece_bpe"
-    return config.vocabulary
+    return "sentencepiece_bpe" if config.vocabulary == "auto" else config.vocabulary
 
 
 def prepare_tokenizer(config, corpora, workdir):
@@ -114,36 +93,36 @@ def prepare_tokenizer(config, corpora, workdir):
     source files, then the target files, of ``corpora``: ``(name,
     source_path, target_path)`` tuples) and cached in ``workdir``."""
     kind = vocabulary_kind(config)
+    size, workdir = config.vocabulary_size, pathlib.Path(workdir)
+    paths = [c[1] for c in corpora] + [c[2] for c in corpora]
     if kind == "wordpiece":  # tensorflow-text's WordPiece: TensorFlow only
-        from keras_trm.text import TextTokenizer
+        from keras_trm.text import TextTokenizer, learn_vocabulary, load_vocabulary
 
-        return TextTokenizer(prepare_vocabulary(config, corpora, workdir))
+        path = workdir / f"vocab_{size}.txt"
+        if path.is_file():
+            return TextTokenizer(load_vocabulary(path))
+        print(f"learning a joint WordPiece vocabulary ({size}) ...", flush=True)
+        sample = sample_lines(paths, config.vocabulary_sample, seed=config.seed)
+        return TextTokenizer(learn_vocabulary(sample, size, path))
     model_type = kind.split("_", 1)[1]
-    path = pathlib.Path(workdir) / f"spm_{model_type}_{config.vocabulary_size}.model"
+    path = workdir / f"spm_{model_type}_{size}.model"
     if not path.is_file():
-        print(f"learning a joint SentencePiece {model_type} vocabulary "
-              f"({config.vocabulary_size}) from at most {config.vocabulary_sample:,} "
-              "sentences ...", flush=True)
-        learn_sentencepiece(_vocabulary_sample(config, corpora), config.vocabulary_size,
-                            path, model_type=model_type,
+        print(f"learning a joint SentencePiece {model_type} vocabulary ({size}) "
+              f"from at most {config.vocabulary_sample:,} sentences ...", flush=True)
+        learn_sentencepiece(sample_lines(paths, config.vocabulary_sample, seed=config.seed),
+                            size, path, model_type=model_type,
                             sample_size=config.vocabulary_sample, seed=config.seed)
     return HostSentencePieceTokenizer(path)
 
 
 def search_tokenizer(tokenizer):
-    """The tokenizer the job's searches (val BLEU, test, export) take: on
-    TensorFlow the in-graph one (tokenizer, search and detokenizer in one
-    graph, as the SavedModel serves them); on JAX and PyTorch the host
-    one (no TensorFlow)."""
+    """The tokenizer the job's searches (val BLEU, test, export) take: the
+    in-graph one on TensorFlow (as the SavedModel serves it), else the host
+    one."""
     in_graph = getattr(tokenizer, "in_graph", None)
     if in_graph is not None and keras.backend.backend() == "tensorflow":
         return in_graph()
     return tokenizer
-
-
-def _vocabulary_sample(config, corpora):
-    paths = [c[1] for c in corpora] + [c[2] for c in corpora]
-    return sample_lines(paths, config.vocabulary_sample, seed=config.seed)
 
 
 def _model_name(config):
@@ -155,20 +134,8 @@ def _model_name(config):
     return f"transformer_{dataset}_{config.source_language}_{config.target_language}"
 
 
-def prepare_vocabulary(config, corpora, workdir):
-    from keras_trm.text import learn_vocabulary, load_vocabulary
-
-    path = pathlib.Path(workdir) / f"vocab_{config.vocabulary_size}.txt"
-    if path.is_file():
-        return load_vocabulary(path)
-    print(f"learning a joint WordPiece vocabulary ({config.vocabulary_size}) ...",
-          flush=True)
-    return learn_vocabulary(_vocabulary_sample(config, corpora),
-                            config.vocabulary_size, path)
-
-
-# learn_sentencepiece's defaults: the characters a SentencePiece vocabulary
-# must hold cover this share of the text; byte_fallback adds 256 pieces.
+# learn_sentencepiece's defaults: a SentencePiece vocabulary's characters
+# cover this share of the text; byte_fallback adds 256 pieces.
 SENTENCEPIECE_COVERAGE = 0.9999
 SENTENCEPIECE_BYTE_PIECES = 256
 WORDPIECE_MAX_CHARACTERS = 1000  # the WordPiece learner's alphabet cap
@@ -178,30 +145,25 @@ def minimum_vocabulary_size(kind, characters):
     """The smallest ``vocabulary_size`` a vocabulary learned from text with
     these characters can have without losing any of them.
 
-    ``wordpiece``: the 4 reserved tokens plus each character twice, as a
-    word and as a ``##`` continuation (whitespace and invisible control or
-    format characters excepted: the learner splits on them; at most 1000
-    characters, its alphabet's cap). With fewer the learner's list is cut
-    short (keras-hub keeps its first ``vocabulary_size`` tokens, the
-    ``##`` characters last), so words with the missing characters become
-    ``[UNK]``. A necessary bound only: a learner that overshoots a size
-    above it is cut short too.
+    ``wordpiece``: 4 reserved tokens plus each character twice, as a word
+    and as a ``##`` continuation (whitespace, control and format characters
+    excepted; at most 1000 characters, the learner's cap). Below it
+    keras-hub cuts the list short, the ``##`` characters last, so words
+    with them become ``[UNK]``. A necessary bound only.
 
     ``sentencepiece_bpe`` / ``sentencepiece_unigram``: 4 special pieces +
     256 byte pieces + the characters that cover 99.99% of the text after
-    SentencePiece's ``nmt_nfkc`` normalization (whitespace as one piece,
-    "▁"); the learner raises below that.
+    SentencePiece's ``nmt_nfkc`` normalization (whitespace as "▁"); the
+    learner raises below that.
 
     Args:
         kind: ``"wordpiece"``, ``"sentencepiece_bpe"`` or
             ``"sentencepiece_unigram"`` (``vocabulary_kind``).
         characters: mapping character -> occurrences in the training text
-            (``check_parallel_corpus(...)["characters"]``, summed over the
-            corpora, source and target together).
+            (``check_parallel_corpus``'s, summed over corpora and sides).
 
     Returns:
-        ``(minimum, n)``: the size (tokens) and the number of characters
-        it holds.
+        ``(minimum, n)``: the size (tokens) and the characters it holds.
 
     Example:
         >>> import collections
@@ -211,59 +173,48 @@ def minimum_vocabulary_size(kind, characters):
         >>> minimum_vocabulary_size("sentencepiece_bpe", text)
         (271, 11)
     """
+    import collections
+    import itertools
     import unicodedata
 
     if kind == "wordpiece":
-        n = sum(1 for c in characters if c != " "
-                and unicodedata.category(c) not in ("Cc", "Cf"))
-        n = min(n, WORDPIECE_MAX_CHARACTERS)
+        n = min(WORDPIECE_MAX_CHARACTERS, sum(
+            c != " " and unicodedata.category(c) not in ("Cc", "Cf") for c in characters))
         return 4 + 2 * n, n
     if not kind.startswith("sentencepiece_"):
         raise ValueError(f"`kind` must be one of {VOCABULARIES[1:]}, got kind={kind!r}")
     normalize = _sentencepiece_normalizer()
-    counts = {}
+    counts = collections.Counter()
     for c, times in characters.items():
         for piece in normalize(c):
-            counts[piece] = counts.get(piece, 0) + times
-    total, covered, n = sum(counts.values()), 0, 0
-    for times in sorted(counts.values(), reverse=True):
-        if covered >= SENTENCEPIECE_COVERAGE * total:
-            break
-        covered += times
-        n += 1
+            counts[piece] += times
+    ordered = sorted(counts.values(), reverse=True)
+    # The most frequent pieces, each taken while the ones before it cover
+    # less than SENTENCEPIECE_COVERAGE of the text.
+    enough = SENTENCEPIECE_COVERAGE * sum(ordered)
+    n = sum(covered < enough for covered in itertools.accumulate(ordered[:-1], initial=0))
     return 4 + SENTENCEPIECE_BYTE_PIECES + n, n
 
 
 def _sentencepiece_normalizer():
     """One character -> the pieces SentencePiece's ``nmt_nfkc`` turns it
     into ("" for dropped ones, "▁" for whitespace)."""
-    try:
-        import sentencepiece as spm
+    import sentencepiece as spm
 
-        rule = spm.SentencePieceNormalizer(rule_name="nmt_nfkc")
-        return lambda c: rule.normalize("x" + c + "y")[2:-1]
-    except (ImportError, AttributeError):  # sentencepiece < 0.2: NFKC
-        import unicodedata
-
-        return lambda c: ("▁" if c.isspace() else
-                          unicodedata.normalize("NFKC", c))
+    rule = spm.SentencePieceNormalizer(rule_name="nmt_nfkc")
+    return lambda c: rule.normalize("x" + c + "y")[2:-1]
 
 
 def check_inputs(config, data_dir=None):
-    """Checks the corpora a translation job reads, and what they rule out,
-    before it writes anything; ``run`` calls it first.
+    """Checks the corpora a translation job reads before it writes
+    anything; ``run`` calls it first.
 
-    Every training corpus is read once, streaming
-    (``keras_trm.data.check_parallel_corpus``: UTF-8, equal line counts,
-    text), then every validation and test pair of files
-    (``keras_trm.data.translation_eval_files``: Multi30k's val and
-    test_2016_flickr, WMT14's newstest2013/2014, or the ``files``
-    dataset's own); then
-    ``config.vocabulary_size`` must hold the training text's characters
-    (``minimum_vocabulary_size``; with ``limit``, those of the first
-    ``limit`` lines, what the vocabulary is learned from). Multi30k's files
-    are fetched first when missing and ``config.download`` (as ``run``
-    does); ``wmt14_tfds`` is read from tfds, so nothing is checked.
+    Every training corpus, then every validation and test pair of files, is
+    read once, streaming (``keras_trm.data.check_parallel_corpus``: UTF-8,
+    equal line counts, text); then ``config.vocabulary_size`` must hold the
+    training text's characters (``minimum_vocabulary_size``; with ``limit``,
+    those of the first ``limit`` lines). Multi30k's files are fetched first
+    when missing and ``config.download``; ``wmt14_tfds`` is not checked.
 
     Args:
         config: ``TranslationConfig`` (its ``preset`` is applied).
@@ -277,11 +228,9 @@ def check_inputs(config, data_dir=None):
 
     Raises:
         CorpusError: (a ``ValueError``) a bad file (the message names it and
-            the value: both line counts, the line and byte of invalid
-            UTF-8, ...), missing ``--validation-source/target`` files, or a
-            ``vocabulary_size`` below the minimum (the message names both),
-            or a missing file or data folder (the message names the files
-            expected and where).
+            the value: line counts, the line and byte of invalid UTF-8, ...),
+            a missing file or data folder (naming the files expected and
+            where), or a ``vocabulary_size`` below the minimum (naming both).
 
     Example:
         >>> import tempfile, pathlib
@@ -299,33 +248,28 @@ def check_inputs(config, data_dir=None):
         >>> check_inputs(dataclasses.replace(config, vocabulary_size=300))
         {'corpora': {'t': {'lines': 1, 'pairs': 1}}, 'minimum_vocabulary_size': 271}
     """
+    import collections
+
     config = apply_preset(config)
     kind = vocabulary_kind(config)
     if config.dataset == "wmt14_tfds":
         return {"corpora": {}, "minimum_vocabulary_size": None}
-    files = {name: getattr(config, name) for name in (
-        "train_source", "train_target", "validation_source",
-        "validation_target", "test_source", "test_target")}
     where = dict(source_language=config.source_language,
-                 target_language=config.target_language, files=files,
+                 target_language=config.target_language, files=_files(config),
                  download=config.download)
+    # A missing file (FileNotFoundError) or too few files named (ValueError):
+    # a usage error, whose message names the files expected.
     try:
-        if config.dataset != "files":
-            data_dir = resolve_data_dir(data_dir, must_exist=not config.download)
-        else:
-            data_dir = None
+        data_dir = _data_dir(config, data_dir)
         corpora = translation_train_files(config.dataset, data_dir, **where)
         evaluation = translation_eval_files(config.dataset, data_dir, **where)
-    except FileNotFoundError as err:  # a usage error: names the files expected
+    except (FileNotFoundError, ValueError) as err:
         raise CorpusError(str(err)) from None
-    except ValueError as err:  # the flags name too few files
-        raise CorpusError(str(err)) from None
-    reports, characters = {}, {}
+    reports, characters = {}, collections.Counter()
     for name, source_path, target_path in corpora:
         report = check_parallel_corpus(source_path, target_path,
                                        character_lines=config.limit)
-        for c, times in report.pop("characters").items():
-            characters[c] = characters.get(c, 0) + times
+        characters.update(report.pop("characters"))
         reports[name] = report
     for _, _, source_path, target_path in evaluation:
         check_parallel_corpus(source_path, target_path, characters=False)
@@ -345,9 +289,23 @@ def check_inputs(config, data_dir=None):
     return {"corpora": reports, "minimum_vocabulary_size": minimum}
 
 
+def _files(config):
+    """The corpus-file fields of ``config`` (the ``files`` dataset's)."""
+    return {name: getattr(config, name) for name in (
+        "train_source", "train_target", "validation_source",
+        "validation_target", "test_source", "test_target")}
+
+
+def _data_dir(config, data_dir):
+    """The data folder (``resolve_data_dir``); None for ``dataset="files"``."""
+    if config.dataset == "files":
+        return None
+    return resolve_data_dir(data_dir, must_exist=not config.download)
+
+
 def _tfds_train_files(workdir, source_language, target_language):
-    """tfds ``wmt14_translate/de-en`` train written once, streaming, to
-    ``workdir/wmt14_train.{src,tgt}.gz`` (what the token ids are prepared from)."""
+    """tfds ``wmt14_translate/de-en`` train, written once, streaming, to
+    ``workdir/wmt14_train.{src,tgt}.gz``."""
     import gzip
 
     import tensorflow_datasets as tfds
@@ -365,24 +323,10 @@ def _tfds_train_files(workdir, source_language, target_language):
     return [("wmt14_train", *paths)]
 
 
-def _weights(config, corpora):
-    weights = _parse_weights(config.train_weights)
-    if weights is None:
-        return None
-    if len(weights) != len(corpora):
-        raise ValueError(
-            f"`train_weights` must give one number >= 0 per training corpus "
-            f"({len(corpora)}: {', '.join(c[0] for c in corpora)}) with a positive sum, "
-            f"got train_weights={config.train_weights!r}")
-    return weights
-
-
 def token_encoder(tokenizer):
-    """``encode(lines) -> list of int32 id arrays`` (content ids, no
-    START/END) for ``prepare_translation_data``: the tokenizer's own
-    host ``encode`` where it has one (SentencePiece through the
-    ``sentencepiece`` package, no TensorFlow), else its in-graph
-    ``tokenize`` (WordPiece, TensorFlow)."""
+    """``encode(lines) -> list of int32 id arrays`` (no START/END) for
+    ``prepare_translation_data``: the tokenizer's host ``encode`` where it
+    has one (SentencePiece), else its in-graph ``tokenize`` (TensorFlow)."""
     encode = getattr(tokenizer, "encode", None)
     if callable(encode):
         return encode
@@ -397,9 +341,9 @@ def token_encoder(tokenizer):
 
 
 def vocabulary_sha256(tokenizer):
-    """SHA-256 of what defines a tokenizer's ids: a SentencePiece model's
-    bytes, else its vocabulary one token a line. Part of the prepared
-    folder's key: ids of another vocabulary are prepared again.
+    """SHA-256 of what defines a tokenizer's ids (a SentencePiece model's
+    bytes, else its vocabulary one token a line): part of the prepared
+    folder's key.
 
     Example:
 
@@ -411,18 +355,16 @@ def vocabulary_sha256(tokenizer):
     import hashlib
 
     proto = getattr(tokenizer, "model_proto", None)
-    if proto is not None:
-        return hashlib.sha256(bytes(proto)).hexdigest()
-    text = "\n".join(tokenizer.vocabulary) + "\n"
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if proto is None:
+        proto = ("\n".join(tokenizer.vocabulary) + "\n").encode("utf-8")
+    return hashlib.sha256(bytes(proto)).hexdigest()
 
 
 def prepare_training_batches(config, corpora, tokenizer, folder, boundaries,
                              position, num_processes=1, process_index=0):
-    """Prepares the training corpora's token ids once
-    (``keras_trm.data.prepare_translation_data``: reused while its key --
-    corpus files, vocabulary, filters -- matches) and returns the
-    training batches over them.
+    """The training batches over the corpora's token ids, prepared once
+    (``prepare_translation_data``: reused while corpus files, vocabulary
+    and filters match).
 
     Returns:
         dict: ``batches`` (an endless ``keras_trm.data.TokenBatches``,
@@ -430,14 +372,18 @@ def prepare_training_batches(config, corpora, tokenizer, folder, boundaries,
         (with ``reused``), ``weights`` (None: one corpus, every pair once
         an epoch).
     """
-    weights = _weights(config, corpora)
+    weights = _parse_weights(config.train_weights)
+    if weights is not None and len(weights) != len(corpora):
+        raise ValueError(
+            f"`train_weights` must give one number >= 0 per training corpus "
+            f"({len(corpora)}: {', '.join(c[0] for c in corpora)}) with a positive sum, "
+            f"got train_weights={config.train_weights!r}")
     vocabulary = len(tokenizer.vocabulary)
     manifest = prepare_translation_data(
         folder, corpora, token_encoder(tokenizer), vocabulary,
         vocabulary_sha256(tokenizer), max_train_length=train_length(config),
         max_file_mib=config.max_file_mib)
-    # Checked as any folder is (sizes, SHA-256, ids within the vocabulary);
-    # a folder that was just written is only opened.
+    # A reused folder is checked (sizes, SHA-256, ids); a new one only opened.
     prepared = read_prepared(folder, vocabulary_size=vocabulary,
                              key=manifest["key"], verify=manifest["reused"],
                              check_ids=manifest["reused"])
@@ -452,31 +398,27 @@ def prepare_training_batches(config, corpora, tokenizer, folder, boundaries,
             "manifest": manifest, "weights": weights}
 
 
-def first_lines(corpora, n, workdir, languages=None):
+def first_lines(corpora, n, workdir, languages=("source", "target")):
     """The first ``n`` lines of each corpus (smoke runs, ``limit``),
     written to ``workdir/limit_<n>/``; returns the corpora as
     ``(name, source_path, target_path)`` tuples over those copies.
 
-    Each copy is named by its corpus and language
-    (``<name>.<language>.gz``; ``languages``: the ``(source, target)``
-    codes, default ``("source", "target")``) and keyed to the file it was
-    copied from (path, size, modification time, in ``<copy>.key.json``):
-    it is reused only while that key holds, and written again when the
-    direction, the data folder or the file changed -- never a copy of
-    other text.
+    Each copy, ``<name>.<language>.gz`` (``languages``: the ``(source,
+    target)`` codes), is keyed to the file it was copied from (path, size,
+    modification time, in ``<copy>.key.json``) and written again when that
+    key changes (direction, data folder or file) -- never a copy of other
+    text.
     """
     import gzip
     import itertools
 
-    if languages is None:
-        languages = ("source", "target")
     folder = pathlib.Path(workdir) / f"limit_{n}"
     out = []
     for name, *paths in corpora:
         copies = []
         for language, path in zip(languages, paths):
             copy = folder / f"{name}.{language}.gz"
-            key_path = folder / f"{name}.{language}.gz.key.json"
+            key_path = folder / f"{copy.name}.key.json"
             key = {"source": file_identity(path), "lines": int(n)}
             try:
                 current = json.loads(key_path.read_text(encoding="utf-8"))
@@ -485,8 +427,7 @@ def first_lines(corpora, n, workdir, languages=None):
             if current != key or not copy.is_file():
                 key_path.unlink(missing_ok=True)  # no stale key over a new copy
                 with atomic_file(copy) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
-                    for line in itertools.islice(iter_lines(path), n):
-                        f.write(line + "\n")
+                    f.writelines(line + "\n" for line in itertools.islice(iter_lines(path), n))
                 write_json(key_path, key)
             copies.append(copy)
         out.append((name, *copies))
@@ -522,8 +463,7 @@ class TranslationData:
     """What ``resolve_translation_data`` found: the data folder (None for
     ``dataset="files"``), the split names (``{"validation": ..., "test":
     ...}``), the training corpora as ``(name, source_path, target_path)``
-    (files, streamed later) and the val and test pairs as
-    ``(sources, targets)`` lists of strings (a few thousand lines)."""
+    and the val and test pairs as ``(sources, targets)`` lists of str."""
 
     data_dir: Optional[pathlib.Path]
     names: dict
@@ -534,11 +474,10 @@ class TranslationData:
 
 def resolve_translation_data(config, data_dir, workdir):
     """The corpora a translation config names, as the job and
-    ``keras-trm prepare-translation`` both read them: the data folder
-    resolved (``keras_trm.data.resolve_data_dir``), val and test loaded,
-    the training corpora located (tfds' WMT14 written once to
-    ``workdir``), and ``limit`` / ``validation_limit`` applied (``limit``
-    also copies the first lines of each training corpus to ``workdir``).
+    ``keras-trm prepare-translation`` read them: val and test loaded, the
+    training corpora located (tfds' WMT14 written once to ``workdir``),
+    ``limit`` (first lines of each training corpus copied to ``workdir``)
+    and ``validation_limit`` applied.
 
     Args:
         config: a validated ``TranslationConfig``.
@@ -550,14 +489,9 @@ def resolve_translation_data(config, data_dir, workdir):
 
     Raises:
         FileNotFoundError / CorpusError: as ``load_translation_splits``
-            and ``translation_train_files`` (``check_inputs`` reports
-            them earlier, with the flag to fix).
+            and ``translation_train_files`` (``check_inputs`` runs first).
     """
-    data_dir = (None if config.dataset == "files"
-                else resolve_data_dir(data_dir, must_exist=not config.download))
-    files = {name: getattr(config, name) for name in (
-        "train_source", "train_target", "validation_source",
-        "validation_target", "test_source", "test_target")}
+    data_dir, files = _data_dir(config, data_dir), _files(config)
     languages = (config.source_language, config.target_language)
     splits = load_translation_splits(config.dataset, data_dir, *languages, files=files,
                                      download=config.download, include_train=False)
@@ -566,26 +500,20 @@ def resolve_translation_data(config, data_dir, workdir):
     else:
         corpora = translation_train_files(config.dataset, data_dir, *languages,
                                           files=files, download=config.download)
-    (val_src, val_tgt), (test_src, test_tgt) = splits.validation, splits.test
+    val, test = tuple(splits.validation), tuple(splits.test)
     if config.limit:  # the vocabulary too is learned from the first n pairs
-        n = config.limit
-        val_src, val_tgt, test_src, test_tgt = (
-            x[:n] for x in (val_src, val_tgt, test_src, test_tgt))
-        corpora = first_lines(corpora, n, workdir, languages)
+        val, test = (tuple(x[:config.limit] for x in pair) for pair in (val, test))
+        corpora = first_lines(corpora, config.limit, workdir, languages)
     if config.validation_limit:
-        val_src = val_src[:config.validation_limit]
-        val_tgt = val_tgt[:config.validation_limit]
-    return TranslationData(data_dir, dict(splits.names), corpora,
-                           (val_src, val_tgt), (test_src, test_tgt))
+        val = tuple(x[:config.validation_limit] for x in val)
+    return TranslationData(data_dir, dict(splits.names), corpora, val, test)
 
 
 def job_jit_compile(choice, strategy=None):
-    """``fit``'s ``jit_compile`` for the job's ``jit_compile`` setting
-    (``"on"``, ``"off"``, ``"auto"``), one meaning on every backend: XLA
-    (TensorFlow), ``jax.jit`` (JAX: always, since without it Keras runs
-    the step op by op), ``torch.compile`` (PyTorch); ``"auto"`` is on
-    except for several TensorFlow CPU replicas
-    (``keras_trm.training.resolve_jit_compile``) and off for PyTorch.
+    """``fit``'s ``jit_compile`` for the job's setting (``"on"``, ``"off"``,
+    ``"auto"``): XLA (TensorFlow; ``"auto"`` as ``resolve_jit_compile``),
+    ``jax.jit`` (JAX: always, else Keras runs the step op by op),
+    ``torch.compile`` (PyTorch; ``"auto"`` is off).
 
     Example:
 
@@ -608,16 +536,11 @@ class _OneDevice:
     placement (``tf.distribute`` is TensorFlow's)."""
 
     num_replicas_in_sync = 1
-
-    def scope(self):
-        import contextlib
-
-        return contextlib.nullcontext()
+    scope = staticmethod(contextlib.nullcontext)
 
 
 def job_strategy(kind):
-    """``make_strategy(kind)`` on TensorFlow; on JAX and PyTorch only
-    ``"default"`` (one process, Keras' device placement).
+    """``make_strategy(kind)`` on TensorFlow; elsewhere only ``"default"``.
 
     Raises:
         ValueError: ``mirrored`` / ``multi_worker`` off TensorFlow.
@@ -634,19 +557,16 @@ def job_strategy(kind):
 
 def tf_dataset(batches):
     """``batches`` (``TokenBatches``) as the ``tf.data.Dataset`` that
-    TensorFlow's ``fit`` and ``tf.distribute`` take: a thin
-    ``from_generator`` whose shapes are ``(None, None)``. (Keras' own
-    PyDataset adapter fixes each dimension its first two batches agree on,
-    so a later bucket's width would be refused.)"""
+    TensorFlow's ``fit`` and ``tf.distribute`` take, of shapes ``(None,
+    None)`` (Keras' PyDataset adapter fixes the dimensions its first two
+    batches agree on, refusing a later bucket's width)."""
     import itertools
     import weakref
 
     import tensorflow as tf
 
-    # TensorFlow keeps a from_generator's generator state past the dataset
-    # (a C++ registry), which kept the batches (their plan, the mapped
-    # chunks) alive after training: the generator holds them weakly, the
-    # returned dataset strongly, so they go with the dataset.
+    # TensorFlow keeps a generator's state past its dataset (a C++
+    # registry): holding the batches weakly lets them go with the dataset.
     held = weakref.ref(batches)
 
     def generate():
@@ -672,25 +592,24 @@ def run(config=None, data_dir=None, workdir="runs/multi30k",
         export_dir="export", samples=()):
     """Runs the whole job; returns a dict of the figures it measured.
 
-    The job sets Keras' global dtype policy from ``config.precision`` and
-    puts the previous one back when it ends (also on an error).
+    Keras' global dtype policy is set from ``config.precision`` and put
+    back when the job ends (also on an error).
 
-    A full disk loses nothing (every file is written under a temporary
-    name and renamed into place; see ``keras_trm.utils.files``):
+    A full disk loses nothing (files are written under a temporary name
+    and renamed into place):
 
     - ``workdir`` full during training: the backup or checkpoint write
       raises ``OSError`` (``errno.ENOSPC``, naming the file and the space
-      needed and free); the previous backup stays complete, so the same
-      command run again once there is space resumes from it.
+      needed and free); the same command run again once there is space
+      resumes from the previous, complete, backup.
     - the export fails (e.g. ``export_dir`` full): ``result.json`` is still
-      written, with ``"export": null`` and ``"export_error"`` (the
-      message), then the export's error is raised (so a script sees a
-      failed run). The same command run again trains no further (its
-      backup is finished) and decodes and exports again.
+      written, with ``"export": null`` and ``"export_error"``, then the
+      export's error is raised. The same command run again trains no
+      further and decodes and exports again.
     """
     previous_policy = keras.config.dtype_policy()
     try:
-        return _run(config, data_dir, workdir, export_dir, samples)
+        return TranslationRun(config, data_dir, workdir, export_dir, samples).run()
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
@@ -706,10 +625,8 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
     raw-text SavedModel, ``<export_dir>/<config.model_name>/<version>/``,
     with ``vocab.txt`` and ``config.json`` in its assets; with
     ``config.export_jit_compile_max_batch_size`` its search is the XLA one
-    for small batches and the SavedModel carries warm-up requests built from
-    ``warmup_sources`` (str, e.g. the val sources). TensorFlow backend only
-    (the SavedModel is a TensorFlow graph); ``export_in_tensorflow``
-    does it from the other backends.
+    for small batches, with warm-up requests built from ``warmup_sources``
+    (str, e.g. the val sources). TensorFlow backend only.
 
     Returns:
         ``pathlib.Path`` of the version folder.
@@ -740,14 +657,12 @@ def export_translation(translator, config, export_dir, warmup_sources=()):
 
 
 def export_request(model_path, config, workdir, export_dir, warmup_sources=()):
-    """Writes ``<workdir>/export_request.json``: what the SavedModel export
-    of a model trained under JAX or PyTorch needs (the ``.keras`` file,
-    the config, the workdir with its vocabulary, the export folder, the
-    warm-up sources). Returns the command that runs it on a machine with
-    TensorFlow (``keras-trm export-translation --workdir WORKDIR``)."""
+    """Writes ``<workdir>/export_request.json``, what the SavedModel export
+    of a model trained under JAX or PyTorch needs; returns the command that
+    runs it with TensorFlow (``keras-trm export-translation --workdir
+    WORKDIR``)."""
     workdir = pathlib.Path(workdir)
-    # The model's path relative to the workdir: the folder may be copied to
-    # another machine and exported there.
+    # Relative to the workdir: the folder may be exported on another machine.
     write_json(workdir / "export_request.json", {
         "model": str(pathlib.Path(model_path).resolve().relative_to(workdir.resolve())),
         "export_dir": str(export_dir),
@@ -761,8 +676,7 @@ def export_main(workdir):
     ``export_in_tensorflow``): the SavedModel from the run's
     ``export_request.json``; writes ``export_request.done.json``."""
     workdir = pathlib.Path(workdir)
-    request_path = workdir / "export_request.json"
-    request = json.loads(request_path.read_text())
+    request = json.loads((workdir / "export_request.json").read_text())
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
                            f"got {keras.backend.backend()!r}")
@@ -772,18 +686,13 @@ def export_main(workdir):
     translator = Translator(model, tokenizer, **_search_options(config))
     path = export_translation(translator, config, request["export_dir"],
                               request["warmup_sources"])
-    write_json(pathlib.Path(request_path).with_suffix(".done.json"), {"path": str(path)})
+    write_json(workdir / "export_request.done.json", {"path": str(path)})
     print(f"exported SavedModel to {path}", flush=True)
 
 
-def _run(config, data_dir, workdir, export_dir, samples):
-    return TranslationRun(config, data_dir, workdir, export_dir, samples).run()
-
-
 class TranslationRun(StagedJob):
-    """The translation job's stages (``keras_trm.jobs.stages``): each
-    reads what the earlier ones set on ``self``. ``run()`` returns the dict
-    that ``run`` documents (written to ``<workdir>/result.json``)."""
+    """The translation job's stages (``keras_trm.jobs.stages``); ``run()``
+    returns the dict that ``run`` documents (``<workdir>/result.json``)."""
 
     STAGES = ("check", "prepare_data", "build", "fit", "release_training",
               "select_average", "evaluate", "export", "report")
@@ -799,9 +708,9 @@ class TranslationRun(StagedJob):
         config = apply_preset(self.config or TranslationConfig())
         config.validate()
         config = dataclasses.replace(config, model_name=_model_name(config))
-        # Its warm-up requests (one per batch size and 8-token bucket) must
-        # fit TF Serving's 1000: checked now, not after training.
-        MAX_WARMUP_RECORDS = 1000  # keras_trm.export.warmup's (TensorFlow)
+        # The export's warm-up requests (one per batch size and 8-token
+        # bucket) must fit TF Serving's 1000 (keras_trm.export.warmup's).
+        MAX_WARMUP_RECORDS = 1000
         buckets = -(-config.max_sequence_length // 8)
         most = MAX_WARMUP_RECORDS // buckets
         if not 0 <= config.export_jit_compile_max_batch_size <= most:
@@ -815,9 +724,7 @@ class TranslationRun(StagedJob):
         self.config = config = dataclasses.replace(
             config, precision=apply_precision(config.precision))
         self.strategy = job_strategy(config.strategy)
-        # The corpora and the vocabulary size they need: a bad file stops
-        # the job now, before the run folder, a vocabulary, prepared ids or weights.
-        check_inputs(config, self.data_dir)
+        check_inputs(config, self.data_dir)  # before anything is written
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     def prepare_data(self):
@@ -833,7 +740,7 @@ class TranslationRun(StagedJob):
               + (f" (smoke run: the first {config.limit} pairs of each split)"
                  if config.limit else ""), flush=True)
         self.tokenizer = prepare_tokenizer(config, corpora, workdir)
-        self.num_workers, self.worker_index, self.is_chief = (1, 0, True)
+        self.num_workers, self.worker_index, self.is_chief = 1, 0, True
         if keras.backend.backend() == "tensorflow":
             from keras_trm.training.distribute import worker_info
 
@@ -858,8 +765,9 @@ class TranslationRun(StagedJob):
         if stream["weights"] is not None:
             print("sampling weights: " + ", ".join(
                 f"{c[0]} {w:g}" for c, w in zip(corpora, stream["weights"])), flush=True)
-        print(f"{stream['steps_per_epoch']} batches per epoch in "
-              f"{len(stream['batches'].shapes)} shapes ({', '.join(f'{b}x{L}' for b, L in stream['batches'].shapes)}); "
+        shapes = stream["batches"].shapes
+        print(f"{stream['steps_per_epoch']} batches per epoch in {len(shapes)} shapes "
+              f"({', '.join(f'{b}x{L}' for b, L in shapes)}); "
               f"vocabulary {len(self.tokenizer.vocabulary)}", flush=True)
 
     def build(self):
@@ -881,12 +789,11 @@ class TranslationRun(StagedJob):
             if accumulate > 1:  # the schedule counts updates, not micro-batches
                 schedule = PerUpdateSchedule(schedule, accumulate)
             self.budget_decay = None
-            if config.budget_schedule == "fit" and self.num_workers > 1:
-                # each worker would fit its own rate from its own clock
-                raise ValueError("`budget_schedule`='fit' is not supported with "
-                                 f"several workers (num_workers={self.num_workers}); "
-                                 "use 'cut'")
             if config.budget_schedule == "fit":  # TimeBudget fits it (fit())
+                if self.num_workers > 1:  # each would fit a rate to its own clock
+                    raise ValueError("`budget_schedule`='fit' is not supported with "
+                                     f"several workers (num_workers={self.num_workers}); "
+                                     "use 'cut'")
                 schedule = self.budget_decay = BudgetDecay(schedule)
             model.compile(
                 optimizer=paper_adam(
@@ -940,8 +847,7 @@ class TranslationRun(StagedJob):
         self.bleu_log = bleu_log = BleuLog(
             self.val_bleu, workdir / "epochs.json", config.eval_every_epochs,
             clock=budget.elapsed, writer=writer, write=self.is_chief)
-        # Non-chief workers keep their own backup (they restore from it);
-        # the chief's is workdir/backup.
+        # Each worker restores from its own backup; the chief's is workdir/backup.
         backup = TrainingBackup(
             workdir / ("backup" if self.is_chief else f"backup_worker{self.worker_index}"),
             save_freq=config.save_freq, position=self.position,
@@ -976,9 +882,8 @@ class TranslationRun(StagedJob):
                     "export": None}
 
     def release_training(self):
-        """Training is over: its step function (the traced graphs) and the
-        data stream go, so that averaging, decoding and the export reuse
-        their memory instead of adding to it (the job's peak RSS; see
+        """Drops the step function (traced graphs) and the data stream, so
+        that averaging, decoding and the export reuse their memory (see
         docs/measurements.md, "The translation job's memory")."""
         self.model.train_function = None
         self.stream = {k: v for k, v in self.stream.items() if k != "batches"}
@@ -1000,18 +905,16 @@ class TranslationRun(StagedJob):
         """Test decoding, once, and its BLEU figures."""
         config = self.config
         # Test decoding and the export compute in float32 whatever the
-        # training precision: the same weights, no per-step casts, portable
-        # to CPUs without native bfloat16.
+        # training precision (no per-step casts, CPUs without bfloat16).
         self.translator = Translator(self.val_bleu.float32_model(self.model),
                                      search_tokenizer(self.tokenizer),
                                      **_search_options(config))
         test_src, test_tgt = self.data.test
         test_name = self.data.names["test"]
-        self.test = {"test_bleu": None, "test_bleu_line": None,
-                     "test_tokenized_compound_split_bleu": None,
-                     "test_tokenized_compound_split_bleu_line": None,
-                     "test_lowercase_tokenized_bleu": None,
-                     "test_lowercase_tokenized_bleu_line": None}
+        self.test = dict.fromkeys(
+            f"test_{name}{line}" for name in ("bleu", "tokenized_compound_split_bleu",
+                                             "lowercase_tokenized_bleu")
+            for line in ("", "_line"))
         self.signature, self.decode_seconds = None, 0.0
         if not test_src:
             return
@@ -1020,24 +923,19 @@ class TranslationRun(StagedJob):
         self.decode_seconds = time.time() - t0
         bleu, self.signature, line = corpus_bleu(hyps, test_tgt)
         print(f"{test_name}: {line}\nsacreBLEU signature: {self.signature}", flush=True)
-        # The paper's figure (t2t's get_ende_bleu.sh): tokenized BLEU with
-        # compound splitting, on the same outputs.
-        tok_bleu, tok_line = compound_split_bleu(hyps, test_tgt, config.target_language)
-        print(f"{test_name}: tokenized BLEU with compound splitting {tok_bleu:.2f} "
-              f"({tok_line})", flush=True)
-        # The Multi30k papers' figure (lower-cased, tokenized; Wu et al. 2021).
-        low_bleu, low_line = tokenized_bleu(hyps, test_tgt, config.target_language)
-        print(f"{test_name}: lower-cased tokenized BLEU {low_bleu:.2f} ({low_line})",
-              flush=True)
+        self.test.update(test_bleu=round(bleu, 2), test_bleu_line=line)
+        # The paper's figure (t2t's get_ende_bleu.sh) and the Multi30k papers'
+        # (Wu et al. 2021), on the same outputs.
+        for key, what, score in (
+                ("tokenized_compound_split", "tokenized BLEU with compound splitting",
+                 compound_split_bleu),
+                ("lowercase_tokenized", "lower-cased tokenized BLEU", tokenized_bleu)):
+            value, line = score(hyps, test_tgt, config.target_language)
+            print(f"{test_name}: {what} {value:.2f} ({line})", flush=True)
+            self.test.update({f"test_{key}_bleu": round(value, 2), f"test_{key}_bleu_line": line})
         atomic_write(self.workdir / f"{test_name}.hyp.{config.target_language}",
                      "\n".join(hyps) + "\n")
         release_freed_memory()  # before the export builds its graphs
-        self.test.update({
-            "test_bleu": round(bleu, 2), "test_bleu_line": line,
-            "test_tokenized_compound_split_bleu": round(tok_bleu, 2),
-            "test_tokenized_compound_split_bleu_line": tok_line,
-            "test_lowercase_tokenized_bleu": round(low_bleu, 2),
-            "test_lowercase_tokenized_bleu_line": low_line})
 
     def export(self):
         """The raw-text SavedModel, then the sample translations. A failed
@@ -1055,14 +953,8 @@ class TranslationRun(StagedJob):
                 model_path = self.workdir / "model_float32.keras"
                 with atomic_file(model_path, suffix=".keras") as tmp:
                     translator.model.save(tmp)
-                command = export_request(model_path, config, self.workdir,
-                                         self.export_dir, val_src)
-                if not tensorflow_installed():
-                    self.export_command = command
-                    print("no TensorFlow here, so no SavedModel: on a machine with "
-                          f"TensorFlow and this workdir, run\n  {command}", flush=True)
-                else:
-                    self.export_path = export_in_tensorflow(command)
+                self.export_path, self.export_command = export_elsewhere(export_request(
+                    model_path, config, self.workdir, self.export_dir, val_src))
             if self.export_path is not None:
                 print(f"exported SavedModel to {self.export_path}", flush=True)
         except Exception as error:  # noqa: BLE001 -- re-raised by report
@@ -1097,12 +989,10 @@ class TranslationRun(StagedJob):
             "averaged_checkpoints": self.averaged,
             "val_greedy_bleu_by_average": self.average_scores,
             "train_minutes": round(self.train_seconds / 60, 1),
-            # Tracing and compiling the step, once per batch shape (see
-            # keras_trm.training.StepTimes): part of train_minutes.
+            # Tracing and compiling the step per batch shape, in train_minutes.
             "compile_seconds": self.step_times.compile_seconds,
             "compiled_shapes": self.step_times.shapes,
-            # budget_schedule="fit": the steps of the linear decay to 0 that
-            # the time budget fitted; null when nothing was fitted.
+            # The steps of the linear decay to 0 that budget_schedule="fit" fitted.
             "budget_decay_steps": ([self.budget_decay.start, self.budget_decay.end]
                                    if self.budget_decay and self.budget_decay.end
                                    else None),
