@@ -1,14 +1,12 @@
 """keras_trm: the original Transformer family for Keras 3.
 
-The core (``keras_trm.layers``, ``keras_trm.models``, ``keras_trm.training``,
-``keras_trm.decoding``'s searches, ``Translator.translate_texts`` and
-``GreedyBleu``, and SentencePiece in ``keras_trm.text``) runs on the
-backend Keras 3 selects (``KERAS_BACKEND``, ``~/.keras/keras.json``):
+The core (layers, models, training, the searches, ``Translator.translate_texts``,
+``GreedyBleu``, SentencePiece) runs on the backend Keras 3 selects:
 TensorFlow, JAX or PyTorch, the last two without TensorFlow installed. The
 data pipeline, the in-graph tokenizers, ``Translator.translate``, the
-exports and the server are TensorFlow by design and import it when used (docs/getting-started.md,
-"JAX or PyTorch, without TensorFlow"). Importing the package changes no
-environment variable.
+exports and the server are TensorFlow by design and import it when used
+(docs/getting-started.md). Importing the package changes no environment
+variable.
 """
 
 import importlib
@@ -19,10 +17,9 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("layers", "models", "training")
 
-if not is_command_process():
-    from keras_trm import layers  # noqa: F401
-    from keras_trm import models  # noqa: F401
-    from keras_trm import training  # noqa: F401  (registers schedule, loss)
+if not is_command_process():  # training registers its schedule and loss
+    for _name in _SUBMODULES:
+        importlib.import_module(f"{__name__}.{_name}")
 
 
 def __getattr__(name):

@@ -1,11 +1,8 @@
 """Optional dependencies: TensorFlow above the backend line, the extras.
 
-The layers, models, training pieces and searches run on any Keras 3
-backend (``keras.ops`` only). The tf.data pipeline, the tf-text tokenizers,
-the SavedModel / LiteRT export and the server are TensorFlow by design:
-their modules are imported on first use (``lazy_module_attributes``), and
-without TensorFlow that use raises an ``ImportError`` naming what to
-install.
+The TensorFlow-only modules (tf.data, tf-text, exports, the server) are
+imported on first use (``lazy_module_attributes``); without TensorFlow
+that use raises an ``ImportError`` naming what to install.
 """
 
 import importlib
@@ -36,13 +33,8 @@ def require_tensorflow(feature):
 def require_extra(extra, modules, feature):
     """Imports ``modules`` (names); the first that is missing raises
     ``ImportError`` naming ``feature``, the module and the extra that
-    installs it (``pip install "keras_trm[serve]"``).
-
-    The core install (``pip install keras_trm``) holds what the layers,
-    models, training, data, text and decoding need; the server
-    (``serve``: flask, waitress, grpcio, tensorflow-serving-api,
-    prometheus-client), LiteRT (``litert``) and plots (``plots``:
-    matplotlib) are extras.
+    installs it: the server (``serve``), LiteRT (``litert``) and plots
+    (``plots``) are not in the core install.
 
     Raises:
         ImportError: a module of ``modules`` is not installed.
@@ -67,8 +59,8 @@ def require_extra(extra, modules, feature):
 def lazy_module_attributes(package, attributes):
     """A module ``__getattr__`` that imports ``attributes[name]`` (a module
     path) when ``package.name`` is first read, so that TensorFlow-only parts
-    of a package load only when used. A failing import of such a module
-    raises the ``ImportError`` of ``require_tensorflow``.
+    load only when used; without TensorFlow, ``require_tensorflow``'s
+    ``ImportError``.
 
     Example:
 
@@ -84,8 +76,7 @@ def lazy_module_attributes(package, attributes):
         try:
             loaded = importlib.import_module(module)
         except ImportError as err:
-            if getattr(err, "name", None) and err.name.split(".")[0] in (
-                    "tensorflow", "tensorflow_text"):
+            if (err.name or "").split(".")[0] in ("tensorflow", "tensorflow_text"):
                 require_tensorflow(f"{package}.{name}")
             raise
         return getattr(loaded, name)

@@ -4,102 +4,79 @@ decoding, jobs): each error names the argument and the value it got."""
 import numbers
 
 
+def _number(name, value, kind, what, ok):
+    """``value`` if a ``kind`` (not bool) with ``ok(value)``, else raises."""
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"`{name}` must be {what}, got {name}={value!r}")
+    if not ok(value):
+        raise ValueError(f"`{name}` must be {what}, got {name}={value!r}")
+    return value
+
+
 def positive_int(name, value):
     """Returns ``value`` as int if it is an integer > 0, else raises."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be a positive int, got {name}={value!r}")
-    if value <= 0:
-        raise ValueError(f"`{name}` must be a positive int, got {name}={value!r}")
-    return int(value)
+    return int(_number(name, value, numbers.Integral, "a positive int", lambda x: x > 0))
 
 
 def boolean(name, value):
-    """Returns ``value`` if it is a bool (``True``/``False``), else raises
-    ``TypeError``: a string such as ``"no"`` or ``"off"`` is truthy and
-    would switch the setting on."""
+    """Returns ``value`` if it is a bool, else raises ``TypeError``: a
+    string such as ``"off"`` is truthy and would switch the setting on."""
     if not isinstance(value, bool):
         raise TypeError(f"`{name}` must be True or False, got {name}={value!r}")
     return value
 
 
 def non_negative_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be an int >= 0, got {name}={value!r}")
-    if value < 0:
-        raise ValueError(f"`{name}` must be an int >= 0, got {name}={value!r}")
-    return int(value)
+    return int(_number(name, value, numbers.Integral, "an int >= 0", lambda x: x >= 0))
 
 
 def positive_float(name, value):
     """Returns ``value`` as float if it is a finite real number > 0, else
-    raises (NaN and inf included: an epsilon or a learning rate of inf
-    trains to NaN)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a finite float > 0, got {name}={value!r}")
-    if not 0.0 < float(value) < float("inf"):
-        raise ValueError(f"`{name}` must be a finite float > 0, got {name}={value!r}")
-    return float(value)
+    raises (NaN and inf included: a learning rate of inf trains to NaN)."""
+    return float(_number(name, value, numbers.Real, "a finite float > 0",
+                         lambda x: 0.0 < float(x) < float("inf")))
 
 
 def non_negative_float(name, value):
     """Returns ``value`` as float if it is a finite real number >= 0, else
     raises."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a float >= 0, got {name}={value!r}")
-    if not 0.0 <= float(value) < float("inf"):
-        raise ValueError(f"`{name}` must be a finite float >= 0, got {name}={value!r}")
-    return float(value)
+    return float(_number(name, value, numbers.Real, "a finite float >= 0",
+                         lambda x: 0.0 <= float(x) < float("inf")))
 
 
 def rate(name, value):
     """Returns ``value`` as float if it is in [0, 1), else raises."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a float in [0, 1), got {name}={value!r}")
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(
-            f"`{name}` must be a float in [0, 1), got {name}={value!r}"
-        )
-    return float(value)
+    return float(_number(name, value, numbers.Real, "a float in [0, 1)",
+                         lambda x: 0.0 <= float(x) < 1.0))
 
 
 def fraction(name, value):
     """Returns ``value`` as float if it is in (0, 1) (a share held out,
     both parts non-empty), else raises."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a float in (0, 1), got {name}={value!r}")
-    if not 0.0 < float(value) < 1.0:
-        raise ValueError(f"`{name}` must be a float in (0, 1), got {name}={value!r}")
-    return float(value)
+    return float(_number(name, value, numbers.Real, "a float in (0, 1)",
+                         lambda x: 0.0 < float(x) < 1.0))
 
 
 def one_of(name, value, allowed):
     if value not in allowed:
-        raise ValueError(
-            f"`{name}` must be one of {sorted(allowed)}, got {name}={value!r}"
-        )
+        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {name}={value!r}")
     return value
 
 
 def divisible(name_a, a, name_b, b):
     if a % b:
-        raise ValueError(
-            f"`{name_a}` must be divisible by `{name_b}`, got "
-            f"{name_a}={a} and {name_b}={b}"
-        )
+        raise ValueError(f"`{name_a}` must be divisible by `{name_b}`, got "
+                         f"{name_a}={a} and {name_b}={b}")
 
 
 def host_ids_in_range(name, value, size, what="the model's vocabulary"):
-    """Where ``value`` holds host values (a NumPy array, a list or tuple:
-    nothing to copy back from a device), checks its integer ids are in
-    ``[0, size)``; tensors pass unchecked. Under JAX an id past an
-    embedding table reads a row of NaN; a negative id reads a row from the
-    end on every backend.
+    """Checks that host ids (a NumPy array, list or tuple; tensors pass
+    unchecked) are in ``[0, size)``: under JAX an id past an embedding
+    table reads a row of NaN, and a negative id reads from the end.
 
     Raises:
-        ValueError: naming the first id out of range, its position and the
-            count, e.g. "`encoder_tokens` must be ids in [0, 20) (the
-            model's source vocabulary), got encoder_tokens[0, 1]=25 (1 out
-            of range)".
+        ValueError: naming the first id out of range, its position, the
+            range and the count out of range.
     """
     import numpy as np
 
@@ -117,18 +94,14 @@ def host_ids_in_range(name, value, size, what="the model's vocabulary"):
 
 
 def host_index(name, value, length=None, size=None, what=None):
-    """Checks a position given on the host (a Python or NumPy integer) where
-    ``length`` positions start in something of ``size`` positions (a
-    key/value cache, a position table): an integer in ``[0, size -
-    length]`` (``>= 0`` where either is unknown). Tensors pass unchecked:
-    checking one would copy it back from the device, and the searches' loop
-    counters are tensors. Out of range, the backends do not agree: a
-    cache write is clamped to the last position (TensorFlow, JAX) or
-    dropped (PyTorch), and a negative index wraps on some.
+    """Checks a host position (a Python or NumPy integer) where ``length``
+    positions start in something of ``size`` (a key/value cache, a
+    position table): in ``[0, size - length]``, or ``>= 0`` where either
+    is unknown. Tensors (the searches' loop counters) pass unchecked. Out
+    of range the backends disagree (clamped, dropped or wrapped).
 
     Raises:
-        TypeError: a float or bool, e.g. "`cache_update_index` must be an
-            integer position, got cache_update_index=1.5".
+        TypeError: a float or bool.
         ValueError: out of range, naming the value and the range.
 
     Example:
@@ -159,10 +132,9 @@ def host_index(name, value, length=None, size=None, what=None):
 
 
 def mask_shape(name, mask, expected, what="its input's shape without the last axis"):
-    """Checks a mask's static shape against ``expected`` (``None`` for an
-    unknown dimension, on either side); a mask of another rank or length
-    was broadcast silently (a ``(T,)`` padding mask read as one per query)
-    or failed deep in the backend. ``mask`` None passes.
+    """Checks a mask's static shape against ``expected`` (``None``: unknown,
+    on either side); a wrong one was broadcast silently or failed deep in
+    the backend. ``mask`` None passes.
 
     Raises:
         ValueError: naming the mask, both shapes and ``what`` they mean.
@@ -177,10 +149,9 @@ def mask_shape(name, mask, expected, what="its input's shape without the last ax
 
 
 def attention_mask_shape(mask, t_q, t_k, ranks=None):
-    """Checks that an ``attention_mask`` broadcasts to ``(batch, T_q, T_k)``
-    on its static shape: its last two dimensions are 1 or those lengths
-    (unknown ones pass), its rank one of ``ranks`` (default: at least 2).
-    A wrong one failed deep in the backend. ``mask`` None passes.
+    """Checks that an ``attention_mask`` broadcasts to ``(batch, T_q, T_k)``:
+    its last two static dimensions are 1 or those lengths (unknown ones
+    pass), its rank one of ``ranks`` (default: at least 2). None passes.
 
     Raises:
         ValueError: naming both shapes.
@@ -197,9 +168,8 @@ def attention_mask_shape(mask, t_q, t_k, ranks=None):
 
 
 def same_batch(**tensors):
-    """The batch sizes (axis 0) of the named tensors (None skipped) agree
-    where known. Keras' attention refuses a mismatch under TensorFlow
-    only; under JAX and PyTorch a batch of 1 was broadcast silently.
+    """Checks that the named tensors' known batch sizes (axis 0) agree:
+    under JAX and PyTorch a batch of 1 was broadcast silently.
 
     Raises:
         ValueError: naming each tensor and its shape.
@@ -214,33 +184,26 @@ def same_batch(**tensors):
 def integer_ids(name, value, what="integer token ids"):
     """Checks that ``value`` (a tensor, NumPy array or ``KerasTensor``)
     holds integers (signed or unsigned); returns its standardized dtype.
-
-    The one integer-id check of the package: layers, models, decoding and
-    the jobs' label checks call it, so every refusal reads the same.
+    The package's one integer-id check, so every refusal reads the same.
 
     Raises:
-        TypeError: a float, bool or string dtype; the message names the
-            argument, the dtype and the shape, e.g. "`token_ids` must be
-            integer token ids, got dtype float32 (shape (2, 5)); cast ids
-            to int32".
+        TypeError: a float, bool or string dtype, naming the argument, the
+            dtype and the shape.
     """
     import keras
 
     dtype = keras.backend.standardize_dtype(value.dtype)
     if "int" not in dtype:
-        raise TypeError(
-            f"`{name}` must be {what}, got dtype {dtype} (shape "
-            f"{tuple(value.shape)}); cast ids to int32"
-        )
+        raise TypeError(f"`{name}` must be {what}, got dtype {dtype} (shape "
+                        f"{tuple(value.shape)}); cast ids to int32")
     return dtype
 
 
 def integer_inputs(inputs, specs):
-    """Checks that every value given for one of a functional model's
-    integer inputs (``specs``: ``model.inputs``, the ``keras.Input``s) has
-    an integer dtype: a plain functional model silently casts float token
-    ids to its int32 inputs (1.7 -> 1). Values without a dtype (Python
-    lists) are left to Keras' conversion; a dict is matched by input name.
+    """Checks that every value given for a functional model's integer
+    inputs (``specs``: ``model.inputs``) has an integer dtype: Keras
+    silently casts float ids to int32 (1.7 -> 1). Values without a dtype
+    (lists) are left to Keras; a dict is matched by input name.
 
     Raises:
         TypeError: a float, bool or string value for an integer input,
@@ -261,11 +224,9 @@ def integer_inputs(inputs, specs):
 
 
 def in_symbolic_scope():
-    """Whether Keras is only inferring shapes (``compute_output_spec``), so
-    that a dtype check of values must wait for the real call: under a
-    ``tf.distribute`` strategy ``fit`` builds the model and its loss on
-    the MEAN of the replicas' first batch, float64 ids never computed
-    with."""
+    """Whether Keras is only inferring shapes, so a dtype check must wait
+    for the real call (under ``tf.distribute``, ``fit`` builds on the mean
+    of the replicas' first batch: float ids never computed with)."""
     try:
         from keras.src.backend.common.symbolic_scope import in_symbolic_scope as inside
     except ImportError:  # a Keras without it: check every call
@@ -275,9 +236,7 @@ def in_symbolic_scope():
 
 def renamed(old_name, old_value, new_name, new_value):
     """A renamed keyword argument: ``new_value``, or ``old_value`` with a
-    ``DeprecationWarning`` when the caller still used ``old_name`` (not
-    None). One name per concept across the API (e.g. ``length_penalty``
-    for the GNMT α, formerly also ``length_penalty_alpha``).
+    ``DeprecationWarning`` when the caller still used ``old_name``.
 
     Example:
 
@@ -293,20 +252,21 @@ def renamed(old_name, old_value, new_name, new_value):
     """
     if old_value is None:
         return new_value
+    _warn_renamed(old_name, new_name)
+    return old_value
+
+
+def _warn_renamed(old_name, new_name):
     import warnings
 
     warnings.warn(f"`{old_name}` is now `{new_name}`; the old name will go",
                   DeprecationWarning, stacklevel=caller_stacklevel())
-    return old_value
 
 
 def caller_stacklevel():
-    """The ``stacklevel`` for ``warnings.warn``, called by the function
-    that calls this one, that points at the first caller outside
-    keras_trm: a deprecation is the caller's code to change, also when it
-    reaches the check through a builder (``transformer_base`` ->
-    ``transformer`` -> ``Transformer``), and Python shows a
-    ``DeprecationWarning`` only where that code is ``__main__``.
+    """The ``stacklevel`` for the caller's ``warnings.warn`` that points at
+    the first frame outside keras_trm (also through builders): Python
+    shows a ``DeprecationWarning`` only where that code is ``__main__``.
 
     Example:
 
@@ -325,10 +285,8 @@ def caller_stacklevel():
 
 
 def renamed_key(config, old_name, new_name):
-    """``config`` (a dict, e.g. a layer's saved config) with ``old_name``
-    moved to ``new_name``, silently: configs saved before a rename still
-    load (the saved file is not the caller's code to fix). A new copy;
-    ``config`` itself is left as it is.
+    """A copy of ``config`` (e.g. a layer's saved config) with ``old_name``
+    moved to ``new_name``, silently: a saved file is not code to fix.
 
     Example:
 
@@ -338,19 +296,15 @@ def renamed_key(config, old_name, new_name):
     """
     config = dict(config)
     if old_name in config:
-        value = config.pop(old_name)
-        config.setdefault(new_name, value)
+        config.setdefault(new_name, config.pop(old_name))
     return config
 
 
 class RenamedAttributes:
     """Mixin: an attribute read by its old name (``RENAMED_ATTRIBUTES``,
     old name -> new name) gives the new one's value with a
-    ``DeprecationWarning``.
-
-    Through ``__getattr__`` (only called for names not found otherwise),
-    so ``dir()`` does not list the old names and what walks an object's
-    attributes (Keras' saving) never reads them.
+    ``DeprecationWarning``; through ``__getattr__``, so ``dir()`` and
+    Keras' saving never see the old names.
 
     Example:
 
@@ -371,13 +325,9 @@ class RenamedAttributes:
     def __getattr__(self, name):
         new_name = type(self).RENAMED_ATTRIBUTES.get(name)
         if new_name is not None:
-            import warnings
-
-            warnings.warn(f"`{name}` is now `{new_name}`; the old name will go",
-                          DeprecationWarning, stacklevel=caller_stacklevel())
+            _warn_renamed(name, new_name)
             return getattr(self, new_name)
         parent = getattr(super(), "__getattr__", None)  # torch's Module has one
         if parent is None:
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return parent(name)

@@ -1,17 +1,12 @@
 """Atomic writes: a file or a folder appears complete or not at all.
 
-Every writer of the package (result JSON, reports, vocabularies, weight
-checkpoints, SavedModel exports, LiteRT files) goes through these two
-helpers: the content is written under a temporary name in the target's own
-folder (same file system) and renamed into place with ``os.replace`` /
-``os.rename``, which POSIX makes atomic. A crash or an exception leaves the
-old target (or none) and no half-written file; the temporary is removed.
-
-A full file system (``ENOSPC``, or a quota's ``EDQUOT``; also TensorFlow's
-``ResourceExhaustedError`` "No space left on device" from its file writers)
-is reported as one ``OSError`` with ``errno.ENOSPC`` that names the target
-and the space needed and free (``no_space_error``), raised once the
-temporary is removed, so the free space it reports is what a retry has.
+Every writer of the package goes through ``atomic_file`` or
+``atomic_directory``: the content is written under a temporary name in the
+target's own folder and renamed into place (``os.replace`` / ``os.rename``,
+atomic on POSIX). A crash leaves the old target (or none) and no
+half-written file. A full file system (``ENOSPC``, ``EDQUOT``, or
+TensorFlow's "No space left on device") is reported as one ``OSError``
+(``errno.ENOSPC``) naming the target and the space needed and free.
 """
 
 import contextlib
@@ -57,27 +52,8 @@ def is_no_space_error(error):
     >>> is_no_space_error(PermissionError(errno.EACCES, "Permission denied"))
     False
     """
-    if isinstance(error, OSError) and error.errno in _NO_SPACE_ERRNOS:
-        return True
-    text = str(error).lower()
-    return any(t in text for t in _NO_SPACE_TEXTS)
-
-
-def free_bytes(path):
-    """Bytes free for an unprivileged user (``shutil.disk_usage(...).free``)
-    on the file system of ``path``, or of its nearest existing parent
-    folder when ``path`` does not exist yet.
-
-    Example:
-
-    >>> import tempfile
-    >>> free_bytes(tempfile.gettempdir() + "/not/made/yet") > 0
-    True
-    """
-    path = pathlib.Path(path).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return shutil.disk_usage(path).free
+    return ((isinstance(error, OSError) and error.errno in _NO_SPACE_ERRNOS)
+            or any(t in str(error).lower() for t in _NO_SPACE_TEXTS))
 
 
 def tree_bytes(path):
@@ -95,23 +71,20 @@ def tree_bytes(path):
     path = pathlib.Path(path)
     if path.is_file():
         return path.stat().st_size
-    if not path.is_dir():
-        return 0
     return sum(p.lstat().st_size for p in path.rglob("*")
                if p.is_file() and not p.is_symlink())
 
 
 def no_space_error(path, needed=None, written=None):
     """The ``OSError`` (``errno.ENOSPC``) this package raises when ``path``
-    cannot be written because its file system is full, with the free space
-    measured now (``free_bytes``).
+    cannot be written because its file system is full, with the space free
+    now (for an unprivileged user).
 
     Args:
         path: the file or folder that was being written.
-        needed: expected size in bytes (e.g. the previous file of the same
-            kind), or None if unknown.
-        written: bytes written before the failure (used when ``needed`` is
-            unknown: the write needed more than that), or None.
+        needed: expected size in bytes, or None if unknown.
+        written: bytes written before the failure (the write needed more),
+            used when ``needed`` is unknown; or None.
 
     Example:
 
@@ -124,44 +97,20 @@ def no_space_error(path, needed=None, written=None):
     >>> "needed ~3.1 MB, " in str(error) and str(error).endswith(" free")
     True
     """
-    free = format_bytes(free_bytes(path))
+    folder = pathlib.Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    size = f"{format_bytes(shutil.disk_usage(folder).free)} free"
     if needed:
-        size = f"needed ~{format_bytes(needed)}, {free} free"
+        size = f"needed ~{format_bytes(needed)}, {size}"
     elif written:
-        size = f"needed more than {format_bytes(written)}, {free} free"
-    else:
-        size = f"{free} free"
-    return OSError(errno.ENOSPC,
-                   f"no space left on device writing {path}: {size}")
+        size = f"needed more than {format_bytes(written)}, {size}"
+    return OSError(errno.ENOSPC, f"no space left on device writing {path}: {size}")
 
 
-def check_free_space(path, needed):
-    """Raises ``no_space_error(path, needed)`` unless at least ``needed``
-    bytes are free on the file system of ``path``. Returns ``path``.
-
-    Raises:
-        OSError: ``errno.ENOSPC``, naming ``path``, the bytes needed and
-            free.
-
-    Example:
-
-    >>> import tempfile
-    >>> check_free_space(tempfile.gettempdir(), 1) == tempfile.gettempdir()
-    True
-    >>> try:
-    ...     check_free_space(tempfile.gettempdir(), 10**18)   # 1 EB
-    ... except OSError as error:
-    ...     print(error.errno == errno.ENOSPC, "needed ~1000000000.0 GB" in str(error))
-    True True
-    """
-    if free_bytes(path) < int(needed):
-        raise no_space_error(path, needed)
-    return path
-
-
-def process_umask():
-    """The process's umask, read without changing it where Linux tells it
-    (``/proc/self/status``), else by setting it and putting it back."""
+def _umask():
+    """The process's umask, read from ``/proc`` where Linux has it: setting
+    it to read it back is process-wide, a race with other threads."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
@@ -176,43 +125,64 @@ def process_umask():
 
 def usual_permissions(path):
     """Gives ``path`` the permissions ``open`` / ``mkdir`` would have: 0666
-    (a file) or 0777 (a folder) less the umask. ``tempfile.mkstemp`` and
-    ``mkdtemp`` make them 0600 / 0700, so a file or a SavedModel written
-    through a temporary could not be read by another user (a server
-    running as its own user, say).
+    (a file) or 0777 (a folder) less the umask, not ``mkstemp`` /
+    ``mkdtemp``'s 0600 / 0700, which another user (a server) cannot read.
 
     Example:
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkstemp()[1])
     >>> usual_permissions(path)
-    >>> oct(path.stat().st_mode & 0o777) == oct(0o666 & ~process_umask())
+    >>> oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     True
     """
     path = pathlib.Path(path)
-    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~process_umask())
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
 
 
-def _temp_name(path, suffix=""):
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                               suffix=".tmp" + suffix)
-    os.close(fd)
-    usual_permissions(tmp)
-    return pathlib.Path(tmp)
+def _remove(tmp):
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _temporary(path, expected_size, directory=False, suffix=""):
+    """Yields a new temporary file or folder beside ``path``; it is removed
+    at the end (the caller renames it into place first) and a full file
+    system is reported as ``no_space_error``."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if directory:
+            tmp = tempfile.mkdtemp(dir=path.parent, prefix=f".tmp-{path.name}-")
+        else:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                       suffix=".tmp" + suffix)
+            os.close(fd)
+        tmp = pathlib.Path(tmp)
+        usual_permissions(tmp)
+        yield tmp
+    except BaseException as error:
+        if not is_no_space_error(error):
+            raise
+        written = tree_bytes(tmp) if tmp else 0
+        if tmp:
+            _remove(tmp)  # first: the free space reported is what a retry has
+        raise no_space_error(path, expected_size or tree_bytes(path), written) from error
+    finally:
+        if tmp:
+            _remove(tmp)
 
 
 @contextlib.contextmanager
 def atomic_file(path, suffix="", expected_size=None):
-    """Context manager yielding a temporary path beside ``path``; on a clean
-    exit the temporary replaces ``path`` (``os.replace``), on an exception
-    (any, ``KeyboardInterrupt`` included) it is removed and ``path`` is
-    untouched.
-
-    For writers that want a file name rather than data (e.g.
-    ``model.save``, whose format follows ``suffix`` such as ``".keras"``).
-    The temporary exists (empty) when the block starts.
+    """Context manager yielding a temporary path (an existing empty file)
+    beside ``path``; on a clean exit it replaces ``path``, on any exception
+    (``KeyboardInterrupt`` too) it is removed and ``path`` is untouched.
+    For writers that want a file name (``model.save``, whose format
+    follows ``suffix`` such as ``".keras"``).
 
     Args:
         path: the file to write.
@@ -235,24 +205,9 @@ def atomic_file(path, suffix="", expected_size=None):
     'done'
     """
     path = pathlib.Path(path)
-    try:
-        tmp = _temp_name(path, suffix)
-    except OSError as error:
-        if is_no_space_error(error):
-            raise no_space_error(path, expected_size or tree_bytes(path)) from error
-        raise
-    try:
+    with _temporary(path, expected_size, suffix=suffix) as tmp:
         yield tmp
         os.replace(tmp, path)
-    except BaseException as error:
-        written = tree_bytes(tmp)
-        tmp.unlink(missing_ok=True)
-        if is_no_space_error(error):
-            raise no_space_error(path, expected_size or tree_bytes(path),
-                                 written) from error
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def atomic_write(path, data, encoding="utf-8"):
@@ -261,11 +216,10 @@ def atomic_write(path, data, encoding="utf-8"):
     ``pathlib.Path``.
 
     Raises:
-        TypeError: ``data`` is neither ``str`` nor ``bytes`` (nothing is
-            written).
+        TypeError: ``data`` is neither ``str`` nor ``bytes``.
         OSError: ``errno.ENOSPC`` naming ``path``, the size of ``data`` and
             the space free, when the file system is full (``path`` is left
-            as it was, no temporary remains).
+            as it was).
 
     Example:
 
@@ -277,8 +231,7 @@ def atomic_write(path, data, encoding="utf-8"):
     if isinstance(data, str):
         data = data.encode(encoding)
     elif not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            f"`data` must be str or bytes, got {type(data).__name__}")
+        raise TypeError(f"`data` must be str or bytes, got {type(data).__name__}")
     path = pathlib.Path(path)
     with atomic_file(path, expected_size=memoryview(data).nbytes) as tmp:
         with open(tmp, "wb") as f:
@@ -299,14 +252,13 @@ def write_json(path, data, indent=1):
     >>> json.loads(path.read_text())
     {'a': 1}
     """
-    return atomic_write(path, json.dumps(data, indent=indent,
-                                         ensure_ascii=False) + "\n")
+    return atomic_write(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
 
 
 @contextlib.contextmanager
 def atomic_directory(path, exist_ok=False, expected_size=None):
     """Context manager yielding an empty temporary folder beside ``path``;
-    on a clean exit it is renamed to ``path``, on an exception (any) it is
+    on a clean exit it is renamed to ``path``, on any exception it is
     deleted (``path`` untouched).
 
     Args:
@@ -314,16 +266,14 @@ def atomic_directory(path, exist_ok=False, expected_size=None):
         exist_ok: if True an existing ``path`` is replaced (removed just
             before the rename); if False it is an error.
         expected_size: bytes the folder should take, for the error message
-            (e.g. the previous export version's size), or None (the size of
-            ``path`` being replaced, if any).
+            (default: the size of the ``path`` being replaced, if any).
 
     Raises:
         FileExistsError: ``path`` exists and ``exist_ok`` is False (checked
             before and after the block).
         OSError: ``errno.ENOSPC`` from ``no_space_error`` (naming ``path``
             and the space needed and free) when the block fails because
-            the file system is full -- also when the writer reported it
-            another way, e.g. TensorFlow's ``ResourceExhaustedError``.
+            the file system is full, however the writer reported it.
 
     Example:
 
@@ -337,29 +287,10 @@ def atomic_directory(path, exist_ok=False, expected_size=None):
     path = pathlib.Path(path)
     if path.exists() and not exist_ok:
         raise FileExistsError(f"`path` {str(path)!r} already exists")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = pathlib.Path(tempfile.mkdtemp(dir=path.parent,
-                                            prefix=f".tmp-{path.name}-"))
-        usual_permissions(tmp)
-    except OSError as error:
-        if is_no_space_error(error):
-            raise no_space_error(path, expected_size or tree_bytes(path)) from error
-        raise
-    try:
+    with _temporary(path, expected_size, directory=True) as tmp:
         yield tmp
         if path.exists():
             if not exist_ok:
                 raise FileExistsError(f"`path` {str(path)!r} already exists")
             shutil.rmtree(path)
         os.rename(tmp, path)
-    except BaseException as error:
-        written = tree_bytes(tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if is_no_space_error(error):
-            raise no_space_error(path, expected_size or tree_bytes(path),
-                                 written) from error
-        raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

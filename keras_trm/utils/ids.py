@@ -1,9 +1,6 @@
-"""The reserved tokens and ids of keras_trm's vocabularies
-(``keras_trm.text``).
-
-Kept apart from the tokenizers (the in-graph ones need TensorFlow Text) so
-that the backend-neutral code can name them. The searches take their
-special ids as arguments; these are only the defaults.
+"""The reserved tokens and ids of keras_trm's vocabularies (``keras_trm.text``),
+apart from the tokenizers (the in-graph ones need TensorFlow Text) so that
+backend-neutral code can name them; the searches take them as arguments.
 """
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
