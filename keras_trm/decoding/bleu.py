@@ -1,16 +1,16 @@
 """Corpus BLEU with sacreBLEU (Post 2018), on detokenized text."""
 
+import re
+
 import sacrebleu
 
 
 def _check_corpus(hypotheses, references):
-    """As many hypotheses as references, and at least one: sacreBLEU
-    defines no score for an empty corpus (it raised a bare IndexError)."""
+    """Same lengths, at least one: sacreBLEU raises a bare IndexError on an
+    empty corpus."""
     if len(hypotheses) != len(references):
-        raise ValueError(
-            f"`hypotheses` has {len(hypotheses)} sentences but `references` "
-            f"has {len(references)}"
-        )
+        raise ValueError(f"`hypotheses` has {len(hypotheses)} sentences but "
+                         f"`references` has {len(references)}")
     if not len(hypotheses):
         raise ValueError(
             "`hypotheses` and `references` must hold at least one sentence, "
@@ -72,24 +72,16 @@ def compound_split_bleu(hypotheses, references, language="de"):
         ``(score, full)``: BLEU (float, 0-100) and the ``BLEU = ...`` line.
 
     Raises:
-        ValueError: lengths differ, or no sentence (an empty corpus has no
-            BLEU).
+        ValueError: as ``corpus_bleu``.
 
     Example:
         >>> compound_split_bleu(["Ein Eis-Café."], ["Ein Eis-Café."])[0]
         100.00000000000004
     """
-    import re
-
-    def prepare(tokens):
-        # One pass, as perl's s///g: in "a-b-c" only the first hyphen
-        # splits (the matches would overlap), exactly as t2t's script.
-        return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokens)
-
-    hyps, refs = _moses_tokens(hypotheses, references, language)
-    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
-    result = metric.corpus_score([prepare(h) for h in hyps], [[prepare(r) for r in refs]])
-    return result.score, str(result)
+    # One pass, as perl's s///g: in "a-b-c" only the first hyphen splits
+    # (the matches would overlap), exactly as t2t's script.
+    return _moses_bleu(hypotheses, references, language,
+                       lambda t: re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", t))
 
 
 def tokenized_bleu(hypotheses, references, language="de", lowercase=True):
@@ -97,42 +89,38 @@ def tokenized_bleu(hypotheses, references, language="de", lowercase=True):
     the Multi30k papers that train on the lower-cased, tokenized release
     (e.g. Wu et al. 2021, fairseq's BLEU), for a like-for-like comparison.
 
-    Both sides are tokenized with the Moses tokenizer (``sacremoses``,
-    ``tokenizer.perl -l <language>`` with its default escaping), then
-    lower-cased, and BLEU is computed on those tokens with sacreBLEU
-    (``tokenize="none"``). Not comparable with sacreBLEU of detokenized
-    text; report both.
+    Tokenized and scored as ``compound_split_bleu``, without the hyphen
+    splitting, lower-cased both sides.
 
     Args:
-        hypotheses: list of str, detokenized outputs.
-        references: list of str, same length.
-        language: the target language code for the Moses tokenizer.
+        hypotheses, references, language: as ``compound_split_bleu``.
         lowercase: lower-case both sides (the anchor's setting).
 
     Returns:
         ``(score, full)``: BLEU (float, 0-100) and the ``BLEU = ...`` line.
 
     Raises:
-        ValueError: lengths differ, or no sentence (an empty corpus has no
-            BLEU).
+        ValueError: as ``corpus_bleu``.
 
     Example:
         >>> round(tokenized_bleu(["Zwei Hunde spielen im Schnee."],
         ...                      ["zwei Hunde spielen im Schnee ."])[0], 2)
         100.0
     """
-    hyps, refs = _moses_tokens(hypotheses, references, language)
-    if lowercase:
-        hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
-    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
-    result = metric.corpus_score(hyps, [refs])
-    return result.score, str(result)
+    return _moses_bleu(hypotheses, references, language,
+                       str.lower if lowercase else str)
 
 
-def _moses_tokens(hypotheses, references, language):
+def _moses_bleu(hypotheses, references, language, prepare):
+    """sacreBLEU on ``prepare`` of each Moses-tokenized sentence."""
     from sacremoses import MosesTokenizer
 
     _check_corpus(hypotheses, references)
     moses = MosesTokenizer(lang=language)
-    return ([moses.tokenize(h, return_str=True, escape=True) for h in hypotheses],
-            [moses.tokenize(r, return_str=True, escape=True) for r in references])
+
+    def tokens(texts):
+        return [prepare(moses.tokenize(t, return_str=True, escape=True)) for t in texts]
+
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenized on purpose
+    result = metric.corpus_score(tokens(hypotheses), [tokens(references)])
+    return result.score, str(result)

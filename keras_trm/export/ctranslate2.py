@@ -1,52 +1,36 @@
 """CTranslate2 export of a ``keras_trm.models.transformer()`` model.
 
-CTranslate2 (https://opennmt.net/CTranslate2) is a C++ inference engine for
-Transformer translation models. This module maps a trained keras_trm
-Transformer onto CTranslate2's ``TransformerSpec`` through its converter API
-(``ctranslate2.converters.Converter``: ``spec.validate()``,
-``spec.optimize(quantization)``, ``spec.save()``) and gives a small runner,
-``CTranslate2Translator``, that does our WordPiece tokenization and
-detokenization around ``ctranslate2.Translator.translate_batch``, so that raw
-text goes in and text comes out, as with ``keras_trm.decoding.Translator``.
+Maps a trained model onto the ``TransformerSpec`` of CTranslate2
+(https://opennmt.net/CTranslate2, a C++ inference engine) through its
+converter API, and gives ``CTranslate2Translator``: our WordPiece
+(de)tokenization around ``ctranslate2.Translator.translate_batch``, raw text
+in and text out, as ``keras_trm.decoding.Translator``.
 
-The mapping (weights are copied, not retrained):
+The mapping (weights copied, not retrained), keras_trm -> ``TransformerSpec``:
 
-======================================  ====================================
-keras_trm                               CTranslate2 ``TransformerSpec``
-======================================  ====================================
-token table x sqrt(d_model)             ``embeddings.weight``,
-                                        ``scale_embeddings=True``
-our sinusoid table (interleaved         ``position_encodings.encodings``
-sin/cos, §3.5) or learned positions     (written as the model computes it;
-                                        CT2's own table is concatenated)
-query/key/value kernels (d, h, d_k)     ``self_attention.linear[0]``: one
-                                        fused (3·d, d) QKV matrix;
-                                        cross-attention: ``linear[0]`` = Q,
-                                        ``linear[1]`` = fused KV
-output kernel (h, d_k, d)               ``linear[-1]`` (d, d)
-post-LN ``LN(x + Sublayer(x))``         ``pre_norm=False``; pre-LN
-                                        (``norm_first=True``) maps to
-                                        ``pre_norm=True`` + final norms
-FFN max(0, xW1+b1)W2+b2 (ReLU)          ``ffn.linear_0`` / ``ffn.linear_1``
-tied output projection h·Eᵀ             ``decoder.projection.weight`` = E
-                                        (CT2 stores it once, as an alias)
-[UNK] [START] [END], id 0 = [PAD]       ``unk_token``, ``bos_token`` =
-                                        ``decoder_start_token``,
-                                        ``eos_token``; ``add_source_eos``
-                                        (our source is ids + END)
-======================================  ====================================
+- token table x sqrt(d_model) -> ``embeddings.weight``, ``scale_embeddings``;
+- our sinusoid table (interleaved sin/cos, §3.5) or learned positions ->
+  ``position_encodings.encodings``, as the model computes them (CT2's own
+  table is concatenated);
+- query/key/value kernels (d, h, d_k) -> ``self_attention.linear[0]``, one
+  fused (3·d, d) QKV matrix (cross-attention: ``linear[0]`` = Q,
+  ``linear[1]`` = fused KV); output kernel (h, d_k, d) -> ``linear[-1]``;
+- post-LN -> ``pre_norm=False``; pre-LN -> ``pre_norm=True`` + final norms;
+- ReLU FFN -> ``ffn.linear_0`` / ``ffn.linear_1``; tied output projection
+  h·Eᵀ -> ``decoder.projection.weight`` = E (stored once, as an alias);
+- [UNK] [START] [END] -> ``unk_token``, ``bos_token`` =
+  ``decoder_start_token``, ``eos_token``; ``add_source_eos`` (our source is
+  ids + END).
 
 Length penalty: our beam search divides log-probabilities by the GNMT
-penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, Eq. 14); CTranslate2
-divides by length ** alpha. With the same alpha the two searches may pick
-a different hypothesis now and then, so beam-search BLEU can differ a
-little (Multi30k test_2016_flickr, beam 4, alpha 0.6: 38.10 ours vs 38.01
-CTranslate2, 95% of sentences identical); greedy search (``beam_size=1``)
-has no penalty and gave the same output on all 1,000 sentences
+penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, Eq. 14), CTranslate2
+by length ** alpha, so beam-search BLEU can differ a little (Multi30k
+test_2016_flickr, beam 4, alpha 0.6: 38.10 ours vs 38.01, 95% of sentences
+identical); greedy search gave the same output on all 1,000 sentences
 (``bench/results/decoding.json``).
 
-``ctranslate2`` is an optional dependency: ``pip install -e
-".[ctranslate2]"``. It is imported when a function here is called.
+``ctranslate2`` is optional (``pip install -e ".[ctranslate2]"``), imported
+when a function here is called.
 """
 
 import json
@@ -56,18 +40,12 @@ import pathlib
 import platform
 
 import numpy as np
+import tensorflow as tf
 
+from keras_trm.text.wordpiece import TextTokenizer, load_vocabulary
 from keras_trm.utils.checks import RenamedAttributes
 from keras_trm.utils.files import atomic_directory
-from keras_trm.text.wordpiece import (
-    END,
-    END_ID,
-    PAD_ID,
-    RESERVED_TOKENS,
-    START,
-    UNK,
-    load_vocabulary,
-)
+from keras_trm.utils.ids import END, END_ID, PAD_ID, RESERVED_TOKENS, START, UNK
 
 _LOG = logging.getLogger(__name__)
 
@@ -96,87 +74,67 @@ def _numpy(variable):
 
 
 def _check_supported(model):
-    """Raises ValueError naming anything CTranslate2's TransformerSpec (as we
-    map it) cannot express."""
+    """Raises ValueError naming anything our TransformerSpec mapping cannot
+    express."""
     import keras
 
     from keras_trm.layers.multi_head_attention import MultiHeadAttention
     from keras_trm.layers.positional_embedding import PositionalEmbedding
 
     if not model.encoder_layers or not model.decoder_layers:
-        raise ValueError(
-            "`model` has no encoder_layer_0/decoder_layer_0: it is not a "
-            "keras_trm.models.transformer() encoder-decoder"
-        )
+        raise ValueError("`model` has no encoder_layer_0/decoder_layer_0: it is "
+                         "not a keras_trm.models.transformer() encoder-decoder")
     if len(model.encoder_layers) != len(model.decoder_layers):
-        # CT2 accepts different depths; the builder makes them equal, so a
-        # mismatch means a model we did not build.
+        # CT2 accepts different depths, but our builder never makes them.
         raise ValueError(
             f"`model` has {len(model.encoder_layers)} encoder and "
             f"{len(model.decoder_layers)} decoder layers; "
-            "keras_trm.models.transformer() builds equal stacks"
-        )
+            "keras_trm.models.transformer() builds equal stacks")
     for emb in (model.source_embedding, model.target_embedding):
         if not isinstance(emb, PositionalEmbedding):
-            raise ValueError(
-                f"layer {emb.name!r} is {type(emb).__name__}, expected "
-                "keras_trm PositionalEmbedding"
-            )
+            raise ValueError(f"layer {emb.name!r} is {type(emb).__name__}, "
+                             "expected keras_trm PositionalEmbedding")
     blocks = model.encoder_layers + model.decoder_layers
     norm_first = {block.norm_first for block in blocks}
     if len(norm_first) != 1:
         raise ValueError("`model` mixes pre-LN and post-LN blocks "
                          f"(norm_first values {sorted(norm_first)})")
-    if norm_first == {True} and (model.encoder_final_norm is None
-                                 or model.decoder_final_norm is None):
+    final_norms = [n for n in (model.encoder_final_norm, model.decoder_final_norm)
+                   if n is not None]
+    if norm_first == {True} and len(final_norms) != 2:
         raise ValueError("pre-LN `model` without encoder_final_norm/"
                          "decoder_final_norm is not supported")
     epsilons = {float(block.layer_norm_epsilon) for block in blocks}
-    for norm in (model.encoder_final_norm, model.decoder_final_norm):
-        if norm is not None:
-            epsilons.add(float(norm.epsilon))
+    epsilons |= {float(norm.epsilon) for norm in final_norms}
     if len(epsilons) != 1:
         raise ValueError("CTranslate2 has one layer_norm_epsilon per model, "
                          f"`model` uses {sorted(epsilons)}")
     for block in blocks:
-        activation = keras.activations.serialize(block.activation)
-        name = activation if isinstance(activation, str) else str(activation)
+        name = str(keras.activations.serialize(block.activation))
         if "relu" not in name or "leaky" in name:
-            raise ValueError(
-                f"layer {block.name!r} uses FFN activation {name!r}; only "
-                "'relu' (the paper's FFN, Eq. 2) is supported"
-            )
-        attentions = [block.self_attention] + (
-            [block.cross_attention] if hasattr(block, "cross_attention") else []
-        )
-        for att in attentions:
+            raise ValueError(f"layer {block.name!r} uses FFN activation {name!r}; "
+                             "only 'relu' (the paper's FFN, Eq. 2) is supported")
+        for att in (block.self_attention, getattr(block, "cross_attention", None)):
+            if att is None:
+                continue
+            where = f"attention {att.name!r} of {block.name!r}"
             if not isinstance(att, MultiHeadAttention):
-                raise ValueError(f"attention {att.name!r} of {block.name!r} "
-                                 "is not keras_trm MultiHeadAttention")
+                raise ValueError(f"{where} is not keras_trm MultiHeadAttention")
             if att.value_dim != att.key_dim:
-                raise ValueError(
-                    f"attention {att.name!r} of {block.name!r} has "
-                    f"value_dim={att.value_dim} != key_dim={att.key_dim}"
-                )
+                raise ValueError(f"{where} has value_dim={att.value_dim} != "
+                                 f"key_dim={att.key_dim}")
             if att.num_heads != model.num_heads:
-                raise ValueError(
-                    f"attention {att.name!r} of {block.name!r} has "
-                    f"{att.num_heads} heads, others {model.num_heads}: "
-                    "CTranslate2 uses one num_heads per model"
-                )
+                raise ValueError(f"{where} has {att.num_heads} heads, others "
+                                 f"{model.num_heads}: CTranslate2 uses one "
+                                 "num_heads per model")
             if (att.output_dense.kernel.shape[-1]
                     != att.query_dense.kernel.shape[0]):
-                raise ValueError(f"attention {att.name!r} of {block.name!r} "
-                                 "has an output_shape other than d_model")
-        for norm in _block_norms(block):
-            if not (norm.center and norm.scale):
+                raise ValueError(f"{where} has an output_shape other than d_model")
+        for norm in ("self_attention_norm", "cross_attention_norm", "ffn_norm"):
+            norm = getattr(block, norm, None)
+            if norm is not None and not (norm.center and norm.scale):
                 raise ValueError(f"LayerNormalization {norm.name!r} without "
                                  "center/scale is not supported")
-
-
-def _block_norms(block):
-    names = ("self_attention_norm", "cross_attention_norm", "ffn_norm")
-    return [getattr(block, n) for n in names if hasattr(block, n)]
 
 
 # -- filling the spec -----------------------------------------------------------
@@ -184,53 +142,31 @@ def _block_norms(block):
 
 def _set_linear(spec, kernel, bias):
     """keras (in, out) kernel -> CT2 (out, in) weight."""
-    spec.weight = np.ascontiguousarray(kernel.T)
+    spec.weight = np.ascontiguousarray(_numpy(kernel).T)
     if bias is not None:
-        spec.bias = bias
-
-
-def _projection(kernel, bias):
-    """(d, h, d_k) kernel, (h, d_k) bias -> (d, h*d_k) and (h*d_k,)."""
-    kernel = _numpy(kernel)
-    d = kernel.shape[0]
-    return (kernel.reshape(d, -1),
-            None if bias is None else _numpy(bias).reshape(-1))
+        spec.bias = _numpy(bias)
 
 
 def _set_attention(spec, attention, self_attention):
-    q, bq = _projection(attention.query_dense.kernel, attention.query_dense.bias)
-    k, bk = _projection(attention.key_dense.kernel, attention.key_dense.bias)
-    v, bv = _projection(attention.value_dense.kernel, attention.value_dense.bias)
-    has_bias = bq is not None
-
-    def cat(*kernels):
-        return np.concatenate(kernels, axis=-1)
-
-    if self_attention:  # linear[0]: fused Q, K, V
-        _set_linear(spec.linear[0], cat(q, k, v),
-                    np.concatenate([bq, bk, bv]) if has_bias else None)
-    else:  # linear[0]: Q (decoder side), linear[1]: fused K, V (encoder side)
-        _set_linear(spec.linear[0], q, bq)
-        _set_linear(spec.linear[1], cat(k, v),
-                    np.concatenate([bk, bv]) if has_bias else None)
-    out = _numpy(attention.output_dense.kernel)
-    h, d_k, d = out.shape
-    _set_linear(spec.linear[-1], out.reshape(h * d_k, d),
-                None if attention.output_dense.bias is None
-                else _numpy(attention.output_dense.bias))
+    """(d, h, d_k) Q/K/V kernels -> CT2's fused (d, h*d_k) blocks: linear[0]
+    = QKV for self-attention; Q (decoder side) and linear[1] = KV (encoder
+    side) for cross-attention."""
+    denses = (attention.query_dense, attention.key_dense, attention.value_dense)
+    kernels = [_numpy(x.kernel).reshape(x.kernel.shape[0], -1) for x in denses]
+    biases = [None if x.bias is None else _numpy(x.bias).reshape(-1)
+              for x in denses]
+    groups = [(0, 3)] if self_attention else [(0, 1), (1, 3)]
+    for linear, (a, b) in zip(spec.linear, groups):
+        _set_linear(linear, np.concatenate(kernels[a:b], axis=-1),
+                    None if biases[0] is None else np.concatenate(biases[a:b]))
+    out = attention.output_dense
+    h, d_k, d = out.kernel.shape
+    _set_linear(spec.linear[-1], _numpy(out.kernel).reshape(h * d_k, d), out.bias)
 
 
 def _set_norm(spec, norm):
     spec.gamma = _numpy(norm.gamma)
     spec.beta = _numpy(norm.beta)
-
-
-def _set_ffn(spec, block):
-    _set_norm(spec.layer_norm, block.ffn_norm)
-    for linear, dense in ((spec.linear_0, block.ffn_inner),
-                          (spec.linear_1, block.ffn_outer)):
-        _set_linear(linear, _numpy(dense.kernel),
-                    None if dense.bias is None else _numpy(dense.bias))
 
 
 def _set_embedding_and_positions(stack_spec, embeddings_spec, embedding):
@@ -243,15 +179,12 @@ def _set_embedding_and_positions(stack_spec, embeddings_spec, embedding):
     stack_spec.position_encodings.encodings = table
 
 
-# Instruction-set levels (as the two libraries spell them) below which
-# CTranslate2's int8 GEMM has no VNNI dot product: MKL's
-# MKL_ENABLE_INSTRUCTIONS and oneDNN's ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA.
+# Instruction-set caps (as MKL, oneDNN and CTranslate2 spell them) without
+# VNNI, and the variables that set them (CTranslate2 runs MKL on Intel CPUs,
+# oneDNN elsewhere; CT2_FORCE_CPU_ISA caps its own kernels).
 _NO_VNNI_LEVELS = {"SSE4_2", "SSE41", "AVX", "AVX2", "AVX512", "AVX512_CORE",
                    "AVX512_MIC", "AVX512_MIC_4OPS"}
 _VNNI_CPU_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
-# The variables that cap the instruction set of the GEMM libraries and of
-# CTranslate2's own kernels (CTranslate2 runs MKL on Intel CPUs and oneDNN
-# elsewhere; CT2_FORCE_CPU_ISA is CTranslate2's own switch).
 _ISA_CAP_VARIABLES = ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
                       "DNNL_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
 
@@ -259,19 +192,14 @@ _ISA_CAP_VARIABLES = ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
 def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
     """Whether CTranslate2's int8 matrix products are exact on this CPU.
 
-    On x86, CTranslate2 multiplies int8 weights by activations shifted to
-    uint8 (MKL's ``cblas_gemm_s8u8s32`` or oneDNN). With VNNI (AVX512_VNNI,
-    AVX-VNNI) or AMX the products are summed in int32. Without it (AVX2,
-    or AVX-512 without VNNI) pairs of products are first summed in int16
-    with saturation (``vpmaddubsw``): 2 x 255 x 127 overflows 32,767, so
-    large activations are clipped and most greedy outputs of a small
-    Multi30k model change (``tests/test_ctranslate2.py`` measures it).
-
-    The answer honours the variables that cap what MKL, oneDNN and
-    CTranslate2 may use (``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``,
-    ``DNNL_MAX_CPU_ISA``, ``CT2_FORCE_CPU_ISA``): any of them set to
-    ``AVX2`` makes the answer that of an AVX2 host (the GEMM libraries
-    themselves follow only their own variable).
+    On x86, CTranslate2 multiplies int8 weights by uint8-shifted
+    activations (MKL's ``cblas_gemm_s8u8s32`` or oneDNN), summed in int32
+    with VNNI or AMX. Without (AVX2, AVX-512 without VNNI) pairs of products
+    are first summed in int16 with saturation (``vpmaddubsw``: 2 x 255 x 127
+    overflows 32,767), which changes most greedy outputs of a small Multi30k
+    model (``tests/test_ctranslate2.py``). ``MKL_ENABLE_INSTRUCTIONS``,
+    ``ONEDNN_MAX_CPU_ISA``, ``DNNL_MAX_CPU_ISA`` or ``CT2_FORCE_CPU_ISA`` set
+    to ``AVX2`` (or lower) gives an AVX2 host's answer.
 
     Args:
         cpuinfo: path of the Linux CPU description to read the flags from.
@@ -280,19 +208,18 @@ def cpu_has_int8_dot_product(cpuinfo="/proc/cpuinfo"):
         bool. ``True`` off x86 (ARM builds use Ruy, which has no such
         saturation) and when the flags cannot be read.
     """
-    for var in _ISA_CAP_VARIABLES:
-        if os.environ.get(var, "").strip().upper() in _NO_VNNI_LEVELS:
-            return False
+    if any(os.environ.get(var, "").strip().upper() in _NO_VNNI_LEVELS
+           for var in _ISA_CAP_VARIABLES):
+        return False
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
         return True
     try:
         text = pathlib.Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return True
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return bool(_VNNI_CPU_FLAGS & set(line.split(":", 1)[-1].split()))
-    return True
+    flags = [line.split(":", 1)[-1].split() for line in text.splitlines()
+             if line.startswith("flags")]
+    return not flags or bool(_VNNI_CPU_FLAGS & set(flags[0]))
 
 
 def default_compute_type(quantization, device="cpu", supported=None):
@@ -300,21 +227,15 @@ def default_compute_type(quantization, device="cpu", supported=None):
 
     The type the weights were saved in, except for int8 weights on an x86
     CPU without an int8 dot product (``cpu_has_int8_dot_product``), where
-    CTranslate2's int8 GEMM saturates (most greedy outputs of a small
-    Multi30k model change). Those run as:
-
-    * ``"int16"`` where CTranslate2 offers it (its MKL backend, which it
-      uses on Intel CPUs): the int8 weights widened at load;
-    * ``"float32"`` otherwise (oneDNN, which CTranslate2 uses on AMD and
-      other CPUs, has no int16 GEMM): the int8 weights dequantized at load,
-      so outputs are float32's within quantization error.
+    CTranslate2's int8 GEMM saturates. Those run as ``"int16"`` where
+    CTranslate2 offers it (MKL, on Intel CPUs), else as ``"float32"``
+    (oneDNN has no int16 GEMM): the weights widened or dequantized at load.
 
     Args:
         quantization: the export's ``quantization`` (``keras_trm.json``).
         device: ``"cpu"`` or ``"cuda"``.
         supported: the compute types CTranslate2 offers on ``device``
-            (default: ``ctranslate2.get_supported_compute_types(device)``,
-            asked only when needed).
+            (default: asked ``ctranslate2`` when needed).
 
     Returns:
         str, a CTranslate2 compute type.
@@ -338,20 +259,17 @@ def build_spec(model, vocabulary):
     """Builds a ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights.
 
     Args:
-        model: a ``keras.Model`` built by ``keras_trm.models.transformer()``
-            (post-LN or pre-LN; tied or untied embeddings; sinusoidal or
-            learned positions; ReLU FFN).
-        vocabulary: list of str, the model's (shared) WordPiece vocabulary,
-            ``RESERVED_TOKENS`` first; its length must equal the model's
-            vocabulary size.
+        model: a ``keras_trm.models.transformer()`` model (post- or pre-LN,
+            tied or not, sinusoidal or learned positions, ReLU FFN).
+        vocabulary: list of str, the model's shared vocabulary,
+            ``RESERVED_TOKENS`` first, of the model's vocabulary size.
 
     Returns:
         a validated ``TransformerSpec`` (not yet quantized or saved).
 
     Raises:
-        ValueError: the model is not a keras_trm transformer or uses
-            something the spec cannot express (the message names it), or the
-            vocabulary does not match.
+        ValueError: not a keras_trm transformer, something the spec cannot
+            express (named), or a vocabulary that does not match.
         ImportError: ``ctranslate2`` is not installed.
 
     Example:
@@ -380,14 +298,11 @@ def build_spec(model, vocabulary):
     if len(set(vocabulary)) != len(vocabulary):
         raise ValueError("`vocabulary` has duplicate tokens; CTranslate2 "
                          "maps tokens to ids by string")
-    sizes = {"source": model.source_embedding.vocabulary_size,
-             "target": model.target_vocabulary_size}
-    for side, size in sizes.items():
+    for side, size in (("source", model.source_embedding.vocabulary_size),
+                       ("target", model.target_vocabulary_size)):
         if size != len(vocabulary):
-            raise ValueError(
-                f"`vocabulary` has {len(vocabulary)} tokens but the model's "
-                f"{side} vocabulary has {size}"
-            )
+            raise ValueError(f"`vocabulary` has {len(vocabulary)} tokens but the "
+                             f"model's {side} vocabulary has {size}")
 
     pre_norm = bool(model.encoder_layers[0].norm_first)
     spec = transformer_spec.TransformerSpec.from_config(
@@ -398,27 +313,24 @@ def build_spec(model, vocabulary):
                                  model.source_embedding)
     _set_embedding_and_positions(spec.decoder, spec.decoder.embeddings,
                                  model.target_embedding)
-    for layer_spec, block in zip(spec.encoder.layer, model.encoder_layers):
+    for layer_spec, block in zip([*spec.encoder.layer, *spec.decoder.layer],
+                                 model.encoder_layers + model.decoder_layers):
         _set_attention(layer_spec.self_attention, block.self_attention, True)
-        _set_norm(layer_spec.self_attention.layer_norm,
-                  block.self_attention_norm)
-        _set_ffn(layer_spec.ffn, block)
-    for layer_spec, block in zip(spec.decoder.layer, model.decoder_layers):
-        _set_attention(layer_spec.self_attention, block.self_attention, True)
-        _set_norm(layer_spec.self_attention.layer_norm,
-                  block.self_attention_norm)
-        _set_attention(layer_spec.attention, block.cross_attention, False)
-        _set_norm(layer_spec.attention.layer_norm, block.cross_attention_norm)
-        _set_ffn(layer_spec.ffn, block)
+        _set_norm(layer_spec.self_attention.layer_norm, block.self_attention_norm)
+        if hasattr(block, "cross_attention"):
+            _set_attention(layer_spec.attention, block.cross_attention, False)
+            _set_norm(layer_spec.attention.layer_norm, block.cross_attention_norm)
+        _set_norm(layer_spec.ffn.layer_norm, block.ffn_norm)
+        _set_linear(layer_spec.ffn.linear_0, block.ffn_inner.kernel, block.ffn_inner.bias)
+        _set_linear(layer_spec.ffn.linear_1, block.ffn_outer.kernel, block.ffn_outer.bias)
     if pre_norm:
         _set_norm(spec.encoder.layer_norm, model.encoder_final_norm)
         _set_norm(spec.decoder.layer_norm, model.decoder_final_norm)
     if model.output_projection is None:  # tied: logits = h · Eᵀ
         spec.decoder.projection.weight = _numpy(model.target_embedding.embeddings)
     else:
-        dense = model.output_projection
-        _set_linear(spec.decoder.projection, _numpy(dense.kernel),
-                    None if dense.bias is None else _numpy(dense.bias))
+        _set_linear(spec.decoder.projection, model.output_projection.kernel,
+                    model.output_projection.bias)
 
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(vocabulary)
@@ -437,10 +349,9 @@ def build_spec(model, vocabulary):
 def ctranslate2_converter(model, vocabulary):
     """A ``ctranslate2.converters.Converter`` for a keras_trm transformer.
 
-    Its ``_load()`` is ``build_spec(model, vocabulary)``, so the usual
-    CTranslate2 call works: ``convert(output_dir, quantization=...,
-    force=...)`` validates, quantizes and saves the spec (it writes in place
-    and overwrites only with ``force=True``; ``export_ctranslate2`` adds the
+    Its ``_load()`` is ``build_spec(model, vocabulary)``, so CTranslate2's
+    ``convert(output_dir, quantization=..., force=...)`` validates,
+    quantizes and saves the spec in place (``export_ctranslate2`` adds the
     atomic write and our ``keras_trm.json``). The class is made on call
     because ``ctranslate2`` is an optional dependency.
 
@@ -455,15 +366,13 @@ def ctranslate2_converter(model, vocabulary):
 
     Example:
 
-    >>> import ctranslate2, tempfile
+    >>> import ctranslate2
     >>> from keras_trm.models import transformer
     >>> vocab = ["[PAD]", "[UNK]", "[START]", "[END]"] + list("abcdef")
     >>> model = transformer(len(vocab), num_layers=1, d_model=8, num_heads=2,
     ...                     d_ff=16, max_sequence_length=16)
-    >>> converter = ctranslate2_converter(model, vocab)
-    >>> isinstance(converter, ctranslate2.converters.Converter)
+    >>> isinstance(ctranslate2_converter(model, vocab), ctranslate2.converters.Converter)
     True
-    >>> out = converter.convert(tempfile.mkdtemp() + "/ct2")
     """
     ctranslate2 = _import_ctranslate2()
 
@@ -482,17 +391,15 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
     """Writes ``model`` as a CTranslate2 model directory, atomically.
 
     The directory holds CTranslate2's ``model.bin``, ``config.json`` and
-    ``shared_vocabulary.json`` (our WordPiece tokens, ids unchanged, with
-    ``[UNK]``/``[START]``/``[END]`` declared as CTranslate2's unk / bos
-    (= decoder start) / eos tokens), plus ``keras_trm.json``: the position
-    limit, the reserved tokens and the search settings that
+    ``shared_vocabulary.json`` (our tokens, ids unchanged), plus
+    ``keras_trm.json``: the position limits and reserved tokens that
     ``CTranslate2Translator`` reads.
 
     Args:
         model: a ``keras_trm.models.transformer()`` model (see
             ``build_spec`` for what is supported).
-        output_dir: str or path; must not exist. Written to a temporary
-            folder beside it and renamed into place when complete.
+        output_dir: str or path; must not exist. Written beside it and
+            renamed into place when complete.
         vocabulary: list of str tokens, or the path of a vocabulary file
             (one token a line, as ``keras_trm.text.save_vocabulary`` writes).
         quantization: weight type on disk: ``"float32"`` (default) or
@@ -504,14 +411,11 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
 
     Raises:
         FileExistsError: ``output_dir`` exists.
-        ValueError: unsupported model (the message names what), a
-            vocabulary that does not match the model, a bad
-            ``quantization``.
+        ValueError: as ``build_spec``, or a bad ``quantization``.
         ImportError: ``ctranslate2`` is not installed.
 
-    Source: CTranslate2 docs, "Conversion" / ``TransformerSpec``
-    (https://opennmt.net/CTranslate2/guides/transformers.html and
-    ``ctranslate2.specs.TransformerSpec``).
+    Source: CTranslate2's ``TransformerSpec`` and conversion guide
+    (https://opennmt.net/CTranslate2/guides/transformers.html).
 
     Example:
 
@@ -534,7 +438,6 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
         raise FileExistsError(f"`output_dir` {str(output_dir)!r} already exists")
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocabulary(vocabulary)
-    vocabulary = list(vocabulary)
     converter = ctranslate2_converter(model, vocabulary)
     with atomic_directory(output_dir) as tmp:
         converter.convert(str(tmp), quantization=quantization, force=True)
@@ -561,9 +464,8 @@ def export_ctranslate2(model, output_dir, vocabulary, quantization="float32"):
 
 
 def load_exported_vocabulary(model_dir):
-    """The token list (id order) of an ``export_ctranslate2`` directory.
-
-    Reads CTranslate2's ``shared_vocabulary.json``.
+    """The token list (id order) of an ``export_ctranslate2`` directory
+    (CTranslate2's ``shared_vocabulary.json``).
 
     Raises:
         FileNotFoundError: no vocabulary file in ``model_dir``.
@@ -583,50 +485,35 @@ class CTranslate2Translator(RenamedAttributes):
     """Raw text -> text with a directory written by ``export_ctranslate2``.
 
     Tokenizes with our WordPiece ``TextTokenizer`` (the exported
-    vocabulary), translates the token strings with
-    ``ctranslate2.Translator.translate_batch`` and detokenizes with the same
-    rules as ``keras_trm.decoding.Translator``, so outputs (and BLEU) compare
-    one to one. Settings mirror ours: sources truncated to
-    ``max_sequence_length - 1`` subword tokens + [END]; at most
-    ``min(T_src + 50, max_sequence_length - 1)``
-    generated tokens with T_src the sentence's own source length (END
-    included; CTranslate2 decodes the batch to its longest limit and each
-    output is cut to its own, which is exact for greedy search); an empty
-    sentence gives "".
+    vocabulary), translates with ``ctranslate2.Translator.translate_batch``
+    and detokenizes as ``keras_trm.decoding.Translator``, so outputs (and
+    BLEU) compare one to one. Settings mirror ours: sources truncated to
+    ``max_sequence_length - 1`` tokens + [END]; at most
+    ``min(T_src + 50, max_sequence_length - 1)`` generated tokens, T_src the
+    sentence's own source length with END (CTranslate2 decodes the batch to
+    its longest limit, each output is cut to its own: exact for greedy
+    search); an empty sentence gives "".
 
     Args:
         model_dir: an ``export_ctranslate2`` directory.
         num_threads: int >= 1, CTranslate2 ``intra_threads``: threads
             per batch.
-        inter_threads: int >= 1, CTranslate2 ``inter_threads``: batches
-            decoded at once. With n > 1 each ``translate_tokens`` batch is
-            split into n parts (CTranslate2's ``max_batch_size``, which
-            also sorts them by length) decoded in parallel, n x
-            ``num_threads`` threads in all (as ``Translator``'s
-            ``parallel_searches``).
+        inter_threads: int >= 1, CTranslate2 ``inter_threads``: with n > 1
+            each ``translate_tokens`` batch is split into n parts decoded
+            in parallel, n x ``num_threads`` threads in all (as
+            ``Translator``'s ``parallel_searches``).
         device: ``"cpu"`` or ``"cuda"``.
-        compute_type: CTranslate2 compute type. ``"default"``: the type
-            the weights were saved in, except int8 weights on an x86 CPU
-            without VNNI, which run as ``"int16"`` (or ``"float32"`` where
-            CTranslate2 has no int16 GEMM) because CTranslate2's int8 GEMM
-            saturates there (see ``default_compute_type``; the
-            choice is logged and kept in ``self.compute_type``). Any other
-            value is passed to CTranslate2 as it is.
+        compute_type: CTranslate2 compute type, passed as it is, except
+            ``"default"``: ``default_compute_type`` (int8 weights on an x86
+            CPU without VNNI run as int16 or float32; the choice is logged
+            and kept in ``self.compute_type``).
 
-    ``translate_texts(sentences, beam_size=4, length_penalty=0.6,
-    max_batch_size=100)``: list of str -> list of str. ``length_penalty``
-    is CTranslate2's alpha (score / length ** alpha), not our GNMT one.
-
-    Threads: CTranslate2's CPU build uses OpenMP (libgomp), whose threads
-    spin a few milliseconds while waiting: on an idle machine that is its
-    fastest setting, and libgomp cuts the spinning when a process has more
-    OpenMP threads than cores (two translators of ``num_threads`` 2 on 2
-    cores), so for speed keep one translator per process. On a machine
-    shared with other busy processes set ``OMP_WAIT_POLICY=PASSIVE``
-    before ``ctranslate2`` is imported (on a 2-core machine under load we
-    measured 2 spinning threads about 20x slower than 1 thread; PASSIVE
-    removed the loss), at a cost when the machine is idle
-    (``bench/bench_decoding.py``'s notes, at 32da1ca).
+    Threads: CTranslate2's OpenMP (libgomp) threads spin while waiting,
+    fastest on an idle machine with one translator per process (libgomp
+    stops spinning when threads outnumber cores). On a machine shared with
+    busy processes set ``OMP_WAIT_POLICY=PASSIVE`` before importing
+    ``ctranslate2`` (2 spinning threads measured 20x slower than 1 on a
+    loaded 2-core machine; ``bench/bench_decoding.py``'s notes, 32da1ca).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not an export directory.
@@ -653,27 +540,21 @@ class CTranslate2Translator(RenamedAttributes):
     def __init__(self, model_dir, num_threads=2, device="cpu",
                  compute_type="default", inter_threads=1):
         ctranslate2 = _import_ctranslate2()
-        from keras_trm.text.wordpiece import TextTokenizer
-
         self.model_dir = pathlib.Path(model_dir)
         meta_path = self.model_dir / METADATA_FILE
         if not meta_path.is_file():
-            raise FileNotFoundError(
-                f"`model_dir` {str(self.model_dir)!r} has no {METADATA_FILE}: "
-                "not a keras_trm.export.ctranslate2 export"
-            )
+            raise FileNotFoundError(f"`model_dir` {str(self.model_dir)!r} has no "
+                                    f"{METADATA_FILE}: not a keras_trm.export.ctranslate2 export")
         for name, value in (("num_threads", num_threads),
                             ("inter_threads", inter_threads)):
             if int(value) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {name}={value}")
         self.inter_threads = int(inter_threads)
-        self.metadata = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.metadata = meta = json.loads(meta_path.read_text(encoding="utf-8"))
         self.vocabulary = load_exported_vocabulary(self.model_dir)
         self.token_ids = {token: i for i, token in enumerate(self.vocabulary)}
         self.tokenizer = TextTokenizer(self.vocabulary)
-        # Exports written before the rename name them ``max_length`` and
-        # ``source_max_length``.
-        meta = self.metadata
+        # Exports before the rename say ``max_length``, ``source_max_length``.
         self.max_sequence_length = int(meta.get("max_sequence_length",
                                                 meta.get("max_length")))
         self.source_max_sequence_length = int(meta.get(
@@ -681,7 +562,7 @@ class CTranslate2Translator(RenamedAttributes):
             meta.get("source_max_length", self.max_sequence_length)))
         if compute_type == "default":
             compute_type = default_compute_type(
-                self.metadata.get("quantization", "float32"), device)
+                meta.get("quantization", "float32"), device)
             if compute_type != "default":
                 _LOG.info("%s: int8 weights run as %s on this CPU (no int8 "
                           "dot product: CTranslate2's int8 GEMM would saturate)",
@@ -689,14 +570,10 @@ class CTranslate2Translator(RenamedAttributes):
         self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, compute_type=compute_type,
-            inter_threads=self.inter_threads, intra_threads=int(num_threads),
-        )
+            inter_threads=self.inter_threads, intra_threads=int(num_threads))
 
     def tokenize(self, sentences):
-        """list of str -> list of token-string lists (no [END]; CTranslate2
-        adds it)."""
-        import tensorflow as tf
-
+        """list of str -> list of token-string lists (no [END]: CT2 adds it)."""
         if not sentences:
             return []
         ids = self.tokenizer.tokenize(tf.constant(list(sentences))).to_list()
@@ -707,12 +584,9 @@ class CTranslate2Translator(RenamedAttributes):
         """list of token-string lists -> list of str (our detokenizer)."""
         if not token_lists:
             return []
-        width = max(1, max(len(t) for t in token_lists))
-        ids = np.full((len(token_lists), width), PAD_ID, np.int32)
-        for row, tokens in enumerate(token_lists):
-            ids[row, :len(tokens)] = [self.token_ids[t] for t in tokens]
-        return [s.decode("utf-8") for s in
-                self.tokenizer.detokenize(ids).numpy()]
+        ids = tf.ragged.constant([[self.token_ids[t] for t in tokens]
+                                  for tokens in token_lists], tf.int32, ragged_rank=1)
+        return [s.decode("utf-8") for s in self.tokenizer.detokenize(ids).numpy()]
 
     def translate_tokens(self, token_lists, beam_size=4, length_penalty=0.6,
                          max_decoding_length=None, min_decoding_length=0):
@@ -720,15 +594,13 @@ class CTranslate2Translator(RenamedAttributes):
 
         By default each sentence may have its own source length (+ END) +
         50 tokens, as in our searches; an int ``max_decoding_length`` is
-        every sentence's limit instead. ``min_decoding_length``: END is not
-        allowed before that many tokens (CTranslate2's option; with
-        ``min_decoding_length == max_decoding_length`` every sentence
-        decodes exactly that many steps).
+        every sentence's limit instead. ``min_decoding_length``: no END
+        before that many tokens (equal to ``max_decoding_length``: exactly
+        that many steps).
 
         Raises:
             ValueError: ``max_decoding_length`` not in [1,
-                max_sequence_length - 1],
-                or ``min_decoding_length`` not in [0, the limit].
+                max_sequence_length - 1], ``min_decoding_length`` not in [0, it].
         """
         if not token_lists:
             return []
@@ -758,7 +630,8 @@ class CTranslate2Translator(RenamedAttributes):
 
     def translate_texts(self, sentences, beam_size=4, length_penalty=0.6,
                         max_batch_size=100):
-        """list of str -> list of str, ``max_batch_size`` sentences a batch."""
+        """list of str -> list of str, ``max_batch_size`` sentences a batch.
+        ``length_penalty`` is CT2's alpha (score / length ** alpha), not GNMT's."""
         if int(beam_size) < 1:
             raise ValueError(f"`beam_size` must be >= 1, got beam_size={beam_size}")
         if int(max_batch_size) < 1:

@@ -1,17 +1,17 @@
 """Warm-up requests in TF Serving's format (SavedModel warm-up).
 
-A SavedModel may carry ``assets.extra/tf_serving_warmup_requests``: a
-TFRecord file of ``tensorflow.serving.PredictionLog`` protos. TF Serving
-(and ``keras-trm serve``) replays each request through the loaded model
-before the version becomes ``AVAILABLE``, so work done on first use, here
-XLA's compilation of the small-batch search (one compilation per batch
-size and 8-token source bucket, ~2 s each on a 2-core CPU), is paid at
-load time and not by the first client of each.
+A SavedModel may carry ``assets.extra/tf_serving_warmup_requests``, a
+TFRecord file of ``tensorflow.serving.PredictionLog`` protos that TF Serving
+(and ``keras-trm serve``) replays before the version becomes ``AVAILABLE``,
+so XLA's compilation of the small-batch search (one per batch size and
+8-token source bucket, ~2 s each on a 2-core CPU) is paid at load time, not
+by the first clients.
 
 See https://www.tensorflow.org/tfx/serving/saved_model_warmup for the
 format; the protos are those of the ``tensorflow-serving-api`` package.
 """
 
+import itertools
 import pathlib
 
 import tensorflow as tf
@@ -24,8 +24,7 @@ MAX_WARMUP_RECORDS = 1000
 
 
 def warmup_path(version_dir):
-    """``<version_dir>/assets.extra/tf_serving_warmup_requests``: where TF
-    Serving looks for a SavedModel's warm-up requests.
+    """Where TF Serving looks for a SavedModel's warm-up requests.
 
     Example:
 
@@ -41,15 +40,13 @@ def write_warmup_requests(path, requests):
     Args:
         path: the file to write (``warmup_path(version_dir)``); its folder
             must exist.
-        requests: sequence of ``(signature_name, inputs)`` with ``inputs`` a
-            dict input name -> array-like (a batch, as the signature takes
-            it; str / bytes for string inputs). Dtypes as ``tf.constant``
-            gives them: Python floats float32, ints int32, NumPy arrays
-            their own.
+        requests: sequence of ``(signature_name, inputs)``, ``inputs`` a dict
+            input name -> array-like batch (str / bytes for strings), typed
+            as ``tf.constant`` types it (floats float32, ints int32).
 
     Raises:
-        ValueError: no requests, more than ``MAX_WARMUP_RECORDS`` (1000,
-            TF Serving's limit), or an empty ``signature_name`` / ``inputs``.
+        ValueError: no requests, more than ``MAX_WARMUP_RECORDS`` (TF
+            Serving's limit), or an empty ``signature_name`` / ``inputs``.
 
     Example:
 
@@ -83,7 +80,7 @@ def write_warmup_requests(path, requests):
             predict_log=prediction_log_pb2.PredictLog(request=request))
         records.append(log.SerializeToString())
     with tf.io.TFRecordWriter(str(path)) as writer:
-        for record in records:
+        for record in records:  # all built first: no half-written file
             writer.write(record)
 
 
@@ -94,15 +91,14 @@ def read_warmup_requests(path):
         path: a ``tf_serving_warmup_requests`` file.
 
     Returns:
-        list of ``(signature_name, inputs)``: ``signature_name`` as written
-        (``"serving_default"`` when empty, as TF Serving reads it), inputs a
-        dict name -> ``tf.Tensor``.
+        list of ``(signature_name, inputs)``, an empty name read as
+        ``"serving_default"`` (as TF Serving does), inputs a dict name ->
+        ``tf.Tensor``.
 
     Raises:
-        ValueError: the file is not a TFRecord file, a record is not a
-            ``PredictionLog`` with a predict request (naming the file and
-            the record's index), or the file holds more than
-            ``MAX_WARMUP_RECORDS`` records.
+        ValueError: not a TFRecord file, a record not a ``PredictionLog``
+            with a predict request (naming the file and record index), or
+            more than ``MAX_WARMUP_RECORDS`` records.
 
     Example:
 
@@ -123,10 +119,10 @@ def read_warmup_requests(path):
     except tf.errors.OpError as err:
         raise ValueError(f"{str(path)!r} is not a TFRecord file of warm-up "
                          f"requests: {err.message}") from None
+    if len(records) > MAX_WARMUP_RECORDS:
+        raise ValueError(f"{str(path)!r} holds more than "
+                         f"{MAX_WARMUP_RECORDS} warm-up records")
     for i, record in enumerate(records):
-        if i >= MAX_WARMUP_RECORDS:
-            raise ValueError(f"{str(path)!r} holds more than "
-                             f"{MAX_WARMUP_RECORDS} warm-up records")
         try:
             log = prediction_log_pb2.PredictionLog.FromString(record)
         except Exception as err:  # protobuf's DecodeError
@@ -148,11 +144,10 @@ def read_warmup_requests(path):
 def source_bucket_sentences(translator, sentences, max_sentences=10_000):
     """One sentence per source-length bucket of the XLA search, for warm-up.
 
-    ``Translator(jit_compile=True)`` pads a batch's source ids to a
-    multiple of 8 positions (``Translator.compiled_width``) and XLA
-    compiles the search once per padded width. This picks, among
-    ``sentences`` (e.g. the validation split's sources), the first one of
-    each width, so replaying them compiles every width those sentences
+    ``Translator(jit_compile=True)`` pads source ids to a multiple of 8
+    (``Translator.compiled_width``) and XLA compiles the search once per
+    width: this picks the first of ``sentences`` (e.g. the validation
+    sources) of each width, so replaying them compiles every width they
     reach.
 
     Args:
@@ -181,26 +176,15 @@ def source_bucket_sentences(translator, sentences, max_sentences=10_000):
             or max_sentences < 1:
         raise ValueError(f"`max_sentences` must be an int >= 1, got "
                          f"max_sentences={max_sentences!r}")
+    kept = [s for s in itertools.islice(sentences, max_sentences) if s.strip()]
     first = {}
-    batch = []
-
-    def take(batch):
+    for start in range(0, len(kept), 256):
+        batch = kept[start:start + 256]
         ids = translator.encode_text(tf.constant(batch))
         widths = translator.compiled_width(
             tf.reduce_sum(tf.cast(ids > 0, tf.int32), 1)).numpy()
         for sentence, width in zip(batch, widths):
             first.setdefault(int(width), sentence)
-
-    for n, sentence in enumerate(sentences):
-        if n >= max_sentences:
-            break
-        if sentence.strip():
-            batch.append(sentence)
-        if len(batch) == 256:
-            take(batch)
-            batch = []
-    if batch:
-        take(batch)
     return [first[width] for width in sorted(first)]
 
 
@@ -209,23 +193,20 @@ def translator_warmup_requests(translator, sentences, signature_name="serving_de
     """Warm-up requests that compile a ``Translator``'s XLA search at load.
 
     With ``jit_compile=True`` and ``jit_compile_max_batch_size=n``, XLA
-    compiles the search once per batch size 1..n and padded source width;
-    this returns, for every batch size, one request per width that
-    ``sentences`` reach (``source_bucket_sentences``, the sentence repeated
-    to the batch size). A translator without ``jit_compile`` needs none.
+    compiles the search once per batch size 1..n and padded source width:
+    this gives, for every batch size, one request per width ``sentences``
+    reach (``source_bucket_sentences``, repeated to the batch size).
 
     Args:
         translator: a ``keras_trm.decoding.Translator``.
         sentences: iterable of str (e.g. the validation split's sources;
             never the test split).
         signature_name, input_name: where the translator's ``translate``
-            is served (the translation job's export: ``serving_default``,
-            ``sentences``).
+            is served (as the translation job exports it by default).
 
     Returns:
-        list of ``(signature_name, {input_name: [str] * batch_size})``, for
-        ``export_module(..., warmup_requests=...)``; empty without
-        ``jit_compile``.
+        list of ``(signature_name, {input_name: [str] * batch_size})`` for
+        ``export_module(..., warmup_requests=...)``; [] without ``jit_compile``.
 
     Example:
 
@@ -248,9 +229,8 @@ def translator_warmup_requests(translator, sentences, signature_name="serving_de
     """
     if not translator.jit_compile:
         return []
-    sizes = translator.jit_compile_max_batch_size
     # No limit: every batch size runs XLA; warm the single sentences.
-    sizes = 1 if sizes is None else sizes
+    sizes = translator.jit_compile_max_batch_size or 1
     buckets = source_bucket_sentences(translator, sentences)
     return [(signature_name, {input_name: [sentence] * size})
             for size in range(1, sizes + 1) for sentence in buckets]

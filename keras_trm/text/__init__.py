@@ -1,28 +1,16 @@
 """Subword vocabularies and tokenizers.
 
-SentencePiece (the default vocabulary) needs no TensorFlow:
-``learn_sentencepiece`` and ``HostSentencePieceTokenizer`` (the
-``sentencepiece`` package) serve data preparation, training and evaluation
-on every Keras backend. The in-graph tokenizers that exports carry
-(``SentencePieceTokenizer``, WordPiece's ``TextTokenizer``) and the
-WordPiece vocabulary learner are TensorFlow by design: imported on first
-use, with an ``ImportError`` naming what to install where TensorFlow is
-missing.
+SentencePiece (the default vocabulary; ``learn_sentencepiece``,
+``HostSentencePieceTokenizer``) needs no TensorFlow, so it serves every Keras
+backend. The in-graph tokenizers that exports carry (``SentencePieceTokenizer``,
+WordPiece's ``TextTokenizer``) and the WordPiece learner need TensorFlow:
+imported on first use, with an ``ImportError`` naming what to install.
 """
 
 from keras_trm._optional import lazy_module_attributes
-from keras_trm.text.sentencepiece import (
-    HostSentencePieceTokenizer,
-    learn_sentencepiece,
-)
+from keras_trm.text.sentencepiece import HostSentencePieceTokenizer, learn_sentencepiece
 from keras_trm.text.truncation import truncate_head_tail
-from keras_trm.utils.ids import (
-    END_ID,
-    PAD_ID,
-    RESERVED_TOKENS,
-    START_ID,
-    UNK_ID,
-)
+from keras_trm.utils.ids import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 
 _WORDPIECE = ("TextTokenizer", "learn_vocabulary", "load_vocabulary",
               "save_vocabulary")
@@ -48,19 +36,8 @@ def __getattr__(name):
 
 
 __all__ = [
-    "END_ID",
-    "PAD_ID",
-    "RESERVED_TOKENS",
-    "START_ID",
-    "UNK_ID",
-    "HostSentencePieceTokenizer",
-    "SentencePieceTokenizer",
-    "TextTokenizer",
-    "encode_lowercase",
-    "learn_sentencepiece",
-    "learn_vocabulary",
-    "load_vocabulary",
-    "lowercase",
-    "save_vocabulary",
-    "truncate_head_tail",
+    "END_ID", "PAD_ID", "RESERVED_TOKENS", "START_ID", "UNK_ID",
+    "HostSentencePieceTokenizer", "SentencePieceTokenizer", "TextTokenizer",
+    "encode_lowercase", "learn_sentencepiece", "learn_vocabulary",
+    "load_vocabulary", "lowercase", "save_vocabulary", "truncate_head_tail",
 ]

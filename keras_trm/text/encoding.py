@@ -4,13 +4,14 @@ outside the exported graph)."""
 import tensorflow as tf
 
 from keras_trm.utils import checks as v
+from keras_trm.text.sentencepiece import check_str_list
 from keras_trm.text.truncation import truncate_head_tail
 
 
 def lowercase(texts):
-    """``texts`` lowercased exactly as the graph does it
-    (``tf.strings.lower``, UTF-8), so a vocabulary learned from them matches
-    what an exported classifier sees.
+    """``texts`` lowercased as the graph does it (``tf.strings.lower``,
+    UTF-8), so a vocabulary learned from them matches what an exported
+    classifier sees.
 
     Args:
         texts: list of str.
@@ -27,14 +28,7 @@ def lowercase(texts):
     >>> lowercase(["Ein GROSSER Film", "ÉTÉ"])
     ['ein grosser film', 'été']
     """
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(f"`texts` must be a list of str, got one "
-                        f"{type(texts).__name__}: texts={texts[:50]!r}")
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"`texts` must hold str, got texts[{i}]={text!r} "
-                            f"({type(text).__name__})")
+    texts = check_str_list("texts", texts)
     if not texts:
         return []
     lowered = tf.strings.lower(tf.constant(texts), encoding="utf-8").numpy()
@@ -42,10 +36,9 @@ def lowercase(texts):
 
 
 def encode_lowercase(tokenizer, texts, max_length=None, chunk=2000):
-    """Token ids of every text: lowercased (``tf.strings.lower``, UTF-8),
-    tokenized by ``tokenizer``, then cut to ``max_length`` tokens by
-    ``truncate_head_tail`` (unless ``max_length`` is None), ``chunk`` texts
-    per TensorFlow call.
+    """Token ids of every text: lowercased as ``lowercase``, tokenized by
+    ``tokenizer``, cut to ``max_length`` tokens by ``truncate_head_tail``,
+    ``chunk`` texts per TensorFlow call.
 
     Args:
         tokenizer: an object whose ``tokenize(strings)`` maps str

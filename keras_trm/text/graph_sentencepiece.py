@@ -1,11 +1,6 @@
 """SentencePiece (de)tokenization in a TensorFlow graph (tensorflow-text),
-what a SavedModel that takes raw strings carries.
-
-tensorflow-text's ``SentencepieceTokenizer`` holds the model proto as a
-tracked resource: a SavedModel with a ``SentencePieceTokenizer`` loads with
-``tensorflow`` + ``tensorflow_text`` only. It gives the ids and text of
-``keras_trm.text.HostSentencePieceTokenizer`` (the same model on the host,
-without TensorFlow), which learning, data preparation and evaluation use.
+what a SavedModel that takes raw strings carries: the model proto is a
+tracked resource, so it loads with ``tensorflow`` + ``tensorflow_text`` only.
 """
 
 import tensorflow as tf
@@ -18,26 +13,21 @@ from keras_trm.utils.ids import END_ID, PAD_ID, START_ID
 class SentencePieceTokenizer(tf.Module):
     """Raw text <-> SentencePiece ids, all in TensorFlow ops (exportable).
 
-    Same interface as ``keras_trm.text.TextTokenizer``, the same ids and
-    text as ``HostSentencePieceTokenizer`` (``in_graph()`` of one gives
-    this tokenizer of its model):
+    The interface of ``keras_trm.text.TextTokenizer``, the ids and text of
+    ``HostSentencePieceTokenizer`` (whose ``in_graph()`` gives this):
     ``tokenize(strings)``: str ``(batch,)`` -> ragged int32
     ``(batch, None)`` ids (no START/END);
     ``detokenize(ids)``: int ``(batch, T)`` (dense, padded, or ragged) ->
-    str ``(batch,)``, reading up to the first END and dropping PAD/START/END.
+    str ``(batch,)``, reading up to the first END, reserved ids dropped.
+    ``start_id``, ``end_id``, ``pad_id``: the reserved ids the searches take.
 
     Args:
         model: path of a ``.model`` file written by ``learn_sentencepiece``
             (or its serialized bytes).
 
-    ``start_id``, ``end_id``, ``pad_id``: its special ids (the reserved
-    ``START_ID``, ``END_ID``, ``PAD_ID``, checked at load), what the
-    searches take.
-
     Raises:
-        TypeError: ``model`` neither a path nor bytes.
-        FileNotFoundError: ``model`` path missing.
-        ValueError: the model's ids 0-3 are not PAD, UNK, START, END.
+        TypeError, FileNotFoundError, ValueError: as
+            ``HostSentencePieceTokenizer``.
 
     Example:
         >>> import tempfile, pathlib, tensorflow as tf

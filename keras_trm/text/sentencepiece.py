@@ -2,22 +2,17 @@
 (de)tokenization, without TensorFlow.
 
 The model is learned with the ``sentencepiece`` package (Kudo & Richardson,
-2018) from a sample of the training sentences (``input_sentence_size``, so
-millions of lines stay fast). ``HostSentencePieceTokenizer`` runs it on the
-host (``sentencepiece.SentencePieceProcessor``: lists of str in, int32
-numpy ids out), what preparing data, training and evaluating use on every
-Keras backend; ``keras_trm.text.SentencePieceTokenizer`` runs the same model
-in a TensorFlow graph (tensorflow-text), what a SavedModel carries. Both
-give the same ids and the same text (tested over whole Multi30k splits,
-``tests/test_host_sentencepiece.py``).
+2018) from a sample of the training sentences. ``HostSentencePieceTokenizer``
+runs it on the host (data preparation, training and evaluation on every Keras
+backend); ``keras_trm.text.SentencePieceTokenizer`` runs the same model in a
+TensorFlow graph (what a SavedModel carries), with the same ids and text
+(tested over whole Multi30k splits, ``tests/test_host_sentencepiece.py``).
 
-Text is normalized as SentencePiece does by default (``nmt_nfkc``: NFKC
-plus whitespace clean-up), so ``detokenize(tokenize(x))`` is ``x`` for
-ordinary text and its NFKC form otherwise ("½" -> "1⁄2").
-
-Ids follow ``keras_trm.utils.ids``: 0 PAD, 1 UNK, 2 START (BOS), 3 END
-(EOS), so ``Translator``, the search and the loss use any of the
-tokenizers unchanged.
+Text is normalized as SentencePiece does by default (``nmt_nfkc``), so
+``detokenize(tokenize(x))`` is ``x`` for ordinary text and its NFKC form
+otherwise ("½" -> "1⁄2"). Ids follow ``keras_trm.utils.ids`` (0 PAD, 1 UNK,
+2 START, 3 END), so ``Translator``, the search and the loss take any of the
+tokenizers.
 """
 
 import io
@@ -33,6 +28,20 @@ from keras_trm.utils.ids import (END, END_ID, PAD, PAD_ID, RESERVED_TOKENS,
                                  START, START_ID, UNK, UNK_ID)
 
 MODEL_TYPES = ("bpe", "unigram")
+
+
+def check_str_list(name, values, what="a list of str"):
+    """``values`` as a list; TypeError if it is one str/bytes (it would be
+    read as its characters) or holds a non-str item."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"`{name}` must be {what}, got one "
+                        f"{type(values).__name__}: {name}={values[:50]!r}")
+    values = list(values)
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise TypeError(f"`{name}` must hold str, got {name}[{i}]={value!r} "
+                            f"({type(value).__name__})")
+    return values
 
 
 def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
@@ -84,8 +93,6 @@ def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
         raise ValueError("`sentences` has no non-blank sentence to learn from")
     if sample_size and len(lines) > sample_size:
         lines = random.Random(seed).sample(lines, int(sample_size))
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
@@ -107,21 +114,8 @@ def learn_sentencepiece(sentences, vocabulary_size, path, model_type="bpe",
 
 
 def read_sentencepiece_model(model):
-    """The serialized model and its vocabulary, checked.
-
-    Args:
-        model: path of a ``.model`` file written by ``learn_sentencepiece``,
-            or its serialized bytes.
-
-    Returns:
-        ``(proto, processor, vocabulary)``: bytes, a
-        ``sentencepiece.SentencePieceProcessor``, list of str pieces.
-
-    Raises:
-        TypeError: ``model`` neither a path nor bytes.
-        FileNotFoundError: ``model`` path missing.
-        ValueError: the model's ids 0-3 are not PAD, UNK, START, END.
-    """
+    """``(proto bytes, SentencePieceProcessor, list of str pieces)`` of a
+    ``.model`` path or its bytes; raises as ``HostSentencePieceTokenizer``."""
     import sentencepiece as spm
 
     if isinstance(model, (bytes, bytearray)):
@@ -147,10 +141,9 @@ def read_sentencepiece_model(model):
 class HostSentencePieceTokenizer:
     """Raw text <-> SentencePiece ids on the host (numpy, no TensorFlow).
 
-    The ids and text of ``keras_trm.text.SentencePieceTokenizer`` (the
-    tensorflow-text graph a SavedModel carries) for the same model, from
-    ``sentencepiece.SentencePieceProcessor`` with its default options (no
-    sampling, no BOS/EOS added; ``nmt_nfkc`` normalization).
+    The ids and text of ``keras_trm.text.SentencePieceTokenizer`` for the
+    same model, from ``sentencepiece.SentencePieceProcessor`` with its
+    default options (no sampling, no BOS/EOS added).
 
     Args:
         model: path of a ``.model`` file written by ``learn_sentencepiece``
@@ -159,23 +152,12 @@ class HostSentencePieceTokenizer:
             lines, or None (``sentencepiece``'s default: every core).
 
     Attributes:
-        vocabulary: list of str pieces, id order (``vocabulary_size`` of
-            them).
+        vocabulary: list of str pieces, id order.
         model_proto: bytes, the serialized model.
-        start_id, end_id, pad_id: its special ids (the reserved
-            ``START_ID``, ``END_ID``, ``PAD_ID``), what the searches take.
-
-    ``encode(lines)`` / ``tokenize(sentences)``: str ``(batch,)`` -> list of
-    ``batch`` int32 ``(n_i,)`` arrays of content ids (no START/END).
-    ``detokenize(ids)``: int ``(batch, T)`` (padded, or a list of 1-D
-    arrays) -> list of ``batch`` str, each row read up to its first END with
-    the reserved ids (PAD, UNK, START, END) dropped.
-    ``in_graph()``: the tensorflow-text ``SentencePieceTokenizer`` of the
-    same model (needs TensorFlow), for exports.
+        start_id, end_id, pad_id: the reserved ids the searches take.
 
     Raises:
-        TypeError: ``model`` neither a path nor bytes; ``num_threads`` not
-            an int.
+        TypeError: ``model`` neither a path nor bytes; ``num_threads`` not an int.
         FileNotFoundError: ``model`` path missing.
         ValueError: the model's ids 0-3 are not PAD, UNK, START, END;
             ``num_threads`` < 1.
@@ -206,72 +188,38 @@ class HostSentencePieceTokenizer:
         return len(self.vocabulary)
 
     def encode(self, lines):
-        """Content ids of each line (no START/END), the fast path for
-        preparing data: call it on chunks of a corpus.
-
-        Args:
-            lines: list (or tuple) of str.
-
-        Returns:
-            list of ``len(lines)`` int32 numpy arrays ``(n_i,)``.
-
-        Raises:
-            TypeError: ``lines`` a str (not a list of them), or an item
-                not a str.
-        """
+        """list (or tuple) of str -> list of int32 ``(n_i,)`` content ids
+        (no START/END), the fast path for preparing data; TypeError if
+        ``lines`` is one str or holds a non-str."""
         if isinstance(lines, (str, bytes)):
-            raise TypeError(f"`lines` must be a list of str, got one "
-                            f"{type(lines).__name__}: lines={lines[:50]!r}")
+            check_str_list("lines", lines)  # raises
         lines = list(lines)
         options = {} if self.num_threads is None else {"num_threads": self.num_threads}
         try:
             ids = self._processor.encode(lines, **options)
-        except TypeError:
-            for i, line in enumerate(lines):
-                if not isinstance(line, str):
-                    raise TypeError(f"`lines` must hold str, got lines[{i}]="
-                                    f"{line!r} ({type(line).__name__})") from None
+        except TypeError:  # items are checked only then: a corpus is long
+            check_str_list("lines", lines)
             raise
         return [np.array(row, np.int32) for row in ids]
 
     def tokenize(self, sentences):
-        """``encode`` of ``sentences``, which may also hold UTF-8 bytes (a
-        numpy array of strings, what ``tf.Tensor.numpy()`` gives): the
-        interface of the in-graph tokenizers, on the host.
-
-        Args:
-            sentences: list or 1-D array of str or bytes.
-
-        Returns:
-            list of int32 numpy arrays ``(n_i,)``.
-
-        Raises:
-            TypeError: ``sentences`` a str, or an item neither str nor
-                bytes.
-        """
+        """``encode`` of a list or 1-D array of str or UTF-8 bytes (as
+        ``tf.Tensor.numpy()`` gives): the in-graph tokenizers' interface.
+        TypeError if ``sentences`` is one str or an item neither str nor bytes."""
         if isinstance(sentences, (str, bytes)):
-            raise TypeError(f"`sentences` must be a list of str, got one "
-                            f"{type(sentences).__name__}: "
-                            f"sentences={sentences[:50]!r}")
+            check_str_list("sentences", sentences)  # raises
         return self.encode([s.decode("utf-8") if isinstance(s, bytes) else s
                             for s in sentences])
 
     def content_ids(self, ids):
-        """The ids ``detokenize`` reads of each row: those before the
-        row's first END, reserved ids dropped.
-
-        Args:
-            ids: int ``(batch, T)`` array (padded) or a list of 1-D int
-                arrays or lists.
-
-        Returns:
-            list of ``batch`` int32 numpy arrays.
+        """The ids ``detokenize`` reads of each row of an int ``(batch, T)``
+        array or a list of 1-D rows: those before its first END, reserved
+        ids dropped; a list of ``batch`` int32 arrays.
 
         Raises:
             TypeError: ``ids`` not integer ids.
             ValueError: ``ids`` not 2-D (nor a list of 1-D rows), or an id
-                read is >= ``vocabulary_size`` (the message names it and
-                its row).
+                read is >= ``vocabulary_size`` (naming it and its row).
         """
         if isinstance(ids, np.ndarray) and ids.ndim != 2:
             raise ValueError(f"`ids` must be 2-D (batch, T) or a list of 1-D "
@@ -285,10 +233,8 @@ class HostSentencePieceTokenizer:
             if row.size and not np.issubdtype(row.dtype, np.integer):
                 raise TypeError(f"`ids` must be integer token ids, got dtype "
                                 f"{row.dtype} in row {i}")
-            end = np.flatnonzero(row == END_ID)
-            if end.size:
-                row = row[:end[0]]
-            row = row[row > END_ID].astype(np.int32)
+            # As the graph's content_ids: before the first END, no reserved id.
+            row = row[(np.cumsum(row == END_ID) == 0) & (row > END_ID)].astype(np.int32)
             if row.size and row.max() >= self.vocabulary_size:
                 raise ValueError(
                     f"`ids` must be token ids below the vocabulary size "
@@ -297,26 +243,13 @@ class HostSentencePieceTokenizer:
         return rows
 
     def detokenize(self, ids):
-        """Text of each row of ids (``content_ids``: up to the first END,
-        reserved ids dropped).
-
-        Args:
-            ids: int ``(batch, T)`` array or a list of 1-D int rows.
-
-        Returns:
-            list of ``batch`` str.
-
-        Raises:
-            TypeError, ValueError: as ``content_ids``.
-        """
+        """list of ``batch`` str: the text of each row's ``content_ids``
+        (``ids`` and errors as there)."""
         rows = self.content_ids(ids)
-        if not rows:
-            return []
-        return self._processor.decode([row.tolist() for row in rows])
+        return self._processor.decode([row.tolist() for row in rows]) if rows else []
 
     def in_graph(self, name=None):
-        """The tensorflow-text ``SentencePieceTokenizer`` of this model
-        (what a SavedModel carries; needs TensorFlow)."""
+        """The in-graph ``SentencePieceTokenizer`` of this model (needs TensorFlow)."""
         from keras_trm import text  # its TensorFlow part, imported lazily
 
         return text.SentencePieceTokenizer(self.model_proto, name=name)

@@ -1,19 +1,22 @@
-"""Joint source/target WordPiece vocabulary and in-graph (de)tokenization.
-
-The vocabulary is learned with keras-hub's ``compute_word_piece_vocabulary``
-(tensorflow-text's BERT vocabulary learner); tokenization runs in the graph
-with keras-hub's ``WordPieceTokenizer`` (tensorflow-text's
-FastWordpieceTokenizer ops), so a SavedModel takes raw strings.
+"""Joint source/target WordPiece vocabulary and in-graph (de)tokenization:
+keras-hub's ``compute_word_piece_vocabulary`` learns it, its
+``WordPieceTokenizer`` (tensorflow-text ops) runs in the graph, so a
+SavedModel takes raw strings.
 """
 
 import pathlib
 
 import tensorflow as tf
 
+from keras_trm.text.sentencepiece import check_str_list
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
-from keras_trm.utils.ids import (  # noqa: F401
-    END, END_ID, PAD, PAD_ID, RESERVED_TOKENS, START, START_ID, UNK, UNK_ID)
+from keras_trm.utils.ids import (END, END_ID, PAD, PAD_ID, RESERVED_TOKENS,
+                                 START, START_ID, UNK)
+
+# END, PAD and START are re-exported (keras_trm.export.litert takes them here).
+__all__ = ["END", "PAD", "START", "TextTokenizer", "content_ids", "dense_ids",
+           "learn_vocabulary", "load_vocabulary", "save_vocabulary"]
 
 # Detokenization: WordPiece splits punctuation off words; these RE2 rules
 # re-attach it so output reads like the references ("läuft." not "läuft .").
@@ -30,10 +33,8 @@ def learn_vocabulary(sentences, vocabulary_size, path=None):
 
     Args:
         sentences: iterable of str (source and target together for a joint
-            vocabulary); a single str is refused (it would be read as its
-            characters).
-        vocabulary_size: int, the target size (the learner may return a few
-            fewer tokens).
+            vocabulary).
+        vocabulary_size: int, the target size (the learner may give fewer).
         path: optional file to write, one token a line; written atomically.
 
     Returns:
@@ -42,40 +43,23 @@ def learn_vocabulary(sentences, vocabulary_size, path=None):
     Raises:
         TypeError: ``sentences`` is a str (not a list of them) or holds a
             non-str item; ``vocabulary_size`` not an int.
-        ValueError: ``vocabulary_size`` <= number of reserved tokens, or no
-            sentence with text (empty, or all blank).
+        ValueError: ``vocabulary_size`` <= 4 (the reserved tokens), or no
+            sentence with text.
     """
     import keras_hub
 
-    if isinstance(sentences, (str, bytes)):
-        raise TypeError(
-            f"`sentences` must be an iterable of str, got one "
-            f"{type(sentences).__name__}: sentences={sentences[:50]!r}")
+    sentences = check_str_list("sentences", sentences, "an iterable of str")
     vocabulary_size = v.positive_int("vocabulary_size", vocabulary_size)
     if vocabulary_size <= len(RESERVED_TOKENS):
-        raise ValueError(
-            f"`vocabulary_size` must exceed {len(RESERVED_TOKENS)}, got "
-            f"vocabulary_size={vocabulary_size}"
-        )
-    sentences = list(sentences)
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str):
-            raise TypeError(f"`sentences` must hold str, got sentences[{i}]="
-                            f"{sentence!r} ({type(sentence).__name__})")
-    if not sentences:
-        raise ValueError("`sentences` is empty: nothing to learn a vocabulary from")
+        raise ValueError(f"`vocabulary_size` must exceed {len(RESERVED_TOKENS)}, "
+                         f"got vocabulary_size={vocabulary_size}")
     if not any(s.strip() for s in sentences):
-        raise ValueError(
-            f"`sentences` has no text: its {len(sentences)} sentence(s) are "
-            "all blank, nothing to learn a vocabulary from")
+        raise ValueError(f"`sentences` has no text: its {len(sentences)} sentence(s) "
+                         "are all blank, nothing to learn a vocabulary from")
     data = tf.data.Dataset.from_tensor_slices(sentences).batch(1000)
     vocab = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        data,
-        vocabulary_size=vocabulary_size,
-        lowercase=False,
-        strip_accents=False,
-        reserved_tokens=list(RESERVED_TOKENS),
-    )
+        data, vocabulary_size=vocabulary_size, lowercase=False,
+        strip_accents=False, reserved_tokens=list(RESERVED_TOKENS))
     if path is not None:
         save_vocabulary(vocab, path)
     return vocab
@@ -92,11 +76,9 @@ def load_vocabulary(path):
         raise FileNotFoundError(f"vocabulary file {str(path)!r} does not exist")
     with open(path, encoding="utf-8") as f:
         vocab = [line.rstrip("\n") for line in f if line.rstrip("\n")]
-    if tuple(vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-        raise ValueError(
-            f"vocabulary {str(path)!r} must start with {RESERVED_TOKENS}, got "
-            f"{tuple(vocab[:4])}"
-        )
+    if tuple(vocab[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+        raise ValueError(f"vocabulary {str(path)!r} must start with "
+                         f"{RESERVED_TOKENS}, got {tuple(vocab[:4])}")
     return vocab
 
 
@@ -108,17 +90,14 @@ def dense_ids(ids):
 
 
 def _check_ids_below(content, size):
-    """Raises a ValueError naming the first id of ``content`` (eager ragged
-    ids, those a detokenizer reads) that is >= ``size``, and its row."""
-    import numpy as np
-
-    flat = content.flat_values.numpy()
-    bad = np.nonzero(flat >= size)[0]
-    if bad.size:
-        row = int(content.value_rowids().numpy()[bad[0]])
+    """ValueError naming the first id of eager ragged ``content`` that is
+    >= ``size``, and its row."""
+    too_big = content.flat_values.numpy() >= size
+    if too_big.any():
+        i = int(too_big.argmax())
         raise ValueError(
             f"`ids` must be token ids below the vocabulary size {size}, got "
-            f"id {int(flat[bad[0]])} in row {row}")
+            f"id {int(content.flat_values[i])} in row {int(content.value_rowids()[i])}")
 
 
 def content_ids(ids):
@@ -138,19 +117,20 @@ class TextTokenizer(tf.Module):
     ``tokenize(strings)``: str ``(batch,)`` -> ragged int32
     ``(batch, None)`` WordPiece ids (no START/END).
     ``detokenize(ids)``: int ``(batch, T)`` (dense, padded, or ragged) ->
-    str ``(batch,)``; reads up to the first END, drops PAD/START/END.
-    An id it reads (before END) >= ``vocabulary_size`` raises: a
-    ``ValueError`` naming it and the size when called eagerly, a
-    ``tf.errors.InvalidArgumentError`` naming the size (and the ids) inside
-    a graph -- never a crash of the detokenize op.
+    str ``(batch,)``; reads up to the first END, drops reserved ids. An id
+    it reads >= ``vocabulary_size`` raises (``ValueError`` eagerly,
+    ``tf.errors.InvalidArgumentError`` in a graph), never crashes the op.
+    ``start_id``, ``end_id``, ``pad_id``: the reserved ids the searches take.
 
     Raises:
         TypeError: ``vocabulary`` is a str or holds a non-str token.
-        ValueError: ``vocabulary`` does not start with ``RESERVED_TOKENS``
-            (as ``load_vocabulary`` requires).
+        ValueError: ``vocabulary`` does not start with ``RESERVED_TOKENS``.
 
-    ``start_id``, ``end_id``, ``pad_id``: its special ids (the reserved
-    ``START_ID``, ``END_ID``, ``PAD_ID``), what the searches take.
+    Example:
+
+    >>> tokenizer = TextTokenizer(["[PAD]", "[UNK]", "[START]", "[END]", "a", "dog"])
+    >>> tokenizer.detokenize(tokenizer.tokenize(tf.constant(["a dog"]))).numpy()
+    array([b'a dog'], dtype=object)
     """
 
     start_id, end_id, pad_id = START_ID, END_ID, PAD_ID
@@ -159,26 +139,16 @@ class TextTokenizer(tf.Module):
         super().__init__(name=name)
         import keras_hub
 
-        if isinstance(vocabulary, (str, bytes)):
-            raise TypeError(f"`vocabulary` must be a list of str tokens, got "
-                            f"one {type(vocabulary).__name__}: {vocabulary[:50]!r}")
-        self.vocabulary = list(vocabulary)
-        for i, token in enumerate(self.vocabulary):
-            if not isinstance(token, str):
-                raise TypeError(f"`vocabulary` must hold str tokens, got "
-                                f"vocabulary[{i}]={token!r}")
+        self.vocabulary = check_str_list("vocabulary", vocabulary,
+                                         "a list of str tokens")
         if tuple(self.vocabulary[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
                 f"`vocabulary` must start with {RESERVED_TOKENS} (ids "
                 f"0-{len(RESERVED_TOKENS) - 1}), got "
                 f"{tuple(self.vocabulary[:len(RESERVED_TOKENS)])}")
         self.tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
-            vocabulary=self.vocabulary,
-            lowercase=False,
-            strip_accents=False,
-            oov_token=UNK,
-            dtype="int32",
-        )
+            vocabulary=self.vocabulary, lowercase=False, strip_accents=False,
+            oov_token=UNK, dtype="int32")
 
     @property
     def vocabulary_size(self):
