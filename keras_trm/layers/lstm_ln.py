@@ -181,16 +181,17 @@ class LSTM_LN(keras.layers.RNN):
 
     Args:
         units: int > 0, the size of the hidden and cell states.
-        kernel_initializer, recurrent_initializer, bias_initializer,
-            unit_forget_bias, kernel_regularizer, recurrent_regularizer,
-            bias_regularizer, dropout, recurrent_dropout, epsilon, seed:
-            passed to ``LSTMLNCell`` (dropout rates in [0, 1), epsilon > 0).
         return_sequences: bool, return every h_t instead of the last one.
         return_state: bool, also return the final ``h_T`` and ``c_T``.
         go_backwards: bool, process the sequence in reverse.
         stateful: bool, carry the last states of a batch to the next one.
         unroll: bool, unroll the time loop (short fixed-length sequences).
-        **kwargs: other ``keras.layers.RNN`` / ``Layer`` arguments
+        **kwargs: ``LSTMLNCell``'s ``kernel_initializer``,
+            ``recurrent_initializer``, ``bias_initializer``,
+            ``unit_forget_bias``, ``kernel_regularizer``,
+            ``recurrent_regularizer``, ``bias_regularizer``, ``dropout``,
+            ``recurrent_dropout`` (rates in [0, 1)), ``epsilon`` (> 0) and
+            ``seed``; other ``keras.layers.RNN`` / ``Layer`` arguments
             (``name``, ``dtype``, ``zero_output_for_mask``, ...).
 
     Call arguments:
