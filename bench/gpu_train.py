@@ -50,14 +50,12 @@ dumps the step's optimized HLO (bench/step_parts.py; ``--trace-dir`` keeps
 the trace and that HLO).
 
 Lengths without TensorFlow: ``--prepare-lengths`` writes the length pairs
-(no text) to bench/results/lengths_{multi30k,wmt}.npz: Multi30k train
-tokenized with the project's joint WordPiece (8,000, as the Multi30k job),
-the WMT news pool with a joint SentencePiece BPE of 37,000 (the paper's size,
-as the WMT recipe) learned from the offline WMT training text (Europarl slice
-+ news pool; learned on 0.1M sentences that include those it tokenizes, it
-likely splits words less than the paper's BPE of 4.5M pairs, so lengths may
-run short). Without such a file, whitespace-token lengths times
-``WHITESPACE_FACTOR`` (the subword/word ratio those files measured) are used.
+(no text) to bench/results/lengths_{multi30k,wmt}.npz: Multi30k train with a
+joint WordPiece of 8,000 (the Multi30k job's vocabulary when the file was
+written), the WMT news pool with a joint SentencePiece BPE of 37,000 (the
+paper's size) learned on 0.1M sentences of the offline WMT training text, so
+it likely splits words less than the paper's BPE of 4.5M pairs. Without such
+a file, whitespace-token lengths times ``WHITESPACE_FACTOR`` are used.
 """
 
 import argparse

@@ -13,7 +13,8 @@ import json
 import numpy as np
 
 from keras_trm.data.paths import resolve_data_dir
-from keras_trm.data.translation import CorpusError, _split_arg, iter_lines
+from keras_trm.data.translation import CorpusError, iter_lines
+from keras_trm.utils import checks as v
 
 IMDB_SPLITS = ("train", "test")
 HTML_BREAK = "<br />"
@@ -62,7 +63,7 @@ def load_imdb(split="train", data_dir=None, download=False,
         FileNotFoundError: the file is missing and not downloaded (the
             expected file and folder named).
     """
-    _split_arg(split, IMDB_SPLITS)
+    v.one_of("split", split, IMDB_SPLITS)
     root = resolve_data_dir(data_dir, must_exist=not download)
     directory = root / "imdb"
     name = f"imdb_{split}.jsonl.gz"

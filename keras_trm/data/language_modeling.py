@@ -35,7 +35,7 @@ import numpy as np
 
 from keras_trm.data.download import fetch
 from keras_trm.data.paths import resolve_data_dir
-from keras_trm.data.translation import CorpusError, _find, _split_arg, iter_lines
+from keras_trm.data.translation import CorpusError, _find, iter_lines
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
 
@@ -97,7 +97,7 @@ def load_ptb(split="train", data_dir=None, download=False):
     >>> list(load_ptb("valid", root))
     ['a', 'b', '<eos>', 'c', '<eos>']
     """
-    _split_arg(split, PTB_SPLITS)
+    v.one_of("split", split, PTB_SPLITS)
     directory = resolve_data_dir(data_dir, must_exist=not download) / "ptb"
     stem = f"ptb.{split}.txt"
     (path,) = _find(directory, stem)
@@ -151,7 +151,7 @@ def load_tiny_shakespeare(split="train", data_dir=None, download=False):
         CorpusError: (a ``ValueError``) ``input.txt`` is not UTF-8 (the
             line named), or the split is empty (too short a file).
     """
-    _split_arg(split, SHAKESPEARE_SPLITS)
+    v.one_of("split", split, SHAKESPEARE_SPLITS)
     root = resolve_data_dir(data_dir, must_exist=not download)
     path = root / "tinyshakespeare" / "input.txt"
     if download and not path.is_file():

@@ -14,7 +14,8 @@ import zlib
 import numpy as np
 
 from keras_trm.data.paths import resolve_data_dir
-from keras_trm.data.translation import CorpusError, _split_arg
+from keras_trm.data.translation import CorpusError
+from keras_trm.utils import checks as v
 
 MNIST_SPLITS = {"train": "train", "test": "t10k"}
 IMAGES_MAGIC = 2051
@@ -82,7 +83,7 @@ def load_mnist(split="train", data_dir=None, download=False):
         FileNotFoundError: a file is missing and not downloaded (the
             expected files and folder named).
     """
-    _split_arg(split, tuple(MNIST_SPLITS))
+    v.one_of("split", split, tuple(MNIST_SPLITS))
     root = resolve_data_dir(data_dir, must_exist=not download)
     directory = root / "mnist"
     prefix = MNIST_SPLITS[split]

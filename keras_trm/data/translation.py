@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_trm.data.download import fetch
 from keras_trm.data.paths import resolve_data_dir
+from keras_trm.utils import checks as v
 
 # The official files (multi30k/dataset, data/task1/raw/); the environment
 # variable replaces this base URL (a mirror, or a test's local server).
@@ -168,12 +169,6 @@ def _check_alignment(source_path, target_path, n_source, n_target, pairs):
                           "on both sides")
 
 
-def _split_arg(split, allowed):
-    if split not in allowed:
-        raise ValueError(f"`split` must be one of {allowed}, got split={split!r}")
-    return split
-
-
 def _find(directory, *stems):
     """``directory / stem`` or ``stem.gz`` for each stem (None: neither)."""
     return [next((p for p in (directory / s, directory / f"{s}.gz") if p.is_file()), None)
@@ -190,7 +185,7 @@ def multi30k_url():
 def _multi30k_files(split, data_dir, source, target, download, url=None):
     """The two files of a Multi30k split (checked arguments), downloading
     the missing ones if ``download``."""
-    _split_arg(split, MULTI30K_SPLITS)
+    v.one_of("split", split, MULTI30K_SPLITS)
     for name, lang in (("source", source), ("target", target)):
         if lang not in ("en", "de", "fr", "cs"):
             raise ValueError(f"`{name}` must be a Multi30k language, got {lang!r}")
@@ -257,7 +252,7 @@ def _wmt14_stem(split, source, target):
         raise ValueError(
             f"WMT14 EN-DE languages must be 'en' and 'de' (either direction), "
             f"got source={source!r}, target={target!r}")
-    _split_arg(split, tuple(WMT14_ROLES) + tuple(WMT14_SPLITS))
+    v.one_of("split", split, tuple(WMT14_ROLES) + tuple(WMT14_SPLITS))
     return WMT14_ROLES.get(split, split)
 
 

@@ -66,6 +66,30 @@ def export_in_tensorflow(command, timeout=3600):
     return pathlib.Path(json.loads(done.read_text())["path"])
 
 
+def export_from_request(workdir, export):
+    """The child side of ``export_in_tensorflow``: loads the model that
+    ``<workdir>/export_request.json`` names, calls ``export(model,
+    request)`` (-> the version folder), writes
+    ``export_request.done.json`` and returns the folder.
+
+    Raises:
+        RuntimeError: the process's Keras backend is not TensorFlow.
+    """
+    import keras
+
+    from keras_trm.utils import write_json
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
+                           f"got {keras.backend.backend()!r}")
+    workdir = pathlib.Path(workdir)
+    request = json.loads((workdir / "export_request.json").read_text())
+    path = export(keras.saving.load_model(workdir / request["model"]), request)
+    write_json(workdir / "export_request.done.json", {"path": str(path)})
+    print(f"exported SavedModel to {path}", flush=True)
+    return path
+
+
 # -- config checks the jobs' validate() share (each names the field) ---------
 
 

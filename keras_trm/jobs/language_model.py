@@ -26,7 +26,6 @@ perplexity (``exp(nll)``: the PTB figure).
 """
 
 import dataclasses
-import json
 import math
 import os
 import pathlib
@@ -43,7 +42,7 @@ from keras_trm.decoding import (
     evaluate_with_memory,
 )
 from keras_trm.jobs import export_elsewhere
-from keras_trm.jobs._setup import start_job
+from keras_trm.jobs._setup import export_from_request, start_job
 from keras_trm.jobs.language_model_config import CORPUS_RECIPES, LanguageModelConfig
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.models import TransformerXLLM, vanilla_transformer_lm
@@ -221,16 +220,7 @@ def export_main(workdir):
     """``keras-trm export-lm --workdir DIR``: the SavedModel of a run
     trained under JAX or PyTorch, from its ``transformer_xl.keras`` and
     ``export_request.json``; writes ``export_request.done.json``."""
-    workdir = pathlib.Path(workdir)
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
-                           f"got {keras.backend.backend()!r}")
-    request = json.loads((workdir / "export_request.json").read_text())
-    model = keras.saving.load_model(workdir / request["model"])
-    path = _export(model, request)
-    write_json(workdir / "export_request.done.json", {"path": str(path)})
-    print(f"exported SavedModel to {path}", flush=True)
-    return path
+    return export_from_request(workdir, _export)
 
 
 def run(config=None, data_dir=None, workdir="runs/language_model",

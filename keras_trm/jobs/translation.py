@@ -42,6 +42,7 @@ from keras_trm.data.prepared import file_identity
 from keras_trm.decoding import GreedyBleu, Translator, corpus_bleu
 from keras_trm.decoding.bleu import compound_split_bleu, tokenized_bleu
 from keras_trm.jobs import export_elsewhere, tensorflow_installed
+from keras_trm.jobs._setup import export_from_request
 from keras_trm.jobs.stages import StagedJob
 from keras_trm.jobs.translation_config import (
     DEFAULT_MODEL_NAME,
@@ -676,18 +677,15 @@ def export_main(workdir):
     ``export_in_tensorflow``): the SavedModel from the run's
     ``export_request.json``; writes ``export_request.done.json``."""
     workdir = pathlib.Path(workdir)
-    request = json.loads((workdir / "export_request.json").read_text())
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError("the export process needs KERAS_BACKEND=tensorflow, "
-                           f"got {keras.backend.backend()!r}")
-    config = TranslationConfig(**request["config"])
-    model = keras.saving.load_model(workdir / request["model"])
-    tokenizer = search_tokenizer(prepare_tokenizer(config, [], workdir))
-    translator = Translator(model, tokenizer, **_search_options(config))
-    path = export_translation(translator, config, request["export_dir"],
-                              request["warmup_sources"])
-    write_json(workdir / "export_request.done.json", {"path": str(path)})
-    print(f"exported SavedModel to {path}", flush=True)
+
+    def export(model, request):
+        config = TranslationConfig(**request["config"])
+        tokenizer = search_tokenizer(prepare_tokenizer(config, [], workdir))
+        translator = Translator(model, tokenizer, **_search_options(config))
+        return export_translation(translator, config, request["export_dir"],
+                                  request["warmup_sources"])
+
+    return export_from_request(workdir, export)
 
 
 class TranslationRun(StagedJob):

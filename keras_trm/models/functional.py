@@ -40,3 +40,17 @@ class IntegerInputsModel(keras.Model):
         v.integer_inputs(inputs, self.inputs)
         return super().call(inputs, training=training, mask=mask)
 
+
+
+def check_stack(vocabulary_size, num_layers, d_model, num_heads, dropout_rate,
+                attention_dropout_rate, layer_norm_epsilon):
+    """The checks every Transformer stack's builder makes of its arguments
+    (``transformer``, ``vanilla_transformer_lm``): ``ValueError`` or
+    ``TypeError`` naming the argument and the value."""
+    for name, value in (("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
+                        ("d_model", d_model), ("num_heads", num_heads)):
+        v.positive_int(name, value)
+    v.divisible("d_model", d_model, "num_heads", num_heads)
+    v.rate("dropout_rate", dropout_rate)
+    v.rate("attention_dropout_rate", attention_dropout_rate)
+    v.positive_float("layer_norm_epsilon", layer_norm_epsilon)

@@ -18,7 +18,7 @@ import keras
 from keras import ops
 
 from keras_trm.utils import checks as v
-from keras_trm.models.functional import IntegerInputsModel
+from keras_trm.models.functional import IntegerInputsModel, check_stack
 from keras_trm.layers.positional_embedding import PositionalEmbedding
 from keras_trm.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_trm.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -129,14 +129,8 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
         max_sequence_length = v.renamed("max_length", max_length,
                                         "max_sequence_length",
                                         max_sequence_length)
-        v.positive_int("vocabulary_size", vocabulary_size)
-        v.positive_int("num_layers", num_layers)
-        v.positive_int("d_model", d_model)
-        v.positive_int("num_heads", num_heads)
-        v.divisible("d_model", d_model, "num_heads", num_heads)
-        v.rate("dropout_rate", dropout_rate)
-        v.rate("attention_dropout_rate", attention_dropout_rate)
-        v.positive_float("layer_norm_epsilon", layer_norm_epsilon)
+        check_stack(vocabulary_size, num_layers, d_model, num_heads, dropout_rate,
+                    attention_dropout_rate, layer_norm_epsilon)
         v.one_of("tie_embeddings", tie_embeddings, TIE_MODES)
         if target_vocabulary_size is None:
             target_vocabulary_size = vocabulary_size
