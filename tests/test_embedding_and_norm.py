@@ -98,6 +98,15 @@ def test_too_long_sequences_are_rejected_at_run_time_in_a_graph():
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=4"):
         dynamic(tf.ones((1, 6), tf.int32))
+    assert dynamic(tf.ones((1, 4), tf.int32)).shape == (1, 4, 8)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def from_index(start_index):  # a static length, a start known when run
+        return layer(tf.ones((1, 3), tf.int32), start_index=start_index)
+
+    assert from_index(tf.constant(1)).shape == (1, 3, 8)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="plus start_index"):
+        from_index(tf.constant(2))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -203,22 +203,12 @@ class PositionalEmbedding(v.RenamedAttributes, keras.layers.Layer):
         if self.scale_embeddings:
             x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         length = ops.shape(inputs)[-1]
-        if (keras.backend.backend() == "tensorflow"
-                and not (isinstance(length, int)
-                         and isinstance(start_index, int))):
-            # A dynamic length in a TensorFlow graph, checked when it runs,
-            # before the table is sliced (a slice past its end would be cut
-            # short). JAX and PyTorch have concrete shapes, checked above.
-            import tensorflow as tf
-
-            check = tf.debugging.assert_less_equal(
-                start_index + length, self.max_sequence_length, message=(
-                    f"`inputs` sequence length (plus start_index) exceeds "
-                    f"max_sequence_length={self.max_sequence_length} of layer "
-                    f"'{self.name}'"))
-            with tf.control_dependencies([check]):
-                return x + self.position_encoding(length, start_index)
-        return x + self.position_encoding(length, start_index)
+        # A dynamic length in a TensorFlow graph is checked when it runs;
+        # concrete ones were checked above.
+        with v.at_most_when_run(start_index + length, self.max_sequence_length, (
+                f"`inputs` sequence length (plus start_index) exceeds "
+                f"max_sequence_length={self.max_sequence_length} of layer '{self.name}'")):
+            return x + self.position_encoding(length, start_index)
 
     def compute_output_spec(self, inputs, start_index=0, reverse=False):
         # Without tracing ``call``: a symbolic length (JAX's shape

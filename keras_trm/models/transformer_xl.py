@@ -296,16 +296,11 @@ class TransformerXLLM(keras.Model):
         if memories is not None:
             memories = [ops.convert_to_tensor(m) for m in memories]
             self._check_memories(memories, token_ids)
-        if token_ids.shape[1] is None and keras.backend.backend() == "tensorflow":
-            # A dynamic length in a TensorFlow graph, checked when it runs
-            # (JAX and PyTorch have concrete shapes, checked above).
-            import tensorflow as tf
-
-            tf.debugging.assert_less_equal(
-                tf.shape(token_ids)[1], self.max_segment_len, message=(
-                    "`token_ids` segment length exceeds max_segment_len="
-                    f"{self.max_segment_len} of model '{self.name}'"))
-        x = self.embed(token_ids, training=training)
+        # A dynamic length in a TensorFlow graph is checked when it runs.
+        with v.at_most_when_run(ops.shape(token_ids)[1], self.max_segment_len, (
+                "`token_ids` segment length exceeds max_segment_len="
+                f"{self.max_segment_len} of model '{self.name}'")):
+            x = self.embed(token_ids, training=training)
         new_memories = []
         for i, block in enumerate(self.blocks):
             memory = None if memories is None else memories[i]

@@ -13,6 +13,34 @@ def _number(name, value, kind, what, ok):
     return value
 
 
+def at_most_when_run(value, limit, message):
+    """A context whose ops run after a check that ``value <= limit``, where
+    ``value`` (a scalar, e.g. a sequence length) is only known when a
+    TensorFlow graph runs: there a slice past a table's end would be cut
+    short, not refused. Elsewhere (a Python or NumPy int; JAX and PyTorch,
+    whose shapes are concrete and checked by the caller) it checks nothing.
+
+    Raises (when the graph runs):
+        tensorflow.errors.InvalidArgumentError: ``value > limit``, with
+            ``message``.
+
+    Example:
+
+    >>> with at_most_when_run(3, 5, "too long"):
+    ...     pass
+    """
+    import contextlib
+
+    import keras
+
+    if isinstance(value, numbers.Integral) or keras.backend.backend() != "tensorflow":
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    return tf.control_dependencies(
+        [tf.debugging.assert_less_equal(value, limit, message=message)])
+
+
 def positive_int(name, value):
     """Returns ``value`` as int if it is an integer > 0, else raises."""
     return int(_number(name, value, numbers.Integral, "a positive int", lambda x: x > 0))
