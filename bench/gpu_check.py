@@ -71,22 +71,26 @@ TINY = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, train_pairs=50,
 FULL = dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, train_pairs=0,
             steps=300, decode_sentences=100, vocabulary_size=8000,
             tokens_per_batch=4096, max_length=256, warmup_steps=10)
+# The flags that override FULL's (or --tiny's) value, with their help.
+OVERRIDES = {
+    "steps": "training steps per configuration; rounded up to a multiple "
+             "of --log-every",
+    "tokens_per_batch": "padded tokens per side per replica in one batch; the "
+                        "global batch is this x the number of replicas",
+    "decode_sentences": "first n newstest2014 sentences decoded with beam 4 "
+                        "and scored with BLEU",
+    "warmup_steps": "first steps not timed (tracing, XLA compilation)",
+    "vocabulary_size": "joint SentencePiece BPE size",
+}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=None,
-                   help="training steps per configuration (default: 300; "
-                        "--tiny: 3); rounded up to a multiple of --log-every")
-    p.add_argument("--tokens-per-batch", type=int, default=None,
-                   help="padded tokens per side per replica in one batch; the "
-                        "global batch is this x the number of replicas "
-                        "(default: 4096; --tiny: 256)")
-    p.add_argument("--decode-sentences", type=int, default=None,
-                   help="first n newstest2014 sentences decoded with beam 4 "
-                        "and scored with BLEU (default: 100; --tiny: 4)")
+    for key, what in OVERRIDES.items():
+        p.add_argument("--" + key.replace("_", "-"), type=int, default=None,
+                       help=f"{what} (default: {FULL[key]}; --tiny: {TINY[key]})")
     p.add_argument("--out", default="bench/results/gpu_check.json",
                    help="the JSON file written (default: %(default)s)")
     p.add_argument("--tiny", action="store_true",
@@ -104,12 +108,6 @@ def parse_args(argv=None):
                    help="steps per logging interval; the loss reported is "
                         "the mean of the first and of the last interval "
                         "(default: steps // 10, at least 1)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="first steps not timed (tracing, XLA compilation; "
-                        "default: 10; --tiny: 1)")
-    p.add_argument("--vocabulary-size", type=int, default=None,
-                   help="joint SentencePiece BPE size (default: 8000; "
-                        "--tiny: 400)")
     p.add_argument("--timeout", type=float, default=3600,
                    help="seconds one configuration's child process may run "
                         "(default: %(default)s)")
@@ -124,8 +122,7 @@ def parse_args(argv=None):
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     base = TINY if args.tiny else FULL
-    for key in ("steps", "tokens_per_batch", "decode_sentences",
-                "warmup_steps", "vocabulary_size"):
+    for key in OVERRIDES:
         if getattr(args, key) is None:
             setattr(args, key, base[key])
     if args.steps < 1:

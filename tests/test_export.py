@@ -200,11 +200,12 @@ def test_xla_for_small_batches_only(translator, tmp_path):
 
 
 def test_warmup_requests_cover_each_xla_bucket_and_batch_size(translator):
-    """``source_bucket_sentences`` picks the first sentence of each width
+    """``_source_bucket_sentences`` picks the first sentence of each width
     the XLA search is compiled for (read from ``Translator._compiled``'s
     padding itself), every width once, shortest first; the export's
     warm-up requests send each at every batch size up to the limit."""
-    from keras_trm.export import source_bucket_sentences, translator_warmup_requests
+    from keras_trm.export import translator_warmup_requests
+    from keras_trm.export.warmup import _source_bucket_sentences
 
     hybrid = Translator(translator.model, translator.tokenizer,
                         search=BeamSearch(beam_size=2), jit_compile=True, jit_compile_max_batch_size=1)
@@ -222,12 +223,10 @@ def test_warmup_requests_cover_each_xla_bucket_and_batch_size(translator):
     for sentence in sentences[2:]:
         by_width.setdefault(compiled_width(sentence), sentence)
     assert sorted(by_width) == [8, 16, 24, 32]
-    assert source_bucket_sentences(hybrid, sentences) == [
+    assert _source_bucket_sentences(hybrid, sentences) == [
         by_width[w] for w in sorted(by_width)]
-    assert source_bucket_sentences(hybrid, sentences, max_sentences=3) == [
+    assert _source_bucket_sentences(hybrid, sentences, max_sentences=3) == [
         by_width[32]]
-    with pytest.raises(ValueError, match="max_sentences=0"):
-        source_bucket_sentences(hybrid, sentences, max_sentences=0)
     # The export's requests: every bucket at every batch size XLA runs.
     hybrid3 = Translator(translator.model, translator.tokenizer,
                          search=BeamSearch(beam_size=2), jit_compile=True, jit_compile_max_batch_size=3)

@@ -16,7 +16,6 @@ from keras_trm.export.litert import LiteRTTranslator, export_translator_litert
 from keras_trm.export.saved_model import export_module, next_version
 from keras_trm.export.warmup import (
     read_warmup_requests,
-    source_bucket_sentences,
     translator_warmup_requests,
     warmup_path,
     write_warmup_requests,
@@ -38,7 +37,6 @@ __all__ = [
     "export_module",
     "next_version",
     "read_warmup_requests",
-    "source_bucket_sentences",
     "translator_warmup_requests",
     "warmup_path",
     "write_warmup_requests",

@@ -141,41 +141,12 @@ def read_warmup_requests(path):
     return requests
 
 
-def source_bucket_sentences(translator, sentences, max_sentences=10_000):
-    """One sentence per source-length bucket of the XLA search, for warm-up.
-
-    ``Translator(jit_compile=True)`` pads source ids to a multiple of 8
-    (``Translator.compiled_width``) and XLA compiles the search once per
-    width: this picks the first of ``sentences`` (e.g. the validation
-    sources) of each width, so replaying them compiles every width they
-    reach.
-
-    Args:
-        translator: a ``keras_trm.decoding.Translator`` (its
-            ``encode_text`` and ``compiled_width`` give the widths).
-        sentences: iterable of str.
-        max_sentences: int, how many of ``sentences`` to look at.
-
-    Returns:
-        list of str, shortest width first.
-
-    Example:
-
-    >>> from keras_trm.decoding import Translator
-    >>> from keras_trm.models import transformer
-    >>> from keras_trm.text import TextTokenizer
-    >>> tokenizer = TextTokenizer(
-    ...     ["[PAD]", "[UNK]", "[START]", "[END]", "a", "dog"])
-    >>> model = transformer(6, num_layers=1, d_model=8, num_heads=2, d_ff=8,
-    ...                     max_sequence_length=32)
-    >>> translator = Translator(model, tokenizer)
-    >>> source_bucket_sentences(translator, ["a dog", "a dog a", "a " * 12])
-    ['a dog', 'a a a a a a a a a a a a ']
-    """
-    if isinstance(max_sentences, bool) or not isinstance(max_sentences, int) \
-            or max_sentences < 1:
-        raise ValueError(f"`max_sentences` must be an int >= 1, got "
-                         f"max_sentences={max_sentences!r}")
+def _source_bucket_sentences(translator, sentences, max_sentences=10_000):
+    """One sentence per source-length bucket of the XLA search: the first
+    of ``sentences`` (str; the first ``max_sentences`` looked at) of each
+    width ``translator.compiled_width`` gives, shortest width first.
+    XLA compiles the search once per width, so replaying them compiles
+    every width they reach."""
     kept = [s for s in itertools.islice(sentences, max_sentences) if s.strip()]
     first = {}
     for start in range(0, len(kept), 256):
@@ -195,7 +166,7 @@ def translator_warmup_requests(translator, sentences, signature_name="serving_de
     With ``jit_compile=True`` and ``jit_compile_max_batch_size=n``, XLA
     compiles the search once per batch size 1..n and padded source width:
     this gives, for every batch size, one request per width ``sentences``
-    reach (``source_bucket_sentences``, repeated to the batch size).
+    reach (the first sentence of each, repeated to the batch size).
 
     Args:
         translator: a ``keras_trm.decoding.Translator``.
@@ -231,6 +202,6 @@ def translator_warmup_requests(translator, sentences, signature_name="serving_de
         return []
     # No limit: every batch size runs XLA; warm the single sentences.
     sizes = translator.jit_compile_max_batch_size or 1
-    buckets = source_bucket_sentences(translator, sentences)
+    buckets = _source_bucket_sentences(translator, sentences)
     return [(signature_name, {input_name: [sentence] * size})
             for size in range(1, sizes + 1) for sentence in buckets]

@@ -152,11 +152,23 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
                                        position=position, dtype=policy,
                                        name=layer_name)
 
-        def final_norm(layer_name):
-            if not norm_first:
-                return None
-            return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=policy, name=layer_name)
+        def stack(prefix, block_class, x, call):
+            """Dropout, ``num_layers`` blocks, the final norm (pre-norm
+            only): made in this order, each right before its first call."""
+            x = keras.layers.Dropout(dropout_rate, dtype=policy,
+                                     name=f"{prefix}_dropout")(x)
+            blocks = []
+            for i in range(num_layers):
+                blocks.append(block_class(**block_kwargs,
+                                          name=f"{prefix}_layer_{i}"))
+                x = call(blocks[-1], x)
+            norm = None
+            if norm_first:
+                norm = keras.layers.LayerNormalization(
+                    epsilon=layer_norm_epsilon, dtype=policy,
+                    name=f"{prefix}_final_norm")
+                x = norm(x)
+            return blocks, norm, x
 
         if tie_embeddings == "all":
             source_embedding = target_embedding = embedding(
@@ -178,39 +190,17 @@ class Transformer(v.RenamedAttributes, IntegerInputsModel):
         encoder_padding_mask = ops.not_equal(encoder_tokens, 0)
         decoder_padding_mask = ops.not_equal(decoder_tokens, 0)
 
-        # Encoder stack. (Layers are kept in locals and set as attributes
+        # The two stacks. (Layers are kept in locals and set as attributes
         # after ``super().__init__``: PyTorch's Module refuses sub-modules
         # assigned before it is initialised.)
-        x = source_embedding(encoder_tokens)
-        x = keras.layers.Dropout(dropout_rate, dtype=policy,
-                                 name="encoder_dropout")(x)
-        encoder_layers = []
-        for i in range(num_layers):
-            encoder_layers.append(TransformerEncoderBlock(
-                **block_kwargs, name=f"encoder_layer_{i}"))
-            x = encoder_layers[-1](x, padding_mask=encoder_padding_mask)
-        encoder_final_norm = final_norm("encoder_final_norm")
-        if encoder_final_norm is not None:
-            x = encoder_final_norm(x)
-        encoder_outputs = x
-
-        # Decoder stack.
-        y = target_embedding(decoder_tokens)
-        y = keras.layers.Dropout(dropout_rate, dtype=policy,
-                                 name="decoder_dropout")(y)
-        decoder_layers = []
-        for i in range(num_layers):
-            decoder_layers.append(TransformerDecoderBlock(
-                **block_kwargs, name=f"decoder_layer_{i}"))
-            y = decoder_layers[-1](
-                y,
-                encoder_outputs,
-                decoder_padding_mask=decoder_padding_mask,
-                encoder_padding_mask=encoder_padding_mask,
-            )
-        decoder_final_norm = final_norm("decoder_final_norm")
-        if decoder_final_norm is not None:
-            y = decoder_final_norm(y)
+        encoder_layers, encoder_final_norm, encoder_outputs = stack(
+            "encoder", TransformerEncoderBlock, source_embedding(encoder_tokens),
+            lambda block, x: block(x, padding_mask=encoder_padding_mask))
+        decoder_layers, decoder_final_norm, y = stack(
+            "decoder", TransformerDecoderBlock, target_embedding(decoder_tokens),
+            lambda block, y: block(y, encoder_outputs,
+                                   decoder_padding_mask=decoder_padding_mask,
+                                   encoder_padding_mask=encoder_padding_mask))
         output_projection = None
         if tie_embeddings == "none":
             output_projection = keras.layers.Dense(
