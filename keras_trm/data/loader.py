@@ -92,8 +92,10 @@ class TokenBatches(keras.utils.PyDataset):
     sharded per process, optionally mixing several corpora by weight.
 
     Epoch ``e`` is a pure function of ``(seed, e)`` (``default_rng([seed,
-    e])`` permutes each bucket's pairs, then the batches), so a restarted
-    process reproduces it and ``position`` resumes mid-epoch. With
+    e])`` permutes each bucket's pairs, then the batches; the buckets'
+    short remainder batches come last, as in the TFRecord pipeline the
+    measured recipes trained on), so a restarted process reproduces it and
+    ``position`` resumes mid-epoch. With
     ``weights``, an epoch holds ``pairs_per_epoch`` pairs (default: all),
     ``weights[i] / sum(weights)`` of them from split ``i``, drawn per length
     bucket in proportion to the split's bucket counts (a split smaller than
@@ -252,7 +254,7 @@ class TokenBatches(keras.utils.PyDataset):
         if self._plan_epoch == epoch:
             return self._plan
         rng = np.random.default_rng([self.seed, int(epoch)]) if self.shuffle else None
-        buckets, starts, parts, at = [], [], [], 0
+        buckets, starts, short, parts, at = [], [], [], [], 0
         for b, size in enumerate(self.batch_sizes * self.num_processes):
             chosen = []
             for i, bucket in enumerate(self._buckets):
@@ -272,10 +274,12 @@ class TokenBatches(keras.utils.PyDataset):
             parts.append(np.concatenate([rows, np.full(full - len(rows), -1)]))
             buckets += [b] * (full // size)
             starts += list(range(at, at + full, size))
+            short += [False] * (full // size - 1) + [full > len(rows)]
             at += full
         buckets, starts = np.array(buckets), np.array(starts, np.int64)
-        if rng is not None:
+        if rng is not None:  # the short batches last, as tf.data puts a remainder
             order = rng.permutation(len(buckets))
+            order = order[np.argsort(np.array(short)[order], kind="stable")]
             buckets, starts = buckets[order], starts[order]
         self._plan_epoch, self._plan = epoch, (buckets, starts, np.concatenate(parts))
         return self._plan
