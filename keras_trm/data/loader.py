@@ -92,10 +92,10 @@ class TokenBatches(keras.utils.PyDataset):
     sharded per process, optionally mixing several corpora by weight.
 
     Epoch ``e`` is a pure function of ``(seed, e)`` (``default_rng([seed,
-    e])`` permutes each bucket's pairs, then the batches; the buckets'
-    short remainder batches come last, as in the TFRecord pipeline the
-    measured recipes trained on), so a restarted process reproduces it and
-    ``position`` resumes mid-epoch. With
+    e])`` permutes each bucket's pairs, then the batches, the buckets'
+    short remainder batches last, as tf.data and the TFRecord pipeline
+    before this loader emit them), so a restarted process reproduces it
+    and ``position`` resumes mid-epoch. With
     ``weights``, an epoch holds ``pairs_per_epoch`` pairs (default: all),
     ``weights[i] / sum(weights)`` of them from split ``i``, drawn per length
     bucket in proportion to the split's bucket counts (a split smaller than
