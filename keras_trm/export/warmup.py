@@ -17,10 +17,9 @@ import pathlib
 import tensorflow as tf
 
 from keras_trm._optional import require_extra
+from keras_trm.utils.formats import MAX_WARMUP_RECORDS
 
 WARMUP_FILE = "tf_serving_warmup_requests"
-# TF Serving reads at most this many records from the file.
-MAX_WARMUP_RECORDS = 1000
 
 
 def warmup_path(version_dir):

@@ -51,6 +51,7 @@ from keras_trm.jobs.translation_config import (
     _parse_weights,
     train_length,
 )
+from keras_trm.utils.formats import MAX_WARMUP_RECORDS
 from keras_trm.utils.memory import release_freed_memory
 from keras_trm.models import transformer
 from keras_trm.text import HostSentencePieceTokenizer, learn_sentencepiece
@@ -706,9 +707,7 @@ class TranslationRun(StagedJob):
         config = apply_preset(self.config or TranslationConfig())
         config.validate()
         config = dataclasses.replace(config, model_name=_model_name(config))
-        # The export's warm-up requests (one per batch size and 8-token
-        # bucket) must fit TF Serving's 1000 (keras_trm.export.warmup's).
-        MAX_WARMUP_RECORDS = 1000
+        # The export's warm-up requests: one per batch size and 8-token bucket.
         buckets = -(-config.max_sequence_length // 8)
         most = MAX_WARMUP_RECORDS // buckets
         if not 0 <= config.export_jit_compile_max_batch_size <= most:
