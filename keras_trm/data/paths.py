@@ -52,6 +52,6 @@ def resolve_data_dir(data_dir=None, must_exist=True):
     if found is None and must_exist:
         tried = ", ".join(str(p) for p in candidates)
         raise FileNotFoundError(
-            f"No data directory found: pass data_dir / --data-dir, set "
+            f"No data directory found: pass data_dir / --data_dir, set "
             f"{ENV_VAR}, or create one of: {tried}")
     return found or candidates[-1]

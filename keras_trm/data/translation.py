@@ -498,7 +498,7 @@ def translation_train_files(dataset="multi30k", data_dir=None,
     targets = [x for x in str(files.get("train_target") or "").split(",") if x]
     if not sources or len(sources) != len(targets):
         raise ValueError(
-            f"dataset='files' needs as many --train-source as --train-target "
+            f"dataset='files' needs as many --data.train_source as --data.train_target "
             f"files (comma-separated), got train_source={files.get('train_source')!r}, "
             f"train_target={files.get('train_target')!r}")
     return [(_split_name(s, src), *_existing(s, t)) for s, t in zip(sources, targets)]
