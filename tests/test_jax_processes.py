@@ -9,6 +9,8 @@ does on the same global batches: the same loss at every step.
 import json
 import os
 import pathlib
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,3 +104,98 @@ def test_two_processes_train_as_one_on_the_same_global_batches(prepared, tmp_pat
     assert single[-1] < single[0]  # it learns
     for run in runs[:2]:
         assert run["loss"] == pytest.approx(single, rel=1e-4, abs=1e-5)
+
+
+def _translation_job(tmp_path, data_dir, port, epochs):
+    """``keras-trm train-translation --strategy multi_worker`` as processes
+    0 and 1 of a JAX cluster on 127.0.0.1; returns their outputs (each
+    checked to have exited, within 300 s)."""
+    children = []
+    try:
+        for k in (0, 1):
+            env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
+                       KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}",
+                       KERAS_DISTRIBUTION_NUM_PROCESSES="2",
+                       KERAS_DISTRIBUTION_PROCESS_ID=str(k), PYTHONPATH=str(ROOT))
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "keras_trm.cli", "train-translation",
+                 "--strategy", "multi_worker", "--preset", "tiny", "--limit", "400",
+                 "--epochs", str(epochs), "--average-last", "1",
+                 "--validation-limit", "20", "--data-dir", str(data_dir),
+                 "--workdir", str(tmp_path / f"w{k}"),
+                 "--export-dir", str(tmp_path / f"export{k}")],
+                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True))
+        return [(c.communicate(timeout=300)[0], c.returncode) for c in children]
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
+
+
+def _epoch_losses(log):
+    return [float(x) for x in re.findall(r"/step - .*?loss: ([0-9.]+)", log)]
+
+
+@pytest.mark.slow
+def test_translation_job_on_two_processes_resumes_and_refuses_parted_backups(
+        tmp_path, data_dir, free_ports):
+    """The translation job under JAX with ``--strategy multi_worker``: two
+    processes step together (the same loss every epoch), only process 0
+    decodes and writes; run again with more epochs, both resume from their
+    backups; with one backup gone, both refuse to start, naming the steps."""
+    runs = _translation_job(tmp_path, data_dir, free_ports(1)[0], epochs=1)
+    for log, code in runs:
+        assert code == 0, log[-3000:]
+    losses = [_epoch_losses(log) for log, _ in runs]
+    assert len(losses[0]) == 1 and losses[0] == losses[1]
+    chief = json.loads((tmp_path / "w0" / "result.json").read_text())
+    assert chief["epochs"] == 1 and chief["test_bleu"] is not None
+    assert (tmp_path / "w0" / "checkpoints" / "epoch_001.weights.h5").is_file()
+    assert (tmp_path / "w1" / "prepared_worker1" / "manifest.json").is_file()
+    assert not (tmp_path / "w1" / "result.json").exists()
+    assert not (tmp_path / "w1" / "checkpoints").exists()
+    assert '"test_bleu": null' in runs[1][0]
+
+    runs = _translation_job(tmp_path, data_dir, free_ports(1)[0], epochs=2)
+    for log, code in runs:
+        assert code == 0 and "resumed from" in log, log[-3000:]
+    again = [_epoch_losses(log) for log, _ in runs]
+    assert len(again[0]) == 1 and again[0] == again[1]
+    assert json.loads((tmp_path / "w0" / "result.json").read_text())["epochs"] == 2
+
+    shutil.rmtree(tmp_path / "w1" / "backup_worker1")
+    runs = _translation_job(tmp_path, data_dir, free_ports(1)[0], epochs=3)
+    for log, code in runs:
+        assert code != 0 and "would resume from different steps" in log, log[-3000:]
+        assert "[26, -1]" in log  # process 0 after 2 epochs of 13 steps; 1 none
+
+
+@pytest.mark.parametrize("env, message", [
+    ({}, "not set: KERAS_DISTRIBUTION_JOB_ADDRESSES, KERAS_DISTRIBUTION_NUM_PROCESSES, "
+         "KERAS_DISTRIBUTION_PROCESS_ID"),
+    ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "two",
+      "KERAS_DISTRIBUTION_PROCESS_ID": "0"}, "KERAS_DISTRIBUTION_NUM_PROCESSES='two'"),
+    ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+      "KERAS_DISTRIBUTION_PROCESS_ID": "2"}, r"must be in \[0, 2\).*got 2"),
+])
+def test_a_bad_cluster_is_refused_before_joining(monkeypatch, env, message):
+    from keras_trm.training.processes import CLUSTER_VARIABLES, JaxProcesses
+
+    for name in CLUSTER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        JaxProcesses()
+
+
+def test_a_worker_that_does_not_decode_logs_its_losses_only(tmp_path):
+    from keras_trm.training import BleuLog
+
+    log = BleuLog(None, tmp_path / "epochs.json", write=False)
+    log.on_train_begin()
+    log.on_epoch_end(0, {"loss": 2.5})
+    assert log.history == [{"epoch": 1, "train_seconds": log.history[0]["train_seconds"],
+                            "loss": 2.5}]
+    assert not (tmp_path / "epochs.json").exists()

@@ -55,6 +55,13 @@ from keras_trm.utils.formats import MAX_WARMUP_RECORDS
 from keras_trm.utils.memory import release_freed_memory
 from keras_trm.models import transformer
 from keras_trm.text import HostSentencePieceTokenizer, learn_sentencepiece
+from keras_trm.training.processes import (
+    ChiefStops,
+    JaxProcesses,
+    SameResumeStep,
+    local_copy,
+    on_this_process,
+)
 from keras_trm.training import (
     BleuLog,
     BudgetDecay,
@@ -537,23 +544,31 @@ class _OneDevice:
     """The job's strategy off TensorFlow: one process, Keras' own device
     placement (``tf.distribute`` is TensorFlow's)."""
 
-    num_replicas_in_sync = 1
+    num_replicas_in_sync = num_workers = 1
+    worker_index, is_chief = 0, True
     scope = staticmethod(contextlib.nullcontext)
 
 
 def job_strategy(kind):
-    """``make_strategy(kind)`` on TensorFlow; elsewhere only ``"default"``.
+    """``make_strategy(kind)`` on TensorFlow; under JAX ``"multi_worker"``
+    is ``keras_trm.training.processes.JaxProcesses`` (the processes of
+    ``KERAS_DISTRIBUTION_*``); otherwise only ``"default"``.
 
     Raises:
-        ValueError: ``mirrored`` / ``multi_worker`` off TensorFlow.
+        ValueError: ``mirrored`` off TensorFlow, ``multi_worker`` under
+            PyTorch; a missing or bad cluster variable.
     """
-    if keras.backend.backend() == "tensorflow":
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
         from keras_trm.training.distribute import make_strategy
 
         return make_strategy(kind)
+    if kind == "multi_worker" and backend == "jax":
+        return JaxProcesses()
     if kind != "default":
-        raise ValueError(f"`strategy`={kind!r} is TensorFlow's tf.distribute; under "
-                         f"KERAS_BACKEND={keras.backend.backend()} use 'default'")
+        raise ValueError(f"`strategy`={kind!r} is TensorFlow's tf.distribute"
+                         f"{' (JAX takes multi_worker)' if backend == 'jax' else ''}; "
+                         f"under KERAS_BACKEND={backend} use 'default'")
     return _OneDevice()
 
 
@@ -737,12 +752,15 @@ class TranslationRun(StagedJob):
               + (f" (smoke run: the first {config.limit} pairs of each split)"
                  if config.limit else ""), flush=True)
         self.tokenizer = prepare_tokenizer(config, corpora, workdir)
-        self.num_workers, self.worker_index, self.is_chief = 1, 0, True
         if keras.backend.backend() == "tensorflow":
             from keras_trm.training.distribute import worker_info
 
             self.num_workers, self.worker_index, self.is_chief = worker_info(
                 self.strategy)
+        else:
+            s = self.strategy
+            self.num_workers, self.worker_index, self.is_chief = (
+                s.num_workers, s.worker_index, s.is_chief)
         self.boundaries = boundaries = bucket_boundaries(
             train_length(config), parse_boundaries(config.boundaries))
         self.position = DataPosition()  # where a resumed run re-enters the stream
@@ -813,7 +831,8 @@ class TranslationRun(StagedJob):
         train = stream["batches"]
         if keras.backend.backend() == "tensorflow":
             train = tf_dataset(train)
-        if self.num_workers > 1:  # one global step = one batch of each worker
+        if self.num_workers > 1 and keras.backend.backend() == "tensorflow":
+            # One global step = one batch of each worker.
             local_train = train
             train = self.strategy.distribute_datasets_from_function(lambda _: local_train)
             from keras_trm.training.distribute import build_for_distributed_fit
@@ -839,15 +858,22 @@ class TranslationRun(StagedJob):
             else:
                 print("tensorboard: off (it writes through TensorFlow, which is "
                       "not installed here)", flush=True)
-        self.val_bleu = GreedyBleu(model, search_tokenizer(self.tokenizer),
-                                   *self.data.validation)
+        # Only the chief decodes; under JAX processes on a copy of its own.
+        processes = isinstance(self.strategy, JaxProcesses)
+        self.val_bleu = score = None
+        if self.is_chief:
+            self.val_bleu = GreedyBleu(local_copy(model) if processes else model,
+                                       search_tokenizer(self.tokenizer),
+                                       *self.data.validation)
+            score = on_this_process(self.val_bleu) if processes else self.val_bleu
         self.bleu_log = bleu_log = BleuLog(
-            self.val_bleu, workdir / "epochs.json", config.eval_every_epochs,
+            score, workdir / "epochs.json", config.eval_every_epochs,
             clock=budget.elapsed, writer=writer, write=self.is_chief)
         # Each worker restores from its own backup; the chief's is workdir/backup.
+        backup_dir = workdir / ("backup" if self.is_chief
+                                else f"backup_worker{self.worker_index}")
         backup = TrainingBackup(
-            workdir / ("backup" if self.is_chief else f"backup_worker{self.worker_index}"),
-            save_freq=config.save_freq, position=self.position,
+            backup_dir, save_freq=config.save_freq, position=self.position,
             steps_per_epoch=stream["steps_per_epoch"],
             batches_per_epoch=stream["steps_per_epoch"], num_workers=1,  # own share
             stateful={"time_budget": budget, "bleu_log": bleu_log,
@@ -858,6 +884,8 @@ class TranslationRun(StagedJob):
         callbacks = [backup, checkpoints, bleu_log, budget, self.step_times]
         if writer is not None:
             callbacks.append(TensorBoardScalars(writer, config.tensorboard_every_steps))
+        if processes:  # the same resumed step and stop decision everywhere
+            callbacks = [SameResumeStep(backup_dir), *callbacks, ChiefStops()]
         model.fit(
             train,
             epochs=config.epochs,
@@ -867,6 +895,8 @@ class TranslationRun(StagedJob):
             verbose=1 if sys.stdout.isatty() else 2,
         )
         self.train_seconds = budget.elapsed()
+        if processes:  # the chief goes on alone, on a copy of its own
+            self.model = self.strategy.end(model)
         print(f"compiling the step took {self.step_times.compile_seconds:.1f} s over "
               f"{self.step_times.shapes} batch shapes (of "
               f"{self.train_seconds / 60:.1f} min of training)", flush=True)

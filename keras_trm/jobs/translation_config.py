@@ -169,8 +169,9 @@ class TranslationConfig:
     eval_every_epochs: int = 1
     """Greedy validation BLEU every n epochs (epochs)."""
     strategy: Strategy = "default"
-    """Distribution: ``default`` (one device), ``mirrored`` (local GPUs, or
-    2 logical CPU devices), ``multi_worker`` (cluster from TF_CONFIG)."""
+    """Distribution: ``default`` (one device), ``mirrored`` (TensorFlow:
+    local GPUs, or 2 logical CPU devices), ``multi_worker`` (TensorFlow: the
+    cluster of TF_CONFIG; JAX: the processes of KERAS_DISTRIBUTION_*)."""
     jit_compile: OnOffAuto = "off"
     """Compile the training step: XLA under TensorFlow (``auto``: off for
     several CPU replicas, on otherwise), ``torch.compile`` under PyTorch

@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_trm.utils import checks as v
 from keras_trm.utils.files import atomic_write
+from keras_trm.training.processes import no_distribution
 
 
 def save_weights_atomic(model, path):
@@ -62,8 +63,12 @@ def save_weights_atomic(model, path):
                          "data or by using `build()`.")
     buffer = io.BytesIO()
     store = saving_lib.H5IOStore(buffer, mode="w")
+    # Saving makes a throwaway optimizer variable: under a distribution
+    # over several JAX processes that would be a collective, which a
+    # chief saving alone would wait on for ever.
     try:
-        saving_lib._save_state(model, store, None, "", set())
+        with no_distribution():
+            saving_lib._save_state(model, store, None, "", set())
     finally:
         store.close()
     image = buffer.getbuffer()

@@ -27,7 +27,8 @@ class BleuLog(keras.callbacks.Callback):
     so far, appended to a JSON log written atomically.
 
     Args:
-        score: callable ``score(model) -> float``, on validation data.
+        score: callable ``score(model) -> float``, on validation data; None:
+            the losses only (a worker that does not decode).
         path: the JSON log (a list of per-epoch dicts).
         every: int >= 1: score every ``every``-th epoch.
         clock: callable -> training seconds so far (e.g.
@@ -36,7 +37,8 @@ class BleuLog(keras.callbacks.Callback):
         write: False on non-chief workers (no file written).
 
     Raises:
-        TypeError: ``score`` or ``clock`` not callable; ``every`` not an int.
+        TypeError: ``score`` (not None) or ``clock`` not callable; ``every``
+            not an int.
         ValueError: ``every`` < 1; ``set_state`` given a state without a
             ``history`` list of dicts (a damaged backup).
 
@@ -51,8 +53,8 @@ class BleuLog(keras.callbacks.Callback):
 
     def __init__(self, score, path, every=1, clock=None, writer=None, write=True):
         super().__init__()
-        if not callable(score):
-            raise TypeError(f"`score` must be callable, got score={score!r}")
+        if score is not None and not callable(score):
+            raise TypeError(f"`score` must be callable or None, got score={score!r}")
         if clock is not None and not callable(clock):
             raise TypeError(f"`clock` must be callable or None, got clock={clock!r}")
         every = v.positive_int("every", every)
@@ -69,7 +71,7 @@ class BleuLog(keras.callbacks.Callback):
         seconds = self.clock() if self.clock else time.time() - self._start
         entry = {"epoch": epoch + 1, "train_seconds": round(seconds, 1),
                  **{k: float(v) for k, v in (logs or {}).items()}}
-        if (epoch + 1) % self.every == 0:
+        if self.score is not None and (epoch + 1) % self.every == 0:
             value = float(self.score(self.model))
             entry[self.key] = round(value, 2)
             print(f"epoch {epoch + 1}: {self.key} {value:.2f} at "
