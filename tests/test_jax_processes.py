@@ -11,11 +11,14 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("jax")
@@ -106,10 +109,12 @@ def test_two_processes_train_as_one_on_the_same_global_batches(prepared, tmp_pat
         assert run["loss"] == pytest.approx(single, rel=1e-4, abs=1e-5)
 
 
-def _translation_job(tmp_path, data_dir, port, epochs):
+def _translation_job(folder, data_dir, port, epochs, kill_at_step=None):
     """``keras-trm train-translation --strategy multi_worker`` as processes
-    0 and 1 of a JAX cluster on 127.0.0.1; returns their outputs (each
-    checked to have exited, within 300 s)."""
+    0 and 1 of a JAX cluster on 127.0.0.1, in ``folder/w0`` and ``folder/w1``;
+    returns their ``(output, exit code)``, each within 300 s. With
+    ``kill_at_step``, process 1 is killed with SIGKILL once its backup holds
+    that step or a later one (a preempted machine)."""
     children = []
     try:
         for k in (0, 1):
@@ -120,12 +125,20 @@ def _translation_job(tmp_path, data_dir, port, epochs):
             children.append(subprocess.Popen(
                 [sys.executable, "-m", "keras_trm.cli", "train-translation",
                  "--strategy", "multi_worker", "--preset", "tiny", "--limit", "400",
-                 "--epochs", str(epochs), "--average-last", "1",
+                 "--epochs", str(epochs), "--average-last", "1", "--training.save_freq", "4",
                  "--validation-limit", "20", "--data-dir", str(data_dir),
-                 "--workdir", str(tmp_path / f"w{k}"),
-                 "--export-dir", str(tmp_path / f"export{k}")],
+                 "--workdir", str(folder / f"w{k}"),
+                 "--export-dir", str(folder / f"export{k}")],
                 env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
+        if kill_at_step is not None:
+            state = folder / "w1" / "backup_worker1" / "state.json"
+            deadline = time.time() + 300
+            while _backup_step(state) < kill_at_step:
+                assert children[1].poll() is None, "process 1 ended before the kill"
+                assert time.time() < deadline, "process 1 never reached the kill point"
+                time.sleep(0.05)
+            children[1].send_signal(signal.SIGKILL)
         return [(c.communicate(timeout=300)[0], c.returncode) for c in children]
     finally:
         for c in children:
@@ -133,39 +146,68 @@ def _translation_job(tmp_path, data_dir, port, epochs):
             c.wait()
 
 
+def _backup_step(state):
+    try:
+        return json.loads(state.read_text())["step"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
 def _epoch_losses(log):
     return [float(x) for x in re.findall(r"/step - .*?loss: ([0-9.]+)", log)]
 
 
+def _weights(path):
+    import h5py
+
+    out = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, x: out.__setitem__(name, x[()])
+                     if isinstance(x, h5py.Dataset) else None)
+    return out
+
+
 @pytest.mark.slow
-def test_translation_job_on_two_processes_resumes_and_refuses_parted_backups(
+def test_translation_job_on_two_processes_survives_a_killed_process(
         tmp_path, data_dir, free_ports):
     """The translation job under JAX with ``--strategy multi_worker``: two
-    processes step together (the same loss every epoch), only process 0
-    decodes and writes; run again with more epochs, both resume from their
-    backups; with one backup gone, both refuse to start, naming the steps."""
-    runs = _translation_job(tmp_path, data_dir, free_ports(1)[0], epochs=1)
+    processes step together (the same loss every epoch) and only process 0
+    decodes and writes. Process 1 killed with SIGKILL in the second epoch:
+    process 0 stops by itself, and the same commands again resume both
+    from their backups and end with the weights of the run never killed.
+    With one backup gone, both refuse to start, naming the steps."""
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    runs = _translation_job(clean, data_dir, free_ports(1)[0], epochs=2)
     for log, code in runs:
         assert code == 0, log[-3000:]
     losses = [_epoch_losses(log) for log, _ in runs]
-    assert len(losses[0]) == 1 and losses[0] == losses[1]
-    chief = json.loads((tmp_path / "w0" / "result.json").read_text())
-    assert chief["epochs"] == 1 and chief["test_bleu"] is not None
-    assert (tmp_path / "w0" / "checkpoints" / "epoch_001.weights.h5").is_file()
-    assert (tmp_path / "w1" / "prepared_worker1" / "manifest.json").is_file()
-    assert not (tmp_path / "w1" / "result.json").exists()
-    assert not (tmp_path / "w1" / "checkpoints").exists()
+    assert len(losses[0]) == 2 and losses[0] == losses[1]
+    chief = json.loads((clean / "w0" / "result.json").read_text())
+    assert chief["epochs"] == 2 and chief["test_bleu"] is not None
+    assert (clean / "w1" / "prepared_worker1" / "manifest.json").is_file()
+    assert not (clean / "w1" / "result.json").exists()
+    assert not (clean / "w1" / "checkpoints").exists()
     assert '"test_bleu": null' in runs[1][0]
 
-    runs = _translation_job(tmp_path, data_dir, free_ports(1)[0], epochs=2)
+    # 13 steps an epoch, a backup every 4 and at each epoch's end.
+    runs = _translation_job(killed, data_dir, free_ports(1)[0], epochs=2,
+                            kill_at_step=16)
+    assert runs[1][1] == -signal.SIGKILL
+    assert runs[0][1] != 0  # process 0 stopped by itself
+    assert not (killed / "w0" / "result.json").exists()
+    runs = _translation_job(killed, data_dir, free_ports(1)[0], epochs=2)
     for log, code in runs:
-        assert code == 0 and "resumed from" in log, log[-3000:]
-    again = [_epoch_losses(log) for log, _ in runs]
-    assert len(again[0]) == 1 and again[0] == again[1]
-    assert json.loads((tmp_path / "w0" / "result.json").read_text())["epochs"] == 2
+        assert code == 0, log[-3000:]
+        resumed = re.search(r"resumed from .*: epoch 2, (\d+) of its steps", log)
+        assert resumed and 0 < int(resumed.group(1)) < 13, log[-3000:]
+    a, b = (_weights(f / "w0" / "checkpoints" / "epoch_002.weights.h5")
+            for f in (clean, killed))
+    assert a.keys() == b.keys() and len(a) > 20
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-6, err_msg=name)
 
-    shutil.rmtree(tmp_path / "w1" / "backup_worker1")
-    runs = _translation_job(tmp_path, data_dir, free_ports(1)[0], epochs=3)
+    shutil.rmtree(killed / "w1" / "backup_worker1")
+    runs = _translation_job(killed, data_dir, free_ports(1)[0], epochs=3)
     for log, code in runs:
         assert code != 0 and "would resume from different steps" in log, log[-3000:]
         assert "[26, -1]" in log  # process 0 after 2 epochs of 13 steps; 1 none
