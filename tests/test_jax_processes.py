@@ -109,12 +109,13 @@ def test_two_processes_train_as_one_on_the_same_global_batches(prepared, tmp_pat
         assert run["loss"] == pytest.approx(single, rel=1e-4, abs=1e-5)
 
 
-def _translation_job(folder, data_dir, port, epochs, kill_at_step=None):
+def _translation_job(folder, data_dir, port, epochs, kill_after_step=None):
     """``keras-trm train-translation --strategy multi_worker`` as processes
     0 and 1 of a JAX cluster on 127.0.0.1, in ``folder/w0`` and ``folder/w1``;
-    returns their ``(output, exit code)``, each within 300 s. With
-    ``kill_at_step``, process 1 is killed with SIGKILL once its backup holds
-    that step or a later one (a preempted machine)."""
+    returns their ``(output, exit code)``, each within 300 s. Two bucket
+    widths: two step shapes to compile. With ``kill_after_step``, process 1
+    is killed with SIGKILL once its backup holds a later step (a preempted
+    machine)."""
     children = []
     try:
         for k in (0, 1):
@@ -126,15 +127,16 @@ def _translation_job(folder, data_dir, port, epochs, kill_at_step=None):
                 [sys.executable, "-m", "keras_trm.cli", "train-translation",
                  "--strategy", "multi_worker", "--preset", "tiny", "--limit", "400",
                  "--epochs", str(epochs), "--average-last", "1", "--training.save_freq", "4",
+                 "--data.boundaries", "32,64",
                  "--validation-limit", "20", "--data-dir", str(data_dir),
                  "--workdir", str(folder / f"w{k}"),
                  "--export-dir", str(folder / f"export{k}")],
                 env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
-        if kill_at_step is not None:
+        if kill_after_step is not None:
             state = folder / "w1" / "backup_worker1" / "state.json"
             deadline = time.time() + 300
-            while _backup_step(state) < kill_at_step:
+            while _backup_step(state) <= kill_after_step:
                 assert children[1].poll() is None, "process 1 ended before the kill"
                 assert time.time() < deadline, "process 1 never reached the kill point"
                 time.sleep(0.05)
@@ -182,6 +184,7 @@ def test_translation_job_on_two_processes_survives_a_killed_process(
         assert code == 0, log[-3000:]
     losses = [_epoch_losses(log) for log, _ in runs]
     assert len(losses[0]) == 2 and losses[0] == losses[1]
+    steps = int(re.search(r"(\d+) batches per epoch", runs[0][0]).group(1))
     chief = json.loads((clean / "w0" / "result.json").read_text())
     assert chief["epochs"] == 2 and chief["test_bleu"] is not None
     assert (clean / "w1" / "prepared_worker1" / "manifest.json").is_file()
@@ -189,9 +192,9 @@ def test_translation_job_on_two_processes_survives_a_killed_process(
     assert not (clean / "w1" / "checkpoints").exists()
     assert '"test_bleu": null' in runs[1][0]
 
-    # 13 steps an epoch, a backup every 4 and at each epoch's end.
+    # A backup every 4 steps and at each epoch's end: killed in epoch 2.
     runs = _translation_job(killed, data_dir, free_ports(1)[0], epochs=2,
-                            kill_at_step=16)
+                            kill_after_step=steps)
     assert runs[1][1] == -signal.SIGKILL
     assert runs[0][1] != 0  # process 0 stopped by itself
     assert not (killed / "w0" / "result.json").exists()
@@ -199,7 +202,7 @@ def test_translation_job_on_two_processes_survives_a_killed_process(
     for log, code in runs:
         assert code == 0, log[-3000:]
         resumed = re.search(r"resumed from .*: epoch 2, (\d+) of its steps", log)
-        assert resumed and 0 < int(resumed.group(1)) < 13, log[-3000:]
+        assert resumed and 0 < int(resumed.group(1)) < steps, log[-3000:]
     a, b = (_weights(f / "w0" / "checkpoints" / "epoch_002.weights.h5")
             for f in (clean, killed))
     assert a.keys() == b.keys() and len(a) > 20
@@ -210,7 +213,7 @@ def test_translation_job_on_two_processes_survives_a_killed_process(
     runs = _translation_job(killed, data_dir, free_ports(1)[0], epochs=3)
     for log, code in runs:
         assert code != 0 and "would resume from different steps" in log, log[-3000:]
-        assert "[26, -1]" in log  # process 0 after 2 epochs of 13 steps; 1 none
+        assert f"[{2 * steps}, -1]" in log  # process 0 after 2 epochs; 1 none
 
 
 @pytest.mark.parametrize("env, message", [
