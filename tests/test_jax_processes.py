@@ -113,7 +113,8 @@ def _translation_job(folder, data_dir, port, epochs, kill_after_step=None):
     """``keras-trm train-translation --strategy multi_worker`` as processes
     0 and 1 of a JAX cluster on 127.0.0.1, in ``folder/w0`` and ``folder/w1``;
     returns their ``(output, exit code)``, each within 300 s. Two bucket
-    widths: two step shapes to compile. With ``kill_after_step``, process 1
+    widths: two step shapes to compile; mixed precision, as on a GPU (val
+    BLEU then decodes a float32 copy). With ``kill_after_step``, process 1
     is killed with SIGKILL once its backup holds a later step (a preempted
     machine)."""
     children = []
@@ -127,7 +128,7 @@ def _translation_job(folder, data_dir, port, epochs, kill_after_step=None):
                 [sys.executable, "-m", "keras_trm.cli", "train-translation",
                  "--strategy", "multi_worker", "--preset", "tiny", "--limit", "400",
                  "--epochs", str(epochs), "--average-last", "1", "--training.save_freq", "4",
-                 "--data.boundaries", "32,64",
+                 "--data.boundaries", "32,64", "--training.precision", "mixed_bfloat16",
                  "--validation-limit", "20", "--data-dir", str(data_dir),
                  "--workdir", str(folder / f"w{k}"),
                  "--export-dir", str(folder / f"export{k}")],

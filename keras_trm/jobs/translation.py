@@ -60,6 +60,7 @@ from keras_trm.training.processes import (
     JaxProcesses,
     SameResumeStep,
     local_copy,
+    no_distribution,
     on_this_process,
 )
 from keras_trm.training import (
@@ -862,9 +863,10 @@ class TranslationRun(StagedJob):
         processes = isinstance(self.strategy, JaxProcesses)
         self.val_bleu = score = None
         if self.is_chief:
-            self.val_bleu = GreedyBleu(local_copy(model) if processes else model,
-                                       search_tokenizer(self.tokenizer),
-                                       *self.data.validation)
+            with no_distribution() if processes else contextlib.nullcontext():
+                self.val_bleu = GreedyBleu(local_copy(model) if processes else model,
+                                           search_tokenizer(self.tokenizer),
+                                           *self.data.validation)
             score = on_this_process(self.val_bleu) if processes else self.val_bleu
         self.bleu_log = bleu_log = BleuLog(
             score, workdir / "epochs.json", config.eval_every_epochs,
