@@ -245,3 +245,20 @@ def test_a_worker_that_does_not_decode_logs_its_losses_only(tmp_path):
     assert log.history == [{"epoch": 1, "train_seconds": log.history[0]["train_seconds"],
                             "loss": 2.5}]
     assert not (tmp_path / "epochs.json").exists()
+
+
+def test_a_process_with_several_devices_is_refused(tmp_path, free_ports):
+    """One device per process: a process that sees two (forced CPU devices)
+    is refused after joining, naming them."""
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{free_ports(1)[0]}",
+               KERAS_DISTRIBUTION_NUM_PROCESSES="1", KERAS_DISTRIBUTION_PROCESS_ID="0",
+               PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, "-c", "from keras_trm.training.processes import JaxProcesses; "
+                               "JaxProcesses()"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "one device per process; process 0 sees 2 (cpu:0, cpu:1)" in run.stderr, \
+        run.stderr[-2000:]

@@ -127,7 +127,9 @@ class JaxProcesses:
 
     Raises:
         ValueError: a variable of ``CLUSTER_VARIABLES`` unset, or a count or
-            index that is not an int in range (naming the variable and value).
+            index that is not an int in range (naming the variable and value);
+            a process that sees more than one device (one process per device:
+            a process's rows of a batch are not split further).
 
     Example (two shells; the second with ``KERAS_DISTRIBUTION_PROCESS_ID=1``)::
 
@@ -156,6 +158,12 @@ class JaxProcesses:
         import jax
 
         keras.distribution.initialize()
+        if jax.local_device_count() != 1:  # its rows would be split again
+            raise ValueError(
+                "strategy 'multi_worker' under JAX runs one device per process; "
+                f"process {jax.process_index()} sees {jax.local_device_count()} "
+                f"({', '.join(map(str, jax.local_devices()))}): start one process "
+                "per device (e.g. CUDA_VISIBLE_DEVICES=k for process k)")
         parallel = keras.distribution.DataParallel(devices=jax.devices())
         parallel.auto_shard_dataset = False  # each process reads its own rows
         keras.distribution.set_distribution(parallel)
